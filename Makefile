@@ -1,0 +1,50 @@
+# The two commands that matter: `make demo` and `make test`. Both bootstrap the venv.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+COV_FLOOR ?= 80
+
+.PHONY: demo test lint format typecheck cfn-lint pytest bench build deploy clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH" >&2; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
+	@$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 | grep -v '^WARNING: Location' ; test $${PIPESTATUS[0]:-0} -eq 0
+	@$(BIN)/python -c "import serenity_allocator" && touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/serenity-allocator demo
+
+test: lint typecheck cfn-lint pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+format: $(STAMP)
+	$(BIN)/ruff format src tests bench
+	$(BIN)/ruff check --fix src tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+cfn-lint: $(STAMP)
+	$(BIN)/cfn-lint template.yaml
+
+pytest: $(STAMP)
+	$(BIN)/pytest --cov --cov-report=term --cov-fail-under=$(COV_FLOOR)
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.run
+
+build: $(STAMP)
+	$(BIN)/serenity-allocator build
+
+deploy:
+	sam build && sam deploy --config-env $${ENV:-dev}
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage build .aws-sam

@@ -1,0 +1,276 @@
+"""The two use cases: ensure headroom before a write, release surplus after deletes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from .errors import (
+    AllocationError,
+    BrandAiLimitError,
+    OrgPoolExhaustedError,
+    WiringError,
+    WorkspaceBusyError,
+)
+from .model import DEFAULT_BLOCKS, AiResources, Blocks, Dimension, Totals
+from .ports import WorkspaceGateway
+from .resources import round_up_to_block
+from .transfer import SETTLE, TransferContext, TransferPolicy, apply_transfer
+
+EnsureOutcome = Literal["hot-path", "topped-up", "unmetered"]
+ReleaseOutcome = Literal[
+    "released", "nothing-to-release", "requires-decommission", "dry-run", "error"
+]
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class EnsureResult(_Result):
+    """What one ensure did: its outcome, the totals before and after, and the attempts made."""
+
+    outcome: EnsureOutcome
+    before: Totals
+    after: Totals
+    attempts: int = 0
+    used_exact_fallback: bool = False
+
+    @property
+    def topped_up(self) -> bool:
+        """True when a transfer raised the child's totals."""
+        return self.outcome == "topped-up"
+
+
+class ReleasePlan(_Result):
+    """The exact transfer a release would send, computed from one read of the child."""
+
+    before: Totals
+    target: Totals
+    lowered: tuple[Dimension, ...]
+    requires_decommission: tuple[Dimension, ...]
+    drafted: Totals
+
+    @property
+    def would_release(self) -> bool:
+        """True when at least one dimension would be lowered."""
+        return bool(self.lowered)
+
+    @property
+    def units_returned(self) -> Totals:
+        """Units the pool would get back."""
+        return Totals(
+            projects=self.before.projects - self.target.projects,
+            prompts=self.before.prompts - self.target.prompts,
+        )
+
+    @property
+    def natural_outcome(self) -> ReleaseOutcome:
+        """The outcome a real release would report, were the transfer to succeed."""
+        if self.lowered:
+            return "released"
+        if self.requires_decommission:
+            return "requires-decommission"
+        return "nothing-to-release"
+
+
+class ReleaseResult(_Result):
+    """What one release did (or, in a dry run, would do)."""
+
+    outcome: ReleaseOutcome
+    plan: ReleasePlan | None = None
+    error_code: str | None = None
+    attempts: int = 0
+
+
+def _require_ids(**ids: str) -> None:
+    for name, value in ids.items():
+        if not value or not value.strip():
+            raise WiringError(f"{name} must be a non-blank workspace id")
+
+
+def required_totals(child: AiResources, need: Totals, include_drafted: bool) -> Totals:
+    """Units the child must hold for ``need`` more: used (+ drafted prompts when asked) + need."""
+    prompts = child.prompts.used + need.prompts
+    if include_drafted:
+        prompts += child.prompts.drafted
+    return Totals(projects=max(0, child.projects.used + need.projects), prompts=max(0, prompts))
+
+
+def plan_top_up(child: AiResources, required: Totals, blocks: Blocks) -> Totals:
+    """New totals: a short dimension rises to ``required`` rounded up to its block; others keep."""
+    current = child.totals()
+    return Totals(
+        **{
+            dim.value: (
+                round_up_to_block(required.get(dim), blocks.get(dim))
+                if required.get(dim) > child.get(dim).total
+                else current.get(dim)
+            )
+            for dim in Dimension
+        }
+    )
+
+
+def ensure_headroom(
+    gateway: WorkspaceGateway,
+    child_id: str,
+    parent_id: str,
+    need: Totals | None,
+    ctx: TransferContext,
+    *,
+    ceiling: Totals | None = None,
+    blocks: Blocks = DEFAULT_BLOCKS,
+    include_drafted: bool = False,
+    policy: TransferPolicy,
+    is_unmetered: Callable[[str], bool] | None = None,
+    exact_fallback: bool = False,
+) -> EnsureResult:
+    """Make sure the child can take ``need`` more units, topping it up from the pool if short.
+
+    The hot path (nothing short) costs exactly one read. A top-up reads the parent's pool as an
+    ADVISORY check (reported, never blocking: the transfer's 422 is the only authoritative
+    exhaustion signal), then sends both dimensions in one absolute transfer.
+
+    Args:
+        is_unmetered: when given and true for the parent, a needed top-up is skipped (the
+            parent does not meter AI writes, so carving could only fail requests).
+        exact_fallback: on pool exhaustion, retry once with the exact required totals (no
+            block rounding) before rejecting.
+
+    Raises:
+        WiringError: a blank id, before any call.
+        BrandAiLimitError: the new total would pass the ceiling (no transfer).
+        OrgPoolExhaustedError, WorkspaceBusyError, and the transfer's other errors.
+    """
+    _require_ids(child_id=child_id, parent_id=parent_id)
+    need = need or Totals()
+    child = gateway.read_resources(child_id)
+    before = child.totals()
+    required = required_totals(child, need, include_drafted)
+    new_totals = plan_top_up(child, required, blocks)
+    if new_totals == before:
+        ctx.observer.headroom_checked("hot-path")
+        return EnsureResult(outcome="hot-path", before=before, after=before)
+
+    if is_unmetered is not None and is_unmetered(parent_id):
+        ctx.observer.headroom_checked("unmetered")
+        return EnsureResult(outcome="unmetered", before=before, after=before)
+
+    if ceiling is not None:
+        for dim in Dimension:
+            if new_totals.get(dim) > before.get(dim) and new_totals.get(dim) > ceiling.get(dim):
+                ctx.observer.rejected(BrandAiLimitError.code)
+                raise BrandAiLimitError(dim.value, new_totals.get(dim), ceiling.get(dim))
+
+    ctx.observer.pool_checked(parent_id, gateway.read_resources(parent_id))
+
+    used_fallback = False
+    try:
+        attempts = _transfer_recording_rejections(gateway, child_id, new_totals, policy, ctx)
+    except OrgPoolExhaustedError:
+        exact = _exact_totals(before, required)
+        if not exact_fallback or exact == new_totals:
+            ctx.observer.rejected(OrgPoolExhaustedError.code)
+            raise
+        try:
+            attempts = _transfer_recording_rejections(gateway, child_id, exact, policy, ctx)
+        except OrgPoolExhaustedError:
+            ctx.observer.tight_pool_fallback("rejected")
+            ctx.observer.rejected(OrgPoolExhaustedError.code)
+            raise
+        ctx.observer.tight_pool_fallback("saved")
+        new_totals, used_fallback = exact, True
+
+    ctx.observer.headroom_checked("topped-up")
+    return EnsureResult(
+        outcome="topped-up",
+        before=before,
+        after=new_totals,
+        attempts=attempts,
+        used_exact_fallback=used_fallback,
+    )
+
+
+def _exact_totals(before: Totals, required: Totals) -> Totals:
+    return Totals(**{dim.value: max(before.get(dim), required.get(dim)) for dim in Dimension})
+
+
+def _transfer_recording_rejections(
+    gateway: WorkspaceGateway,
+    child_id: str,
+    totals: Totals,
+    policy: TransferPolicy,
+    ctx: TransferContext,
+) -> int:
+    try:
+        return apply_transfer(gateway, child_id, totals, policy, ctx)
+    except WorkspaceBusyError:
+        ctx.observer.rejected(WorkspaceBusyError.code)
+        raise
+
+
+def plan_release(child: AiResources, floor: Totals, blocks: Blocks) -> ReleasePlan:
+    """The single source of truth for what a release does: floor, round-up, never to zero.
+
+    Per dimension, target = max(floor, round_up(used + drafted, block)). Only a target below the
+    total AND above 0 lowers the dimension; a would-be 0 keeps its total and is reported as
+    requiring decommission, because the gateway silently ignores a transfer to 0.
+    """
+    before = child.totals()
+    target: dict[str, int] = {}
+    lowered: list[Dimension] = []
+    decommission: list[Dimension] = []
+    for dim in Dimension:
+        usage = child.get(dim)
+        wanted = max(floor.get(dim), round_up_to_block(usage.used + usage.drafted, blocks.get(dim)))
+        if wanted == 0 and before.get(dim) > 0:
+            decommission.append(dim)
+            target[dim.value] = before.get(dim)
+        elif wanted < before.get(dim):
+            lowered.append(dim)
+            target[dim.value] = wanted
+        else:
+            target[dim.value] = before.get(dim)
+    return ReleasePlan(
+        before=before,
+        target=Totals(**target),
+        lowered=tuple(lowered),
+        requires_decommission=tuple(decommission),
+        drafted=Totals(projects=child.projects.drafted, prompts=child.prompts.drafted),
+    )
+
+
+def release_surplus(
+    gateway: WorkspaceGateway,
+    child_id: str,
+    ctx: TransferContext,
+    *,
+    floor: Totals | None = None,
+    blocks: Blocks = DEFAULT_BLOCKS,
+    dry_run: bool = False,
+    policy: TransferPolicy = SETTLE,
+) -> ReleaseResult:
+    """Hand a child's surplus back to the pool, down to max(floor, used + drafted in blocks).
+
+    A dry run reads and reports the exact target a real call would send, and transfers nothing.
+    Expected failures (busy, settle timeout, pool exhausted, rate limited, unreachable) become
+    an ``error`` result with a typed ``error_code``; anything unexpected propagates.
+    """
+    _require_ids(child_id=child_id)
+    plan = plan_release(gateway.read_resources(child_id), floor or blocks.as_totals(), blocks)
+    if dry_run:
+        result = ReleaseResult(outcome="dry-run", plan=plan)
+    elif not plan.would_release:
+        result = ReleaseResult(outcome=plan.natural_outcome, plan=plan)
+    else:
+        try:
+            attempts = apply_transfer(gateway, child_id, plan.target, policy, ctx)
+        except AllocationError as exc:
+            result = ReleaseResult(outcome="error", plan=plan, error_code=exc.code)
+        else:
+            result = ReleaseResult(outcome="released", plan=plan, attempts=attempts)
+    ctx.observer.release_finished(result.outcome)
+    return result

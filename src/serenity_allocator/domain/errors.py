@@ -1,0 +1,105 @@
+"""Typed errors of the allocation domain.
+
+Each coded error carries a stable ``code`` and a generic message: no workspace ids and no pool
+numbers, because messages can reach clients; ids go to the logs through the caller.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class AllocationError(Exception):
+    """An expected allocation failure with a stable code."""
+
+    code: ClassVar[str] = "allocationError"
+    message: ClassVar[str] = "allocation failed"
+    transient: ClassVar[bool] = False
+    """True when a later retry could succeed (the queue should redeliver the request)."""
+
+    def __init__(self) -> None:
+        super().__init__(self.message)
+
+
+class OrgPoolExhaustedError(AllocationError):
+    """The org pool cannot cover the top-up (the transfer's authoritative 422)."""
+
+    code = "orgPoolExhausted"
+    message = "the organization pool has too few free units for this top-up"
+
+
+class BrandAiLimitError(AllocationError):
+    """The top-up would take a child above its per-brand ceiling."""
+
+    code = "brandAiLimit"
+    message = "the top-up would exceed the brand's AI ceiling"
+
+    def __init__(self, dimension: str, requested: int, ceiling: int) -> None:
+        super().__init__()
+        self.dimension = dimension
+        self.requested = requested
+        self.ceiling = ceiling
+
+
+class WorkspaceBusyError(AllocationError):
+    """The child stayed ``not ready`` through every allowed retry."""
+
+    code = "workspaceBusy"
+    message = "the workspace is busy settling a previous change"
+    transient = True
+
+
+class SettleTimeoutError(AllocationError):
+    """A transfer was accepted but the child did not return to ``created`` in time."""
+
+    code = "settleTimeout"
+    message = "the workspace did not settle after the transfer"
+    transient = True
+
+
+class OutOfTimeError(AllocationError):
+    """Not enough time is left before the caller's deadline to attempt the call safely."""
+
+    code = "outOfTime"
+    message = "not enough time left to attempt the transfer"
+    transient = True
+
+
+class RateLimitedError(AllocationError):
+    """The upstream kept answering 429 after the client's own retries."""
+
+    code = "rateLimited"
+    message = "the upstream is rate limiting requests"
+    transient = True
+
+
+class UpstreamUnavailableError(AllocationError):
+    """The upstream could not be reached (connection error or timeout after retries)."""
+
+    code = "upstreamUnavailable"
+    message = "the upstream could not be reached"
+    transient = True
+
+
+class UpstreamError(Exception):
+    """A non-success answer from the upstream, carrying its status and body text.
+
+    Raised by gateway adapters; the classifiers in :mod:`.classify` read it. The string form
+    holds the status and a bounded body excerpt, never a URL or a token.
+    """
+
+    def __init__(self, status: int, body: str, operation: str = "") -> None:
+        self.status = status
+        self.body = body
+        self.operation = operation
+        excerpt = body if len(body) <= 200 else body[:200] + "..."
+        where = f"{operation}: " if operation else ""
+        super().__init__(f"{where}upstream answered {status}: {excerpt}")
+
+
+class MalformedResponseError(ValueError):
+    """The upstream answered 2xx with a body that breaks the documented shape."""
+
+
+class WiringError(ValueError):
+    """A caller passed an argument that can only come from a programming error (blank id)."""

@@ -1,0 +1,139 @@
+"""Applying one absolute transfer under a policy: fail-fast or settle.
+
+Facts this rests on (semrush-user-manager.md): a transfer is an absolute, idempotent set, so a
+retry of the same body is harmless; a transfer racing a settling child gets 422 ``workspace not
+ready``, which is transient and can outlive the status reading ``created``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .classify import is_not_ready, is_pool_exhausted, is_rate_limited
+from .errors import (
+    OrgPoolExhaustedError,
+    OutOfTimeError,
+    RateLimitedError,
+    SettleTimeoutError,
+    UpstreamError,
+    WorkspaceBusyError,
+)
+from .model import Totals, WorkspaceStatus
+from .ports import AllocationObserver, Clock, NullObserver, Sleeper, WorkspaceGateway
+
+
+class TransferPolicy(BaseModel):
+    """How hard one transfer tries before giving up."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str
+    """Metric label: ``fail-fast`` (request path) or ``settle`` (release and sweep path)."""
+    not_ready_retries: int = Field(ge=0)
+    """Retries after the first attempt when the child answers ``workspace not ready``."""
+    retry_interval_s: float = Field(ge=0)
+    """Sleep before retry ``n`` is ``retry_interval_s * n``."""
+    settle_poll_attempts: int = Field(ge=0)
+    """Status polls after a successful transfer until ``created``; 0 never polls."""
+    settle_poll_interval_s: float = Field(ge=0)
+    attempt_budget_s: float = Field(default=15.0, ge=0)
+    """Time one transfer call may take (the client's per-request timeout)."""
+
+
+FAIL_FAST = TransferPolicy(
+    path="fail-fast",
+    not_ready_retries=0,
+    retry_interval_s=0.0,
+    settle_poll_attempts=0,
+    settle_poll_interval_s=0.0,
+)
+"""Request path: exactly one attempt, never polls (the first allocator's rule)."""
+
+SETTLE = TransferPolicy(
+    path="settle",
+    not_ready_retries=3,
+    retry_interval_s=1.0,
+    settle_poll_attempts=12,
+    settle_poll_interval_s=1.0,
+)
+"""Release path: 3 not-ready retries (4 transfers), interval x attempt, then 12 polls 1 s apart."""
+
+
+@dataclass(frozen=True)
+class TransferContext:
+    """What a transfer needs besides the gateway: time, sleep, deadline and an observer."""
+
+    clock: Clock
+    sleep: Sleeper
+    deadline: float | None = None
+    """Monotonic time by which every call must have finished; ``None`` is unbounded."""
+    observer: AllocationObserver = field(default_factory=NullObserver)
+
+    def has_time_for(self, seconds: float) -> bool:
+        """True when ``seconds`` of work still fit before the deadline."""
+        return self.deadline is None or self.clock() + seconds <= self.deadline
+
+
+def apply_transfer(
+    gateway: WorkspaceGateway,
+    workspace_id: str,
+    totals: Totals,
+    policy: TransferPolicy,
+    ctx: TransferContext,
+) -> int:
+    """Send one absolute transfer under ``policy``; return the number of attempts made.
+
+    Raises:
+        OrgPoolExhaustedError: 422 insufficient units (terminal; recorded by the caller).
+        WorkspaceBusyError: still ``not ready`` after every allowed retry.
+        SettleTimeoutError: accepted, but the status never returned to ``created``.
+        OutOfTimeError: no room before the deadline for a (further) attempt.
+        RateLimitedError: the client's own 429 retries were exhausted.
+        UpstreamError: anything else, unchanged.
+    """
+    started = ctx.clock()
+    attempt = 0
+    while True:
+        attempt += 1
+        if not ctx.has_time_for(policy.attempt_budget_s):
+            raise OutOfTimeError()
+        try:
+            gateway.transfer(workspace_id, totals)
+            break
+        except UpstreamError as exc:
+            if is_pool_exhausted(exc.status, exc.body):
+                raise OrgPoolExhaustedError() from exc
+            if is_rate_limited(exc.status, exc.body):
+                raise RateLimitedError() from exc
+            if not is_not_ready(exc.status, exc.body):
+                raise
+            backoff = policy.retry_interval_s * attempt
+            if attempt > policy.not_ready_retries or not ctx.has_time_for(
+                backoff + policy.attempt_budget_s
+            ):
+                raise WorkspaceBusyError() from exc
+            ctx.observer.not_ready_retry()
+            ctx.sleep(backoff)
+    _wait_until_created(gateway, workspace_id, policy, ctx)
+    ctx.observer.topped_up(policy.path, (ctx.clock() - started) * 1000.0)
+    return attempt
+
+
+def _wait_until_created(
+    gateway: WorkspaceGateway, workspace_id: str, policy: TransferPolicy, ctx: TransferContext
+) -> None:
+    # The settle path waits for the child to leave the brief post-transfer window so the next
+    # mutation does not race it; fail-fast never polls (policy.settle_poll_attempts == 0).
+    for poll in range(policy.settle_poll_attempts):
+        if gateway.read_status(workspace_id) == WorkspaceStatus.CREATED:
+            return
+        if poll + 1 == policy.settle_poll_attempts or not ctx.has_time_for(
+            policy.settle_poll_interval_s
+        ):
+            break
+        ctx.sleep(policy.settle_poll_interval_s)
+    else:
+        return
+    raise SettleTimeoutError()
