@@ -103,3 +103,11 @@ class MalformedResponseError(ValueError):
 
 class WiringError(ValueError):
     """A caller passed an argument that can only come from a programming error (blank id)."""
+
+
+class ParkedForReclaimError(AllocationError):
+    """The pool is exhausted, sibling releases were enqueued: retry the ensure after them."""
+
+    code = "parkedForReclaim"
+    message = "waiting for surplus reclaimed from sibling workspaces"
+    transient = True

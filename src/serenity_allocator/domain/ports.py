@@ -38,7 +38,7 @@ class Clock(Protocol):
 class Sleeper(Protocol):
     """Sleeps for the given seconds; injected so tests never wait for real."""
 
-    def __call__(self, seconds: float) -> None:
+    def __call__(self, seconds: float, /) -> None:
         """Block for ``seconds``."""
         ...
 

@@ -1,0 +1,176 @@
+"""Logging, metrics and (opt-in) tracing through Powertools: one instance of each, here.
+
+Metrics follow the catalog below (docs/metrics.md). Every metric carries the ``service`` and
+``Environment`` dimensions; some carry one more low-cardinality dimension of their own. Ids go
+to logs, never to dimensions. Recording is best-effort: a metrics failure is logged and never
+changes control flow.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics.base import MetricManager
+
+from ..domain.model import AiResources, Dimension
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools import Tracer
+
+NAMESPACE = "SerenityAllocator"
+
+logger = Logger()
+metrics = Metrics()
+_tracer: Tracer | None = None
+
+
+def get_tracer() -> Tracer:
+    """The X-Ray Tracer, created on first use: creating it costs ~0.5 s, so tracing is opt-in."""
+    global _tracer  # noqa: PLW0603 - one Tracer per container, created lazily
+    if _tracer is None:
+        from aws_lambda_powertools import Tracer
+
+        _tracer = Tracer()
+    return _tracer
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One catalog entry: the unit, the metric's own dimension and its allowed values."""
+
+    unit: str
+    dimension: str | None = None
+    values: tuple[str, ...] = ()
+    pager: bool = False
+    """True when an alarm on this metric pages (see docs/metrics.md)."""
+
+
+METRIC_CATALOG: dict[str, MetricSpec] = {
+    "HeadroomCheck": MetricSpec("Count", "Outcome", ("hot-path", "topped-up", "unmetered")),
+    "TopUpLatencyMs": MetricSpec("Milliseconds", "Path", ("settle", "fail-fast")),
+    "PoolFreeRatio": MetricSpec("Percent", "Dim", ("projects", "prompts")),
+    "AllocationRejection": MetricSpec(
+        "Count", "Reason", ("orgPoolExhausted", "brandAiLimit", "workspaceBusy"), pager=True
+    ),
+    "NotReadyRetry": MetricSpec("Count"),
+    "ReleaseOutcome": MetricSpec(
+        "Count",
+        "Reason",
+        ("released", "nothing-to-release", "requires-decommission", "error", "dry-run"),
+    ),
+    "MeteredQuotaClassifier": MetricSpec("Count", "Matched", ("true", "false")),
+    "InvalidMessage": MetricSpec("Count"),
+    "CoalescedEnsures": MetricSpec("Count"),
+    "QueueLagMs": MetricSpec("Milliseconds"),
+    "DisabledNoop": MetricSpec("Count"),
+    "TightPoolFallback": MetricSpec("Count", "Result", ("saved", "rejected")),
+    "SiblingReclaim": MetricSpec("Count", "Result", ("enqueued", "parked", "served", "exhausted")),
+}
+
+
+class MetricsRecorder:
+    """Records catalog metrics for one invocation and flushes them as EMF.
+
+    Metrics without an own dimension go on the module's ``Metrics`` (flushed by its
+    ``log_metrics`` decorator); the others are grouped per (name, dimension value) and flushed
+    as one EMF blob each, values batched, so a batch of ten messages prints a handful of lines.
+    """
+
+    def __init__(self, environment: str, service: str | None = None) -> None:
+        self._environment = environment
+        self._service = service or metrics.service or "serenity-allocator"
+        self._pending: dict[tuple[str, str], list[float]] = defaultdict(list)
+        metrics.set_default_dimensions(Environment=environment)
+
+    def record(self, name: str, value: float = 1.0, dimension_value: str | None = None) -> None:
+        """Record one value of a catalog metric (best-effort)."""
+        try:
+            spec = METRIC_CATALOG[name]
+            if spec.dimension is None:
+                metrics.add_metric(name=name, unit=MetricUnit(spec.unit), value=value)
+                return
+            if dimension_value not in spec.values:
+                raise ValueError(f"{name}: {spec.dimension}={dimension_value!r} is not in catalog")
+            self._pending[(name, dimension_value)].append(value)
+        except Exception:  # metrics never change control flow
+            logger.exception("metric not recorded", extra={"metric": name})
+
+    def flush(self) -> None:
+        """Print the dimensioned metrics recorded so far as EMF and forget them (best-effort)."""
+        pending, self._pending = self._pending, defaultdict(list)
+        for (name, dimension_value), values in pending.items():
+            try:
+                self._emit(name, dimension_value, values)
+            except Exception:  # metrics never change control flow
+                logger.exception("metric not flushed", extra={"metric": name})
+
+    def _emit(self, name: str, dimension_value: str, values: list[float]) -> None:
+        spec = METRIC_CATALOG[name]
+        # A MetricManager keeps every value of a metric (SingleMetric keeps one), so one EMF
+        # blob carries the whole invocation's values for this dimension set.
+        blob = MetricManager(namespace=metrics.namespace or NAMESPACE, service=self._service)
+        blob.add_dimension(name="Environment", value=self._environment)
+        blob.add_dimension(name=spec.dimension or "", value=dimension_value)
+        for value in values:
+            blob.add_metric(name=name, unit=MetricUnit(spec.unit), value=value)
+        print(_dumps(blob.serialize_metric_set()))
+
+
+def _dumps(payload: Any) -> str:
+    return json.dumps(payload, separators=(",", ":"))
+
+
+class MetricsObserver:
+    """The domain's AllocationObserver, reporting through metrics and structured logs."""
+
+    def __init__(self, recorder: MetricsRecorder, *, pool_low_ratio: float = 0.1) -> None:
+        self._recorder = recorder
+        self._pool_low_ratio = pool_low_ratio
+
+    def headroom_checked(self, outcome: str) -> None:
+        """Count one headroom check by outcome (the hot-path ratio)."""
+        self._recorder.record("HeadroomCheck", dimension_value=outcome)
+
+    def topped_up(self, path: str, latency_ms: float) -> None:
+        """Record the latency of a successful transfer on its path."""
+        self._recorder.record("TopUpLatencyMs", latency_ms, dimension_value=path)
+
+    def pool_checked(self, parent_id: str, pool: AiResources) -> None:
+        """Record the pool's free ratio per dimension; log when it runs low (advisory only)."""
+        for dim in Dimension:
+            usage = pool.get(dim)
+            if usage.total <= 0:  # no ratio of an empty pool
+                continue
+            ratio = usage.free / usage.total
+            self._recorder.record("PoolFreeRatio", 100.0 * ratio, dimension_value=dim.value)
+            if ratio < self._pool_low_ratio:
+                logger.warning(
+                    "org pool running low",
+                    extra={
+                        "parent_workspace_id": parent_id,
+                        "dim": dim.value,
+                        "free": usage.free,
+                        "total": usage.total,
+                    },
+                )
+
+    def rejected(self, reason: str) -> None:
+        """Count one allocation rejection by reason."""
+        self._recorder.record("AllocationRejection", dimension_value=reason)
+
+    def not_ready_retry(self) -> None:
+        """Count one not-ready retry."""
+        self._recorder.record("NotReadyRetry")
+
+    def release_finished(self, reason: str) -> None:
+        """Count one release outcome."""
+        self._recorder.record("ReleaseOutcome", dimension_value=reason)
+
+    def tight_pool_fallback(self, result: str) -> None:
+        """Count one exact-totals fallback by result."""
+        self._recorder.record("TightPoolFallback", dimension_value=result)

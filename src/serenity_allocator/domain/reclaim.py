@@ -1,0 +1,55 @@
+"""Sibling reclaim: which idle siblings can give surplus back when the pool is exhausted.
+
+The decision needs no shared state: each sibling's own resources say what it can give, and
+the release itself is computed by :func:`plan_release` (the single source of truth), applied
+later by the worker in the sibling's own message group.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from .allocation import plan_release
+from .model import Blocks, Dimension, Totals, WorkspaceStatus
+from .ports import WorkspaceGateway
+
+
+class ReclaimCandidate(BaseModel):
+    """A sibling with surplus to give and the units a release would return."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    workspace_id: str
+    units: Totals
+
+
+def choose_reclaim_siblings(
+    gateway: WorkspaceGateway,
+    parent_id: str,
+    child_id: str,
+    *,
+    floor: Totals,
+    blocks: Blocks,
+    max_siblings: int,
+) -> list[ReclaimCandidate]:
+    """The siblings of ``child_id`` with the most reclaimable surplus, at most ``max_siblings``.
+
+    Skips siblings that are not ``created``, that hold pending drafts (their drafts need units
+    at publish) and that have less than one block to give in every dimension.
+    """
+    candidates: list[ReclaimCandidate] = []
+    for record in gateway.list_family(parent_id):
+        if record.id in (parent_id, child_id) or record.parent_id != parent_id:
+            continue
+        if record.status != WorkspaceStatus.CREATED:
+            continue
+        resources = gateway.read_resources(record.id)
+        if resources.projects.drafted or resources.prompts.drafted:
+            continue
+        plan = plan_release(resources, floor, blocks)
+        units = plan.units_returned
+        if not any(units.get(dim) >= blocks.get(dim) for dim in Dimension):
+            continue
+        candidates.append(ReclaimCandidate(workspace_id=record.id, units=units))
+    candidates.sort(key=lambda c: (c.units.prompts, c.units.projects), reverse=True)
+    return candidates[:max_siblings]

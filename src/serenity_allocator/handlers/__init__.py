@@ -1,0 +1,1 @@
+"""Thin Lambda entry points: parse, wire adapters to the domain, report."""

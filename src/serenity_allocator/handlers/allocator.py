@@ -1,0 +1,52 @@
+"""The Allocator Lambda: consumes the FIFO queue and applies ensures and releases.
+
+One message group per child means one container at a time works on a child, fleet-wide.
+The batch is processed by Powertools' FIFO processor with ``skip_group_on_error``, so a failure
+holds back only the rest of its own group. Everything else (coalescing, outcomes, dead letters)
+lives in :mod:`.allocator_worker`; this module only wires and reports.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
+
+from ..adapters.observability import logger, metrics
+from .allocator_worker import AllocatorRuntime, BatchWorker, build_runtime
+from .settings import AllocatorSettings
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+processor = SqsFifoPartialProcessor(skip_group_on_error=True)
+# When every record fails (say, every child is merely busy), Powertools would raise and the
+# invocation would count as a function error. Busy is not a crash: report every record as a
+# batch item failure instead, so the Errors alarm keeps meaning "our code broke".
+processor.raise_on_entire_batch_failure = False
+
+_runtime: AllocatorRuntime | None = None
+
+
+def get_runtime(env: Mapping[str, str] | None = None) -> AllocatorRuntime:
+    """The container's runtime: settings read once, adapters built once and reused."""
+    global _runtime  # noqa: PLW0603 - one runtime per container, reused by warm invocations
+    settings = AllocatorSettings.from_env(os.environ if env is None else env)
+    if _runtime is None or _runtime.settings != settings:
+        _runtime = build_runtime(settings)
+    return _runtime
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics(capture_cold_start_metric=True)
+def lambda_handler(
+    event: dict[str, Any], context: LambdaContext, runtime: AllocatorRuntime | None = None
+) -> dict[str, Any]:
+    """Apply one SQS FIFO batch; return the partial batch response."""
+    worker = BatchWorker(runtime or get_runtime(), event.get("Records", []), context)
+    response = process_partial_response(
+        event=event, record_handler=worker.handle_record, processor=processor, context=context
+    )
+    return worker.finish(response)

@@ -1,0 +1,164 @@
+"""Configuration: the environment read once, at the handler edge, into validated models.
+
+Every variable name is part of the deployment contract (docs/configuration.md). A missing or
+malformed required variable raises :class:`SettingsError` naming the variable, so the
+invocation fails at start instead of misbehaving later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ..adapters.semrush_client import is_loopback_origin, validate_base_url
+from ..domain.model import Blocks
+
+
+class SettingsError(ValueError):
+    """The environment is missing a required variable or holds a malformed one."""
+
+
+def _is_on(value: object) -> bool:
+    # A kill switch is ON only for the exact string "true": a typo must never enable writes.
+    return value == "true"
+
+
+Switch = Annotated[bool, Field()]
+
+
+class _EnvModel(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=False)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Self:
+        """Validate ``env`` (usually ``os.environ``); errors name the variable."""
+        try:
+            return cls.model_validate(dict(env))
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'environment'}: {err['msg']}"
+                for err in exc.errors(include_url=False, include_input=False)
+            )
+            raise SettingsError(f"invalid configuration: {problems}") from None
+
+
+class SemrushSettings(_EnvModel):
+    """Where the upstream is and how to authenticate against it."""
+
+    base_url: str = Field(alias="SEMRUSH_BASE_URL")
+    token_secret_id: str | None = Field(default=None, alias="SEMRUSH_TOKEN_SECRET_ID")
+    token: str | None = Field(default=None, alias="SEMRUSH_TOKEN", repr=False)
+    token_max_age_s: int = Field(default=300, ge=0, alias="SEMRUSH_TOKEN_MAX_AGE_S")
+    timeout_s: float = Field(default=15.0, gt=0, le=60, alias="SEMRUSH_TIMEOUT_S")
+
+    @field_validator("base_url")
+    @classmethod
+    def _origin_only(cls, value: str) -> str:
+        return validate_base_url(value)
+
+    @field_validator("token", "token_secret_id", mode="before")
+    @classmethod
+    def _blank_is_absent(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @model_validator(mode="after")
+    def _one_credential(self) -> Self:
+        if self.token is not None and not is_loopback_origin(self.base_url):
+            # A plain token in the environment is for the local simulator only.
+            raise ValueError(
+                "SEMRUSH_TOKEN is accepted only with a loopback SEMRUSH_BASE_URL; "
+                "use SEMRUSH_TOKEN_SECRET_ID"
+            )
+        if self.token is None and self.token_secret_id is None:
+            raise ValueError("one of SEMRUSH_TOKEN_SECRET_ID or SEMRUSH_TOKEN must be set")
+        return self
+
+
+class CommonSettings(_EnvModel):
+    """What every function reads: environment name, kill switch, blocks, Semrush access."""
+
+    environment: str = Field(alias="ENVIRONMENT", min_length=1)
+    dynamic_allocation: bool = Field(default=False, alias="SERENITY_DYNAMIC_ALLOCATION")
+    block_projects: int = Field(default=1, ge=1, alias="BLOCK_PROJECTS")
+    block_prompts: int = Field(default=100, ge=1, alias="BLOCK_PROMPTS")
+    tracing: bool = Field(default=False, alias="SERENITY_TRACING")
+    semrush: SemrushSettings
+
+    @field_validator("dynamic_allocation", "tracing", mode="before")
+    @classmethod
+    def _exact_true(cls, value: object) -> bool:
+        return _is_on(value)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest_semrush(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "semrush" not in data:
+            data = {**data, "semrush": data}
+        return data
+
+    @property
+    def blocks(self) -> Blocks:
+        """Top-up block sizes."""
+        return Blocks(projects=self.block_projects, prompts=self.block_prompts)
+
+
+def _switch_default_on(value: object) -> bool:
+    # Issue-8 features are ON unless explicitly "false".
+    return value != "false"
+
+
+class AllocatorSettings(CommonSettings):
+    """The Allocator worker's configuration."""
+
+    queue_url: str | None = Field(default=None, alias="QUEUE_URL")
+    dlq_url: str | None = Field(default=None, alias="DLQ_URL")
+    max_receive_count: int = Field(alias="MAX_RECEIVE_COUNT", ge=1, le=1000)
+    outcome_bus_name: str | None = Field(default=None, alias="OUTCOME_BUS_NAME")
+    safety_margin_ms: int = Field(default=3000, ge=0, alias="SAFETY_MARGIN_MS")
+    ensure_not_ready_retries: int = Field(default=2, ge=0, le=5, alias="ENSURE_NOT_READY_RETRIES")
+    ensure_retry_interval_s: float = Field(
+        default=0.25, ge=0, le=5, alias="ENSURE_RETRY_INTERVAL_S"
+    )
+    unmetered_check: bool = Field(default=True, alias="SERENITY_UNMETERED_CHECK")
+    unmetered_cache_ttl_s: float = Field(default=300.0, ge=0, alias="UNMETERED_CACHE_TTL_S")
+    tight_pool_fallback: bool = Field(default=True, alias="SERENITY_TIGHT_POOL_FALLBACK")
+    sibling_reclaim: bool = Field(default=False, alias="SERENITY_SIBLING_RECLAIM")
+    sibling_reclaim_max_siblings: int = Field(
+        default=3, ge=1, le=10, alias="SIBLING_RECLAIM_MAX_SIBLINGS"
+    )
+    sibling_reclaim_max_parks: int = Field(default=2, ge=1, alias="SIBLING_RECLAIM_MAX_PARKS")
+    pool_low_ratio: float = Field(default=0.1, ge=0, le=1, alias="POOL_LOW_RATIO")
+    pool_low_interval_s: float = Field(default=900.0, ge=0, alias="POOL_LOW_INTERVAL_S")
+
+    @field_validator("unmetered_check", "tight_pool_fallback", mode="before")
+    @classmethod
+    def _default_on(cls, value: object) -> bool:
+        return _switch_default_on(value)
+
+    @field_validator("sibling_reclaim", mode="before")
+    @classmethod
+    def _default_off(cls, value: object) -> bool:
+        return _is_on(value)
+
+    @field_validator("queue_url", "dlq_url", "outcome_bus_name", mode="before")
+    @classmethod
+    def _blank_is_absent(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @model_validator(mode="after")
+    def _reclaim_needs_queue(self) -> Self:
+        if self.sibling_reclaim and self.queue_url is None:
+            raise ValueError("SERENITY_SIBLING_RECLAIM=true needs QUEUE_URL")
+        return self
+
+
+class SweepSettings(CommonSettings):
+    """The Sweep function's configuration."""
+
+    sweep_bucket: str = Field(alias="SWEEP_BUCKET", min_length=1)
+    queue_url: str = Field(alias="QUEUE_URL", min_length=1)
+    safety_margin_ms: int = Field(default=10000, ge=0, alias="SAFETY_MARGIN_MS")
+    lease_s: float = Field(default=960.0, gt=0, alias="SWEEP_LEASE_S")
+    """How long an invocation holds a run; a little over Lambda's 15-minute ceiling."""
