@@ -23,9 +23,13 @@ if TYPE_CHECKING:
     from aws_lambda_powertools import Tracer
 
 NAMESPACE = "SerenityAllocator"
+SERVICE = "serenity-allocator"
 
-logger = Logger()
-metrics = Metrics()
+# The namespace and service are fixed here rather than left to the environment: the alarms and
+# the dashboard in template.yaml name these exact dimensions, so a stray variable must not move
+# the metrics out from under them.
+logger = Logger(service=SERVICE)
+metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
 _tracer: Tracer | None = None
 
 
@@ -83,7 +87,7 @@ class MetricsRecorder:
 
     def __init__(self, environment: str, service: str | None = None) -> None:
         self._environment = environment
-        self._service = service or metrics.service or "serenity-allocator"
+        self._service = service or SERVICE
         self._pending: dict[tuple[str, str], list[float]] = defaultdict(list)
         metrics.set_default_dimensions(Environment=environment)
 
@@ -113,7 +117,7 @@ class MetricsRecorder:
         spec = METRIC_CATALOG[name]
         # A MetricManager keeps every value of a metric (SingleMetric keeps one), so one EMF
         # blob carries the whole invocation's values for this dimension set.
-        blob = MetricManager(namespace=metrics.namespace or NAMESPACE, service=self._service)
+        blob = MetricManager(namespace=NAMESPACE, service=self._service)
         blob.add_dimension(name="Environment", value=self._environment)
         blob.add_dimension(name=spec.dimension or "", value=dimension_value)
         for value in values:

@@ -84,6 +84,7 @@ class AllocatorRuntime:
     parked: set[str] = field(default_factory=set)
     """Request ids this container parked for sibling reclaim (labels the later outcome)."""
     attempt_budget_s: float = 15.0
+    """Time reserved for one upstream call (the client's per-request timeout)."""
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -130,7 +131,7 @@ def build_runtime(settings: AllocatorSettings) -> AllocatorRuntime:
     )
     client = SemrushClient(semrush.base_url, tokens, timeout_s=semrush.timeout_s)
     runtime = AllocatorRuntime(
-        settings=settings, gateway=client, attempt_budget_s=client.max_call_duration_s
+        settings=settings, gateway=client, attempt_budget_s=semrush.timeout_s
     )
     if settings.dlq_url:
         from ..adapters.sqs_dead_letter import DeadLetterSender
