@@ -1,0 +1,481 @@
+"""The Semrush User Manager API over httpx: the domain's ``WorkspaceGateway`` plus child creation.
+
+Facts this rests on (../shared/semrush-user-manager.md): the base is an https origin with the API
+under ``/enterprise/users/api``; auth is ``Authorization: Bearer``; a transfer is an absolute set
+and therefore idempotent, so it is retried like the reads; creating a child is not; 429 carries
+``Retry-After``; the status route answers one object although the swagger says an array.
+
+Nothing raised here holds the token or a full URL: errors name the operation and the status.
+The client does not log; callers log the typed errors it raises.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Final, Self
+from urllib.parse import quote, urlsplit
+
+import httpx
+
+from serenity_allocator.domain.errors import (
+    MalformedResponseError,
+    UpstreamError,
+    UpstreamUnavailableError,
+    WiringError,
+)
+from serenity_allocator.domain.model import AiResources, Totals, WorkspaceRecord
+from serenity_allocator.domain.resources import parse_ai_resources
+
+from .token_provider import TokenProvider
+
+API_PATH: Final = "/enterprise/users/api"
+"""Where the User Manager API lives under the origin (the swagger's ``basePath``)."""
+
+MAX_RETRY_AFTER_S: Final = 10.0
+"""Ceiling on an honoured ``Retry-After``: a worker's time budget is seconds, not minutes."""
+
+MAX_BACKOFF_S: Final = 8.0
+"""Ceiling on one exponential backoff sleep."""
+
+_LOOPBACK_NAMES: Final = frozenset({"localhost"})
+_DEFAULT_PORTS: Final = {"https": 443, "http": 80}
+_RETRY_AFTER_STATUSES: Final = frozenset({429, 503})
+# Transport failures that prove the request never reached the server: safe to retry even for a
+# non-idempotent call. A read timeout or a dropped connection may come after the server acted.
+_NOT_SENT_ERRORS: Final = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
+class ConfigurationError(ValueError):
+    """The client was configured wrongly (a bad SEMRUSH_BASE_URL); found at construction."""
+
+
+def _is_loopback_host(host: str) -> bool:
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def is_loopback_origin(url: str) -> bool:
+    """True when ``url``'s host is loopback (127.0.0.0/8, ::1 or ``localhost``).
+
+    Never raises: anything unparseable is not loopback. The worker uses it to allow a plain
+    token from the environment only against a local simulator.
+    """
+    try:
+        host = urlsplit(url.strip()).hostname
+    except ValueError:
+        return False
+    return bool(host) and _is_loopback_host(host or "")
+
+
+def validate_base_url(url: str) -> str:
+    """Check a configured Semrush base URL and return it as a normalized origin.
+
+    An origin only: ``https://host[:port]``, or ``http://`` for a loopback host (the local
+    simulator). A path other than ``/``, a query, a fragment, user-info or another scheme is
+    rejected. Messages never echo user-info, a query or a fragment (they could hold a secret).
+
+    Args:
+        url: The configured value, e.g. ``https://www.semrush.com`` or ``http://127.0.0.1:8765``.
+
+    Returns:
+        The origin, lower-cased, without a default port or trailing slash.
+
+    Raises:
+        ConfigurationError: The URL is not an acceptable origin; the message says why.
+    """
+    prefix = "Semrush base URL"
+    text = url.strip() if isinstance(url, str) else ""
+    if not text:
+        raise ConfigurationError(
+            f"{prefix} is empty; expected an origin like https://www.semrush.com"
+        )
+    if any(ch.isspace() or ord(ch) < 0x20 for ch in text):
+        raise ConfigurationError(f"{prefix} must not contain whitespace or control characters")
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        # from None: the parser's message quotes the URL, which may carry credentials.
+        raise ConfigurationError(f"{prefix} is not a valid URL (bad host or port)") from None
+    scheme = parts.scheme.lower()
+    if "@" in parts.netloc:
+        raise ConfigurationError(f"{prefix} must not contain user-info (credentials)")
+    if scheme not in _DEFAULT_PORTS:
+        raise ConfigurationError(
+            f"{prefix} must be an https origin (http only for loopback hosts), "
+            "e.g. https://www.semrush.com"
+        )
+    host = (parts.hostname or "").lower()
+    if not host:
+        raise ConfigurationError(f"{prefix} has no host")
+    if "?" in text:
+        raise ConfigurationError(f"{prefix} must be an https origin without a query")
+    if "#" in text:
+        raise ConfigurationError(f"{prefix} must be an https origin without a fragment")
+    if parts.path not in ("", "/"):
+        shown = parts.path if len(parts.path) <= 60 else parts.path[:60] + "..."
+        raise ConfigurationError(
+            f"{prefix} must be an https origin without a path: got path {shown!r} "
+            f"(the client appends {API_PATH} itself)"
+        )
+    if scheme == "http" and not _is_loopback_host(host):
+        raise ConfigurationError(
+            f"{prefix} must use https: plain http is allowed only for loopback hosts "
+            f"(127.0.0.0/8, ::1, localhost), got host {host!r}"
+        )
+    shown_host = f"[{host}]" if ":" in host else host
+    explicit_port = f":{port}" if port is not None and port != _DEFAULT_PORTS[scheme] else ""
+    return f"{scheme}://{shown_host}{explicit_port}"
+
+
+@dataclass(frozen=True)
+class _Operation:
+    name: str
+    method: str
+    route: str
+    """Path under the API base with ``{id}`` for the (quoted) workspace id."""
+    idempotent: bool
+
+
+_READ_RESOURCES: Final = _Operation(
+    "read_resources", "GET", "/v1/workspaces/{id}/resources", idempotent=True
+)
+# An absolute set: sending the same totals twice moves nothing, so retrying is harmless.
+_TRANSFER: Final = _Operation(
+    "transfer", "POST", "/v2/workspaces/{id}/resources/transfer", idempotent=True
+)
+_READ_STATUS: Final = _Operation(
+    "read_status", "GET", "/v1/workspaces/{id}/status", idempotent=True
+)
+_LIST_FAMILY: Final = _Operation(
+    "list_family", "GET", "/v1/workspaces/{id}/family", idempotent=True
+)
+# A second POST after an unanswered first one could create a second child.
+_CREATE_CHILD: Final = _Operation(
+    "create_child", "POST", "/v2/workspaces/{id}/child", idempotent=False
+)
+
+
+def _ai_body(totals: Totals) -> dict[str, Any]:
+    # Both dimensions, always: a partial body would leave the other dimension to the upstream.
+    return {"ai": {"projects": totals.projects, "prompts": totals.prompts}}
+
+
+class SemrushClient:
+    """The User Manager operations the allocator needs, with auth, timeouts and retries.
+
+    Implements :class:`serenity_allocator.domain.ports.WorkspaceGateway` and adds
+    :meth:`create_child`. One ``httpx.Client`` is reused for every call (connection pooling
+    across warm invocations); an injected client stays owned by the caller, one built here is
+    closed by :meth:`close`.
+
+    Retries: 429, 5xx and transport errors (connection failures, timeouts) are retried up to
+    ``max_retries`` times, sleeping ``Retry-After`` seconds when a 429/503 carries it (capped at
+    :data:`MAX_RETRY_AFTER_S`), else ``backoff_s * 2**n`` (capped at :data:`MAX_BACKOFF_S`).
+    ``create_child`` is retried only when the request provably never took effect (429, or a
+    failure to connect). A 401 refreshes the token once and retries once, outside that budget.
+
+    Args:
+        base_url: The API origin, see :func:`validate_base_url`.
+        token_provider: Supplies the bearer token, refreshed once after a 401.
+        http: An optional ready client (tests, custom transports); absolute URLs are used, so
+            its own ``base_url`` does not matter.
+        timeout_s: Per-request timeout (connect, read, write and pool each).
+        max_retries: Retries after the first attempt for a retryable failure.
+        backoff_s: Base of the exponential backoff.
+        sleep: Sleeps between attempts; injected so tests never wait.
+
+    Raises:
+        ConfigurationError: A bad base URL or negative retry settings.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token_provider: TokenProvider,
+        http: httpx.Client | None = None,
+        *,
+        timeout_s: float = 15.0,
+        max_retries: int = 3,
+        backoff_s: float = 0.5,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ConfigurationError("Semrush timeout must be positive")
+        if max_retries < 0 or backoff_s < 0:
+            raise ConfigurationError("Semrush retry settings must not be negative")
+        self.origin = validate_base_url(base_url)
+        self._api_url = self.origin + API_PATH
+        self._tokens = token_provider
+        self._timeout = httpx.Timeout(timeout_s)
+        self._timeout_s = timeout_s
+        self._max_retries = max_retries
+        self._backoff_s = backoff_s
+        self._sleep = sleep
+        self._owns_http = http is None
+        # Redirects are not followed: the API never redirects, and following one could carry
+        # the bearer to wherever the redirect points.
+        self._http = (
+            http
+            if http is not None
+            else httpx.Client(timeout=self._timeout, follow_redirects=False)
+        )
+
+    @property
+    def max_call_duration_s(self) -> float:
+        """Worst-case seconds one call can take: every attempt timing out plus every backoff.
+
+        Excludes ``Retry-After`` longer than the backoff and the single 401 refresh retry.
+        """
+        attempts = self._max_retries + 1
+        sleeps = sum(self._backoff_delay(n) for n in range(self._max_retries))
+        return attempts * self._timeout_s + sleeps
+
+    # -- the gateway -------------------------------------------------------------------------
+
+    def read_resources(self, workspace_id: str) -> AiResources:
+        """Read a workspace's AI resources (the org pool when given a master id).
+
+        Raises:
+            UpstreamError: A non-2xx answer after retries.
+            UpstreamUnavailableError: No answer (connection error or timeout) after retries.
+            MalformedResponseError: A 2xx whose body breaks the documented shape.
+        """
+        body = self._json(self._call(_READ_RESOURCES, workspace_id), _READ_RESOURCES)
+        return parse_ai_resources(body)
+
+    def transfer(self, workspace_id: str, totals: Totals) -> None:
+        """Set the child's AI totals ABSOLUTELY, both dimensions in one body.
+
+        The answer (the child's workspace object) is not read: the caller re-reads what it needs.
+
+        Raises:
+            UpstreamError: A non-2xx answer after retries (the caller classifies the 422s).
+            UpstreamUnavailableError: No answer after retries.
+        """
+        self._call(_TRANSFER, workspace_id, {"resources": _ai_body(totals)})
+
+    def read_status(self, workspace_id: str) -> str:
+        """Read the workspace's lifecycle status (``created``, ``not ready``, ...).
+
+        Accepts the live API's single object and, leniently, the swagger's one-element array.
+
+        Raises:
+            UpstreamError: A non-2xx answer after retries.
+            UpstreamUnavailableError: No answer after retries.
+            MalformedResponseError: No string ``status`` in the body.
+        """
+        body = self._json(self._call(_READ_STATUS, workspace_id), _READ_STATUS)
+        if isinstance(body, list) and len(body) == 1:
+            body = body[0]
+        status = body.get("status") if isinstance(body, Mapping) else None
+        if not isinstance(status, str):
+            raise MalformedResponseError("read_status: body has no string status")
+        return status
+
+    def list_family(self, parent_id: str) -> list[WorkspaceRecord]:
+        """List the parent and all its descendants (a bare JSON array of workspace objects).
+
+        Raises:
+            UpstreamError: A non-2xx answer after retries.
+            UpstreamUnavailableError: No answer after retries.
+            MalformedResponseError: The body is not an array of workspace objects.
+        """
+        body = self._json(self._call(_LIST_FAMILY, parent_id), _LIST_FAMILY)
+        if not isinstance(body, list):
+            raise MalformedResponseError("list_family: body is not a JSON array")
+        return [_workspace_record(item, _LIST_FAMILY.name) for item in body]
+
+    def create_child(
+        self, parent_id: str, title: str, resources: Totals | None = None
+    ) -> WorkspaceRecord:
+        """Create a child workspace under ``parent_id``; it starts ``not ready``.
+
+        Not idempotent, so a 5xx or a timeout is not retried (the child may exist): the caller
+        lists the family before trying again.
+
+        Args:
+            parent_id: The parent (master) workspace.
+            title: The child's title.
+            resources: Initial AI totals carved from the parent; ``None`` carves nothing (the
+                swagger requires the ``resources`` key, so an empty object is sent).
+
+        Raises:
+            UpstreamError: A non-2xx answer.
+            UpstreamUnavailableError: No answer.
+            MalformedResponseError: The 2xx body is not a workspace object.
+        """
+        body = {"title": title, "resources": {} if resources is None else _ai_body(resources)}
+        answer = self._json(self._call(_CREATE_CHILD, parent_id, body), _CREATE_CHILD)
+        return _workspace_record(answer, _CREATE_CHILD.name)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the HTTP client if this object built it (an injected one is the caller's)."""
+        if self._owns_http:
+            self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SemrushClient(origin={self.origin!r})"
+
+    # -- the request loop --------------------------------------------------------------------
+
+    def _call(
+        self, op: _Operation, workspace_id: str, body: dict[str, Any] | None = None
+    ) -> httpx.Response:
+        if not isinstance(workspace_id, str) or not workspace_id.strip():
+            raise WiringError(f"{op.name}: workspace id must be a non-blank string")
+        url = self._api_url + op.route.format(id=quote(workspace_id, safe=""))
+        token = self._tokens.get_token()
+        refreshed = False
+        retry = 0
+        while True:
+            try:
+                response = self._http.request(
+                    op.method,
+                    url,
+                    json=body,
+                    headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+                    timeout=self._timeout,
+                )
+            except httpx.TransportError as exc:
+                if retry < self._max_retries and (
+                    op.idempotent or isinstance(exc, _NOT_SENT_ERRORS)
+                ):
+                    self._sleep(self._backoff_delay(retry))
+                    retry += 1
+                    continue
+                # The cause is kept for the traceback; httpx's messages carry no URL or header.
+                raise UpstreamUnavailableError() from exc
+            status = response.status_code
+            if 200 <= status <= 299:
+                return response
+            if status == 401 and not refreshed:
+                # A rotated secret: fetch it again once; a second 401 is a real auth failure.
+                refreshed = True
+                token = self._tokens.get_token(refresh=True)
+                continue
+            if retry < self._max_retries and self._is_retryable_status(op, status):
+                self._sleep(self._retry_delay(response, retry))
+                retry += 1
+                continue
+            raise UpstreamError(status, _redact(response.text, token), op.name)
+
+    @staticmethod
+    def _is_retryable_status(op: _Operation, status: int) -> bool:
+        if status == 429:
+            # The rate limiter refused the request before it was handled: safe even to create.
+            return True
+        return op.idempotent and 500 <= status <= 599
+
+    def _backoff_delay(self, retry: int) -> float:
+        return float(min(self._backoff_s * 2**retry, MAX_BACKOFF_S))
+
+    def _retry_delay(self, response: httpx.Response, retry: int) -> float:
+        if response.status_code in _RETRY_AFTER_STATUSES:
+            retry_after = _retry_after_s(response.headers.get("Retry-After"))
+            if retry_after is not None:
+                return min(retry_after, MAX_RETRY_AFTER_S)
+        return self._backoff_delay(retry)
+
+    @staticmethod
+    def _json(response: httpx.Response, op: _Operation) -> Any:
+        try:
+            return response.json()
+        except ValueError:
+            # from None: the decoder's message quotes the body, which we do not need twice.
+            raise MalformedResponseError(f"{op.name}: response body is not JSON") from None
+
+
+def _retry_after_s(value: str | None) -> float | None:
+    # Only the delay-seconds form; an HTTP-date falls back to the backoff (no clock needed).
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    if not math.isfinite(seconds) or seconds < 0:
+        return None
+    return seconds
+
+
+def _redact(text: str, token: str) -> str:
+    # Defence in depth: an upstream that echoed the request must not put the token in an error.
+    return text.replace(token, "***") if token else text
+
+
+def _workspace_record(item: Any, operation: str) -> WorkspaceRecord:
+    if not isinstance(item, Mapping):
+        raise MalformedResponseError(f"{operation}: workspace is not a JSON object")
+    workspace_id = item.get("id")
+    status = item.get("status")
+    title = item.get("title") or ""
+    if not isinstance(workspace_id, str) or not workspace_id:
+        raise MalformedResponseError(f"{operation}: workspace has no string id")
+    if not isinstance(status, str):
+        raise MalformedResponseError(f"{operation}: workspace has no string status")
+    if not isinstance(title, str):
+        raise MalformedResponseError(f"{operation}: workspace title is not a string")
+    return WorkspaceRecord(
+        id=workspace_id,
+        title=title,
+        status=status,
+        parent_id=_parent_id(item, operation),
+        ai_limits_enabled=_ai_limits_enabled(item, operation),
+    )
+
+
+def _parent_id(item: Mapping[str, Any], operation: str) -> str | None:
+    parent_id = item.get("parent_id")
+    if parent_id is None:
+        # The swagger also has a nested ``parent: {id, title}``; take it when the flat field
+        # is absent.
+        parent = item.get("parent")
+        parent_id = parent.get("id") if isinstance(parent, Mapping) else None
+    if parent_id is None or parent_id == "":
+        # A master workspace has no parent; an empty string means the same.
+        return None
+    if not isinstance(parent_id, str):
+        raise MalformedResponseError(f"{operation}: workspace parent_id is not a string")
+    return parent_id
+
+
+def _ai_limits_enabled(item: Mapping[str, Any], operation: str) -> bool | None:
+    # swagger: product_tiers[] of {product: {id: "ai" | "seo" | ..., limits_enabled}, tier}.
+    tiers = item.get("product_tiers")
+    if tiers is None:
+        return None
+    if not isinstance(tiers, list):
+        raise MalformedResponseError(f"{operation}: workspace product_tiers is not an array")
+    for tier in tiers:
+        product = tier.get("product") if isinstance(tier, Mapping) else None
+        if isinstance(product, Mapping) and product.get("id") == "ai":
+            enabled = product.get("limits_enabled")
+            if enabled is None:
+                return None
+            if not isinstance(enabled, bool):
+                raise MalformedResponseError(f"{operation}: ai limits_enabled is not a boolean")
+            return enabled
+    return None
