@@ -1,0 +1,360 @@
+"""In-memory fakes of the domain's ports: a conserving gateway, a clock and a recording observer.
+
+The gateway follows the upstream facts in ../shared/semrush-user-manager.md ("Resource
+semantics"): transfers are absolute, units are conserved between a master and its children, a
+raise beyond the master's free units is rejected whole with the pool-exhausted 422, and a
+dimension set to 0 is silently ignored. Anything else an upstream can do (not ready, odd statuses,
+500s, 403s) is scripted per workspace by the test that needs it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from serenity_allocator.domain.errors import UpstreamError
+from serenity_allocator.domain.model import (
+    AiResources,
+    Dimension,
+    DimensionUsage,
+    Totals,
+    WorkspaceRecord,
+    WorkspaceStatus,
+)
+from serenity_allocator.domain.transfer import TransferContext
+
+if TYPE_CHECKING:
+    from serenity_allocator.domain.ports import AllocationObserver, WorkspaceGateway
+
+POOL_EXHAUSTED_BODY = '{"message": "insufficient available units in subscription"}'
+NOT_READY_BODY = '{"message": "workspace not ready"}'
+INVALID_ACCESS_BODY = '{"message": "invalid access attempt"}'
+
+READ_RESOURCES = "read_resources"
+TRANSFER = "transfer"
+READ_STATUS = "read_status"
+LIST_FAMILY = "list_family"
+
+
+def pool_exhausted() -> UpstreamError:
+    """The transfer's authoritative exhaustion answer."""
+    return UpstreamError(422, POOL_EXHAUSTED_BODY, TRANSFER)
+
+
+def not_ready() -> UpstreamError:
+    """The transient answer of a child that is still settling."""
+    return UpstreamError(422, NOT_READY_BODY, TRANSFER)
+
+
+class FakeClock:
+    """Monotonic seconds that only move when a test (or a sleep) moves them."""
+
+    def __init__(self, start: float = 1_000.0) -> None:
+        self.now = start
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        """Return the current fake monotonic time."""
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        """Record the sleep and advance the clock by it, without waiting."""
+        if seconds < 0:
+            raise ValueError("cannot sleep a negative time")
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward without recording a sleep (work taking time)."""
+        self.now += seconds
+
+
+class RecordingObserver:
+    """An AllocationObserver that records every call as ``(method, args)``, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[object, ...]]] = []
+
+    def names(self) -> list[str]:
+        """The method names called, in order."""
+        return [name for name, _ in self.calls]
+
+    def args_of(self, name: str) -> list[tuple[object, ...]]:
+        """The arguments of every call to ``name``, in order."""
+        return [args for called, args in self.calls if called == name]
+
+    def headroom_checked(self, outcome: str) -> None:
+        """Record."""
+        self.calls.append(("headroom_checked", (outcome,)))
+
+    def topped_up(self, path: str, latency_ms: float) -> None:
+        """Record."""
+        self.calls.append(("topped_up", (path, latency_ms)))
+
+    def pool_checked(self, parent_id: str, pool: AiResources) -> None:
+        """Record."""
+        self.calls.append(("pool_checked", (parent_id, pool)))
+
+    def rejected(self, reason: str) -> None:
+        """Record."""
+        self.calls.append(("rejected", (reason,)))
+
+    def not_ready_retry(self) -> None:
+        """Record."""
+        self.calls.append(("not_ready_retry", ()))
+
+    def release_finished(self, reason: str) -> None:
+        """Record."""
+        self.calls.append(("release_finished", (reason,)))
+
+    def tight_pool_fallback(self, result: str) -> None:
+        """Record."""
+        self.calls.append(("tight_pool_fallback", (result,)))
+
+
+@dataclass
+class _Usage:
+    used: int = 0
+    drafted: int = 0
+    total: int = 0
+
+
+@dataclass
+class FakeWorkspace:
+    """One workspace held by the fake: a master (no parent) is the org pool of its family."""
+
+    id: str
+    parent_id: str | None
+    status: str = WorkspaceStatus.CREATED.value
+    title: str = ""
+    ai_limits_enabled: bool | None = True
+    usage: dict[Dimension, _Usage] = field(
+        default_factory=lambda: {dim: _Usage() for dim in Dimension}
+    )
+
+    def resources(self) -> AiResources:
+        """The AI resources as the upstream would report them."""
+        return AiResources(
+            **{
+                dim.value: DimensionUsage(used=u.used, drafted=u.drafted, total=u.total)
+                for dim, u in self.usage.items()
+            }
+        )
+
+    def totals(self) -> Totals:
+        """The current totals."""
+        return Totals(**{dim.value: u.total for dim, u in self.usage.items()})
+
+    def record(self) -> WorkspaceRecord:
+        """The family-listing view of this workspace."""
+        return WorkspaceRecord(
+            id=self.id,
+            title=self.title,
+            status=self.status,
+            parent_id=self.parent_id,
+            ai_limits_enabled=self.ai_limits_enabled,
+        )
+
+
+class InMemoryGateway:
+    """A WorkspaceGateway over in-memory workspaces that conserves units across transfers.
+
+    Seeding (``add_master`` / ``add_child``) sets state directly and is not a transfer; from then
+    on, ``master.total + sum(children.total)`` only changes if a test edits state by hand.
+
+    Every port call is appended to ``calls`` as ``(op, workspace_id)`` before anything else
+    happens (scripted failures included), and each transfer body to ``transfers``.
+    """
+
+    def __init__(self, *, clock: FakeClock | None = None, latency_s: float = 0.0) -> None:
+        self.workspaces: dict[str, FakeWorkspace] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.transfers: list[tuple[str, Totals]] = []
+        self._clock = clock
+        self._latency_s = latency_s
+        self._not_ready: dict[str, int] = {}
+        self._statuses: dict[str, deque[str]] = {}
+        self._errors: dict[tuple[str, str], deque[Exception]] = {}
+
+    # ---- seeding and scripting -------------------------------------------------------------
+
+    def add_master(
+        self,
+        workspace_id: str,
+        *,
+        total: Totals,
+        used: Totals | None = None,
+        ai_limits_enabled: bool | None = True,
+    ) -> FakeWorkspace:
+        """Seed a master workspace; its resources are the org pool (free = total - used)."""
+        master = FakeWorkspace(id=workspace_id, parent_id=None, ai_limits_enabled=ai_limits_enabled)
+        self._set(master, total=total, used=used or Totals())
+        self.workspaces[workspace_id] = master
+        return master
+
+    def add_child(
+        self,
+        workspace_id: str,
+        parent_id: str,
+        *,
+        total: Totals | None = None,
+        used: Totals | None = None,
+        drafted: Totals | None = None,
+        status: str = WorkspaceStatus.CREATED.value,
+    ) -> FakeWorkspace:
+        """Seed a child under ``parent_id`` with the given totals and usage (no units move)."""
+        if parent_id not in self.workspaces:
+            raise KeyError(f"seed the parent {parent_id!r} first")
+        child = FakeWorkspace(id=workspace_id, parent_id=parent_id, status=status)
+        self._set(child, total=total or Totals(), used=used or Totals(), drafted=drafted)
+        self.workspaces[workspace_id] = child
+        return child
+
+    def set_usage(
+        self, workspace_id: str, *, used: Totals | None = None, drafted: Totals | None = None
+    ) -> None:
+        """Change a workspace's used/drafted counts (writes happening elsewhere)."""
+        self._set(self.workspaces[workspace_id], used=used, drafted=drafted)
+
+    def set_status(self, workspace_id: str, status: str) -> None:
+        """Set the lasting status ``read_status`` reports once scripted statuses run out."""
+        self.workspaces[workspace_id].status = status
+
+    def script_not_ready(self, workspace_id: str, transfers: int) -> None:
+        """Answer the next ``transfers`` transfers of ``workspace_id`` with 422 not ready."""
+        self._not_ready[workspace_id] = self._not_ready.get(workspace_id, 0) + transfers
+
+    def script_statuses(self, workspace_id: str, statuses: Iterable[str]) -> None:
+        """Answer the next status reads of ``workspace_id`` with ``statuses``, in order."""
+        self._statuses.setdefault(workspace_id, deque()).extend(statuses)
+
+    def script_errors(self, op: str, workspace_id: str, errors: Iterable[Exception]) -> None:
+        """Raise ``errors``, one per call, on the next calls of ``op`` for ``workspace_id``."""
+        self._errors.setdefault((op, workspace_id), deque()).extend(errors)
+
+    # ---- inspection ------------------------------------------------------------------------
+
+    def totals_of(self, workspace_id: str) -> Totals:
+        """The current totals of one workspace."""
+        return self.workspaces[workspace_id].totals()
+
+    def family_units(self, master_id: str) -> Totals:
+        """Master total + every descendant's total: constant across transfers."""
+        members = [self.workspaces[master_id], *self._descendants(master_id)]
+        return Totals(
+            **{dim.value: sum(member.usage[dim].total for member in members) for dim in Dimension}
+        )
+
+    def calls_of(self, op: str) -> list[str]:
+        """The workspace ids of every call of ``op``, in order."""
+        return [workspace_id for called, workspace_id in self.calls if called == op]
+
+    # ---- WorkspaceGateway ------------------------------------------------------------------
+
+    def read_resources(self, workspace_id: str) -> AiResources:
+        """Return the workspace's AI resources (the org pool for a master)."""
+        return self._call(READ_RESOURCES, workspace_id).resources()
+
+    def transfer(self, workspace_id: str, totals: Totals) -> None:
+        """Set the child's totals absolutely, conserving units with its master."""
+        child = self._call(TRANSFER, workspace_id)
+        self.transfers.append((workspace_id, totals))
+        if self._not_ready.get(workspace_id, 0) > 0:
+            self._not_ready[workspace_id] -= 1
+            raise not_ready()
+        master = self._master_of(child)
+        # A dimension set to 0 is silently ignored by the gateway: it neither moves nor fails.
+        deltas = {
+            dim: totals.get(dim) - child.usage[dim].total
+            for dim in Dimension
+            if totals.get(dim) != 0
+        }
+        for dim, delta in deltas.items():
+            pool = master.usage[dim]
+            # All or nothing: one dimension short rejects the whole body.
+            if delta > pool.total - pool.used:
+                raise pool_exhausted()
+        for dim, delta in deltas.items():
+            child.usage[dim].total += delta
+            master.usage[dim].total -= delta
+
+    def read_status(self, workspace_id: str) -> str:
+        """Return the next scripted status, else the workspace's lasting status."""
+        workspace = self._call(READ_STATUS, workspace_id)
+        scripted = self._statuses.get(workspace_id)
+        return scripted.popleft() if scripted else workspace.status
+
+    def list_family(self, parent_id: str) -> list[WorkspaceRecord]:
+        """List the parent and all its descendants."""
+        parent = self._call(LIST_FAMILY, parent_id)
+        return [parent.record(), *(member.record() for member in self._descendants(parent_id))]
+
+    # ---- internals -------------------------------------------------------------------------
+
+    def _call(self, op: str, workspace_id: str) -> FakeWorkspace:
+        self.calls.append((op, workspace_id))
+        if self._clock is not None:
+            self._clock.advance(self._latency_s)
+        scripted = self._errors.get((op, workspace_id))
+        if scripted:
+            raise scripted.popleft()
+        workspace = self.workspaces.get(workspace_id)
+        if workspace is None:
+            # The upstream answers an unknown or deleted id with 403, not 404.
+            raise UpstreamError(403, INVALID_ACCESS_BODY, op)
+        return workspace
+
+    def _master_of(self, workspace: FakeWorkspace) -> FakeWorkspace:
+        while workspace.parent_id is not None:
+            workspace = self.workspaces[workspace.parent_id]
+        return workspace
+
+    def _descendants(self, parent_id: str) -> list[FakeWorkspace]:
+        found: list[FakeWorkspace] = []
+        frontier = [parent_id]
+        while frontier:
+            current = frontier.pop(0)
+            children = [w for w in self.workspaces.values() if w.parent_id == current]
+            found.extend(children)
+            frontier.extend(child.id for child in children)
+        return found
+
+    @staticmethod
+    def _set(
+        workspace: FakeWorkspace,
+        *,
+        total: Totals | None = None,
+        used: Totals | None = None,
+        drafted: Totals | None = None,
+    ) -> None:
+        for dim in Dimension:
+            usage = workspace.usage[dim]
+            if total is not None:
+                usage.total = total.get(dim)
+            if used is not None:
+                usage.used = used.get(dim)
+            if drafted is not None:
+                usage.drafted = drafted.get(dim)
+
+
+def transfer_context(
+    clock: FakeClock,
+    observer: RecordingObserver | None = None,
+    *,
+    deadline: float | None = None,
+) -> TransferContext:
+    """A TransferContext on the fake clock (its ``sleep`` never waits)."""
+    return TransferContext(
+        clock=clock,
+        sleep=clock.sleep,
+        deadline=deadline,
+        observer=observer if observer is not None else RecordingObserver(),
+    )
+
+
+if TYPE_CHECKING:
+    # Structural conformance, checked by mypy: the fakes implement the domain's ports.
+    _gateway: WorkspaceGateway = InMemoryGateway()
+    _observer: AllocationObserver = RecordingObserver()

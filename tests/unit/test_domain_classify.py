@@ -1,0 +1,91 @@
+"""Classifiers on upstream answers: always status AND body text."""
+
+from __future__ import annotations
+
+import pytest
+
+from serenity_allocator.domain.classify import (
+    is_gone,
+    is_metered_quota,
+    is_not_ready,
+    is_pool_exhausted,
+    is_rate_limited,
+    is_server_error,
+)
+
+POOL_EXHAUSTED = '{"message": "insufficient available units in subscription"}'
+NOT_READY = '{"message": "workspace not ready"}'
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "expected"),
+    [
+        (422, POOL_EXHAUSTED, True),
+        (422, '{"message": "Insufficient Available Units in subscription"}', True),
+        (422, NOT_READY, False),
+        (400, POOL_EXHAUSTED, False),
+        (422, '{"message": "validation failed"}', False),
+    ],
+)
+def test_is_pool_exhausted_needs_422_and_the_insufficient_units_text(
+    status: int, body: str, expected: bool
+) -> None:
+    # Given an upstream answer / When classified / Then only 422 + that text is exhaustion
+    assert is_pool_exhausted(status, body) is expected
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "expected"),
+    [
+        (422, NOT_READY, True),
+        (422, "Workspace Not Ready", True),
+        (422, POOL_EXHAUSTED, False),
+        (409, NOT_READY, False),
+        (422, "", False),
+    ],
+)
+def test_is_not_ready_needs_422_and_the_not_ready_text(
+    status: int, body: str, expected: bool
+) -> None:
+    # Given an upstream answer / When classified / Then only 422 + that text is "settling"
+    assert is_not_ready(status, body) is expected
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "expected"),
+    [
+        (405, '{"message": "AI quota exceeded"}', True),
+        (405, '{"message": "prompt allocation exhausted"}', True),
+        (405, "QUOTA", True),
+        (405, "Method Not Allowed", False),
+        (405, "", False),
+        (422, '{"message": "quota exceeded"}', False),
+        (403, "allocation exhausted", False),
+    ],
+)
+def test_is_metered_quota_needs_405_and_a_quota_text(
+    status: int, body: str, expected: bool
+) -> None:
+    # Given a Project Engine answer / When classified
+    # Then only a 405 mentioning quota is the disguised rejection (a plain 405 is not)
+    assert is_metered_quota(status, body) is expected
+
+
+@pytest.mark.parametrize(("status", "expected"), [(429, True), (503, False), (422, False)])
+def test_is_rate_limited_is_429(status: int, expected: bool) -> None:
+    # Given a status / When classified / Then only 429 is rate limiting
+    assert is_rate_limited(status, "Too Many Requests") is expected
+
+
+@pytest.mark.parametrize(("status", "expected"), [(404, True), (403, False), (410, False)])
+def test_is_gone_is_404(status: int, expected: bool) -> None:
+    # Given a status / When classified / Then only 404 is gone
+    assert is_gone(status, "not found") is expected
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"), [(500, True), (503, True), (599, True), (499, False), (600, False)]
+)
+def test_is_server_error_is_5xx(status: int, expected: bool) -> None:
+    # Given a status / When classified / Then only 5xx is a server failure
+    assert is_server_error(status) is expected

@@ -1,0 +1,164 @@
+"""The allocation request contract (version 1): what parses and what is rejected, and where."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest, parse_request
+
+
+def _ensure(**overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "kind": "ensure",
+        "request_id": "req-1",
+        "workspace_id": "child-1",
+        "parent_workspace_id": "master-1",
+        "need": {"projects": 1, "prompts": 40},
+    }
+    body.update(overrides)
+    return body
+
+
+def _release(**overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"kind": "release", "request_id": "req-2", "workspace_id": "child-1"}
+    body.update(overrides)
+    return body
+
+
+def _rejection_locs(body: dict[str, Any]) -> list[tuple[int | str, ...]]:
+    with pytest.raises(ValidationError) as raised:
+        parse_request(json.dumps(body))
+    return [tuple(error["loc"]) for error in raised.value.errors()]
+
+
+def test_parse_request_valid_ensure() -> None:
+    # Given a complete ensure body / When parsed
+    request = parse_request(json.dumps(_ensure(include_drafted=True, brand_id="brand-7")))
+
+    # Then every field comes through typed, with defaults for the rest
+    assert isinstance(request, EnsureRequest)
+    assert request.workspace_id == "child-1"
+    assert request.parent_workspace_id == "master-1"
+    assert request.need.as_dict() == {"projects": 1, "prompts": 40}
+    assert request.include_drafted is True
+    assert request.ceiling is None
+    assert request.version == 1
+
+
+def test_parse_request_valid_release() -> None:
+    # Given a minimal release body / When parsed
+    request = parse_request(json.dumps(_release()))
+
+    # Then it is a release from the service, with the worker's default floor
+    assert isinstance(request, ReleaseRequest)
+    assert request.floor is None
+    assert request.source == "service"
+
+
+def test_parse_request_valid_release_with_floor_from_the_sweep() -> None:
+    # Given a sweep's release with an explicit floor / When parsed
+    request = parse_request(
+        json.dumps(_release(floor={"projects": 2, "prompts": 300}, source="sweep", run_id="r-9"))
+    )
+
+    # Then the floor and provenance come through
+    assert isinstance(request, ReleaseRequest)
+    assert request.floor is not None
+    assert request.floor.as_dict() == {"projects": 2, "prompts": 300}
+    assert (request.source, request.run_id) == ("sweep", "r-9")
+
+
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        (_ensure(priority="high"), ("ensure", "priority")),
+        (_release(dry_run=True), ("release", "dry_run")),
+        (
+            _ensure(need={"projects": 1, "prompts": 2, "weekly_prompts": 3}),
+            ("ensure", "need", "weekly_prompts"),
+        ),
+    ],
+)
+def test_parse_request_unknown_field_is_rejected_naming_it(
+    body: dict[str, Any], loc: tuple[str, ...]
+) -> None:
+    # Given a body with a field the contract does not know / When parsed
+    # Then it is rejected, and the error points at the field
+    assert _rejection_locs(body) == [loc]
+
+
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        (_ensure(need={"projects": 0, "prompts": -1}), ("ensure", "need", "prompts")),
+        (_ensure(ceiling={"projects": -2}), ("ensure", "ceiling", "projects")),
+        (_release(floor={"prompts": -100}), ("release", "floor", "prompts")),
+    ],
+)
+def test_parse_request_negative_count_is_rejected_naming_it(
+    body: dict[str, Any], loc: tuple[str, ...]
+) -> None:
+    # Given a negative count / When parsed / Then rejected at that count
+    assert _rejection_locs(body) == [loc]
+
+
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        (_ensure(need={"projects": 1, "prompts": "40"}), ("ensure", "need", "prompts")),
+        (_ensure(need={"projects": 1.0}), ("ensure", "need", "projects")),
+        (_release(floor={"prompts": True}), ("release", "floor", "prompts")),
+    ],
+)
+def test_parse_request_non_integer_count_is_rejected_naming_it(
+    body: dict[str, Any], loc: tuple[str, ...]
+) -> None:
+    # Given a count sent as a string (or float, or bool) / When parsed
+    # Then rejected: the wire contract does not coerce
+    assert _rejection_locs(body) == [loc]
+
+
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        (_ensure(workspace_id=""), ("ensure", "workspace_id")),
+        (_ensure(workspace_id="   "), ("ensure", "workspace_id")),
+        (_ensure(parent_workspace_id=" "), ("ensure", "parent_workspace_id")),
+        (_release(request_id=""), ("release", "request_id")),
+    ],
+)
+def test_parse_request_blank_id_is_rejected_naming_it(
+    body: dict[str, Any], loc: tuple[str, ...]
+) -> None:
+    # Given a blank (or whitespace) id / When parsed / Then rejected at that id
+    assert _rejection_locs(body) == [loc]
+
+
+def test_parse_request_missing_id_is_rejected_naming_it() -> None:
+    # Given an ensure without its parent / When parsed / Then the missing field is named
+    body = _ensure()
+    del body["parent_workspace_id"]
+    assert _rejection_locs(body) == [("ensure", "parent_workspace_id")]
+
+
+@pytest.mark.parametrize("kind", ["grow", "", 1])
+def test_parse_request_unknown_kind_is_rejected_naming_it(kind: object) -> None:
+    # Given a body whose kind is not one of the contract's / When parsed
+    # Then rejected at "kind"
+    assert _rejection_locs(_release(kind=kind)) == [("kind",)]
+
+
+def test_parse_request_missing_kind_is_rejected_naming_it() -> None:
+    # Given a body without a kind / When parsed / Then rejected at "kind"
+    body = _release()
+    del body["kind"]
+    assert _rejection_locs(body) == [("kind",)]
+
+
+def test_parse_request_unknown_version_is_rejected_naming_it() -> None:
+    # Given a body from a future contract version / When parsed / Then rejected at "version"
+    assert _rejection_locs(_release(version=2)) == [("release", "version")]
