@@ -1,0 +1,157 @@
+"""Outcome events on EventBridge: one event per completed request, plus pool-low warnings.
+
+Owning services subscribe with a rule on ``source = serenity.allocator``. Delivery is
+at-least-once (a retried entry or a redelivered message can publish twice), so consumers key on
+``detail.request_id``. Events carry ids and totals, never a secret.
+
+The EventBridge client is built on first use with plain ``boto3.client("events")``, so the
+endpoint follows ``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_EVENTBRIDGE``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from ..domain.messages import AllocationOutcome
+
+if TYPE_CHECKING:
+    from mypy_boto3_events import EventBridgeClient
+    from mypy_boto3_events.type_defs import PutEventsRequestEntryTypeDef
+
+_log = logging.getLogger(__name__)
+
+EVENT_SOURCE = "serenity.allocator"
+OUTCOME_DETAIL_TYPE = "serenity.allocation.outcome"
+POOL_LOW_DETAIL_TYPE = "serenity.pool.low"
+MAX_PUT_EVENTS_ENTRIES = 10
+"""PutEvents takes at most 10 entries per call."""
+
+
+class OutcomePublishError(RuntimeError):
+    """Some events were not published after one retry.
+
+    Attributes:
+        request_ids: The request ids of the outcomes not published (empty for a pool-low event).
+        reason: The EventBridge error codes, or the kind of failure.
+    """
+
+    def __init__(self, request_ids: Sequence[str], reason: str) -> None:
+        self.request_ids = tuple(request_ids)
+        self.reason = reason
+        listed = ", ".join(self.request_ids) if self.request_ids else "pool-low event"
+        super().__init__(f"events not published ({reason}): {listed}")
+
+
+class OutcomePublisher:
+    """Publishes allocation outcomes and pool-low warnings to an EventBridge bus.
+
+    Args:
+        bus_name: The bus name or ARN (``OUTCOME_BUS_NAME``).
+        events: An optional ready EventBridge client; otherwise ``boto3.client("events")`` is
+            built on first use, honouring the standard endpoint variables.
+    """
+
+    def __init__(self, bus_name: str, events: EventBridgeClient | None = None) -> None:
+        if not bus_name.strip():
+            raise ValueError("the outcome bus name is blank")
+        self._bus_name = bus_name
+        self._events = events
+
+    @property
+    def bus_name(self) -> str:
+        """The bus this publisher writes to."""
+        return self._bus_name
+
+    def _client(self) -> EventBridgeClient:
+        if self._events is None:
+            import boto3
+
+            self._events = boto3.client("events")
+        return self._events
+
+    def publish(self, outcomes: Sequence[AllocationOutcome]) -> None:
+        """Publish one ``serenity.allocation.outcome`` event per outcome, 10 per PutEvents.
+
+        Every chunk is attempted; entries EventBridge fails are retried once.
+
+        Raises:
+            OutcomePublishError: Some outcomes were not published (lists their request ids).
+        """
+        unpublished: list[str] = []
+        reasons: set[str] = set()
+        for start in range(0, len(outcomes), MAX_PUT_EVENTS_ENTRIES):
+            chunk = outcomes[start : start + MAX_PUT_EVENTS_ENTRIES]
+            entries = [
+                self._entry(OUTCOME_DETAIL_TYPE, outcome.model_dump_json(exclude_none=True))
+                for outcome in chunk
+            ]
+            failed_indexes, reason = self._put_with_one_retry(entries)
+            if failed_indexes:
+                unpublished.extend(chunk[index].request_id for index in failed_indexes)
+                reasons.add(reason)
+        if unpublished:
+            raise OutcomePublishError(unpublished, ", ".join(sorted(reasons)))
+
+    def publish_pool_low(self, detail: Mapping[str, Any]) -> None:
+        """Publish one ``serenity.pool.low`` event with ``detail`` (a JSON object).
+
+        Raises:
+            OutcomePublishError: The event was not published after one retry.
+        """
+        entry = self._entry(POOL_LOW_DETAIL_TYPE, json.dumps(dict(detail), default=str))
+        failed_indexes, reason = self._put_with_one_retry([entry])
+        if failed_indexes:
+            raise OutcomePublishError([], reason)
+
+    def _entry(self, detail_type: str, detail: str) -> PutEventsRequestEntryTypeDef:
+        return {
+            "Source": EVENT_SOURCE,
+            "DetailType": detail_type,
+            "Detail": detail,
+            "EventBusName": self._bus_name,
+        }
+
+    def _put_with_one_retry(
+        self, entries: list[PutEventsRequestEntryTypeDef]
+    ) -> tuple[list[int], str]:
+        """PutEvents, then once more for the failed entries; return (failed indexes, reason)."""
+        pending = list(range(len(entries)))
+        reason = ""
+        for _attempt in range(2):
+            try:
+                response = self._client().put_events(Entries=[entries[index] for index in pending])
+            except (ClientError, BotoCoreError) as exc:
+                # botocore has already retried throttling and connection errors by now.
+                reason = _reason(exc)
+                _log.warning("PutEvents failed", extra={"entries": len(pending), "code": reason})
+                continue
+            if not response.get("FailedEntryCount"):
+                return [], ""
+            # Result entries line up with request entries; a failed one carries an ErrorCode.
+            results = response.get("Entries", [])
+            still_failed = [
+                index
+                for index, result in zip(pending, results, strict=False)
+                if result.get("ErrorCode")
+            ]
+            reason = ", ".join(
+                sorted({str(result["ErrorCode"]) for result in results if result.get("ErrorCode")})
+            )
+            pending = still_failed
+            if not pending:
+                return [], ""
+            _log.warning(
+                "PutEvents entries failed", extra={"failed": len(pending), "codes": reason}
+            )
+        return pending, reason
+
+
+def _reason(exc: ClientError | BotoCoreError) -> str:
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code") or "ClientError")
+    return type(exc).__name__

@@ -1,0 +1,391 @@
+"""The producer side of the allocation queue: what a service calls before a metered write.
+
+Every message is built and validated with the domain's request models, so a service can only
+enqueue a valid version-1 message, and the FIFO ids are derived, never passed: MessageGroupId is
+the request's ``workspace_id`` (one child, one group, the serialization the worker relies on)
+and MessageDeduplicationId is its ``request_id`` (so a retried send within SQS's five-minute
+deduplication window is harmless).
+
+The SQS client is built on first use with plain ``boto3.client("sqs")``, so the endpoint
+follows boto3's configuration (``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_SQS``, boto3 >= 1.28)
+and the same code talks to a local moto server.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import ValidationError
+from pydantic_core import InitErrorDetails
+
+from ..domain import classify
+from ..domain.messages import EnsureRequest, ReleaseRequest
+from ..domain.model import Totals
+from .sqs_limits import FIFO_ID_PATTERN, MAX_BATCH_ENTRIES, is_valid_fifo_id
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
+
+_log = logging.getLogger(__name__)
+
+AllocationRequestModel = EnsureRequest | ReleaseRequest
+TotalsInput = Totals | Mapping[str, int]
+
+
+class EnqueueError(RuntimeError):
+    """One or more requests could not be enqueued; nothing listed here reached the queue.
+
+    Attributes:
+        failed_request_ids: The request ids that were not enqueued, in the caller's order
+            (a failed batch also lists the requests after it, which were not attempted).
+        reason: The SQS error code or the kind of failure.
+    """
+
+    def __init__(self, failed_request_ids: Sequence[str], reason: str) -> None:
+        self.failed_request_ids = tuple(failed_request_ids)
+        self.reason = reason
+        super().__init__(
+            f"{len(self.failed_request_ids)} allocation request(s) not enqueued ({reason}): "
+            + ", ".join(self.failed_request_ids)
+        )
+
+
+class AllocationProducer:
+    """Enqueues ensure and release requests on the allocation FIFO queue.
+
+    Args:
+        queue_url: The allocation queue's URL (``QUEUE_URL``).
+        sqs: An optional ready SQS client; otherwise ``boto3.client("sqs")`` is built on first
+            use, honouring the standard endpoint variables.
+    """
+
+    def __init__(self, queue_url: str, sqs: SQSClient | None = None) -> None:
+        if not queue_url.strip():
+            raise ValueError("the allocation queue URL is blank")
+        self._queue_url = queue_url
+        self._sqs = sqs
+
+    @property
+    def queue_url(self) -> str:
+        """The queue this producer sends to."""
+        return self._queue_url
+
+    def _client(self) -> SQSClient:
+        if self._sqs is None:
+            import boto3
+
+            self._sqs = boto3.client("sqs")
+        return self._sqs
+
+    def enqueue_ensure(
+        self,
+        workspace_id: str,
+        parent_workspace_id: str,
+        need: TotalsInput | None = None,
+        *,
+        include_drafted: bool = False,
+        ceiling: TotalsInput | None = None,
+        org_id: str | None = None,
+        brand_id: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """Ask for headroom on a child before a metered write.
+
+        Args:
+            workspace_id: The child workspace that will write.
+            parent_workspace_id: Its master workspace (the org pool).
+            need: Units the write will consume (absent: zero, i.e. just the block headroom).
+            include_drafted: Count drafted units as used when sizing the top-up.
+            ceiling: Optional per-brand cap on the child's totals.
+            org_id: Optional label carried into logs and outcomes.
+            brand_id: Optional label carried into logs and outcomes.
+            request_id: The idempotency key; a new UUID4 when absent.
+
+        Returns:
+            The request id (the message's deduplication id).
+
+        Raises:
+            pydantic.ValidationError: An argument breaks the message contract (names the field).
+            EnqueueError: SQS refused or could not be reached; the request was not enqueued.
+        """
+        request = build_ensure(
+            workspace_id,
+            parent_workspace_id,
+            need,
+            include_drafted=include_drafted,
+            ceiling=ceiling,
+            org_id=org_id,
+            brand_id=brand_id,
+            request_id=request_id,
+        )
+        self._send_one(request)
+        return request.request_id
+
+    def enqueue_release(
+        self,
+        workspace_id: str,
+        *,
+        floor: TotalsInput | None = None,
+        source: str = "service",
+        run_id: str | None = None,
+        org_id: str | None = None,
+        brand_id: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """Hand a child's surplus back to its pool, never below ``floor``.
+
+        Args:
+            workspace_id: The child workspace to lower.
+            floor: The lowest totals to keep (absent: one block per dimension).
+            source: ``"service"`` or ``"sweep"``.
+            run_id: The sweep run that asked (sweep only).
+            org_id: Optional label carried into logs and outcomes.
+            brand_id: Optional label carried into logs and outcomes.
+            request_id: The idempotency key; a new UUID4 when absent.
+
+        Returns:
+            The request id (the message's deduplication id).
+
+        Raises:
+            pydantic.ValidationError: An argument breaks the message contract (names the field).
+            EnqueueError: SQS refused or could not be reached; the request was not enqueued.
+        """
+        request = build_release(
+            workspace_id,
+            floor=floor,
+            source=source,
+            run_id=run_id,
+            org_id=org_id,
+            brand_id=brand_id,
+            request_id=request_id,
+        )
+        self._send_one(request)
+        return request.request_id
+
+    def enqueue_many(self, requests: Sequence[AllocationRequestModel]) -> list[str]:
+        """Enqueue ready-built requests with SendMessageBatch, at most 10 per call.
+
+        Every request is checked before anything is sent. Entries SQS fails are retried once
+        (safe: the deduplication id is the request id); if any still fails, sending stops and
+        :class:`EnqueueError` lists the failed requests and the ones not attempted. Order within
+        one workspace is the order given, except that a retried entry lands after any later
+        entry of the same workspace that succeeded in the same call.
+
+        Args:
+            requests: Ensure and release requests, in the order they should apply.
+
+        Returns:
+            The request ids, in the order given.
+
+        Raises:
+            pydantic.ValidationError: A request's ids are unusable as SQS FIFO ids (names the
+                field); nothing was sent.
+            EnqueueError: Some requests were not enqueued (the ones before them were).
+        """
+        for request in requests:
+            if not isinstance(request, EnsureRequest | ReleaseRequest):
+                raise TypeError(f"not an allocation request: {type(request).__name__}")
+            _check_fifo_ids(request)
+        ordered_ids = [request.request_id for request in requests]
+        for start in range(0, len(requests), MAX_BATCH_ENTRIES):
+            chunk = requests[start : start + MAX_BATCH_ENTRIES]
+            # Stop at the first chunk that fails: sending later requests of the same workspace
+            # ahead of a failed one would reorder that workspace's group.
+            not_attempted = ordered_ids[start + len(chunk) :]
+            try:
+                failed, reason = self._send_chunk(chunk)
+            except EnqueueError as exc:
+                raise EnqueueError(
+                    [*exc.failed_request_ids, *not_attempted], exc.reason
+                ) from exc.__cause__
+            if failed:
+                raise EnqueueError([*failed, *not_attempted], reason)
+        return ordered_ids
+
+    def _send_one(self, request: AllocationRequestModel) -> None:
+        entry = _entry(request)
+        try:
+            self._client().send_message(
+                QueueUrl=self._queue_url,
+                MessageBody=entry["MessageBody"],
+                MessageGroupId=entry["MessageGroupId"],
+                MessageDeduplicationId=entry["MessageDeduplicationId"],
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise EnqueueError([request.request_id], _reason(exc)) from exc
+
+    def _send_chunk(self, chunk: Sequence[AllocationRequestModel]) -> tuple[list[str], str]:
+        """Send one batch, retry its failed entries once; return (still failed ids, reason)."""
+        # Entry ids only need to be unique within the call; the index maps answers back.
+        pending: dict[str, SendMessageBatchRequestEntryTypeDef] = {
+            str(index): _entry(request, str(index)) for index, request in enumerate(chunk)
+        }
+        reason = ""
+        for _attempt in range(2):
+            try:
+                response = self._client().send_message_batch(
+                    QueueUrl=self._queue_url, Entries=list(pending.values())
+                )
+            except (ClientError, BotoCoreError) as exc:
+                failed_ids = [chunk[int(entry_id)].request_id for entry_id in pending]
+                raise EnqueueError(failed_ids, _reason(exc)) from exc
+            failed = response.get("Failed", [])
+            if not failed:
+                return [], ""
+            reason = ", ".join(sorted({item["Code"] for item in failed}))
+            pending = {item["Id"]: pending[item["Id"]] for item in failed}
+            _log.warning(
+                "allocation requests failed in SendMessageBatch",
+                extra={"failed": len(failed), "codes": reason},
+            )
+        return [chunk[int(entry_id)].request_id for entry_id in sorted(pending, key=int)], reason
+
+
+def build_ensure(
+    workspace_id: str,
+    parent_workspace_id: str,
+    need: TotalsInput | None = None,
+    *,
+    include_drafted: bool = False,
+    ceiling: TotalsInput | None = None,
+    org_id: str | None = None,
+    brand_id: str | None = None,
+    request_id: str | None = None,
+) -> EnsureRequest:
+    """Build and validate an ensure request (see :meth:`AllocationProducer.enqueue_ensure`).
+
+    Raises:
+        pydantic.ValidationError: An argument breaks the message contract (names the field).
+    """
+    fields: dict[str, Any] = {
+        "kind": "ensure",
+        "request_id": _request_id(request_id),
+        "workspace_id": workspace_id,
+        "parent_workspace_id": parent_workspace_id,
+        "include_drafted": include_drafted,
+        "ceiling": _totals_input(ceiling),
+        "org_id": org_id,
+        "brand_id": brand_id,
+    }
+    if need is not None:
+        fields["need"] = _totals_input(need)
+    request = EnsureRequest.model_validate(fields)
+    _check_fifo_ids(request)
+    return request
+
+
+def build_release(
+    workspace_id: str,
+    *,
+    floor: TotalsInput | None = None,
+    source: str = "service",
+    run_id: str | None = None,
+    org_id: str | None = None,
+    brand_id: str | None = None,
+    request_id: str | None = None,
+) -> ReleaseRequest:
+    """Build and validate a release request (see :meth:`AllocationProducer.enqueue_release`).
+
+    Raises:
+        pydantic.ValidationError: An argument breaks the message contract (names the field).
+    """
+    request = ReleaseRequest.model_validate(
+        {
+            "kind": "release",
+            "request_id": _request_id(request_id),
+            "workspace_id": workspace_id,
+            "floor": _totals_input(floor),
+            "source": source,
+            "run_id": run_id,
+            "org_id": org_id,
+            "brand_id": brand_id,
+        }
+    )
+    _check_fifo_ids(request)
+    return request
+
+
+def is_metered_quota(status: int, body: str) -> bool:
+    """Classify a metered write's failure: True when it is a disguised quota rejection (405).
+
+    On True the service should enqueue an ensure and retry its write later. Every actual 405
+    is counted as ``MeteredQuotaClassifier{Matched=true|false}`` (best-effort, printed as EMF);
+    other statuses are not counted, so the metric measures how well the text rule holds up.
+
+    Args:
+        status: The HTTP status of the failed write.
+        body: Its response body text.
+    """
+    matched = classify.is_metered_quota(status, body)
+    if status == 405:
+        _record_classifier(matched)
+    return matched
+
+
+def _record_classifier(matched: bool) -> None:
+    try:
+        # Imported here: a service importing the producer should not pay for Powertools
+        # unless it actually classifies a 405.
+        from .observability import MetricsRecorder
+
+        # The producer runs inside the calling service, whose edge this is.
+        recorder = MetricsRecorder(environment=os.environ.get("ENVIRONMENT") or "unknown")
+        recorder.record("MeteredQuotaClassifier", dimension_value="true" if matched else "false")
+        recorder.flush()
+    except Exception:  # metrics never change the classification
+        _log.debug("MeteredQuotaClassifier not recorded", exc_info=True)
+
+
+def _request_id(request_id: str | None) -> str:
+    return str(uuid.uuid4()) if request_id is None else request_id
+
+
+def _totals_input(value: TotalsInput | None) -> dict[str, Any] | None:
+    # The wire models are strict (no coercion), so a plain Totals is handed over as its fields.
+    if value is None:
+        return None
+    if isinstance(value, Totals):
+        return value.as_dict()
+    return dict(value)
+
+
+def _check_fifo_ids(request: AllocationRequestModel) -> None:
+    """Refuse ids SQS would reject as group or deduplication ids, naming the field."""
+    errors: list[InitErrorDetails] = [
+        {
+            "type": "string_pattern_mismatch",
+            "loc": (field,),
+            "input": value,
+            "ctx": {"pattern": FIFO_ID_PATTERN},
+        }
+        for field, value in (
+            ("workspace_id", request.workspace_id),
+            ("request_id", request.request_id),
+        )
+        if not is_valid_fifo_id(value)
+    ]
+    if errors:
+        raise ValidationError.from_exception_data(type(request).__name__, errors)
+
+
+def _entry(
+    request: AllocationRequestModel, entry_id: str = ""
+) -> SendMessageBatchRequestEntryTypeDef:
+    return {
+        "Id": entry_id,
+        "MessageBody": request.model_dump_json(exclude_none=True),
+        "MessageGroupId": request.workspace_id,
+        "MessageDeduplicationId": request.request_id,
+    }
+
+
+def _reason(exc: ClientError | BotoCoreError) -> str:
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code") or "ClientError")
+    return type(exc).__name__

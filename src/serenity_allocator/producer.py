@@ -1,0 +1,36 @@
+"""The service-facing producer API: enqueue allocation requests and classify quota failures.
+
+A service calls :func:`AllocationProducer.enqueue_ensure` before a metered write (or when
+:func:`is_metered_quota` says a write was refused for quota), and
+:func:`AllocationProducer.enqueue_release` when a child no longer needs its headroom::
+
+    from serenity_allocator.producer import AllocationProducer, is_metered_quota
+
+    producer = AllocationProducer(queue_url)
+    request_id = producer.enqueue_ensure("child-1", "master-1", {"projects": 0, "prompts": 250})
+
+The group id (the workspace id) and the deduplication id (the request id) are set for you.
+"""
+
+from __future__ import annotations
+
+from .adapters.sqs_producer import (
+    AllocationProducer,
+    EnqueueError,
+    build_ensure,
+    build_release,
+    is_metered_quota,
+)
+from .domain.messages import EnsureRequest, ReleaseRequest
+from .domain.model import Totals
+
+__all__ = [
+    "AllocationProducer",
+    "EnqueueError",
+    "EnsureRequest",
+    "ReleaseRequest",
+    "Totals",
+    "build_ensure",
+    "build_release",
+    "is_metered_quota",
+]
