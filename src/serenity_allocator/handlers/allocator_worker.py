@@ -11,6 +11,7 @@ Rules that shape this module:
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -401,7 +402,9 @@ class BatchWorker:
             [
                 ReleaseRequest(
                     kind="release",
-                    request_id=f"reclaim-{request.request_id}-{receive_count}-{c.workspace_id}",
+                    request_id=_reclaim_request_id(
+                        request.request_id, receive_count, c.workspace_id
+                    ),
                     workspace_id=c.workspace_id,
                     source="reclaim",
                     org_id=request.org_id,
@@ -596,6 +599,12 @@ def _outcome(
         org_id=request.org_id,
         brand_id=request.brand_id,
     )
+
+
+def _reclaim_request_id(request_id: str, receive_count: int, sibling_id: str) -> str:
+    # Deterministic per park (a redelivered park is deduplicated) and short whatever the ids.
+    digest = hashlib.sha256(f"{request_id}|{receive_count}|{sibling_id}".encode()).hexdigest()
+    return f"reclaim-{digest[:32]}"
 
 
 def _dump(totals: Totals | None) -> dict[str, int] | None:
