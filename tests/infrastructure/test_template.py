@@ -285,16 +285,6 @@ def _policy_template_names(template: dict[str, Any], logical_id: str) -> Counter
     ("owner", "expected"),
     [
         (
-            ALLOCATOR,
-            Counter(
-                {
-                    "SQSSendMessagePolicy": 2,  # the DLQ (invalid messages) and the queue (reclaim)
-                    "EventBridgePutEventsPolicy": 1,
-                    "AWSSecretsManagerGetSecretValuePolicy": 1,
-                }
-            ),
-        ),
-        (
             SWEEP,
             Counter({"SQSSendMessagePolicy": 1, "AWSSecretsManagerGetSecretValuePolicy": 1}),
         ),
@@ -313,20 +303,49 @@ def _template_targets(template: dict[str, Any], owner: str, name: str) -> list[A
 
 def test_policy_templates_are_scoped_to_this_stacks_resources(template: dict[str, Any]) -> None:
     # Then every SAM policy template names one of our resources, never a wildcard
-    allocator_queues = _template_targets(template, ALLOCATOR, "SQSSendMessagePolicy")
-    assert sorted(q["QueueName"]["Fn::GetAtt"][0] for q in allocator_queues) == [DLQ, QUEUE]
-    (bus,) = _template_targets(template, ALLOCATOR, "EventBridgePutEventsPolicy")
-    assert bus == {"EventBusName": {"Ref": "OutcomeBus"}}
     (sweep_queue,) = _template_targets(template, SWEEP, "SQSSendMessagePolicy")
     assert sweep_queue == {"QueueName": {"Fn::GetAtt": [QUEUE, "QueueName"]}}
     (invoke,) = _template_targets(template, STATE_MACHINE, "LambdaInvokePolicy")
     assert invoke == {"FunctionName": {"Ref": SWEEP}}
-    for owner in (ALLOCATOR, SWEEP):
+    for owner in (SWEEP,):
         (secret,) = _template_targets(template, owner, "AWSSecretsManagerGetSecretValuePolicy")
         arn = secret["SecretArn"]["Fn::Sub"]
         # Only the configured secret (plus the 6-character suffix Secrets Manager appends)
         assert arn.endswith(":secret:${SemrushTokenSecretId}-*")
         assert arn.startswith("arn:${AWS::Partition}:secretsmanager:${AWS::Region}:")
+
+
+def test_allocator_role_grants_exactly_what_the_worker_needs(template: dict[str, Any]) -> None:
+    # Given the Allocator's explicit role (SAM's SQS event would attach a managed policy that
+    # allows receive/delete on every queue, so the function names its own role)
+    assert props(template, ALLOCATOR)["Role"] == {"Fn::GetAtt": ["AllocatorRole", "Arn"]}
+    assert "Policies" not in props(template, ALLOCATOR)
+    (policy,) = props(template, "AllocatorRole")["Policies"]
+    by_sid = {st["Sid"]: st for st in policy["PolicyDocument"]["Statement"]}
+    # Then each statement is one need, on our own resources only
+    assert sorted(by_sid) == [
+        "ConsumeAllocationQueue",
+        "PublishOutcomes",
+        "ReadSemrushToken",
+        "SendInvalidToDeadLetterAndReclaimToQueue",
+        "WriteOwnLogs",
+    ]
+    consume = by_sid["ConsumeAllocationQueue"]
+    assert sorted(consume["Action"]) == [
+        "sqs:ChangeMessageVisibility",
+        "sqs:DeleteMessage",
+        "sqs:GetQueueAttributes",
+        "sqs:ReceiveMessage",
+    ]
+    assert consume["Resource"] == {"Fn::GetAtt": [QUEUE, "Arn"]}
+    send = by_sid["SendInvalidToDeadLetterAndReclaimToQueue"]
+    assert send["Action"] == ["sqs:SendMessage"]
+    assert sorted(r["Fn::GetAtt"][0] for r in send["Resource"]) == [DLQ, QUEUE]
+    assert by_sid["PublishOutcomes"]["Resource"] == {"Fn::GetAtt": ["OutcomeBus", "Arn"]}
+    secret_arn = by_sid["ReadSemrushToken"]["Resource"]["Fn::Sub"]
+    assert secret_arn.endswith(":secret:${SemrushTokenSecretId}-*")
+    logs_arn = by_sid["WriteOwnLogs"]["Resource"]["Fn::Sub"]
+    assert logs_arn.endswith(":log-group:/aws/lambda/${AWS::StackName}-allocator:*")
 
 
 def test_sweep_reads_and_writes_only_its_checkpoint_prefix(template: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ changes control flow.
 from __future__ import annotations
 
 import json
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,10 @@ SERVICE = "serenity-allocator"
 # The namespace and service are fixed here rather than left to the environment: the alarms and
 # the dashboard in template.yaml name these exact dimensions, so a stray variable must not move
 # the metrics out from under them.
+# A sweep batch that previews nothing has no metric of its own besides ColdStart; Powertools
+# warns about that on every flush, which is noise, not a problem.
+warnings.filterwarnings("ignore", message="No application metrics to publish")
+
 logger = Logger(service=SERVICE)
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
 _tracer: Tracer | None = None
