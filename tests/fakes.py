@@ -9,12 +9,15 @@ dimension set to 0 is silently ignored. Anything else an upstream can do (not re
 
 from __future__ import annotations
 
+import itertools
+import json
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 from serenity_allocator.domain.errors import UpstreamError
+from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from serenity_allocator.domain.model import (
     AiResources,
     Dimension,
@@ -23,10 +26,12 @@ from serenity_allocator.domain.model import (
     WorkspaceRecord,
     WorkspaceStatus,
 )
+from serenity_allocator.domain.sweep import CheckpointConflictError, StoredCheckpoint
 from serenity_allocator.domain.transfer import TransferContext
 
 if TYPE_CHECKING:
     from serenity_allocator.domain.ports import AllocationObserver, WorkspaceGateway
+    from serenity_allocator.domain.sweep import CheckpointStore, ReleaseEnqueuer
 
 POOL_EXHAUSTED_BODY = '{"message": "insufficient available units in subscription"}'
 NOT_READY_BODY = '{"message": "workspace not ready"}'
@@ -354,7 +359,270 @@ def transfer_context(
     )
 
 
+# ==== Lambda, sweep and worker collaborators ===============================================
+
+
+class FakeLambdaContext:
+    """The Lambda context attributes handlers read, with a remaining time on a fake clock.
+
+    With a ``clock`` the remaining time counts down as the clock moves (the deadline is fixed at
+    construction); without one it stays at ``remaining_ms``.
+    """
+
+    def __init__(
+        self,
+        remaining_ms: int = 60_000,
+        *,
+        clock: Callable[[], float] | None = None,
+        function_name: str = "serenity-allocator-unit",
+        memory_limit_in_mb: int = 512,
+        aws_request_id: str = "00000000-0000-4000-8000-000000000001",
+    ) -> None:
+        self.function_name = function_name
+        self.function_version = "$LATEST"
+        self.memory_limit_in_mb = memory_limit_in_mb
+        self.invoked_function_arn = (
+            f"arn:aws:lambda:us-east-1:123456789012:function:{function_name}"
+        )
+        self.aws_request_id = aws_request_id
+        self.log_group_name = f"/aws/lambda/{function_name}"
+        self.log_stream_name = "unit/[$LATEST]0"
+        self._clock = clock
+        self._remaining_ms = remaining_ms
+        self._deadline = None if clock is None else clock() + remaining_ms / 1000.0
+
+    def get_remaining_time_in_millis(self) -> int:
+        """Milliseconds left (never negative)."""
+        if self._clock is None or self._deadline is None:
+            return self._remaining_ms
+        return max(0, int((self._deadline - self._clock()) * 1000))
+
+
+class SimulatedCrash(BaseException):
+    """A process death (timeout, OOM kill): a BaseException, so no ``except Exception`` in the
+    code under test can swallow it."""
+
+
+class InMemoryCheckpointStore:
+    """A CheckpointStore with S3-like conditional writes: every save names the version it replaces.
+
+    ``save(expected_etag=None)`` succeeds only when the run has no checkpoint yet; otherwise the
+    expected etag must be the current one. A losing write raises the domain's
+    ``CheckpointConflictError`` and changes nothing. ``fail_after_saves`` makes the save after
+    that many successful ones raise ``crash`` instead, once (a process dying before its write
+    lands).
+    """
+
+    def __init__(
+        self, *, fail_after_saves: int | None = None, crash: BaseException | None = None
+    ) -> None:
+        self.objects: dict[str, tuple[dict[str, Any], str]] = {}
+        self.saves: list[str] = []
+        """Run id of every successful save, in order."""
+        self.conflicts = 0
+        self._versions = itertools.count(1)
+        self._fail_after_saves = fail_after_saves
+        self._crash = crash
+        self._crashed = False
+
+    def load(self, run_id: str) -> StoredCheckpoint | None:
+        """The stored body (a deep copy, as if read from S3) and its etag, or None."""
+        stored = self.objects.get(run_id)
+        if stored is None:
+            return None
+        body, etag = stored
+        return StoredCheckpoint(body=json.loads(json.dumps(body)), etag=etag)
+
+    def save(self, run_id: str, body: Mapping[str, Any], *, expected_etag: str | None) -> str:
+        """Write when the condition holds; return the new etag."""
+        if not self._crashed and len(self.saves) == self._fail_after_saves:
+            self._crashed = True  # one crash: the resumed run finds a working store
+            raise self._crash or SimulatedCrash("checkpoint store died")
+        current = self.objects.get(run_id)
+        if (current is None) != (expected_etag is None) or (
+            current is not None and current[1] != expected_etag
+        ):
+            self.conflicts += 1
+            raise CheckpointConflictError(f"checkpoint of {run_id!r} changed since it was read")
+        etag = f'"v{next(self._versions)}"'
+        # Round-trip through JSON: what S3 would hold, and no aliasing with the caller's dict.
+        self.objects[run_id] = (json.loads(json.dumps(dict(body))), etag)
+        self.saves.append(run_id)
+        return etag
+
+    def location(self, run_id: str) -> str:
+        """A URI-like location for reports."""
+        return f"memory://checkpoints/{run_id}.json"
+
+    def body(self, run_id: str) -> dict[str, Any]:
+        """The current stored body (test inspection)."""
+        return self.objects[run_id][0]
+
+    def etag(self, run_id: str) -> str:
+        """The current etag (test inspection, or a competing writer)."""
+        return self.objects[run_id][1]
+
+
+@dataclass(frozen=True)
+class EnqueuedRelease:
+    """One ``enqueue_release`` call as the recording enqueuer saw it."""
+
+    workspace_id: str
+    floor: Totals | None
+    source: str
+    run_id: str | None
+    request_id: str
+
+
+class RecordingEnqueuer:
+    """A ReleaseEnqueuer (sweep) and ``enqueue_many`` producer (sibling reclaim) that records.
+
+    ``crash_after`` makes the call after that many successful enqueues raise ``crash`` AFTER
+    recording it, once (the message reached the queue, then the process died before its
+    checkpoint).
+    """
+
+    def __init__(
+        self, *, crash_after: int | None = None, crash: BaseException | None = None
+    ) -> None:
+        self.releases: list[EnqueuedRelease] = []
+        self.batches: list[list[EnsureRequest | ReleaseRequest]] = []
+        self._crash_after = crash_after
+        self._crash = crash
+
+    def enqueue_release(
+        self,
+        workspace_id: str,
+        *,
+        floor: Totals | None = None,
+        source: Literal["service", "sweep", "reclaim"] = "service",
+        run_id: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """Record one release; return its request id."""
+        rid = request_id or f"generated-{len(self.releases) + 1}"
+        self.releases.append(EnqueuedRelease(workspace_id, floor, source, run_id, rid))
+        if self._crash_after is not None and len(self.releases) == self._crash_after + 1:
+            raise self._crash or SimulatedCrash("died right after enqueueing")
+        return rid
+
+    def enqueue_many(self, requests: Sequence[EnsureRequest | ReleaseRequest]) -> list[str]:
+        """Record ready-built requests (one call)."""
+        self.batches.append(list(requests))
+        return [request.request_id for request in requests]
+
+    @property
+    def many(self) -> list[EnsureRequest | ReleaseRequest]:
+        """Every request passed to ``enqueue_many``, flattened in order."""
+        return [request for batch in self.batches for request in batch]
+
+    def enqueued_per_child(self) -> dict[str, int]:
+        """How many ``enqueue_release`` calls each child got."""
+        counts: dict[str, int] = {}
+        for release in self.releases:
+            counts[release.workspace_id] = counts.get(release.workspace_id, 0) + 1
+        return counts
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One ``send_invalid`` call."""
+
+    body: str
+    reason: str
+    group_id: str | None
+    dedup_id: str
+    source_message_id: str
+
+
+class RecordingDeadLetters:
+    """The worker's dead-letter sender, in memory."""
+
+    def __init__(self) -> None:
+        self.sent: list[DeadLetter] = []
+
+    def send_invalid(
+        self,
+        body: str,
+        *,
+        reason: str,
+        group_id: str | None,
+        dedup_id: str,
+        source_message_id: str,
+    ) -> None:
+        """Record the invalid message and its reason."""
+        self.sent.append(DeadLetter(body, reason, group_id, dedup_id, source_message_id))
+
+
+class RecordingOutcomes:
+    """The worker's outcome publisher, in memory; ``fail_calls`` names 1-based publish calls
+    that raise (as a PutEvents outage would), ``fail_pool_low`` makes pool-low events fail."""
+
+    def __init__(self, *, fail_calls: Iterable[int] = (), fail_pool_low: bool = False) -> None:
+        self.published: list[AllocationOutcome] = []
+        self.pool_low: list[dict[str, Any]] = []
+        self.publish_calls = 0
+        self._fail_calls = set(fail_calls)
+        self._fail_pool_low = fail_pool_low
+
+    def publish(self, outcomes: Sequence[AllocationOutcome]) -> None:
+        """Record the outcomes, or raise for a scripted failing call."""
+        self.publish_calls += 1
+        if self.publish_calls in self._fail_calls:
+            raise RuntimeError("PutEvents failed")
+        self.published.extend(outcomes)
+
+    def publish_pool_low(self, detail: Mapping[str, Any]) -> None:
+        """Record one pool-low event detail."""
+        if self._fail_pool_low:
+            raise RuntimeError("PutEvents failed")
+        self.pool_low.append(dict(detail))
+
+    def by_request(self) -> dict[str, AllocationOutcome]:
+        """The last published outcome of each request id."""
+        return {outcome.request_id: outcome for outcome in self.published}
+
+
+def sqs_record(
+    body: Mapping[str, Any] | str,
+    *,
+    message_id: str,
+    group_id: str,
+    receive_count: int = 1,
+    sent_timestamp_ms: int = 1_748_779_200_000,
+    dedup_id: str | None = None,
+) -> dict[str, Any]:
+    """One SQS FIFO record as Lambda delivers it (``body`` dicts are JSON-encoded)."""
+    text = body if isinstance(body, str) else json.dumps(dict(body))
+    return {
+        "messageId": message_id,
+        "receiptHandle": f"rh-{message_id}",
+        "body": text,
+        "attributes": {
+            "ApproximateReceiveCount": str(receive_count),
+            "SentTimestamp": str(sent_timestamp_ms),
+            "SenderId": "AROAEXAMPLE:unit",
+            "ApproximateFirstReceiveTimestamp": str(sent_timestamp_ms + 10),
+            "SequenceNumber": "18893920000000001000",
+            "MessageGroupId": group_id,
+            "MessageDeduplicationId": dedup_id or message_id,
+        },
+        "messageAttributes": {},
+        "md5OfBody": "0" * 32,
+        "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:serenity-unit.fifo",
+        "awsRegion": "us-east-1",
+    }
+
+
+def sqs_event(*records: dict[str, Any]) -> dict[str, Any]:
+    """An SQS event holding ``records`` in order."""
+    return {"Records": list(records)}
+
+
 if TYPE_CHECKING:
     # Structural conformance, checked by mypy: the fakes implement the domain's ports.
     _gateway: WorkspaceGateway = InMemoryGateway()
     _observer: AllocationObserver = RecordingObserver()
+    _store: CheckpointStore = InMemoryCheckpointStore()
+    _enqueuer: ReleaseEnqueuer = RecordingEnqueuer()

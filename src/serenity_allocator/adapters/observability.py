@@ -94,7 +94,8 @@ class MetricsRecorder:
         self._environment = environment
         self._service = service or SERVICE
         self._pending: dict[tuple[str, str], list[float]] = defaultdict(list)
-        metrics.set_default_dimensions(Environment=environment)
+        if metrics.default_dimensions.get("Environment") != environment:
+            metrics.set_default_dimensions(Environment=environment)
 
     def record(self, name: str, value: float = 1.0, dimension_value: str | None = None) -> None:
         """Record one value of a catalog metric (best-effort)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from .allocation import plan_release
+from .errors import AllocationError, UpstreamError
 from .model import Blocks, Dimension, Totals, WorkspaceStatus
 from .ports import WorkspaceGateway
 
@@ -43,7 +44,10 @@ def choose_reclaim_siblings(
             continue
         if record.status != WorkspaceStatus.CREATED:
             continue
-        resources = gateway.read_resources(record.id)
+        try:
+            resources = gateway.read_resources(record.id)
+        except (UpstreamError, AllocationError):
+            continue  # one unreadable sibling (deleted, throttled) must not sink the reclaim
         if resources.projects.drafted or resources.prompts.drafted:
             continue
         plan = plan_release(resources, floor, blocks)

@@ -322,7 +322,8 @@ class BatchWorker:
             receive_count,
             before=result.before,
             after=result.after,
-            coalesced=len(run.members) if run is not None and coalesced else 1,
+            # Re-read split: a leader whose combined call was refused was served on its own.
+            coalesced=len(run.members) if run is not None and coalesced and not run.split else 1,
         )
 
     def _ensure_run(self, run: EnsureRun, message_id: str, receive_count: int) -> EnsureResult:
@@ -339,6 +340,13 @@ class BatchWorker:
             # The sum does not fit; each request may on its own. Apply them one by one.
             run.split = True
             return self._ensure_one(run.requests[0], receive_count)
+        except Exception:
+            # Any other failure is the members' too: keep what it recorded (a busy rejection
+            # is real), and if it completes the leader (a terminal upstream answer), let the
+            # members behind it make their own call instead of reading a result never stored.
+            observer.commit()
+            run.split = True
+            raise
         observer.commit()
         self._recorder.record("CoalescedEnsures", float(len(run.members) - 1))
         self._run_results[id(run)] = result
@@ -517,11 +525,16 @@ class BatchWorker:
         failures: list[dict[str, str]] = list(response.get("batchItemFailures", []))
         unpublished = self._publish_outcomes()
         if unpublished:
+            # A group is held back from its first unpublished message on: FIFO order forbids
+            # completing a later message while an earlier one is redelivered, and an earlier
+            # message whose outcome went out must not be applied (and announced) twice.
             failed_ids = {f["itemIdentifier"] for f in failures}
-            blocked_groups = {self._messages[m].group_id for m in unpublished}
+            blocked_groups: set[str] = set()
             for message_id in self._order:
-                later_in_blocked = self._messages[message_id].group_id in blocked_groups
-                if message_id not in failed_ids and (message_id in unpublished or later_in_blocked):
+                group_id = self._messages[message_id].group_id
+                if message_id in unpublished:
+                    blocked_groups.add(group_id)
+                if group_id in blocked_groups and message_id not in failed_ids:
                     failures.append({"itemIdentifier": message_id})
                     failed_ids.add(message_id)
         self._publish_pool_warnings()

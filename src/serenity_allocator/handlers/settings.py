@@ -104,9 +104,16 @@ class CommonSettings(_EnvModel):
         return Blocks(projects=self.block_projects, prompts=self.block_prompts)
 
 
-def _switch_default_on(value: object) -> bool:
-    # Issue-8 features are ON unless explicitly "false".
-    return value != "false"
+def _feature_switch(value: object, default: bool) -> bool:
+    # Feature switches take exactly "true" or "false" (absent: the feature's default); any
+    # other spelling is a configuration error rather than a silent guess.
+    if value is None:
+        return default
+    if value in ("true", "false"):
+        return value == "true"
+    if isinstance(value, bool):
+        return value
+    raise ValueError('must be "true" or "false"')
 
 
 class AllocatorSettings(CommonSettings):
@@ -135,12 +142,12 @@ class AllocatorSettings(CommonSettings):
     @field_validator("unmetered_check", "tight_pool_fallback", mode="before")
     @classmethod
     def _default_on(cls, value: object) -> bool:
-        return _switch_default_on(value)
+        return _feature_switch(value, default=True)
 
     @field_validator("sibling_reclaim", mode="before")
     @classmethod
     def _default_off(cls, value: object) -> bool:
-        return _is_on(value)
+        return _feature_switch(value, default=False)
 
     @field_validator("queue_url", "dlq_url", "outcome_bus_name", mode="before")
     @classmethod
@@ -160,5 +167,3 @@ class SweepSettings(CommonSettings):
     sweep_bucket: str = Field(alias="SWEEP_BUCKET", min_length=1)
     queue_url: str = Field(alias="QUEUE_URL", min_length=1)
     safety_margin_ms: int = Field(default=10000, ge=0, alias="SAFETY_MARGIN_MS")
-    lease_s: float = Field(default=960.0, gt=0, alias="SWEEP_LEASE_S")
-    """How long an invocation holds a run; a little over Lambda's 15-minute ceiling."""
