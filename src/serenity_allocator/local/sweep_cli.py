@@ -1,0 +1,774 @@
+"""``serenity-allocator sweep``: run a rightsizing sweep to its end, with progress and a report.
+
+One loop drives every target: it sends the payload, gets one batch result back, shows the
+progress, and sends the payload again with the run's ``run_id`` until the result says ``done``
+or ``aborted``. What "send" means is a :class:`SweepInvoker`:
+
+- :class:`LambdaInvoker` (``--function-name``) invokes the deployed Sweep function
+  (RequestResponse); a function error stops the loop with Lambda's error payload.
+- :class:`StateMachineInvoker` (``--state-machine-arn``) starts one execution of the sweep state
+  machine (which loops the function itself) and returns each batch result as it appears in the
+  execution history; a failed execution without a final result stops the loop.
+- :class:`LocalInvoker` (``--local``) calls the same handler in-process, configured from the
+  current environment (what ``serenity-allocator local up`` printed).
+
+The payload is built from the flags and validated with the handler's own model before anything
+is invoked, so a bad value is refused here, naming the flag and the payload field.
+
+Exit codes: 0 when the run finished with no unexpected error; 1 when it aborted, finished with
+unexpected errors, or an invocation failed; 2 for bad flags or configuration; 130 when
+interrupted (the run resumes with ``--run-id``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
+
+from pydantic import ValidationError
+
+from ..domain.sweep import SweepRequest
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+    from mypy_boto3_lambda import LambdaClient
+    from mypy_boto3_stepfunctions import SFNClient
+
+LAMBDA_MAX_TIMEOUT_S = 900.0
+"""Lambda's ceiling, the Sweep function's Timeout in template.yaml, and a local batch's budget."""
+
+LOCAL_FUNCTION_NAME = "SweepFunction"
+
+MAX_STALLED_BATCHES = 3
+"""Batches in a row that process nothing (too little time left to start a target) before the
+loop gives up instead of invoking forever."""
+
+FIELD_FLAGS: dict[str, str] = {
+    "dry_run": "--dry-run",
+    "parent_workspace_ids": "--parent",
+    "workspace_ids": "--workspace",
+    "limit": "--limit",
+    "rate_limit_ms": "--rate-limit-ms",
+    "max_consecutive_errors": "--max-consecutive-errors",
+    "batch_size": "--batch-size",
+    "run_id": "--run-id",
+    "floor": "--floor-projects/--floor-prompts",
+    "allow_when_disabled": "--allow-when-disabled",
+}
+"""Which flag sets which payload field (for error messages)."""
+
+COUNT_NAMES = (
+    "would_release",
+    "enqueued",
+    "nothing_to_release",
+    "requires_decommission",
+    "skipped_not_created",
+    "not_a_child",
+    "expected_errors",
+    "unexpected_errors",
+)
+
+REPORT_COLUMNS = (
+    "workspace_id",
+    "parent_workspace_id",
+    "outcome",
+    "before_projects",
+    "before_prompts",
+    "target_projects",
+    "target_prompts",
+    "units_returned_projects",
+    "units_returned_prompts",
+    "error_code",
+    "request_id",
+)
+
+_RESULT_KEYS = ("run_id", "done", "aborted", "processed", "total", "counts", "items")
+
+
+class SweepCliError(ValueError):
+    """A flag or the configuration is unusable; nothing was invoked."""
+
+
+class SweepInvocationError(Exception):
+    """One invocation failed (a function error, a failed execution, a malformed result).
+
+    Attributes:
+        payload: Lambda's error shape: ``{"errorType": ..., "errorMessage": ...}`` and whatever
+            else the function returned (``stackTrace``...).
+    """
+
+    def __init__(self, payload: Mapping[str, Any]) -> None:
+        self.payload = dict(payload)
+        super().__init__(
+            f"{self.payload.get('errorType', 'Error')}: {self.payload.get('errorMessage', '')}"
+        )
+
+
+class SweepInvoker(Protocol):
+    """Runs the next batch of a sweep run and returns the handler's result."""
+
+    def invoke(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Run (or wait for) the next batch described by ``payload``; return its result.
+
+        Raises:
+            SweepInvocationError: The batch failed without a result.
+        """
+        ...
+
+
+# ---------------------------------------------------------------- the invokers
+
+
+class LambdaInvoker:
+    """Invokes the deployed Sweep function synchronously, one batch per call.
+
+    Args:
+        function_name: The function's name or ARN.
+        client: A ready Lambda client; otherwise one is built with a read timeout longer than
+            the function's and no retries (a retried invoke would race the first one and be
+            refused as "already in progress").
+    """
+
+    def __init__(self, function_name: str, client: LambdaClient | None = None) -> None:
+        self._function_name = function_name
+        self._client = client
+
+    def _lambda(self) -> LambdaClient:
+        if self._client is None:
+            import boto3
+            from botocore.config import Config
+
+            self._client = boto3.client(
+                "lambda",
+                config=Config(
+                    read_timeout=int(LAMBDA_MAX_TIMEOUT_S) + 60,
+                    connect_timeout=10,
+                    retries={"total_max_attempts": 1},
+                ),
+            )
+        return self._client
+
+    def invoke(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Invoke once (RequestResponse) and return the function's result."""
+        response = self._lambda().invoke(
+            FunctionName=self._function_name,
+            InvocationType="RequestResponse",
+            Payload=json.dumps(payload).encode("utf-8"),
+        )
+        raw = response["Payload"].read()
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            body = raw.decode("utf-8", errors="replace")
+        if response.get("FunctionError"):
+            if isinstance(body, dict):
+                raise SweepInvocationError(body)
+            raise SweepInvocationError(
+                {"errorType": response["FunctionError"], "errorMessage": str(body)}
+            )
+        return _checked_result(body)
+
+
+class StateMachineInvoker:
+    """Starts the sweep state machine once and hands back each batch result it produces.
+
+    The first :meth:`invoke` starts the execution with the payload as its input; every call
+    then polls the execution history until the next Lambda result appears and returns it (the
+    state machine, not this loop, decides when to invoke again).
+
+    Args:
+        state_machine_arn: The sweep state machine.
+        client: A ready Step Functions client; otherwise ``boto3.client("stepfunctions")``.
+        poll_interval_s: Seconds between polls of a running execution.
+        sleep: Sleeps between polls; injected so tests never wait.
+        notify: Told about the execution once it is started (its ARN), for the operator.
+    """
+
+    def __init__(
+        self,
+        state_machine_arn: str,
+        client: SFNClient | None = None,
+        *,
+        poll_interval_s: float = 5.0,
+        sleep: Callable[[float], None] = time.sleep,
+        notify: Callable[[str], None] | None = None,
+    ) -> None:
+        self._state_machine_arn = state_machine_arn
+        self._client = client
+        self._poll_interval_s = poll_interval_s
+        self._sleep = sleep
+        self._notify = notify
+        self.execution_arn: str | None = None
+        self._returned = 0
+
+    def _sfn(self) -> SFNClient:
+        if self._client is None:
+            import boto3
+
+            self._client = boto3.client("stepfunctions")
+        return self._client
+
+    def invoke(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Start the execution (first call), then wait for its next batch result.
+
+        Later calls ignore ``payload``: the state machine feeds the run id back itself.
+        """
+        client = self._sfn()
+        if self.execution_arn is None:
+            started = client.start_execution(
+                stateMachineArn=self._state_machine_arn, input=json.dumps(payload)
+            )
+            self.execution_arn = started["executionArn"]
+            if self._notify is not None:
+                self._notify(f"started execution {self.execution_arn}")
+        while True:
+            # Status first, history second: once the status is final the history is complete.
+            described = client.describe_execution(executionArn=self.execution_arn)
+            results = self._batch_results()
+            if len(results) > self._returned:
+                self._returned += 1
+                return results[self._returned - 1]
+            status = described["status"]
+            if status != "RUNNING":
+                raise SweepInvocationError(
+                    {
+                        "errorType": described.get("error") or f"Execution{status.title()}",
+                        "errorMessage": described.get("cause")
+                        or f"the execution ended {status} without a further batch result",
+                        "executionArn": self.execution_arn,
+                    }
+                )
+            self._sleep(self._poll_interval_s)
+
+    def _batch_results(self) -> list[dict[str, Any]]:
+        """Every sweep result in the history so far, oldest first."""
+        assert self.execution_arn is not None
+        results: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            page = (
+                self._sfn().get_execution_history(
+                    executionArn=self.execution_arn, maxResults=1000, nextToken=token
+                )
+                if token
+                else self._sfn().get_execution_history(
+                    executionArn=self.execution_arn, maxResults=1000
+                )
+            )
+            for event in page["events"]:
+                result = _result_of_event(event)
+                if result is not None:
+                    results.append(result)
+            token = page.get("nextToken")
+            if not token:
+                return results
+
+
+def _result_of_event(event: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The sweep result a history event carries, if any.
+
+    ``TaskSucceeded`` of the ``lambda:invoke`` integration holds the invoke response (the
+    result is its ``Payload``); ``LambdaFunctionSucceeded`` (a plain function ARN as the
+    Resource) holds the result itself.
+    """
+    details = event.get("taskSucceededEventDetails") or event.get(
+        "lambdaFunctionSucceededEventDetails"
+    )
+    if not details or not isinstance(details.get("output"), str):
+        return None
+    try:
+        output = json.loads(details["output"])
+    except json.JSONDecodeError:
+        return None
+    if isinstance(output, dict) and isinstance(output.get("Payload"), dict):
+        output = output["Payload"]
+    if isinstance(output, dict) and all(key in output for key in _RESULT_KEYS):
+        return output
+    return None
+
+
+class LocalInvoker:
+    """Calls the Sweep handler in this process, as Lambda would, one batch per call.
+
+    Args:
+        handler: ``(event, context) -> result``; by default the Sweep handler configured from
+            the current environment.
+        timeout_s: The context's budget (the deployed function's Timeout).
+        clock: Drives the context's countdown.
+    """
+
+    def __init__(
+        self,
+        handler: Callable[[dict[str, Any], LambdaContext], dict[str, Any]] | None = None,
+        *,
+        timeout_s: float = LAMBDA_MAX_TIMEOUT_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._handler = handler
+        self._timeout_s = timeout_s
+        self._clock = clock
+
+    def invoke(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Call the handler with a fresh context (a new request id, like a new invocation)."""
+        from .lambda_context import LocalLambdaContext
+
+        handler = self._handler
+        if handler is None:
+            from ..handlers.sweep import lambda_handler
+
+            handler = lambda_handler
+        context = LocalLambdaContext(LOCAL_FUNCTION_NAME, self._timeout_s, self._clock)
+        try:
+            # The handler's logs and EMF lines go to stderr, so stdout carries only the summary
+            # table, as it does when the function runs remotely.
+            with contextlib.redirect_stdout(sys.stderr):
+                result = handler(payload, context)
+        except Exception as exc:
+            # Lambda's error shape; the message is the exception's own (never holds a secret).
+            raise SweepInvocationError(
+                {"errorType": type(exc).__name__, "errorMessage": str(exc)}
+            ) from exc
+        return _checked_result(result)
+
+
+def _checked_result(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict) or not all(key in body for key in _RESULT_KEYS):
+        shown = json.dumps(body, default=str)[:200]
+        raise SweepInvocationError(
+            {"errorType": "InvalidSweepResult", "errorMessage": f"not a sweep result: {shown}"}
+        )
+    return body
+
+
+# ---------------------------------------------------------------- the loop
+
+
+@dataclass
+class SweepRun:
+    """What the loop saw of one run: the latest result, every item, and how it ended."""
+
+    payload: dict[str, Any]
+    results: list[dict[str, Any]] = field(default_factory=list)
+    items: list[dict[str, Any]] = field(default_factory=list)
+    error: dict[str, Any] | None = None
+    interrupted: bool = False
+
+    @property
+    def last(self) -> dict[str, Any] | None:
+        """The latest batch result, if any."""
+        return self.results[-1] if self.results else None
+
+    @property
+    def run_id(self) -> str | None:
+        """The run's id (from the latest result, else from the payload)."""
+        if self.last is not None:
+            return str(self.last["run_id"])
+        run_id = self.payload.get("run_id")
+        return None if run_id is None else str(run_id)
+
+    @property
+    def dry_run(self) -> bool:
+        """Whether the run previews only."""
+        if self.last is not None and "dry_run" in self.last:
+            return bool(self.last["dry_run"])
+        return bool(self.payload.get("dry_run", True))
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """The run's running counts (cumulative across invocations, from its checkpoint)."""
+        counts = self.last["counts"] if self.last is not None else {}
+        return {name: int(counts.get(name, 0)) for name in COUNT_NAMES}
+
+    @property
+    def done(self) -> bool:
+        """The run processed every target."""
+        return self.last is not None and bool(self.last["done"])
+
+    @property
+    def aborted(self) -> bool:
+        """The run stopped after too many consecutive unexpected errors."""
+        return self.last is not None and bool(self.last["aborted"])
+
+    @property
+    def succeeded(self) -> bool:
+        """Finished, not aborted, no invocation error and no unexpected error."""
+        return (
+            self.error is None
+            and not self.interrupted
+            and self.done
+            and not self.aborted
+            and self.counts["unexpected_errors"] == 0
+        )
+
+    @property
+    def status(self) -> str:
+        """One word for the summary and the report."""
+        if self.interrupted:
+            return "interrupted"
+        if self.error is not None:
+            return "failed"
+        if self.aborted:
+            return "aborted"
+        if self.done:
+            return "done" if self.succeeded else "done-with-unexpected-errors"
+        return "incomplete"
+
+    def add(self, result: dict[str, Any]) -> None:
+        """Take in one batch result."""
+        self.results.append(result)
+        self.items.extend(result.get("items") or [])
+
+
+def drive_sweep(
+    invoker: SweepInvoker,
+    payload: Mapping[str, Any],
+    *,
+    on_batch: Callable[[SweepRun], None] | None = None,
+    max_stalled: int = MAX_STALLED_BATCHES,
+    record: SweepRun | None = None,
+) -> SweepRun:
+    """Invoke batch after batch, feeding back the run id, until the run is done or aborted.
+
+    An invocation error ends the loop (recorded in ``SweepRun.error``), as do ``max_stalled``
+    batches in a row that processed nothing. ``KeyboardInterrupt`` propagates; pass ``record``
+    to keep what was seen so far.
+    """
+    sweep = record if record is not None else SweepRun(payload=dict(payload))
+    request = dict(payload)
+    stalled = 0
+    while True:
+        try:
+            result = invoker.invoke(request)
+        except SweepInvocationError as exc:
+            sweep.error = exc.payload
+            return sweep
+        sweep.add(result)
+        if on_batch is not None:
+            on_batch(sweep)
+        if result["done"] or result["aborted"]:
+            return sweep
+        # ``items`` lists this invocation's children: none means it had no time to start one.
+        stalled = 0 if result.get("items") else stalled + 1
+        if stalled >= max_stalled:
+            sweep.error = {
+                "errorType": "NoProgress",
+                "errorMessage": f"{stalled} batches in a row processed nothing; "
+                "check the function's remaining-time budget",
+            }
+            return sweep
+        # Every later batch resumes the same run, with the same parameters.
+        request = {**payload, "run_id": result["run_id"]}
+
+
+# ---------------------------------------------------------------- progress and output
+
+
+class ProgressDisplay:
+    """Processed / total and the counts so far, on one line of a terminal, rewritten in place.
+
+    When the stream is not a terminal (a log file, CI), each batch gets its own line instead.
+
+    Args:
+        stream: Where to write (stderr by default, so stdout keeps only the summary).
+        is_tty: Override the terminal detection.
+        width: Bar width in characters.
+    """
+
+    def __init__(self, stream: TextIO, *, is_tty: bool | None = None, width: int = 30) -> None:
+        self._stream = stream
+        self._tty = stream.isatty() if is_tty is None else is_tty
+        self._width = width
+        self._shown = 0
+        self._batches = 0
+
+    def update(self, run: SweepRun) -> None:
+        """Show the run's state after its latest batch."""
+        last = run.last
+        if last is None:
+            return
+        self._batches += 1
+        processed, total = int(last["processed"]), int(last["total"])
+        counts = ", ".join(f"{name} {value}" for name, value in run.counts.items() if value)
+        tail = f"  {counts}" if counts else ""
+        if self._tty:
+            filled = self._width if total == 0 else self._width * processed // total
+            bar = "#" * filled + "-" * (self._width - filled)
+            line = f"[{bar}] {processed}/{total}{tail}"
+            # Pad over the previous line's tail: \r only moves the cursor.
+            padding = " " * max(0, self._shown - len(line))
+            self._stream.write(f"\r{line}{padding}")
+            self._shown = len(line)
+        else:
+            self._stream.write(f"batch {self._batches}: {processed}/{total} processed{tail}\n")
+        self._stream.flush()
+
+    def close(self) -> None:
+        """End the progress line (terminal only)."""
+        if self._tty and self._shown:
+            self._stream.write("\n")
+            self._stream.flush()
+            self._shown = 0
+
+
+def format_summary(run: SweepRun) -> str:
+    """The end-of-run table: status, progress, one row per count, where the checkpoint is."""
+    kind = "dry run" if run.dry_run else "real run"
+    last = run.last or {}
+    rows: list[tuple[str, str]] = [
+        ("run", f"{run.run_id or '-'} ({kind})"),
+        ("status", run.status),
+    ]
+    if last.get("abort_reason"):
+        rows.append(("abort reason", str(last["abort_reason"])))
+    if run.error is not None:
+        rows.append(("error", f"{run.error.get('errorType')}: {run.error.get('errorMessage')}"))
+    rows.append(("processed", f"{last.get('processed', 0)} / {last.get('total', '?')}"))
+    rows += [(name, str(value)) for name, value in run.counts.items()]
+    if last.get("checkpoint"):
+        rows.append(("checkpoint", str(last["checkpoint"])))
+    width = max(len(label) for label, _ in rows)
+    rule = "-" * (width + 2 + max(len(value) for _, value in rows))
+    lines = [rule, *(f"{label:<{width}}  {value}" for label, value in rows), rule]
+    return "\n".join(lines)
+
+
+def _flat_item(item: Mapping[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {column: "" for column in REPORT_COLUMNS}
+    for key in ("workspace_id", "parent_workspace_id", "outcome", "error_code", "request_id"):
+        value = item.get(key)
+        row[key] = "" if value is None else value
+    for key in ("before", "target", "units_returned"):
+        totals = item.get(key) or {}
+        for dim in ("projects", "prompts"):
+            value = totals.get(dim)
+            row[f"{key}_{dim}"] = "" if value is None else value
+    return row
+
+
+def write_report(path: Path, run: SweepRun) -> None:
+    """Write every per-child line of the run: JSON (with the summary) or CSV, by extension."""
+    if path.suffix.lower() == ".csv":
+        with path.open("w", encoding="utf-8", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=REPORT_COLUMNS)
+            writer.writeheader()
+            for item in run.items:
+                writer.writerow(_flat_item(item))
+        return
+    last = run.last or {}
+    document = {
+        "run_id": run.run_id,
+        "dry_run": run.dry_run,
+        "status": run.status,
+        "done": run.done,
+        "aborted": run.aborted,
+        "abort_reason": last.get("abort_reason"),
+        "processed": last.get("processed", 0),
+        "remaining": last.get("remaining"),
+        "total": last.get("total"),
+        "counts": run.counts,
+        "checkpoint": last.get("checkpoint"),
+        "invocations": len(run.results),
+        "error": run.error,
+        "items": run.items,
+    }
+    path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+
+
+# ---------------------------------------------------------------- flags -> payload
+
+
+def _int_or_text(value: str) -> int | str:
+    # Non-numbers are passed on as text so the payload model refuses them, naming the field.
+    try:
+        return int(value)
+    except ValueError:
+        return value
+
+
+def _split_ids(values: Sequence[str] | None) -> list[str] | None:
+    if values is None:
+        return None
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
+def build_payload(args: argparse.Namespace) -> dict[str, Any]:
+    """The Sweep payload the flags describe, validated with the handler's model.
+
+    Raises:
+        SweepCliError: A flag value breaks the payload contract; the message names the flag
+            and the payload field.
+    """
+    payload: dict[str, Any] = {
+        "dry_run": bool(args.dry_run),
+        "parent_workspace_ids": _split_ids(args.parents) or [],
+    }
+    workspaces = _split_ids(args.workspaces)
+    if workspaces is not None:
+        payload["workspace_ids"] = workspaces
+    for name in ("limit", "rate_limit_ms", "max_consecutive_errors", "batch_size", "run_id"):
+        value = getattr(args, name)
+        if value is not None:
+            payload[name] = value
+    if (args.floor_projects is None) != (args.floor_prompts is None):
+        raise SweepCliError("--floor-projects and --floor-prompts go together: give both")
+    if args.floor_projects is not None:
+        payload["floor"] = {"projects": args.floor_projects, "prompts": args.floor_prompts}
+    if args.allow_when_disabled:
+        payload["allow_when_disabled"] = True
+    try:
+        SweepRequest.model_validate(payload)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors(include_url=False, include_input=False):
+            location = ".".join(str(part) for part in error["loc"]) or "payload"
+            flag = FIELD_FLAGS.get(str(error["loc"][0]) if error["loc"] else "", "")
+            where = f"{flag} (payload field {location})" if flag else f"payload field {location}"
+            problems.append(f"{where}: {error['msg']}")
+        raise SweepCliError("invalid sweep flags: " + "; ".join(problems)) from None
+    return payload
+
+
+def _report_path(value: str | None) -> Path | None:
+    if value is None:
+        return None
+    path = Path(value)
+    if path.suffix.lower() not in {".json", ".csv"}:
+        raise SweepCliError(f"--report {value}: the file name must end in .json or .csv")
+    if not path.parent.is_dir():
+        raise SweepCliError(f"--report {value}: no such directory {path.parent}")
+    return path
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Declare the ``sweep`` subcommand's arguments."""
+    parser.add_argument(
+        "--parent",
+        dest="parents",
+        action="append",
+        required=True,
+        metavar="ID",
+        help="master workspace (org pool) to sweep; repeat or comma-separate for several",
+    )
+    parser.add_argument(
+        "--workspace",
+        dest="workspaces",
+        action="append",
+        metavar="ID[,ID...]",
+        help="sweep only these children (an id that is not a child is reported, not swept)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="preview the targets; enqueue nothing"
+    )
+    numbers = (
+        ("--limit", "at most N children in the whole run"),
+        ("--rate-limit-ms", "pause between two targets (default 300)"),
+        ("--max-consecutive-errors", "abort after N unexpected errors in a row (default 5)"),
+        ("--batch-size", "at most N children per invocation (default 25)"),
+        ("--floor-projects", "lowest projects total to keep (with --floor-prompts)"),
+        ("--floor-prompts", "lowest prompts total to keep (with --floor-projects)"),
+    )
+    for flag, help_text in numbers:
+        parser.add_argument(flag, type=_int_or_text, metavar="N", help=help_text)
+    parser.add_argument("--run-id", help="resume this run (absent: a new run)")
+    parser.add_argument(
+        "--allow-when-disabled",
+        action="store_true",
+        help="run a real sweep even while SERENITY_DYNAMIC_ALLOCATION is off",
+    )
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--function-name", help="invoke the deployed Sweep function in a loop")
+    target.add_argument("--state-machine-arn", help="start the sweep state machine and follow it")
+    target.add_argument(
+        "--local",
+        action="store_true",
+        help="run the handler in-process against the local stack (environment as printed by "
+        "'serenity-allocator local up')",
+    )
+    parser.add_argument("--report", metavar="FILE", help="write every child's line (.json/.csv)")
+    parser.add_argument(
+        "--poll-interval-s",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="seconds between polls of the state machine (default 5)",
+    )
+
+
+def _invoker(args: argparse.Namespace, stderr: TextIO) -> SweepInvoker:
+    if args.function_name:
+        return LambdaInvoker(args.function_name)
+    if args.state_machine_arn:
+        if args.poll_interval_s <= 0:
+            raise SweepCliError("--poll-interval-s must be positive")
+        return StateMachineInvoker(
+            args.state_machine_arn,
+            poll_interval_s=args.poll_interval_s,
+            notify=lambda note: print(f"sweep: {note}", file=stderr),
+        )
+    from ..handlers.settings import SettingsError, SweepSettings
+
+    try:
+        # Checked before the first batch so a missing variable is a configuration error.
+        SweepSettings.from_env(os.environ)
+    except SettingsError as exc:
+        raise SweepCliError(f"--local: {exc}") from None
+    return LocalInvoker()
+
+
+def execute(
+    args: argparse.Namespace,
+    invoker: SweepInvoker | None = None,
+    *,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+    is_tty: bool | None = None,
+) -> int:
+    """Validate the flags, drive the run, print progress and the summary, write the report.
+
+    ``invoker`` replaces the one the target flags choose (tests); see the module docstring for
+    the exit codes.
+    """
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    try:
+        payload = build_payload(args)
+        report = _report_path(args.report)
+        chosen = invoker or _invoker(args, err)
+    except SweepCliError as exc:
+        print(f"sweep: {exc}", file=err)
+        return 2
+
+    progress = ProgressDisplay(err, is_tty=is_tty)
+    sweep = SweepRun(payload=payload)
+    try:
+        drive_sweep(chosen, payload, on_batch=progress.update, record=sweep)
+    except KeyboardInterrupt:
+        sweep.interrupted = True
+    finally:
+        progress.close()
+
+    print(format_summary(sweep), file=out)
+    if sweep.error is not None:
+        print("sweep: invocation failed:", json.dumps(sweep.error, default=str), file=err)
+    if report is not None:
+        write_report(report, sweep)
+        print(f"sweep: report written to {report}", file=err)
+    if sweep.succeeded:
+        return 0
+    if sweep.run_id and not sweep.done:
+        print(f"sweep: resume with --run-id {sweep.run_id}", file=err)
+    return 130 if sweep.interrupted else 1
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the ``sweep`` subcommand; see the module docstring for the exit codes."""
+    return execute(args)
