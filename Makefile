@@ -40,8 +40,9 @@ pytest: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.run
 
+# sam build when the SAM CLI is installed; otherwise the same layout as a zip, no Docker needed.
 build: $(STAMP)
-	$(BIN)/serenity-allocator build
+	@if command -v sam >/dev/null 2>&1; then sam build; else $(BIN)/serenity-allocator build; fi
 
 deploy:
 	sam build && sam deploy --config-env $${ENV:-dev}

@@ -1,0 +1,106 @@
+"""``serenity-allocator build``: the deployable zip, the way ``sam build`` lays it out.
+
+Installs ``src/requirements.txt`` for the Lambda platform (python3.12, arm64 by default) next
+to our package, leaves out what the Lambda runtime already provides (boto3 and its
+dependencies) and the local-only tooling (``serenity_allocator.local``), and zips the result.
+Used by ``make build`` when the SAM CLI is not installed, and by the benchmarks for the size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
+RUNTIME_PROVIDED = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3", "six")
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """Where the artifact is and how big it is, unzipped, per top-level package."""
+
+    zip_path: Path
+    unzipped_bytes: int
+    by_package: dict[str, int]
+
+
+def _tree_size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def build_artifact(
+    output: Path,
+    *,
+    platform: str = "manylinux2014_aarch64",
+    python_version: str = "3.12",
+    requirements: Path = PROJECT_ROOT / "src" / "requirements.txt",
+) -> BuildResult:
+    """Build the zip at ``output``; raise CalledProcessError when pip cannot resolve."""
+    with tempfile.TemporaryDirectory(prefix="serenity-build-") as tmp:
+        stage = Path(tmp) / "package"
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--target",
+                str(stage),
+                "--platform",
+                platform,
+                "--only-binary=:all:",
+                "--python-version",
+                python_version,
+                "--implementation",
+                "cp",
+                "-r",
+                str(requirements),
+            ],
+            check=True,
+        )
+        for name in RUNTIME_PROVIDED:
+            for path in stage.glob(f"{name}*"):
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        package = PROJECT_ROOT / "src" / "serenity_allocator"
+        shutil.copytree(
+            package,
+            stage / "serenity_allocator",
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "local"),
+        )
+        sizes = {
+            p.name: _tree_size(p)
+            for p in stage.iterdir()
+            if not p.name.endswith((".dist-info", ".pth")) and p.name != "bin"
+        }
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(output, "w", zipfile.ZIP_DEFLATED) as archive:
+            for file in sorted(stage.rglob("*")):
+                if file.is_file():
+                    archive.write(file, file.relative_to(stage))
+        return BuildResult(output, _tree_size(stage), dict(sorted(sizes.items())))
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Declare the build options."""
+    parser.add_argument("--output", type=Path, default=PROJECT_ROOT / "build" / "allocator.zip")
+    parser.add_argument("--platform", default="manylinux2014_aarch64")
+    parser.add_argument("--python-version", default="3.12")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build and print the artifact's size by package."""
+    result = build_artifact(args.output, platform=args.platform, python_version=args.python_version)
+    for name, size in sorted(result.by_package.items(), key=lambda kv: -kv[1]):
+        print(f"{size / 1e6:8.2f} MB  {name}")
+    print(f"{result.unzipped_bytes / 1e6:8.2f} MB  unzipped total -> {result.zip_path}")
+    return 0
