@@ -313,7 +313,6 @@ class BatchWorker:
             return _outcome(request, "rejected", receive_count, error_code=exc.code)
         status: OutcomeStatus = result.outcome
         if result.topped_up and request.request_id in self._rt.parked:
-            self._rt.parked.discard(request.request_id)
             self._recorder.record("SiblingReclaim", dimension_value="served")
             status = "topped-up-after-reclaim"
         return _outcome(
@@ -462,7 +461,15 @@ class BatchWorker:
             clock=self._rt.clock, sleep=self._rt.sleep, deadline=self._deadline, observer=observer
         )
 
+    def _forget_park(self, request: EnsureRequest | ReleaseRequest | None) -> None:
+        # Any terminal outcome ends a park, not only a served one: otherwise a warm container
+        # keeps every rejected id forever (and would label a later request reusing that
+        # idempotency key as served after reclaim).
+        if request is not None:
+            self._rt.parked.discard(request.request_id)
+
     def _complete(self, message: _Message, outcome: AllocationOutcome) -> None:
+        self._forget_park(message.request)
         logger.info(
             "allocation outcome",
             extra={
@@ -493,6 +500,7 @@ class BatchWorker:
             status: OutcomeStatus = "rejected" if code == "workspaceBusy" else "failed"
             if isinstance(exc, ParkedForReclaimError):
                 status, code = "rejected", OrgPoolExhaustedError.code
+            self._forget_park(request)
             # Terminal outcome now; SQS's redrive then moves the message to the DLQ.
             self._outcomes.append(
                 (message.message_id, _outcome(request, status, receive_count, error_code=code))
