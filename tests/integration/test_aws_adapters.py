@@ -410,13 +410,14 @@ def test_is_metered_quota_counts_405s_by_match_and_ignores_other_statuses(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a service in the "test" environment
-    monkeypatch.setenv("ENVIRONMENT", "test")
     capsys.readouterr()
 
     # When it classifies a disguised quota 405, a plain 405 and a 422
-    quota = is_metered_quota(405, '{"message": "AI quota allocation exhausted"}')
-    plain = is_metered_quota(405, "Method Not Allowed")
-    other = is_metered_quota(422, "quota")
+    quota = is_metered_quota(
+        405, '{"message": "AI quota allocation exhausted"}', environment="test"
+    )
+    plain = is_metered_quota(405, "Method Not Allowed", environment="test")
+    other = is_metered_quota(422, "quota", environment="test")
 
     # Then only the quota 405 matches
     assert (quota, plain, other) == (True, False, False)

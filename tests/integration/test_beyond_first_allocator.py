@@ -198,9 +198,6 @@ def test_worker_unmetered_child_can_exceed_zero_while_a_metered_one_gets_the_dis
     outcome_capture: OutcomeCapture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # (the classifier reads ENVIRONMENT at the service's edge; keep it the worker's here, so
-    # the shared Metrics' default dimensions are left as the worker set them)
-    monkeypatch.setenv("ENVIRONMENT", ENVIRONMENT)
     # Given a child at 0 prompts under an unmetered parent, and one under a metered parent
     sim.seed(
         [
@@ -225,8 +222,10 @@ def test_worker_unmetered_child_can_exceed_zero_while_a_metered_one_gets_the_dis
     # disguised 405 that the producer's classifier recognises as a quota rejection
     assert accepted["ai"]["prompts"] == {"used": 250, "drafted": 0, "total": 0}
     assert refused.value.status == 405
-    assert is_metered_quota(refused.value.status, refused.value.text)
-    assert not is_metered_quota(405, json.dumps({"message": "method not allowed"}))
+    assert is_metered_quota(refused.value.status, refused.value.text, environment=ENVIRONMENT)
+    assert not is_metered_quota(
+        405, json.dumps({"message": "method not allowed"}), environment=ENVIRONMENT
+    )
     assert transfer_bodies(sim) == []
 
 

@@ -14,7 +14,6 @@ and the same code talks to a local moto server.
 from __future__ import annotations
 
 import logging
-import os
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -311,7 +310,7 @@ def build_release(
     return request
 
 
-def is_metered_quota(status: int, body: str) -> bool:
+def is_metered_quota(status: int, body: str, *, environment: str = "unknown") -> bool:
     """Classify a metered write's failure: True when it is a disguised quota rejection (405).
 
     On True the service should enqueue an ensure and retry its write later. Every actual 405
@@ -321,21 +320,21 @@ def is_metered_quota(status: int, body: str) -> bool:
     Args:
         status: The HTTP status of the failed write.
         body: Its response body text.
+        environment: The calling service's environment name (the metric's ``Environment``).
     """
     matched = classify.is_metered_quota(status, body)
     if status == 405:
-        _record_classifier(matched)
+        _record_classifier(matched, environment)
     return matched
 
 
-def _record_classifier(matched: bool) -> None:
+def _record_classifier(matched: bool, environment: str) -> None:
     try:
         # Imported here: a service importing the producer should not pay for Powertools
         # unless it actually classifies a 405.
         from .observability import MetricsRecorder
 
-        # The producer runs inside the calling service, whose edge this is.
-        recorder = MetricsRecorder(environment=os.environ.get("ENVIRONMENT") or "unknown")
+        recorder = MetricsRecorder(environment=environment)
         recorder.record("MeteredQuotaClassifier", dimension_value="true" if matched else "false")
         recorder.flush()
     except Exception:  # metrics never change the classification
