@@ -9,6 +9,9 @@ idle connection never holds the server.
 Consequence for clients: use short polling (``WaitTimeSeconds=0``). A long poll on an empty
 queue makes moto wait inside the request and holds every other client for that long.
 
+moto 5.x also breaks FIFO order when several in-flight messages of one group become visible
+together; both launchers apply :func:`.moto_fifo.patch_moto_fifo_redelivery` unless told not to.
+
 Run it standalone with ``python -m serenity_allocator.local.moto_server --port 5000``.
 """
 
@@ -16,12 +19,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Self
+
+from .moto_fifo import patch_moto_fifo_redelivery
 
 READY_PREFIX = "MOTO_READY "
 _START_TIMEOUT_S = 60.0
@@ -94,16 +101,22 @@ def make_single_threaded_server(host: str, port: int) -> Any:
     return make_server(host, port, app, threaded=False, processes=1, request_handler=_QuietHandler)
 
 
-def start_moto_server(host: str = "127.0.0.1", port: int = 0) -> MotoServer:
+def start_moto_server(
+    host: str = "127.0.0.1", port: int = 0, *, fifo_fix: bool = True
+) -> MotoServer:
     """Start moto in a background thread of this process, on an ephemeral port by default.
 
     Args:
         host: The interface to bind.
         port: The port; 0 picks a free one.
+        fifo_fix: Apply :func:`.moto_fifo.patch_moto_fifo_redelivery` to this process's moto
+            first (stock moto 5.x breaks FIFO order on redelivery).
 
     Returns:
         The running server (``.endpoint_url``, ``.stop()``).
     """
+    if fifo_fix:
+        patch_moto_fifo_redelivery()
     server = make_single_threaded_server(host, port)
     thread = threading.Thread(target=server.serve_forever, name="moto-server", daemon=True)
     thread.start()
@@ -116,15 +129,20 @@ def start_moto_server(host: str = "127.0.0.1", port: int = 0) -> MotoServer:
     return MotoServer(host, int(server.server_port), stop, wsgi_server=server)
 
 
-def start_moto_server_process(host: str = "127.0.0.1", port: int = 0) -> MotoServer:
+def start_moto_server_process(
+    host: str = "127.0.0.1", port: int = 0, *, fifo_fix: bool = True
+) -> MotoServer:
     """Start moto in a separate OS process (``python -m serenity_allocator.local.moto_server``).
 
     The child binds first, then writes ``MOTO_READY <port>`` on its stdout pipe; this call
-    returns once that line arrives, so the endpoint is accepting connections.
+    returns once that line arrives, so the endpoint is accepting connections. The child exits
+    by itself if this process dies (kill -9), so an orphan never holds the port.
 
     Args:
         host: The interface to bind.
         port: The port; 0 picks a free one.
+        fifo_fix: Serve with the FIFO redelivery fix (:mod:`.moto_fifo`); False runs stock
+            moto, to show the broker's own violation.
 
     Returns:
         The running server (``.endpoint_url``, ``.pid``, ``.stop()`` terminates the process).
@@ -141,6 +159,9 @@ def start_moto_server_process(host: str = "127.0.0.1", port: int = 0) -> MotoSer
             host,
             "--port",
             str(port),
+            "--parent-pid",
+            str(os.getpid()),
+            *([] if fifo_fix else ["--stock-fifo"]),
         ],
         stdout=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
@@ -174,8 +195,20 @@ def start_moto_server_process(host: str = "127.0.0.1", port: int = 0) -> MotoSer
     return MotoServer(host, actual_port, stop, pid=process.pid)
 
 
-def serve(host: str, port: int) -> None:
+def _exit_when_orphaned(parent_pid: int) -> None:
+    # A broker whose parent died (kill -9) would otherwise hold its port forever.
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent_pid:
+            os._exit(0)
+
+
+def serve(host: str, port: int, *, fifo_fix: bool = True, parent_pid: int | None = None) -> None:
     """Serve in the foreground until terminated, announcing the port on stdout first."""
+    if fifo_fix:
+        patch_moto_fifo_redelivery()
+    if parent_pid is not None:
+        threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
     server = make_single_threaded_server(host, port)
     sys.stdout.write(f"{READY_PREFIX}{server.server_port}\n")
     sys.stdout.flush()
@@ -195,9 +228,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="single-threaded moto server")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--parent-pid", type=int, default=None)
+    parser.add_argument("--stock-fifo", action="store_true", help="no FIFO redelivery fix")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the broker with SIGTERM
     try:
-        serve(args.host, args.port)
+        serve(args.host, args.port, fifo_fix=not args.stock_fifo, parent_pid=args.parent_pid)
     except KeyboardInterrupt:
         return 0
     return 0

@@ -1,0 +1,901 @@
+"""A stand-in for one Lambda container behind the SQS event source mapping, as an OS process.
+
+Each consumer is a separate process (``python -m serenity_allocator.local.consumer``) that does
+what the event source mapping and the Lambda runtime do for one container:
+
+- ReceiveMessage, up to 10, short polling (``WaitTimeSeconds=0``: the local broker serves one
+  request at a time, a long poll would hold it), with every system and message attribute;
+- builds the Lambda SQS event exactly as the mapping does (record keys, attribute names,
+  ``messageAttributes`` in Lambda's lower-camel shape, ``eventSourceARN``, ``awsRegion``);
+- calls the REAL ``serenity_allocator.handlers.allocator.lambda_handler`` with a Lambda context
+  counting down from the function timeout;
+- deletes the records NOT listed in ``batchItemFailures`` and leaves the failures to come back
+  after the visibility timeout. A handler exception, an invalid response or an unknown item
+  identifier fails the whole batch (nothing deleted), as the mapping does;
+- a handler still running at the function timeout is killed with its process, as Lambda resets
+  a timed-out execution environment (the pool starts a fresh one).
+
+Every receive and release is written to a JSON-lines trace (one file per process, monotonic
+timestamps: ``time.monotonic`` is system-wide on Linux), so a harness can check that no message
+group was ever held by two consumers at once. The handler's stdout (logs and EMF) goes to a
+per-process file for metric counting.
+
+Crash injection (the harness's kill -9 scenario) is configured with environment variables:
+``SERENITY_CRASH_AT`` (``before_handler`` | ``during_handler`` | ``after_handler_before_delete``
+| ``random``), ``SERENITY_CRASH_PROBABILITY`` (per batch, default 1), ``SERENITY_CRASH_SEED``
+and ``SERENITY_CRASH_MAX_DELAY_S`` (how far into the handler ``during_handler`` may strike).
+The process then SIGKILLs itself at that point, after writing a ``crash`` trace line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any, TextIO
+
+from .lambda_context import LocalLambdaContext
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import MessageTypeDef
+
+    from .stack import LocalStack
+
+CRASH_POINTS = ("before_handler", "during_handler", "after_handler_before_delete")
+CRASH_AT_ENV = "SERENITY_CRASH_AT"
+CRASH_PROBABILITY_ENV = "SERENITY_CRASH_PROBABILITY"
+CRASH_SEED_ENV = "SERENITY_CRASH_SEED"
+CRASH_MAX_DELAY_ENV = "SERENITY_CRASH_MAX_DELAY_S"
+
+DEFAULT_FUNCTION_NAME = "serenity-allocator-local-AllocatorFunction"
+MAX_MESSAGES_PER_RECEIVE = 10
+"""The event source mapping's batch size in template.yaml (and SQS's receive maximum)."""
+
+HandlerFn = Callable[[dict[str, Any], Any], Any]
+
+
+# -- crash injection ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CrashPlan:
+    """Where and how often a consumer kills itself (SIGKILL) in the middle of its work.
+
+    Attributes:
+        at: One of :data:`CRASH_POINTS`, or ``random`` to pick one per crash.
+        probability: Chance per batch that the consumer crashes.
+        seed: Seed of the draws (combined with the consumer's index and generation, so a
+            restarted consumer does not repeat its predecessor's draws).
+        max_delay_s: ``during_handler`` strikes after a uniform delay in ``[0, max_delay_s]``.
+    """
+
+    at: str
+    probability: float = 1.0
+    seed: int | None = None
+    max_delay_s: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.at not in (*CRASH_POINTS, "random"):
+            raise ValueError(f"crash point must be one of {', '.join(CRASH_POINTS)} or random")
+        if not 0.0 <= self.probability <= 1.0:
+            raise ValueError("crash probability must be within [0, 1]")
+        if self.max_delay_s < 0:
+            raise ValueError("crash max delay must not be negative")
+
+    def environment(self) -> dict[str, str]:
+        """The environment variables that carry this plan into a consumer process."""
+        env = {
+            CRASH_AT_ENV: self.at,
+            CRASH_PROBABILITY_ENV: repr(self.probability),
+            CRASH_MAX_DELAY_ENV: repr(self.max_delay_s),
+        }
+        if self.seed is not None:
+            env[CRASH_SEED_ENV] = str(self.seed)
+        return env
+
+    @classmethod
+    def from_environment(cls, env: Mapping[str, str]) -> CrashPlan | None:
+        """The plan described by ``env``; None when ``SERENITY_CRASH_AT`` is unset or blank."""
+        at = (env.get(CRASH_AT_ENV) or "").strip()
+        if not at:
+            return None
+        seed = env.get(CRASH_SEED_ENV)
+        return cls(
+            at=at,
+            probability=float(env.get(CRASH_PROBABILITY_ENV) or 1.0),
+            seed=int(seed) if seed else None,
+            max_delay_s=float(env.get(CRASH_MAX_DELAY_ENV) or 0.2),
+        )
+
+
+class _CrashInjector:
+    """Draws, per batch, whether and where this process dies."""
+
+    def __init__(self, plan: CrashPlan | None, rng: random.Random, on_crash: Callable[[str], None]):
+        self._plan = plan
+        self._rng = rng
+        self._on_crash = on_crash
+
+    def draw(self) -> str | None:
+        plan = self._plan
+        if plan is None or self._rng.random() >= plan.probability:
+            return None
+        return self._rng.choice(CRASH_POINTS) if plan.at == "random" else plan.at
+
+    def crash_if(self, chosen: str | None, point: str) -> None:
+        if chosen == point:
+            self._on_crash(point)
+
+    def arm_during_handler(self, chosen: str | None) -> threading.Timer | None:
+        if chosen != "during_handler" or self._plan is None:
+            return None
+        timer = threading.Timer(
+            self._rng.uniform(0.0, self._plan.max_delay_s),
+            self._on_crash,
+            args=("during_handler",),
+        )
+        timer.daemon = True
+        timer.start()
+        return timer
+
+
+def _die(trace: TraceWriter, index: int, reason: str) -> None:
+    """Write the last trace line and SIGKILL this process (no cleanup, no flush of anything)."""
+    trace.write({"ev": "crash", "consumer": index, "pid": os.getpid(), "at": reason})
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+# -- the trace ----------------------------------------------------------------------------------
+
+
+class TraceWriter:
+    """Appends one JSON object per line and flushes it, so a SIGKILL loses nothing written."""
+
+    def __init__(self, path: Path, clock: Callable[[], float] = time.monotonic) -> None:
+        self._file: TextIO = path.open("a", encoding="utf-8")
+        self._clock = clock
+        self._lock = threading.Lock()
+
+    def write(self, event: dict[str, Any]) -> None:
+        """Write ``event`` (a ``t`` is added when absent) as one line."""
+        event.setdefault("t", self._clock())
+        line = json.dumps(event, separators=(",", ":")) + "\n"
+        with self._lock:  # the crash timer thread may write too
+            self._file.write(line)
+            self._file.flush()
+
+    def close(self) -> None:
+        """Close the file."""
+        self._file.close()
+
+
+def read_trace_events(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    """Every event of the given trace files, ordered by time (a torn last line is skipped)."""
+    events: list[dict[str, Any]] = []
+    for path in paths:
+        if not path.exists():
+            continue
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    events.sort(key=lambda event: float(event.get("t", 0.0)))
+    return events
+
+
+# -- the event source mapping -------------------------------------------------------------------
+
+
+def to_lambda_record(message: MessageTypeDef, *, queue_arn: str, region: str) -> dict[str, Any]:
+    """One SQS message in the shape the event source mapping hands to Lambda."""
+    record: dict[str, Any] = {
+        "messageId": message["MessageId"],
+        "receiptHandle": message["ReceiptHandle"],
+        "body": message.get("Body", ""),
+        "attributes": dict(message.get("Attributes", {})),
+        "messageAttributes": {
+            name: _lambda_message_attribute(value)
+            for name, value in message.get("MessageAttributes", {}).items()
+        },
+        "md5OfBody": message.get("MD5OfBody", ""),
+        "eventSource": "aws:sqs",
+        "eventSourceARN": queue_arn,
+        "awsRegion": region,
+    }
+    if "MD5OfMessageAttributes" in message:
+        record["md5OfMessageAttributes"] = message["MD5OfMessageAttributes"]
+    return record
+
+
+def _lambda_message_attribute(value: Mapping[str, Any]) -> dict[str, Any]:
+    # Lambda renames the SQS API's keys to lower camel case and always lists both list keys.
+    out: dict[str, Any] = {
+        "stringListValues": list(value.get("StringListValues", [])),
+        "binaryListValues": [
+            base64.b64encode(item).decode("ascii") for item in value.get("BinaryListValues", [])
+        ],
+        "dataType": value.get("DataType", "String"),
+    }
+    if "StringValue" in value:
+        out["stringValue"] = value["StringValue"]
+    if "BinaryValue" in value:
+        out["binaryValue"] = base64.b64encode(value["BinaryValue"]).decode("ascii")
+    return out
+
+
+def build_sqs_event(
+    messages: Sequence[MessageTypeDef], *, queue_arn: str, region: str
+) -> dict[str, Any]:
+    """The Lambda SQS event for one received batch, records in receive order."""
+    return {
+        "Records": [
+            to_lambda_record(message, queue_arn=queue_arn, region=region) for message in messages
+        ]
+    }
+
+
+def failed_message_ids(response: Any, batch_ids: Sequence[str]) -> set[str]:
+    """The records the mapping will NOT delete, from the handler's partial batch response.
+
+    As the event source mapping does, an invalid response, a failure entry without a valid
+    identifier, or an identifier not in the batch fails the whole batch.
+    """
+    everything = set(batch_ids)
+    if response is None:
+        return set()
+    if not isinstance(response, Mapping):
+        return everything
+    failures = response.get("batchItemFailures", [])
+    if not isinstance(failures, list):
+        return everything
+    failed: set[str] = set()
+    for failure in failures:
+        identifier = failure.get("itemIdentifier") if isinstance(failure, Mapping) else None
+        if not isinstance(identifier, str) or identifier not in everything:
+            return everything
+        failed.add(identifier)
+    return failed
+
+
+def _describe(message: MessageTypeDef) -> dict[str, Any]:
+    attributes = message.get("Attributes", {})
+    request_id: str | None = None
+    try:
+        body = json.loads(message.get("Body", ""))
+        if isinstance(body, dict) and isinstance(body.get("request_id"), str):
+            request_id = body["request_id"]
+    except ValueError:
+        pass
+    return {
+        "id": message["MessageId"],
+        "group": attributes.get("MessageGroupId", ""),
+        "request_id": request_id,
+        "receive_count": int(attributes.get("ApproximateReceiveCount", "0")),
+    }
+
+
+@dataclass
+class EventSourceConsumer:
+    """The receive -> invoke -> delete loop of one container.
+
+    Attributes:
+        index: The consumer slot (stable across restarts).
+        queue_url: The allocation queue.
+        queue_arn: Its ARN (the records' ``eventSourceARN``).
+        region: The records' ``awsRegion``.
+        sqs: An SQS client on the local endpoint.
+        handler: The Lambda handler (the real one in a consumer process).
+        trace: Where receive/release events go.
+        function_timeout_s: The Lambda context's timeout; keep it below the queue's
+            visibility timeout so a batch is finished (or killed) before SQS hands it out again.
+        function_name: Reported by the Lambda context.
+        idle_sleep_s: Pause after an empty receive.
+        crash: Optional crash injection.
+        rng: Source of the crash draws.
+        kill_on_timeout: Emulate Lambda's reset of a timed-out environment (SIGKILL).
+    """
+
+    index: int
+    queue_url: str
+    queue_arn: str
+    region: str
+    sqs: SQSClient
+    handler: HandlerFn
+    trace: TraceWriter
+    function_timeout_s: float
+    function_name: str = DEFAULT_FUNCTION_NAME
+    idle_sleep_s: float = 0.1
+    crash: CrashPlan | None = None
+    rng: random.Random = field(default_factory=random.Random)
+    kill_on_timeout: bool = True
+    clock: Callable[[], float] = time.monotonic
+    batches: int = 0
+
+    def __post_init__(self) -> None:
+        self._injector = _CrashInjector(
+            self.crash, self.rng, lambda point: _die(self.trace, self.index, point)
+        )
+
+    def run(
+        self, stop: threading.Event, should_continue: Callable[[], bool] = lambda: True
+    ) -> None:
+        """Poll until ``stop`` is set (a batch in progress is always finished first)."""
+        while not stop.is_set() and should_continue():
+            try:
+                handled = self.poll_once()
+            except Exception as exc:  # the broker went away or refused: retry after a pause
+                print(f"consumer {self.index}: receive failed: {exc!r}", file=sys.stderr)
+                handled = 0
+            if not handled:
+                stop.wait(self.idle_sleep_s)
+
+    def poll_once(self) -> int:
+        """Receive one batch, invoke the handler, delete what succeeded; return the batch size."""
+        requested_at = self.clock()
+        messages = self.sqs.receive_message(
+            QueueUrl=self.queue_url,
+            MaxNumberOfMessages=MAX_MESSAGES_PER_RECEIVE,
+            WaitTimeSeconds=0,
+            MessageSystemAttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        ).get("Messages", [])
+        received_at = self.clock()
+        if not messages:
+            return 0
+        self.batches += 1
+        described = [_describe(message) for message in messages]
+        groups: dict[str, list[str]] = {}
+        for item in described:
+            groups.setdefault(item["group"], []).append(item["id"])
+        base = {"consumer": self.index, "pid": os.getpid(), "batch": self.batches}
+        self.trace.write(
+            {
+                "ev": "receive",
+                **base,
+                "t": received_at,
+                "t_req": requested_at,
+                "groups": groups,
+                "msgs": described,
+            }
+        )
+
+        chosen = self._injector.draw()
+        self._injector.crash_if(chosen, "before_handler")
+        batch_ids = [message["MessageId"] for message in messages]
+        error: str | None = None
+        crash_timer = self._injector.arm_during_handler(chosen)
+        watchdog = self._arm_watchdog()
+        try:
+            event = build_sqs_event(messages, queue_arn=self.queue_arn, region=self.region)
+            context = LocalLambdaContext(self.function_name, self.function_timeout_s, self.clock)
+            response = self.handler(event, context)
+            failures = failed_message_ids(response, batch_ids)
+        except Exception as exc:
+            # A function error: the mapping deletes nothing and the batch comes back whole.
+            error = type(exc).__name__
+            traceback.print_exc()
+            failures = set(batch_ids)
+        finally:
+            for timer in (crash_timer, watchdog):
+                if timer is not None:
+                    timer.cancel()
+        self._injector.crash_if(chosen, "after_handler_before_delete")
+
+        released_at = self.clock()
+        to_delete = [message for message in messages if message["MessageId"] not in failures]
+        deleted, delete_failed = self._delete(to_delete)
+        self.trace.write(
+            {
+                "ev": "release",
+                **base,
+                "t": released_at,
+                "t_done": self.clock(),
+                "groups": list(groups),
+                "failures": [mid for mid in batch_ids if mid in failures],
+                "deleted": deleted,
+                "delete_failed": delete_failed,
+                "error": error,
+            }
+        )
+        return len(messages)
+
+    def _arm_watchdog(self) -> threading.Timer | None:
+        if not self.kill_on_timeout:
+            return None
+        timer = threading.Timer(
+            self.function_timeout_s, lambda: _die(self.trace, self.index, "function_timeout")
+        )
+        timer.daemon = True
+        timer.start()
+        return timer
+
+    def _delete(self, messages: Sequence[MessageTypeDef]) -> tuple[list[str], list[str]]:
+        if not messages:
+            return [], []
+        by_entry = {str(index): message for index, message in enumerate(messages)}
+        try:
+            response = self.sqs.delete_message_batch(
+                QueueUrl=self.queue_url,
+                Entries=[
+                    {"Id": entry_id, "ReceiptHandle": message["ReceiptHandle"]}
+                    for entry_id, message in by_entry.items()
+                ],
+            )
+        except Exception as exc:  # not deleted: they come back, and a replay is harmless
+            print(f"consumer {self.index}: delete failed: {exc!r}", file=sys.stderr)
+            return [], [message["MessageId"] for message in messages]
+        deleted = [by_entry[item["Id"]]["MessageId"] for item in response.get("Successful", [])]
+        failed = [by_entry[item["Id"]]["MessageId"] for item in response.get("Failed", [])]
+        return deleted, failed
+
+
+# -- the consumer process -----------------------------------------------------------------------
+
+
+def _rng_for(plan: CrashPlan | None, index: int, generation: int) -> random.Random:
+    seed = plan.seed if plan is not None and plan.seed is not None else time.time_ns()
+    return random.Random(f"{seed}:{index}:{generation}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one consumer process until SIGTERM/SIGINT or until its parent goes away."""
+    parser = argparse.ArgumentParser(description="local SQS event source mapping consumer")
+    parser.add_argument("--index", type=int, required=True)
+    parser.add_argument("--generation", type=int, default=0)
+    parser.add_argument("--trace", type=Path, required=True)
+    parser.add_argument("--queue-url", default=os.environ.get("QUEUE_URL", ""))
+    parser.add_argument("--queue-arn", required=True)
+    parser.add_argument("--region", default=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))
+    parser.add_argument("--function-name", default=DEFAULT_FUNCTION_NAME)
+    parser.add_argument("--function-timeout-s", type=float, required=True)
+    parser.add_argument("--idle-sleep-s", type=float, default=0.1)
+    parser.add_argument("--parent-pid", type=int, default=os.getppid())
+    args = parser.parse_args(argv)
+
+    # Each log and EMF line reaches the file as it is printed, so a kill -9 loses none.
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)
+    started = time.monotonic()
+    import boto3
+
+    from serenity_allocator.handlers.allocator import lambda_handler
+
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+
+    crash = CrashPlan.from_environment(os.environ)
+    trace = TraceWriter(args.trace)
+    consumer = EventSourceConsumer(
+        index=args.index,
+        queue_url=args.queue_url,
+        queue_arn=args.queue_arn,
+        region=args.region,
+        sqs=boto3.client("sqs"),
+        handler=lambda_handler,
+        trace=trace,
+        function_timeout_s=args.function_timeout_s,
+        function_name=args.function_name,
+        idle_sleep_s=args.idle_sleep_s,
+        crash=crash,
+        rng=_rng_for(crash, args.index, args.generation),
+    )
+    base = {"consumer": args.index, "pid": os.getpid(), "generation": args.generation}
+    trace.write({"ev": "start", **base, "startup_s": time.monotonic() - started})
+    consumer.run(stop, should_continue=lambda: os.getppid() == args.parent_pid)
+    trace.write({"ev": "stop", **base, "batches": consumer.batches})
+    trace.close()
+    return 0
+
+
+# -- the pool (parent side) ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    """The queue's approximate counts: visible (waiting) and not visible (in flight)."""
+
+    visible: int
+    in_flight: int
+
+    @property
+    def is_empty(self) -> bool:
+        """True when nothing waits and nothing is in flight."""
+        return self.visible == 0 and self.in_flight == 0
+
+
+def queue_depth(sqs: SQSClient, queue_url: str) -> QueueDepth:
+    """One GetQueueAttributes call (moto computes both counts exactly)."""
+    attributes = sqs.get_queue_attributes(
+        QueueUrl=queue_url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return QueueDepth(
+        visible=int(attributes.get("ApproximateNumberOfMessages", "0")),
+        in_flight=int(attributes.get("ApproximateNumberOfMessagesNotVisible", "0")),
+    )
+
+
+@dataclass
+class ConsumerProcess:
+    """One consumer OS process and its files."""
+
+    index: int
+    generation: int
+    process: subprocess.Popen[bytes]
+    trace_path: Path
+    stdout_path: Path
+
+    @property
+    def pid(self) -> int:
+        """The OS process id."""
+        return self.process.pid
+
+    def is_alive(self) -> bool:
+        """True while the process runs."""
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        """Kill it with SIGKILL (the harness's crash)."""
+        if self.is_alive():
+            self.process.kill()
+            self.process.wait()
+
+
+_CONTRACT_PREFIXES = ("AWS_", "SEMRUSH_", "SERENITY_", "POWERTOOLS_")
+_CONTRACT_NAMES = frozenset(
+    {
+        "QUEUE_URL",
+        "DLQ_URL",
+        "MAX_RECEIVE_COUNT",
+        "OUTCOME_BUS_NAME",
+        "ENVIRONMENT",
+        "BLOCK_PROJECTS",
+        "BLOCK_PROMPTS",
+        "SAFETY_MARGIN_MS",
+        "ENSURE_NOT_READY_RETRIES",
+        "ENSURE_RETRY_INTERVAL_S",
+        "UNMETERED_CACHE_TTL_S",
+        "SIBLING_RECLAIM_MAX_SIBLINGS",
+        "SIBLING_RECLAIM_MAX_PARKS",
+        "POOL_LOW_RATIO",
+        "POOL_LOW_INTERVAL_S",
+        "SWEEP_BUCKET",
+    }
+)
+
+
+def container_environment(stack_env: Mapping[str, str]) -> dict[str, str]:
+    """The process environment of a consumer: this one's, cleaned, plus ``stack_env``.
+
+    Every contract, Powertools and AWS variable is dropped first, so a developer's real
+    credentials or endpoints never reach a local container.
+    """
+    base = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(_CONTRACT_PREFIXES) and name not in _CONTRACT_NAMES
+    }
+    return {**base, **stack_env}
+
+
+class ConsumerPool:
+    """Starts, watches, restarts and stops consumer processes.
+
+    Args:
+        env: The environment of every consumer (usually ``LocalStack.env()``).
+        queue_url: The allocation queue.
+        queue_arn: Its ARN.
+        region: The records' region.
+        work_dir: Where trace and stdout files go.
+        function_timeout_s: The Lambda context timeout (below the visibility timeout).
+        idle_sleep_s: Pause after an empty receive.
+        crash: Optional crash injection for every consumer.
+    """
+
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        *,
+        queue_url: str,
+        queue_arn: str,
+        region: str,
+        work_dir: Path,
+        function_timeout_s: float,
+        idle_sleep_s: float = 0.1,
+        crash: CrashPlan | None = None,
+        name: str = "consumers",
+    ) -> None:
+        self._env = container_environment({**env, **(crash.environment() if crash else {})})
+        self._queue_url = queue_url
+        self._queue_arn = queue_arn
+        self._region = region
+        self._dir = work_dir / name
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._function_timeout_s = function_timeout_s
+        self._idle_sleep_s = idle_sleep_s
+        self.processes: list[ConsumerProcess] = []
+        """Every process started, in start order (restarted ones included)."""
+        self.restarts = 0
+
+    @property
+    def trace_paths(self) -> list[Path]:
+        """Trace files of every process started."""
+        return [process.trace_path for process in self.processes]
+
+    @property
+    def stdout_paths(self) -> list[Path]:
+        """Handler stdout files of every process started."""
+        return [process.stdout_path for process in self.processes]
+
+    def live(self) -> list[ConsumerProcess]:
+        """The current process of each slot that still runs."""
+        current: dict[int, ConsumerProcess] = {}
+        for process in self.processes:
+            current[process.index] = process
+        return [process for process in current.values() if process.is_alive()]
+
+    def start(self, count: int, *, ready_timeout_s: float = 60.0) -> list[ConsumerProcess]:
+        """Start ``count`` more consumers and wait until each is ready to receive."""
+        first = 1 + max((process.index for process in self.processes), default=-1)
+        started = [self._spawn(index, 0) for index in range(first, first + count)]
+        self.wait_ready(started, timeout_s=ready_timeout_s)
+        return started
+
+    def _spawn(self, index: int, generation: int) -> ConsumerProcess:
+        stem = f"consumer-{index:02d}-g{generation}"
+        trace_path = self._dir / f"{stem}.trace.jsonl"
+        stdout_path = self._dir / f"{stem}.stdout.log"
+        with stdout_path.open("wb") as stdout:
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "serenity_allocator.local.consumer",
+                    "--index",
+                    str(index),
+                    "--generation",
+                    str(generation),
+                    "--trace",
+                    str(trace_path),
+                    "--queue-url",
+                    self._queue_url,
+                    "--queue-arn",
+                    self._queue_arn,
+                    "--region",
+                    self._region,
+                    "--function-timeout-s",
+                    repr(self._function_timeout_s),
+                    "--idle-sleep-s",
+                    repr(self._idle_sleep_s),
+                    "--parent-pid",
+                    str(os.getpid()),
+                ],
+                env=self._env,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=subprocess.STDOUT,
+                # Own session: a Ctrl-C in the terminal reaches the parent only, which then
+                # stops the consumers cleanly with SIGTERM.
+                start_new_session=True,
+            )
+        consumer = ConsumerProcess(index, generation, process, trace_path, stdout_path)
+        self.processes.append(consumer)
+        return consumer
+
+    def wait_ready(self, processes: Sequence[ConsumerProcess], *, timeout_s: float) -> None:
+        """Wait until each process has written its ``start`` trace line.
+
+        Raises:
+            RuntimeError: A process exited first, or the timeout passed.
+        """
+        deadline = time.monotonic() + timeout_s
+        pending = list(processes)
+        while pending:
+            pending = [p for p in pending if not _has_started(p.trace_path)]
+            for process in pending:
+                if not process.is_alive():
+                    tail = _tail(process.stdout_path)
+                    raise RuntimeError(
+                        f"consumer {process.index} exited before it was ready:\n{tail}"
+                    )
+            if pending and time.monotonic() > deadline:
+                raise RuntimeError(f"{len(pending)} consumer(s) not ready in {timeout_s} s")
+            if pending:
+                time.sleep(0.05)
+
+    def restart_dead(self) -> list[ConsumerProcess]:
+        """Replace every slot whose current process died (a crashed container is replaced)."""
+        current: dict[int, ConsumerProcess] = {}
+        for process in self.processes:
+            current[process.index] = process
+        restarted = [
+            self._spawn(process.index, process.generation + 1)
+            for process in current.values()
+            if not process.is_alive()
+        ]
+        self.restarts += len(restarted)
+        return restarted
+
+    def kill(self, index: int) -> None:
+        """Kill the current process of slot ``index`` with SIGKILL."""
+        for process in reversed(self.processes):
+            if process.index == index:
+                process.kill()
+                return
+
+    def wait_drained(
+        self,
+        depth: Callable[[], QueueDepth],
+        *,
+        timeout_s: float,
+        poll_s: float = 0.25,
+        restart_dead: bool = True,
+    ) -> bool:
+        """Wait until the queue is empty with nothing in flight; return False on timeout.
+
+        The parent polls lightly (one GetQueueAttributes per ``poll_s``): the broker is
+        single-threaded and serves the consumers too.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if restart_dead:
+                self.restart_dead()
+            if depth().is_empty:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(poll_s)
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """SIGTERM every live consumer (each finishes its batch), then kill stragglers."""
+        alive = [process for process in self.processes if process.is_alive()]
+        for process in alive:
+            process.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for process in alive:
+            try:
+                process.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def _has_started(trace_path: Path) -> bool:
+    try:
+        with trace_path.open("rb") as handle:
+            return b'"ev":"start"' in handle.read(4096)
+    except FileNotFoundError:
+        return False
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return ""
+
+
+# -- drain --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConsumerStats:
+    """What one consumer slot did (all its generations)."""
+
+    batches: int
+    received: int
+    deleted: int
+
+
+@dataclass(frozen=True)
+class TraceSummary:
+    """Counts over a set of trace files."""
+
+    batches: int
+    received: int
+    deleted: int
+    item_failures: int
+    handler_errors: int
+    crashes: int
+    per_consumer: dict[int, ConsumerStats]
+
+
+def summarize_traces(events: Iterable[Mapping[str, Any]]) -> TraceSummary:
+    """Count batches, messages and failures per consumer slot."""
+    batches: dict[int, int] = {}
+    received: dict[int, int] = {}
+    deleted: dict[int, int] = {}
+    failures = errors = crashes = 0
+    for event in events:
+        slot = int(event.get("consumer", -1))
+        kind = event.get("ev")
+        if kind == "receive":
+            batches[slot] = batches.get(slot, 0) + 1
+            received[slot] = received.get(slot, 0) + len(event.get("msgs", []))
+        elif kind == "release":
+            deleted[slot] = deleted.get(slot, 0) + len(event.get("deleted", []))
+            failures += len(event.get("failures", [])) if not event.get("error") else 0
+            errors += 1 if event.get("error") else 0
+        elif kind == "crash":
+            crashes += 1
+    slots = sorted(set(batches) | set(deleted))
+    return TraceSummary(
+        batches=sum(batches.values()),
+        received=sum(received.values()),
+        deleted=sum(deleted.values()),
+        item_failures=failures,
+        handler_errors=errors,
+        crashes=crashes,
+        per_consumer={
+            slot: ConsumerStats(batches.get(slot, 0), received.get(slot, 0), deleted.get(slot, 0))
+            for slot in slots
+        },
+    )
+
+
+@dataclass(frozen=True)
+class DrainSummary:
+    """The result of :func:`drain`."""
+
+    drained: bool
+    duration_s: float
+    consumers: int
+    restarts: int
+    traces: TraceSummary
+    trace_paths: list[Path]
+    stdout_paths: list[Path]
+
+
+def drain(
+    stack: LocalStack,
+    consumers: int = 4,
+    timeout_s: float = 120.0,
+    *,
+    crash: CrashPlan | None = None,
+) -> DrainSummary:
+    """Run ``consumers`` consumer processes until the queue is empty with nothing in flight.
+
+    Args:
+        stack: A started local stack.
+        consumers: How many containers to run.
+        timeout_s: Give up after this long (``drained`` is then False).
+        crash: Optional crash injection; dead consumers are replaced while draining.
+    """
+    started = time.monotonic()
+    pool = stack.start_consumers(consumers, crash=crash)
+    try:
+        drained = pool.wait_drained(stack.queue_depth, timeout_s=timeout_s)
+    finally:
+        pool.stop()
+    return DrainSummary(
+        drained=drained,
+        duration_s=time.monotonic() - started,
+        consumers=consumers,
+        restarts=pool.restarts,
+        traces=summarize_traces(read_trace_events(pool.trace_paths)),
+        trace_paths=pool.trace_paths,
+        stdout_paths=pool.stdout_paths,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,493 @@
+"""The invariants every local scenario must keep, as checks over what the run left behind.
+
+Inputs are plain observations, gathered after the run:
+
+- ``requests``: every request enqueued, in enqueue order (per child, the order of this list is
+  the order the producer sent them; give each child's requests from one sender);
+- ``outcomes``: the outcome events, in publication order (:class:`.outcome_capture.OutcomeCapture`);
+- workspaces in the simulator's seed shape (``{"id", "parent_id", "ai": {dim: {used, drafted,
+  total}}}``), before and after, indexed by id with :func:`workspaces_by_id`;
+- the simulator's call log and the consumers' trace events (:func:`.consumer.read_trace_events`).
+
+The numbered checks are the issue's invariants 1-5. Two more check the BROKER, not our code:
+:func:`check_group_exclusivity` (no message group held by two consumers at once) and
+:func:`check_fifo_delivery` (each group delivered in enqueue order). When one of those fails,
+an order violation in invariant 4 is the broker's, and the report says so.
+
+Each check returns an :class:`InvariantResult`; none raises on a violation.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
+from ..domain.model import DEFAULT_BLOCKS, Totals
+
+Request = EnsureRequest | ReleaseRequest
+Workspaces = Mapping[str, Mapping[str, Any]]
+DIMENSIONS = ("projects", "prompts")
+_MAX_LISTED = 5
+_DEFAULT_FLOOR = DEFAULT_BLOCKS.as_totals()
+_APPLIED_ENSURE = frozenset({"hot-path", "topped-up", "topped-up-after-reclaim"})
+
+
+@dataclass(frozen=True)
+class InvariantResult:
+    """One check's verdict.
+
+    Attributes:
+        name: What was checked (short, for a table row).
+        passed: True when no violation was found.
+        detail: One line: what was covered, or the first violations.
+        violations: Every violation found, one line each.
+    """
+
+    name: str
+    passed: bool
+    detail: str
+    violations: tuple[str, ...] = field(default=())
+
+
+def _result(name: str, violations: Sequence[str], covered: str) -> InvariantResult:
+    if not violations:
+        return InvariantResult(name, True, covered)
+    shown = "; ".join(violations[:_MAX_LISTED])
+    more = f" (+{len(violations) - _MAX_LISTED} more)" if len(violations) > _MAX_LISTED else ""
+    return InvariantResult(
+        name, False, f"{len(violations)} violation(s): {shown}{more}", tuple(violations)
+    )
+
+
+def workspaces_by_id(workspaces: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """Index seed-shape workspaces (e.g. ``simulator.dump()["workspaces"]``) by id."""
+    return {str(workspace["id"]): workspace for workspace in workspaces}
+
+
+def _dim(workspace: Mapping[str, Any], dim: str, key: str) -> int:
+    return int(workspace.get("ai", {}).get(dim, {}).get(key, 0))
+
+
+def _children(workspaces: Workspaces, parent_id: str) -> list[Mapping[str, Any]]:
+    return [w for w in workspaces.values() if w.get("parent_id") == parent_id]
+
+
+def first_outcomes(outcomes: Iterable[AllocationOutcome]) -> dict[str, AllocationOutcome]:
+    """The first outcome of each request id, in publication order."""
+    first: dict[str, AllocationOutcome] = {}
+    for outcome in outcomes:
+        first.setdefault(outcome.request_id, outcome)
+    return first
+
+
+# -- 1. conservation ------------------------------------------------------------------------------
+
+
+def check_conservation(parent_id: str, before: Workspaces, after: Workspaces) -> InvariantResult:
+    """1. master total + sum of its children's totals is unchanged, per dimension."""
+    name = "1 conservation"
+
+    def pool_sum(workspaces: Workspaces, dim: str) -> int:
+        master = workspaces.get(parent_id)
+        own = _dim(master, dim, "total") if master is not None else 0
+        return own + sum(_dim(child, dim, "total") for child in _children(workspaces, parent_id))
+
+    violations = []
+    sums = []
+    for dim in DIMENSIONS:
+        start, end = pool_sum(before, dim), pool_sum(after, dim)
+        sums.append(f"{dim} {start}->{end}")
+        if start != end:
+            violations.append(f"{dim}: master+children total was {start}, is {end}")
+    return _result(name, violations, "master + children totals: " + ", ".join(sums))
+
+
+# -- 2. bounds ------------------------------------------------------------------------------------
+
+
+def check_bounds(
+    after: Workspaces,
+    requests: Sequence[Request],
+    outcomes: Iterable[AllocationOutcome],
+    *,
+    parent_id: str,
+    default_floor: Totals = _DEFAULT_FLOOR,
+    metered_below_used: Collection[str] = (),
+) -> InvariantResult:
+    """2. No child below its usage, no ensure past its ceiling, no release below its floor.
+
+    Args:
+        after: The workspaces at the end.
+        requests: Every request enqueued.
+        outcomes: The outcome events.
+        parent_id: The master whose children are checked.
+        default_floor: The floor of a release that names none (one block per dimension).
+        metered_below_used: Children the scenario metered below their total on purpose.
+    """
+    name = "2 bounds (used, ceiling, floor)"
+    by_id = {request.request_id: request for request in requests}
+    violations: list[str] = []
+    children = _children(after, parent_id)
+    for child in children:
+        if child["id"] in metered_below_used:
+            continue
+        for dim in DIMENSIONS:
+            total, used = _dim(child, dim, "total"), _dim(child, dim, "used")
+            if total < used:
+                violations.append(f"{child['id']} {dim} total {total} < used {used}")
+    ceilings = floors = 0
+    for outcome in first_outcomes(outcomes).values():
+        request = by_id.get(outcome.request_id)
+        before, result = outcome.totals_before, outcome.totals_after
+        if isinstance(request, EnsureRequest) and request.ceiling is not None:
+            ceilings += 1
+        if request is None or before is None or result is None:
+            continue
+        if isinstance(request, EnsureRequest) and request.ceiling is not None:
+            for dim in DIMENSIONS:
+                raised = getattr(result, dim) > getattr(before, dim)
+                if raised and getattr(result, dim) > getattr(request.ceiling, dim):
+                    violations.append(
+                        f"{outcome.request_id} raised {request.workspace_id} {dim} to "
+                        f"{getattr(result, dim)} past ceiling {getattr(request.ceiling, dim)}"
+                    )
+        if isinstance(request, ReleaseRequest) and outcome.status == "released":
+            floors += 1
+            floor = request.floor or default_floor
+            for dim in DIMENSIONS:
+                lowered = getattr(result, dim) < getattr(before, dim)
+                if lowered and getattr(result, dim) < getattr(floor, dim):
+                    violations.append(
+                        f"{outcome.request_id} lowered {request.workspace_id} {dim} to "
+                        f"{getattr(result, dim)} below floor {getattr(floor, dim)}"
+                    )
+    return _result(
+        name,
+        violations,
+        f"{len(children)} children total >= used; {ceilings} ceilinged ensures; "
+        f"{floors} releases above floor",
+    )
+
+
+# -- 3. exactly one terminal outcome --------------------------------------------------------------
+
+
+def check_terminal_outcomes(
+    requests: Sequence[Request],
+    outcomes: Iterable[AllocationOutcome],
+    dead_lettered: Collection[str],
+    *,
+    allow_replays: bool = False,
+) -> InvariantResult:
+    """3. Every request has exactly one terminal outcome, or sits in the DLQ; none is lost.
+
+    Args:
+        requests: Every request enqueued.
+        outcomes: The outcome events.
+        dead_lettered: Request ids found in the DLQ.
+        allow_replays: Accept more than one outcome per request (a crash between publishing
+            and deleting replays the request; absolute transfers make that harmless). The
+            replays are still counted in the detail.
+    """
+    name = "3 one terminal outcome or DLQ"
+    counts = Counter(outcome.request_id for outcome in outcomes)
+    known = {request.request_id for request in requests}
+    violations: list[str] = []
+    lost = [rid for rid in known if counts[rid] == 0 and rid not in dead_lettered]
+    violations += [f"{rid}: no outcome and not in the DLQ" for rid in sorted(lost)]
+    replayed = sorted(rid for rid in known if counts[rid] > 1)
+    if not allow_replays:
+        violations += [f"{rid}: {counts[rid]} outcomes" for rid in replayed]
+    unknown = sorted(set(counts) - known)
+    with_outcome = sum(1 for rid in known if counts[rid] > 0)
+    in_dlq = len(known & set(dead_lettered))
+    covered = (
+        f"{len(known)} requests: {with_outcome} with an outcome, {in_dlq} in the DLQ, "
+        f"{len(replayed)} replayed, {len(unknown)} outcomes of other requests"
+    )
+    return _result(name, violations, covered)
+
+
+# -- 4. order per child ---------------------------------------------------------------------------
+
+
+def check_order(
+    requests: Sequence[Request],
+    outcomes: Iterable[AllocationOutcome],
+    calls: Iterable[Mapping[str, Any]],
+    before: Workspaces,
+    *,
+    strict_transfers: bool = True,
+) -> InvariantResult:
+    """4. Per child, requests were applied in enqueue order.
+
+    Two views must agree: the order of the children's outcome events equals their enqueue
+    order, and the totals the outcomes report after each change follow the sequence of
+    transfers the simulator applied to that child (its call log).
+
+    Args:
+        requests: Every request enqueued, in enqueue order.
+        outcomes: The outcome events, in publication order.
+        calls: The simulator's call log.
+        before: The workspaces at the start (each child's totals before the first transfer).
+        strict_transfers: The two sequences must be equal. False accepts transfers no outcome
+            reports (a crash after a transfer, a response lost to a timeout), as long as the
+            reported ones appear in the simulator's order.
+    """
+    name = "4 per-child order"
+    enqueued: dict[str, list[str]] = defaultdict(list)
+    for request in requests:
+        enqueued[request.workspace_id].append(request.request_id)
+    known = {request.request_id for request in requests}
+    first = first_outcomes(outcomes)
+    applied: dict[str, list[AllocationOutcome]] = defaultdict(list)
+    for outcome in first.values():
+        if outcome.request_id in known:
+            applied[outcome.workspace_id].append(outcome)
+
+    violations: list[str] = []
+    for child, outcome_list in applied.items():
+        order = [outcome.request_id for outcome in outcome_list]
+        expected = [rid for rid in enqueued[child] if rid in set(order)]
+        if order != expected:
+            position = next(
+                (i for i, (a, b) in enumerate(zip(order, expected, strict=False)) if a != b),
+                min(len(order), len(expected)) - 1,
+            )
+            violations.append(
+                f"{child}: outcome #{position + 1} is {order[position]}, enqueue order says "
+                f"{expected[position]}"
+            )
+
+    transfers = _transfer_sequences(calls, before)
+    checked = 0
+    for child, outcome_list in applied.items():
+        reported = _reported_changes(outcome_list)
+        applied_totals = transfers.get(child, [])
+        checked += 1
+        agrees = (
+            reported == applied_totals
+            if strict_transfers
+            else _is_subsequence(reported, applied_totals)
+        )
+        if not agrees:
+            violations.append(
+                f"{child}: outcomes report totals {_fmt_seq(reported)}, simulator applied "
+                f"{_fmt_seq(applied_totals)}"
+            )
+    return _result(
+        name,
+        violations,
+        f"{checked} children: outcome order = enqueue order, reported totals = applied transfers",
+    )
+
+
+def _transfer_sequences(
+    calls: Iterable[Mapping[str, Any]], before: Workspaces
+) -> dict[str, list[tuple[int, int]]]:
+    """Per child, its distinct totals after each successful transfer (0 keeps a dimension)."""
+    state: dict[str, dict[str, int]] = {}
+    sequences: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for call in sorted(calls, key=lambda c: int(c.get("seq", 0))):
+        if call.get("op") != "transfer" or call.get("status") != 200:
+            continue
+        child = str(call.get("workspace_id"))
+        if child not in state:
+            start = before.get(child, {})
+            state[child] = {dim: _dim(start, dim, "total") for dim in DIMENSIONS}
+        body = call.get("body") or {}
+        sent = (body.get("resources") or {}).get("ai") or {}
+        for dim in DIMENSIONS:
+            value = sent.get(dim)
+            if isinstance(value, int) and value != 0:
+                state[child][dim] = value
+        totals = (state[child]["projects"], state[child]["prompts"])
+        # A re-sent absolute transfer (a retry after a lost response) moves nothing.
+        if not sequences[child] or sequences[child][-1] != totals:
+            sequences[child].append(totals)
+    return sequences
+
+
+def _reported_changes(outcome_list: Sequence[AllocationOutcome]) -> list[tuple[int, int]]:
+    changes: list[tuple[int, int]] = []
+    for outcome in outcome_list:
+        before, after = outcome.totals_before, outcome.totals_after
+        if before is None or after is None or before == after:
+            continue
+        totals = (after.projects, after.prompts)
+        # Coalesced ensures each report the one transfer their leader made.
+        if not changes or changes[-1] != totals:
+            changes.append(totals)
+    return changes
+
+
+def _is_subsequence(short: Sequence[Any], long: Sequence[Any]) -> bool:
+    remaining = iter(long)
+    return all(any(item == candidate for candidate in remaining) for item in short)
+
+
+def _fmt_seq(seq: Sequence[tuple[int, int]]) -> str:
+    return "[" + ", ".join(f"{p}/{q}" for p, q in seq) + "]"
+
+
+# -- 5. headroom ----------------------------------------------------------------------------------
+
+
+def check_headroom(
+    requests: Sequence[Request],
+    outcomes: Iterable[AllocationOutcome],
+    usage: Workspaces,
+) -> InvariantResult:
+    """5. Every hot-path or topped-up ensure left total >= used + need (+ drafted when asked).
+
+    Args:
+        requests: Every request enqueued.
+        outcomes: The outcome events.
+        usage: The workspaces' usage at the time the ensures ran (usage does not move during a
+            scenario unless it meters on purpose; pass the snapshot that applies).
+    """
+    name = "5 headroom after ensure"
+    by_id = {request.request_id: request for request in requests}
+    violations: list[str] = []
+    checked = 0
+    for outcome in first_outcomes(outcomes).values():
+        request = by_id.get(outcome.request_id)
+        if not isinstance(request, EnsureRequest) or outcome.status not in _APPLIED_ENSURE:
+            continue
+        checked += 1
+        child = usage.get(request.workspace_id, {})
+        after = outcome.totals_after
+        required = {
+            "projects": _dim(child, "projects", "used") + request.need.projects,
+            "prompts": _dim(child, "prompts", "used")
+            + request.need.prompts
+            + (_dim(child, "prompts", "drafted") if request.include_drafted else 0),
+        }
+        if after is None:
+            violations.append(f"{outcome.request_id}: {outcome.status} without totals_after")
+            continue
+        for dim in DIMENSIONS:
+            if getattr(after, dim) < required[dim]:
+                violations.append(
+                    f"{outcome.request_id} ({request.workspace_id}) {dim}: total "
+                    f"{getattr(after, dim)} < used + need {required[dim]}"
+                )
+    return _result(name, violations, f"{checked} applied ensures cover used + need")
+
+
+# -- the broker -----------------------------------------------------------------------------------
+
+
+def check_group_exclusivity(
+    events: Iterable[Mapping[str, Any]], visibility_timeout_s: float
+) -> InvariantResult:
+    """BROKER: no message group was ever held by two consumers at once.
+
+    A consumer holds a group from the end of the receive that delivered it to the start of its
+    delete (the broker can hand the group out again only after processing that delete). A
+    consumer that never released (it crashed) holds the group until the visibility timeout
+    counted from the START of its receive. These bounds are conservative: an overlap they show
+    is real.
+    """
+    name = "broker: one holder per group"
+    intervals: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    open_batches: dict[tuple[Any, Any], Mapping[str, Any]] = {}
+    for event in sorted(events, key=lambda e: float(e.get("t", 0.0))):
+        key = (event.get("pid"), event.get("batch"))
+        if event.get("ev") == "receive":
+            open_batches[key] = event
+        elif event.get("ev") == "release" and key in open_batches:
+            received = open_batches.pop(key)
+            holder = f"consumer {received.get('consumer')} (pid {received.get('pid')})"
+            for group in received.get("groups", {}):
+                intervals[group].append((float(received["t"]), float(event["t"]), holder))
+    for received in open_batches.values():
+        holder = f"consumer {received.get('consumer')} (pid {received.get('pid')}, crashed)"
+        until = float(received.get("t_req", received["t"])) + visibility_timeout_s
+        for group in received.get("groups", {}):
+            intervals[group].append((float(received["t"]), until, holder))
+
+    violations: list[str] = []
+    holds = 0
+    for group, spans in intervals.items():
+        spans.sort()
+        holds += len(spans)
+        held_until, holder = spans[0][1], spans[0][2]
+        for start, end, who in spans[1:]:
+            if start < held_until:
+                violations.append(
+                    f"group {group}: {who} received it at {start:.3f} while {holder} held it "
+                    f"until {held_until:.3f}"
+                )
+            if end > held_until:
+                held_until, holder = end, who
+    return _result(name, violations, f"{holds} holds of {len(intervals)} groups, no overlap")
+
+
+def check_fifo_delivery(
+    events: Iterable[Mapping[str, Any]],
+    requests: Sequence[Request],
+    max_receive_count: int,
+) -> InvariantResult:
+    """BROKER: every receive delivered the oldest unfinished messages of each of its groups.
+
+    A message is finished once a consumer deleted it, or once it failed on its
+    ``max_receive_count``-th receive (the redrive moves it to the DLQ). Messages of a batch
+    whose consumer crashed are uncertain (the crash may have come after the delete), so their
+    absence from a later receive is not counted against the broker.
+    """
+    name = "broker: FIFO delivery order"
+    order: dict[str, list[str]] = defaultdict(list)
+    for request in requests:
+        order[request.workspace_id].append(request.request_id)
+    known = {request.request_id for request in requests}
+    finished: set[str] = set()
+    uncertain: set[str] = set()
+    open_batches: dict[tuple[Any, Any], Mapping[str, Any]] = {}
+    violations: list[str] = []
+    receives = 0
+    for event in sorted(events, key=lambda e: float(e.get("t", 0.0))):
+        key = (event.get("pid"), event.get("batch"))
+        if event.get("ev") == "receive":
+            receives += 1
+            delivered: dict[str, list[str]] = defaultdict(list)
+            for message in event.get("msgs", []):
+                rid = message.get("request_id")
+                if rid in known:
+                    delivered[str(message.get("group"))].append(rid)
+            _forget_dead_holders(open_batches, set(delivered), uncertain)
+            open_batches[key] = event
+            for group, rids in delivered.items():
+                uncertain.difference_update(rids)
+                pending = [r for r in order[group] if r not in finished and r not in uncertain]
+                if rids != pending[: len(rids)]:
+                    violations.append(
+                        f"group {group}: consumer {event.get('consumer')} got "
+                        f"{_short(rids)} while {_short(pending[: len(rids)])} were due"
+                    )
+        elif event.get("ev") == "release" and key in open_batches:
+            received = open_batches.pop(key)
+            deleted = set(event.get("deleted", []))
+            for message in received.get("msgs", []):
+                final = int(message.get("receive_count", 0)) >= max_receive_count
+                if message.get("id") in deleted or final:
+                    finished.add(str(message.get("request_id")))
+    return _result(name, violations, f"{receives} receives delivered groups in enqueue order")
+
+
+def _forget_dead_holders(
+    open_batches: dict[tuple[Any, Any], Mapping[str, Any]], groups: set[str], uncertain: set[str]
+) -> None:
+    """A batch still open when its group is delivered again belongs to a dead consumer."""
+    for key, batch in list(open_batches.items()):
+        messages = batch.get("msgs", [])
+        if any(str(m.get("group")) in groups for m in messages):
+            uncertain.update(str(m.get("request_id")) for m in messages)
+            del open_batches[key]
+
+
+def _short(rids: Sequence[str]) -> str:
+    return "[" + ", ".join(rid[:8] for rid in rids) + "]"

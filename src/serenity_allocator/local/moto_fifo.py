@@ -1,0 +1,54 @@
+"""A FIFO-correct local broker: moto, single-threaded, with its redelivery order fixed.
+
+moto 5.x breaks FIFO order when several in-flight messages of one group become visible again
+together (a consumer failed or crashed on a batch holding two or more messages of the group).
+``SQSBackend.receive_message`` snapshots the "groups in flight" set, then walks the queue and
+frees each expired message only when it reaches it, recomputing the set each time: every
+message but the LAST of the group is skipped as "group still in flight", and the last one is
+delivered alone, ahead of its predecessors. Measured on moto 5.2.5: send m0, m1, m2 to one
+group, receive all three, let the visibility timeout pass, receive again: moto returns
+``[m2]``. Real SQS returns ``[m0, m1, m2]``.
+
+:func:`patch_moto_fifo_redelivery` frees every expired in-flight message of the queue BEFORE
+moto takes its snapshot, so the group is free and its messages come back in order. It changes
+nothing else (visibility, receive counts and the redrive to the DLQ are moto's).
+
+The launchers in :mod:`.moto_server` apply it by default; ``fifo_fix=False`` keeps the stock
+broker available to show the violation.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+_PATCH_MARK = "_serenity_fifo_redelivery_fix"
+
+
+def patch_moto_fifo_redelivery() -> bool:
+    """Make moto's SQS receive free expired in-flight FIFO messages first (idempotent).
+
+    Affects the moto backends of THIS process only.
+
+    Returns:
+        True when the patch was installed now, False when it already was.
+    """
+    from moto.sqs.models import SQSBackend
+
+    original = SQSBackend.receive_message
+    if getattr(original, _PATCH_MARK, False):
+        return False
+
+    @functools.wraps(original)
+    def receive_message(self: Any, queue_name: str, *args: Any, **kwargs: Any) -> Any:
+        queue = self.get_queue(queue_name)
+        if queue.fifo_queue:
+            # An in-flight message whose visibility timeout has passed no longer holds its
+            # group; free them all before moto snapshots the groups in flight.
+            for message in [m for m in queue.pending_messages if m.visible]:
+                queue.pending_messages.discard(message)
+        return original(self, queue_name, *args, **kwargs)
+
+    setattr(receive_message, _PATCH_MARK, True)
+    SQSBackend.receive_message = receive_message  # type: ignore[method-assign]
+    return True

@@ -1,0 +1,469 @@
+"""The local stack: everything the Allocator and the Sweep talk to, on this machine, no AWS.
+
+- A moto server in its OWN process, single-threaded (moto's SQS backend is not safe under
+  concurrent requests), with moto's FIFO redelivery order fixed (see :mod:`.moto_fifo`).
+- The Semrush simulator (a thread of this process; latency and not-ready window configurable).
+- The resources template.yaml declares (:func:`.resources.create_local_resources`): the FIFO
+  queue with its redrive policy (maxReceiveCount 5) to the FIFO DLQ, the sweep bucket, the
+  outcome bus and the token secret.
+- An outcome capture: a rule on the bus into a standard SQS queue (moto delivers EventBridge
+  targets to SQS synchronously inside PutEvents).
+- Consumer processes on demand (:mod:`.consumer`), one per simulated Lambda container.
+
+Timings are shortened for local runs: the queue's visibility timeout is a few seconds so a
+failed message comes back quickly; the Lambda context timeout is one second below it (a batch
+is finished or killed before SQS hands it out again), and the Semrush per-request timeout and
+the safety margin are sized so the handler's own time budgeting still works inside it.
+
+``serenity-allocator local up`` starts it all and runs until Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import secrets
+import shlex
+import signal
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import TYPE_CHECKING, Any, Self, TypeVar
+
+from .consumer import ConsumerPool, CrashPlan, QueueDepth, queue_depth
+from .outcome_capture import OutcomeCapture, create_outcome_capture
+from .resources import (
+    LOCAL_REGION,
+    LocalResourceNames,
+    LocalResources,
+    create_local_resources,
+    local_client,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+    from .moto_server import MotoServer
+    from .simulator import SimulatorServer
+
+DEFAULT_VISIBILITY_TIMEOUT_S = 3
+LOCAL_ENVIRONMENT = "local"
+LOCAL_SAFETY_MARGIN_MS = 250
+_SECRET_ENV_NAMES = frozenset({"SEMRUSH_TOKEN"})
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One message read from the DLQ."""
+
+    message_id: str
+    group_id: str
+    body: str
+    request_id: str | None
+    reason: str | None
+    """The worker's validation error for an invalid message; None for a redriven one."""
+    receive_count: int
+
+
+class LocalStack:
+    """moto + simulator + resources + outcome capture; consumers on demand.
+
+    Use as a context manager (or :meth:`start` / :meth:`stop`).
+
+    Args:
+        latency_ms: Simulator latency added to every Semrush request.
+        not_ready_ms: Simulator not-ready window after a transfer.
+        visibility_timeout_s: The queue's visibility timeout (whole seconds, >= 2).
+        max_receive_count: The redrive policy's maxReceiveCount (template: 5).
+        work_dir: Where consumer traces and logs go (a new temporary directory when absent).
+        names: Resource names (template-like local names by default).
+        fifo_safe_broker: Run moto with the FIFO redelivery fix (default). False runs stock
+            moto, whose FIFO violations the harness then has to report.
+        host: Interface for moto and the simulator.
+        moto_port: moto's port (0: ephemeral).
+        simulator_port: The simulator's port (0: ephemeral).
+    """
+
+    def __init__(
+        self,
+        *,
+        latency_ms: float = 0.0,
+        not_ready_ms: float = 0.0,
+        visibility_timeout_s: int = DEFAULT_VISIBILITY_TIMEOUT_S,
+        max_receive_count: int = 5,
+        work_dir: Path | None = None,
+        names: LocalResourceNames | None = None,
+        fifo_safe_broker: bool = True,
+        host: str = "127.0.0.1",
+        moto_port: int = 0,
+        simulator_port: int = 0,
+    ) -> None:
+        if visibility_timeout_s < 2:
+            raise ValueError("visibility_timeout_s must be at least 2 (the function needs 1 s)")
+        self.latency_ms = latency_ms
+        self.not_ready_ms = not_ready_ms
+        self.visibility_timeout_s = visibility_timeout_s
+        self.names = names or LocalResourceNames(
+            visibility_timeout_s=visibility_timeout_s, max_receive_count=max_receive_count
+        )
+        self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="serenity-local-"))
+        self.fifo_safe_broker = fifo_safe_broker
+        self.region = LOCAL_REGION
+        self._host = host
+        self._moto_port = moto_port
+        self._simulator_port = simulator_port
+        # A fresh random bearer per stack; the simulator accepts only it.
+        self._token = f"local-{secrets.token_urlsafe(18)}"
+        self._moto: MotoServer | None = None
+        self._simulator: SimulatorServer | None = None
+        self._resources: LocalResources | None = None
+        self._outcomes: OutcomeCapture | None = None
+        self._sqs: SQSClient | None = None
+        self._pools: list[ConsumerPool] = []
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> Self:
+        """Start moto and the simulator, create the resources and the outcome capture."""
+        from .moto_server import start_moto_server_process
+        from .simulator import start_simulator
+
+        try:
+            self._moto = start_moto_server_process(
+                self._host, self._moto_port, fifo_fix=self.fifo_safe_broker
+            )
+            self._simulator = start_simulator(
+                self._host,
+                self._simulator_port,
+                accepted_tokens=[self._token],
+                latency_ms=self.latency_ms,
+                not_ready_ms=self.not_ready_ms,
+            )
+            self._resources = create_local_resources(
+                self._moto.endpoint_url, self.names, token=self._token
+            )
+            self._outcomes = create_outcome_capture(
+                self._moto.endpoint_url,
+                self._resources.bus_name,
+                f"{self.names.bus}-capture"[:80],
+            )
+            self._sqs = local_client("sqs", self._moto.endpoint_url)
+        except BaseException:
+            self.stop()
+            raise
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def stop(self) -> None:
+        """Stop consumers, the simulator and moto (idempotent)."""
+        self.stop_consumers()
+        if self._simulator is not None:
+            self._simulator.stop()
+            self._simulator = None
+        if self._moto is not None:
+            self._moto.stop()
+            self._moto = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- parts ----------------------------------------------------------------------------------
+
+    @property
+    def moto(self) -> MotoServer:
+        """The running moto server."""
+        return _started(self._moto)
+
+    @property
+    def simulator(self) -> SimulatorServer:
+        """The running Semrush simulator."""
+        return _started(self._simulator)
+
+    @property
+    def resources(self) -> LocalResources:
+        """The created queue, DLQ, bucket, bus and secret."""
+        return _started(self._resources)
+
+    @property
+    def outcomes(self) -> OutcomeCapture:
+        """The outcome capture."""
+        return _started(self._outcomes)
+
+    @property
+    def sqs(self) -> SQSClient:
+        """An SQS client on moto, for the parent's own (light) calls."""
+        return _started(self._sqs)
+
+    @property
+    def function_timeout_s(self) -> float:
+        """The Lambda context timeout: one second below the visibility timeout."""
+        return float(self.visibility_timeout_s - 1)
+
+    @property
+    def semrush_timeout_s(self) -> float:
+        """The Semrush per-request timeout: a third of the function's time, 0.5 s at least."""
+        return round(max(0.5, min(15.0, self.function_timeout_s / 3)), 2)
+
+    def client(self, service: str) -> Any:
+        """A boto3 client for ``service`` on moto (dummy credentials)."""
+        return local_client(service, self.moto.endpoint_url)
+
+    # -- environment ----------------------------------------------------------------------------
+
+    def env(self, **overrides: str | None) -> dict[str, str]:
+        """The exact environment the Allocator and Sweep handlers need on this stack.
+
+        Args:
+            **overrides: Variables to set (a value of None removes the variable).
+        """
+        resources = self.resources
+        env = {
+            "SEMRUSH_BASE_URL": self.simulator.origin,
+            # Loopback only: the settings refuse a plain token with any other base URL.
+            "SEMRUSH_TOKEN": self._token,
+            "SEMRUSH_TIMEOUT_S": repr(self.semrush_timeout_s),
+            **resources.environment(),
+            "ENVIRONMENT": LOCAL_ENVIRONMENT,
+            "SERENITY_DYNAMIC_ALLOCATION": "true",
+            "SAFETY_MARGIN_MS": str(LOCAL_SAFETY_MARGIN_MS),
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": self.region,
+            "AWS_REGION": self.region,
+            "POWERTOOLS_SERVICE_NAME": "serenity-allocator",
+            "POWERTOOLS_METRICS_NAMESPACE": "SerenityAllocator",
+            "POWERTOOLS_LOG_LEVEL": "INFO",
+        }
+        for name, value in overrides.items():
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = str(value)
+        return env
+
+    def printable_env(self, **overrides: str | None) -> dict[str, str]:
+        """:meth:`env` without the bearer token (the secret in moto holds it)."""
+        return {k: v for k, v in self.env(**overrides).items() if k not in _SECRET_ENV_NAMES}
+
+    @contextlib.contextmanager
+    def activated(self, **overrides: str | None) -> Iterator[dict[str, str]]:
+        """Set :meth:`env` in ``os.environ`` for in-process handler calls; restore on exit.
+
+        Variables the handlers or boto3 would otherwise pick up from the developer's shell
+        (per-service endpoints, profiles) are removed for the duration.
+        """
+        env = self.env(**overrides)
+        shadowed = [
+            name
+            for name in os.environ
+            if name.startswith(("AWS_ENDPOINT_URL_", "AWS_PROFILE", "AWS_SESSION_TOKEN"))
+        ]
+        saved = {name: os.environ.get(name) for name in [*env, *shadowed]}
+        try:
+            for name in shadowed:
+                os.environ.pop(name, None)
+            os.environ.update(env)
+            yield env
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+    # -- consumers ------------------------------------------------------------------------------
+
+    def start_consumers(
+        self,
+        count: int,
+        *,
+        crash: CrashPlan | None = None,
+        idle_sleep_s: float = 0.1,
+        **env_overrides: str | None,
+    ) -> ConsumerPool:
+        """Start ``count`` consumer processes (ready when this returns) and return their pool.
+
+        Args:
+            count: How many containers.
+            crash: Optional crash injection for these consumers.
+            idle_sleep_s: Pause after an empty receive.
+            **env_overrides: Passed to :meth:`env` for these consumers.
+        """
+        pool = ConsumerPool(
+            self.env(**env_overrides),
+            queue_url=self.resources.queue_url,
+            queue_arn=self.resources.queue_arn,
+            region=self.region,
+            work_dir=self.work_dir,
+            function_timeout_s=self.function_timeout_s,
+            idle_sleep_s=idle_sleep_s,
+            crash=crash,
+            name=f"pool-{len(self._pools) + 1}",
+        )
+        self._pools.append(pool)
+        try:
+            pool.start(count)
+        except BaseException:
+            pool.stop()
+            raise
+        return pool
+
+    def stop_consumers(self) -> None:
+        """Stop every consumer process this stack started."""
+        for pool in self._pools:
+            pool.stop()
+
+    # -- queues ---------------------------------------------------------------------------------
+
+    def queue_depth(self) -> QueueDepth:
+        """The allocation queue's waiting and in-flight counts."""
+        return queue_depth(self.sqs, self.resources.queue_url)
+
+    def dlq_depth(self) -> QueueDepth:
+        """The DLQ's waiting and in-flight counts."""
+        return queue_depth(self.sqs, self.resources.dlq_url)
+
+    def read_dead_letters(self) -> list[DeadLetter]:
+        """Read AND delete every message in the DLQ.
+
+        A FIFO queue hides the later messages of a group from a reader that does not delete,
+        so a complete read has to consume.
+        """
+        from ..adapters.sqs_dead_letter import REASON_ATTRIBUTE
+
+        letters: list[DeadLetter] = []
+        while True:
+            messages = self.sqs.receive_message(
+                QueueUrl=self.resources.dlq_url,
+                MaxNumberOfMessages=10,
+                WaitTimeSeconds=0,
+                MessageSystemAttributeNames=["All"],
+                MessageAttributeNames=["All"],
+            ).get("Messages", [])
+            if not messages:
+                return letters
+            for message in messages:
+                attributes = message.get("Attributes", {})
+                reason: Mapping[str, Any] = message.get("MessageAttributes", {}).get(
+                    REASON_ATTRIBUTE, {}
+                )
+                letters.append(
+                    DeadLetter(
+                        message_id=message["MessageId"],
+                        group_id=attributes.get("MessageGroupId", ""),
+                        body=message.get("Body", ""),
+                        request_id=_request_id_of(message.get("Body", "")),
+                        reason=reason.get("StringValue"),
+                        # The DLQ read itself counted one more receive.
+                        receive_count=int(attributes.get("ApproximateReceiveCount", "1")) - 1,
+                    )
+                )
+            self.sqs.delete_message_batch(
+                QueueUrl=self.resources.dlq_url,
+                Entries=[
+                    {"Id": str(index), "ReceiptHandle": message["ReceiptHandle"]}
+                    for index, message in enumerate(messages)
+                ],
+            )
+
+    def describe(self) -> list[tuple[str, str]]:
+        """(what, where) pairs for printing."""
+        resources = self.resources
+        return [
+            ("moto (AWS) endpoint", self.moto.endpoint_url),
+            ("moto pid", str(self.moto.pid)),
+            ("Semrush simulator", self.simulator.origin),
+            ("allocation queue", resources.queue_url),
+            ("dead-letter queue", resources.dlq_url),
+            ("sweep bucket", resources.bucket),
+            ("outcome bus", resources.bus_name),
+            ("outcome capture queue", self.outcomes.queue_url),
+            ("token secret id", resources.secret_id or "-"),
+            ("visibility timeout", f"{self.visibility_timeout_s} s"),
+            ("function timeout", f"{self.function_timeout_s} s"),
+            ("work dir (traces, logs)", str(self.work_dir)),
+        ]
+
+
+def _started(part: _T | None) -> _T:
+    if part is None:
+        raise RuntimeError("the local stack is not started")
+    return part
+
+
+def _request_id_of(body: str) -> str | None:
+    import json
+
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return None
+    value = parsed.get("request_id") if isinstance(parsed, dict) else None
+    return value if isinstance(value, str) else None
+
+
+# -- CLI: serenity-allocator local up ----------------------------------------------------------
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Declare ``serenity-allocator local up`` and its options."""
+    parser.add_argument("action", choices=["up"], help="start the local stack")
+    parser.add_argument("--consumers", type=int, default=2, help="consumer processes (default 2)")
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="simulator latency")
+    parser.add_argument("--not-ready-ms", type=float, default=0.0, help="not-ready window")
+    parser.add_argument(
+        "--visibility-timeout-s",
+        type=int,
+        default=DEFAULT_VISIBILITY_TIMEOUT_S,
+        help="queue visibility timeout (the function timeout is 1 s less)",
+    )
+    parser.add_argument("--moto-port", type=int, default=0, help="moto port (0: ephemeral)")
+    parser.add_argument("--simulator-port", type=int, default=0, help="simulator port")
+    parser.add_argument("--work-dir", type=Path, default=None, help="traces and logs")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start everything, print the environment and endpoints, run until Ctrl-C."""
+    stopping = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
+    with LocalStack(
+        latency_ms=args.latency_ms,
+        not_ready_ms=args.not_ready_ms,
+        visibility_timeout_s=args.visibility_timeout_s,
+        work_dir=args.work_dir,
+        moto_port=args.moto_port,
+        simulator_port=args.simulator_port,
+    ) as stack:
+        pool = stack.start_consumers(args.consumers) if args.consumers > 0 else None
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, request_stop)
+            signal.signal(signal.SIGINT, request_stop)
+        print("# serenity-allocator local stack is up")
+        for what, where in stack.describe():
+            print(f"#   {what:<24} {where}")
+        print(f"#   {'consumers':<24} {args.consumers}")
+        print("# environment for the handlers (the token lives in the local secret):")
+        for name, value in stack.printable_env().items():
+            print(f"export {name}={shlex.quote(value)}")
+        print("# Ctrl-C to stop", flush=True)
+        while not stopping.wait(1.0):
+            if pool is not None:
+                pool.restart_dead()  # a crashed container is replaced, as Lambda does
+        print("# stopping", flush=True)
+    return 0

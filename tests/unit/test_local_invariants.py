@@ -1,0 +1,246 @@
+"""The invariant checks catch what they claim to catch (and pass what is fine)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from serenity_allocator.adapters.sqs_producer import build_ensure, build_release
+from serenity_allocator.domain.messages import AllocationOutcome
+from serenity_allocator.domain.model import Totals
+from serenity_allocator.local.invariants import (
+    check_bounds,
+    check_conservation,
+    check_fifo_delivery,
+    check_group_exclusivity,
+    check_headroom,
+    check_order,
+    check_terminal_outcomes,
+    workspaces_by_id,
+)
+
+
+def _ws(
+    workspace_id: str,
+    parent: str | None,
+    projects: tuple[int, int],
+    prompts: tuple[int, int],
+    drafted: int = 0,
+) -> dict[str, Any]:
+    return {
+        "id": workspace_id,
+        "parent_id": parent,
+        "ai": {
+            "projects": {"used": projects[0], "drafted": 0, "total": projects[1]},
+            "prompts": {"used": prompts[0], "drafted": drafted, "total": prompts[1]},
+        },
+    }
+
+
+def _outcome(
+    request_id: str,
+    workspace: str,
+    status: str,
+    before: tuple[int, int] | None,
+    after: tuple[int, int] | None,
+    kind: str = "ensure",
+) -> AllocationOutcome:
+    return AllocationOutcome(
+        request_id=request_id,
+        kind=kind,  # type: ignore[arg-type]
+        workspace_id=workspace,
+        status=status,  # type: ignore[arg-type]
+        totals_before=Totals(projects=before[0], prompts=before[1]) if before else None,
+        totals_after=Totals(projects=after[0], prompts=after[1]) if after else None,
+    )
+
+
+def _transfer(seq: int, workspace: str, projects: int, prompts: int) -> dict[str, Any]:
+    return {
+        "op": "transfer",
+        "workspace_id": workspace,
+        "status": 200,
+        "seq": seq,
+        "body": {"resources": {"ai": {"projects": projects, "prompts": prompts}}},
+    }
+
+
+def test_check_conservation_detects_units_created_from_nothing() -> None:
+    # Given a pool whose child grew without the master shrinking
+    before = workspaces_by_id([_ws("m", None, (0, 10), (0, 1000)), _ws("c", "m", (1, 1), (0, 100))])
+    after = workspaces_by_id([_ws("m", None, (0, 10), (0, 1000)), _ws("c", "m", (1, 2), (0, 100))])
+    moved = workspaces_by_id([_ws("m", None, (0, 9), (0, 1000)), _ws("c", "m", (1, 2), (0, 100))])
+
+    # When / Then
+    assert not check_conservation("m", before, after).passed
+    assert check_conservation("m", before, moved).passed
+
+
+def test_check_bounds_flags_child_below_used_ceiling_and_floor_breaches() -> None:
+    # Given a child below its usage, an ensure past its ceiling, a release below its floor
+    ensure = build_ensure(
+        "c", "m", {"projects": 0, "prompts": 50}, ceiling={"projects": 5, "prompts": 300}
+    )
+    release = build_release("d", floor={"projects": 1, "prompts": 200})
+    after = workspaces_by_id(
+        [
+            _ws("m", None, (0, 10), (0, 1000)),
+            _ws("c", "m", (1, 1), (500, 400)),
+            _ws("d", "m", (0, 1), (0, 100)),
+        ]
+    )
+    outcomes = [
+        _outcome(ensure.request_id, "c", "topped-up", (1, 200), (1, 400)),
+        _outcome(release.request_id, "d", "released", (1, 500), (1, 100), kind="release"),
+    ]
+
+    # When
+    result = check_bounds(after, [ensure, release], outcomes, parent_id="m")
+
+    # Then
+    assert not result.passed
+    assert len(result.violations) == 3
+    assert (
+        check_bounds(after, [ensure, release], outcomes, parent_id="m", metered_below_used={"c"})
+        .violations[0]
+        .startswith(ensure.request_id)
+    )
+
+
+def test_check_terminal_outcomes_finds_lost_and_duplicated_requests() -> None:
+    # Given three requests: one with two outcomes, one lost, one in the DLQ
+    a, b, c = (build_ensure(w, "m") for w in ("a", "b", "c"))
+    outcomes = [_outcome(a.request_id, "a", "hot-path", (1, 1), (1, 1))] * 2
+
+    # When
+    strict = check_terminal_outcomes([a, b, c], outcomes, {c.request_id})
+    lenient = check_terminal_outcomes([a, b, c], outcomes, {c.request_id}, allow_replays=True)
+
+    # Then
+    assert sorted(strict.violations) == sorted(
+        [f"{a.request_id}: 2 outcomes", f"{b.request_id}: no outcome and not in the DLQ"]
+    )
+    assert lenient.violations == (f"{b.request_id}: no outcome and not in the DLQ",)
+
+
+def test_check_order_detects_outcomes_out_of_enqueue_order_and_transfer_mismatch() -> None:
+    # Given an ensure then a release for one child
+    ensure = build_ensure("c", "m", {"projects": 0, "prompts": 300})
+    release = build_release("c")
+    before = workspaces_by_id([_ws("c", "m", (1, 1), (100, 100))])
+    in_order = [
+        _outcome(ensure.request_id, "c", "topped-up", (1, 100), (1, 400)),
+        _outcome(release.request_id, "c", "released", (1, 400), (1, 100), kind="release"),
+    ]
+    calls = [_transfer(1, "c", 1, 400), _transfer(2, "c", 1, 100)]
+
+    # When / Then: the right order passes, the reverse fails twice (order and totals)
+    assert check_order([ensure, release], in_order, calls, before).passed
+    reversed_result = check_order([ensure, release], in_order[::-1], calls[::-1], before)
+    assert not reversed_result.passed
+    # A transfer nobody reported fails the strict check only
+    extra = [*calls, _transfer(3, "c", 1, 900)]
+    assert not check_order([ensure, release], in_order, extra, before).passed
+    assert check_order([ensure, release], in_order, extra, before, strict_transfers=False).passed
+
+
+def test_check_headroom_requires_used_plus_need_plus_drafted_when_asked() -> None:
+    # Given a child using 200 prompts with 150 drafted
+    usage = workspaces_by_id([_ws("c", "m", (1, 1), (200, 400), drafted=150)])
+    with_drafts = build_ensure("c", "m", {"projects": 0, "prompts": 100}, include_drafted=True)
+    without = build_ensure("c", "m", {"projects": 0, "prompts": 100})
+
+    # When: both report totals of 400 prompts
+    outcomes = [
+        _outcome(with_drafts.request_id, "c", "hot-path", (1, 400), (1, 400)),
+        _outcome(without.request_id, "c", "hot-path", (1, 400), (1, 400)),
+    ]
+    result = check_headroom([with_drafts, without], outcomes, usage)
+
+    # Then: 200 + 150 + 100 = 450 > 400 fails; 200 + 100 <= 400 passes
+    assert [v.split(" ")[0] for v in result.violations] == [with_drafts.request_id]
+
+
+def _receive(
+    pid: int, batch: int, t: float, group: str, rids: list[str], receive_count: int = 1
+) -> dict[str, Any]:
+    return {
+        "ev": "receive",
+        "consumer": pid,
+        "pid": pid,
+        "batch": batch,
+        "t": t,
+        "t_req": t - 0.01,
+        "groups": {group: [f"m-{rid}" for rid in rids]},
+        "msgs": [
+            {"id": f"m-{rid}", "group": group, "request_id": rid, "receive_count": receive_count}
+            for rid in rids
+        ],
+    }
+
+
+def _release(
+    pid: int, batch: int, t: float, deleted: list[str], failures: list[str] | None = None
+) -> dict[str, Any]:
+    return {
+        "ev": "release",
+        "consumer": pid,
+        "pid": pid,
+        "batch": batch,
+        "t": t,
+        "deleted": [f"m-{rid}" for rid in deleted],
+        "failures": [f"m-{rid}" for rid in failures or []],
+        "error": None,
+    }
+
+
+def test_check_group_exclusivity_flags_two_holders_and_respects_crashed_holds() -> None:
+    # Given consumer 1 holding group g from t=1 to t=2, and consumer 2 receiving g at 1.5
+    overlapping = [
+        _receive(1, 1, 1.0, "g", ["a"]),
+        _receive(2, 1, 1.5, "g", ["b"]),
+        _release(1, 1, 2.0, ["a"]),
+        _release(2, 1, 2.5, ["b"]),
+    ]
+    sequential = [
+        _receive(1, 1, 1.0, "g", ["a"]),
+        _release(1, 1, 2.0, ["a"]),
+        _receive(2, 1, 2.1, "g", ["b"]),
+        _release(2, 1, 2.5, ["b"]),
+    ]
+    # A crashed holder (no release) holds until its receive started + the visibility timeout
+    crashed_then_early = [_receive(1, 1, 1.0, "g", ["a"]), _receive(2, 1, 3.0, "g", ["a"])]
+    crashed_then_late = [_receive(1, 1, 1.0, "g", ["a"]), _receive(2, 1, 4.1, "g", ["a"])]
+
+    # When / Then
+    assert not check_group_exclusivity(overlapping, 3.0).passed
+    assert check_group_exclusivity(sequential, 3.0).passed
+    assert not check_group_exclusivity(crashed_then_early, 3.0).passed
+    assert check_group_exclusivity(crashed_then_late, 3.0).passed
+
+
+def test_check_fifo_delivery_flags_the_moto_redelivery_bug_shape() -> None:
+    # Given requests a, b, c of one group
+    a, b, c = (build_ensure("g", "m", request_id=rid) for rid in ("a", "b", "c"))
+    # moto's bug: all three fail, then the LAST one comes back alone
+    buggy = [
+        _receive(1, 1, 1.0, "g", ["a", "b", "c"]),
+        _release(1, 1, 1.1, [], ["a", "b", "c"]),
+        _receive(2, 1, 5.0, "g", ["c"]),
+    ]
+    correct = [
+        _receive(1, 1, 1.0, "g", ["a", "b", "c"]),
+        _release(1, 1, 1.1, [], ["a", "b", "c"]),
+        _receive(2, 1, 5.0, "g", ["a", "b", "c"]),
+        _release(2, 1, 5.1, ["a", "b", "c"]),
+    ]
+    # A message that failed its final receive is gone (redriven): the next one is due
+    redriven = [
+        _receive(1, 1, 1.0, "g", ["a"], receive_count=5),
+        _release(1, 1, 1.1, [], ["a"]),
+        _receive(2, 1, 5.0, "g", ["b", "c"]),
+    ]
+
+    # When / Then
+    assert not check_fifo_delivery(buggy, [a, b, c], 5).passed
+    assert check_fifo_delivery(correct, [a, b, c], 5).passed
+    assert check_fifo_delivery(redriven, [a, b, c], 5).passed
