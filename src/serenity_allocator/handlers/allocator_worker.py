@@ -119,20 +119,11 @@ class AllocatorRuntime:
 
 def build_runtime(settings: AllocatorSettings) -> AllocatorRuntime:
     """Wire the real adapters from settings (clients are created lazily inside them)."""
-    from ..adapters.semrush_client import SemrushClient
-    from ..adapters.token_provider import SecretsManagerTokenProvider, StaticTokenProvider
+    from .wiring import build_semrush_client
 
-    semrush = settings.semrush
-    tokens = (
-        StaticTokenProvider(semrush.token)
-        if semrush.token is not None
-        else SecretsManagerTokenProvider(
-            semrush.token_secret_id or "", max_age_s=semrush.token_max_age_s
-        )
-    )
-    client = SemrushClient(semrush.base_url, tokens, timeout_s=semrush.timeout_s)
+    client = build_semrush_client(settings.semrush)
     runtime = AllocatorRuntime(
-        settings=settings, gateway=client, attempt_budget_s=semrush.timeout_s
+        settings=settings, gateway=client, attempt_budget_s=settings.semrush.timeout_s
     )
     if settings.dlq_url:
         from ..adapters.sqs_dead_letter import DeadLetterSender

@@ -58,21 +58,12 @@ class SweepRuntime:
 def build_sweep_runtime(settings: SweepSettings) -> SweepRuntime:
     """Wire the real adapters (Semrush client, S3 checkpoint store, SQS producer)."""
     from ..adapters.s3_checkpoint_store import S3CheckpointStore
-    from ..adapters.semrush_client import SemrushClient
     from ..adapters.sqs_producer import AllocationProducer
-    from ..adapters.token_provider import SecretsManagerTokenProvider, StaticTokenProvider
+    from .wiring import build_semrush_client
 
-    semrush = settings.semrush
-    tokens = (
-        StaticTokenProvider(semrush.token)
-        if semrush.token is not None
-        else SecretsManagerTokenProvider(
-            semrush.token_secret_id or "", max_age_s=semrush.token_max_age_s
-        )
-    )
     return SweepRuntime(
         settings=settings,
-        gateway=SemrushClient(semrush.base_url, tokens, timeout_s=semrush.timeout_s),
+        gateway=build_semrush_client(settings.semrush),
         store=S3CheckpointStore(settings.sweep_bucket),
         enqueuer=AllocationProducer(settings.queue_url),
     )

@@ -1,0 +1,24 @@
+"""Adapter wiring shared by both functions."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..adapters.semrush_client import SemrushClient
+    from .settings import SemrushSettings
+
+
+def build_semrush_client(semrush: SemrushSettings) -> SemrushClient:
+    """The Semrush client with its token source: a plain token (loopback only) or the secret."""
+    from ..adapters.semrush_client import SemrushClient
+    from ..adapters.token_provider import SecretsManagerTokenProvider, StaticTokenProvider
+
+    tokens = (
+        StaticTokenProvider(semrush.token)
+        if semrush.token is not None
+        else SecretsManagerTokenProvider(
+            semrush.token_secret_id or "", max_age_s=semrush.token_max_age_s
+        )
+    )
+    return SemrushClient(semrush.base_url, tokens, timeout_s=semrush.timeout_s)
