@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from pydantic import ValidationError
 
-from ..domain.sweep import SweepRequest
+from ..domain.sweep import SweepCounts, SweepRequest
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -66,16 +66,8 @@ FIELD_FLAGS: dict[str, str] = {
 }
 """Which flag sets which payload field (for error messages)."""
 
-COUNT_NAMES = (
-    "would_release",
-    "enqueued",
-    "nothing_to_release",
-    "requires_decommission",
-    "skipped_not_created",
-    "not_a_child",
-    "expected_errors",
-    "unexpected_errors",
-)
+COUNT_NAMES = tuple(SweepCounts.model_fields)
+"""The run's counters, in the order the domain declares them."""
 
 REPORT_COLUMNS = (
     "workspace_id",
