@@ -148,13 +148,11 @@ def test_worker_ensure_on_an_exhausted_pool_is_rejected_and_conserves_units(
     # When the worker handles it
     invocation = worker.invoke()
 
-    # Then the upstream refused (block-rounded, then exact), the request is rejected and
-    # completed, and the family holds exactly the units it held before
+    # Then the upstream refused the block-rounded top-up (the pool read already showed the
+    # exact raise cannot fit, so no fallback is sent), the request is rejected and completed,
+    # and the family holds exactly the units it held before
     assert invocation.failed == []
-    assert [(status, body["prompts"]) for _, status, body in transfer_bodies(sim)] == [
-        (422, 400),
-        (422, 380),
-    ]
+    assert [(status, body["prompts"]) for _, status, body in transfer_bodies(sim)] == [(422, 400)]
     [outcome] = outcome_capture.outcomes()
     assert (outcome["status"], outcome["error_code"]) == ("rejected", "orgPoolExhausted")
     assert _family_sum(sim) == units_before

@@ -290,11 +290,9 @@ def test_lambda_handler_pool_exhausted_rejects_and_completes(
     # When the ensure arrives
     response = worker.invoke(_ensure("m1", "c1", 60))
 
-    # Then the block top-up and the exact fallback were both refused: orgPoolExhausted
-    assert worker.gateway.transfers == [
-        ("c1", Totals(projects=1, prompts=200)),
-        ("c1", Totals(projects=1, prompts=160)),
-    ]
+    # Then the block top-up was refused and, the pool read showing that even the exact raise
+    # cannot fit, no doomed fallback was sent: orgPoolExhausted
+    assert worker.gateway.transfers == [("c1", Totals(projects=1, prompts=200))]
     assert worker.gateway.totals_of("c1") == FULL
     assert _failures(response) == []
     outcome = worker.outcome("req-m1")

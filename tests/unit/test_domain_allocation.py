@@ -404,7 +404,7 @@ def test_ensure_headroom_exact_fallback_saves_a_tight_pool() -> None:
     assert observer.args_of("rejected") == []
 
 
-def test_ensure_headroom_exact_fallback_rejects_when_even_exact_is_too_much() -> None:
+def test_ensure_headroom_exact_fallback_is_skipped_when_the_pool_read_cannot_cover_it() -> None:
     # Given a pool with 9 free prompts, one short of the exact need
     gateway = _family(
         child_total=Totals(projects=1, prompts=100),
@@ -413,7 +413,8 @@ def test_ensure_headroom_exact_fallback_rejects_when_even_exact_is_too_much() ->
     )
     observer = RecordingObserver()
 
-    # When ensuring with the exact fallback on / Then refused after both attempts
+    # When ensuring with the exact fallback on / Then refused after the block attempt only:
+    # the pool read moments before shows the exact raise cannot fit either
     with pytest.raises(OrgPoolExhaustedError):
         ensure_headroom(
             gateway,
@@ -424,7 +425,37 @@ def test_ensure_headroom_exact_fallback_rejects_when_even_exact_is_too_much() ->
             policy=FAIL_FAST,
             exact_fallback=True,
         )
-    assert len(gateway.transfers) == 2
+    assert len(gateway.transfers) == 1
+    assert observer.args_of("tight_pool_fallback") == [("rejected",)]
+    assert observer.args_of("rejected") == [("orgPoolExhausted",)]
+    assert gateway.totals_of(CHILD) == Totals(projects=1, prompts=100)
+
+
+def test_ensure_headroom_exact_fallback_refused_upstream_is_rejected() -> None:
+    # Given a pool whose read says the exact raise fits, but the upstream refuses it anyway
+    # (another child took the units between the read and the transfer)
+    gateway = _family(
+        child_total=Totals(projects=1, prompts=100),
+        child_used=Totals(prompts=100),
+        pool_total=Totals(projects=5, prompts=50),
+    )
+    gateway.script_errors(TRANSFER, CHILD, [pool_exhausted(), pool_exhausted()])
+    observer = RecordingObserver()
+
+    # When ensuring with the exact fallback on
+    with pytest.raises(OrgPoolExhaustedError):
+        ensure_headroom(
+            gateway,
+            CHILD,
+            MASTER,
+            Totals(prompts=10),
+            transfer_context(FakeClock(), observer),
+            policy=FAIL_FAST,
+            exact_fallback=True,
+        )
+
+    # Then both attempts were made (block, then exact) and the request is rejected
+    assert len(gateway.calls_of(TRANSFER)) == 2
     assert observer.args_of("tight_pool_fallback") == [("rejected",)]
     assert observer.args_of("rejected") == [("orgPoolExhausted",)]
     assert gateway.totals_of(CHILD) == Totals(projects=1, prompts=100)

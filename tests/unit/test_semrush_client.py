@@ -20,11 +20,10 @@ import httpx
 import pytest
 from moto.server import ThreadedMotoServer
 
-from serenity_allocator.adapters.semrush_client import (
+from serenity_allocator.adapters.semrush_client import MAX_RETRY_AFTER_S, SemrushClient
+from serenity_allocator.adapters.semrush_origin import (
     API_PATH,
-    MAX_RETRY_AFTER_S,
     ConfigurationError,
-    SemrushClient,
     is_loopback_origin,
     validate_base_url,
 )

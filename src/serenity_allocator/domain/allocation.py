@@ -165,7 +165,8 @@ def ensure_headroom(
                 ctx.observer.rejected(BrandAiLimitError.code)
                 raise BrandAiLimitError(dim.value, new_totals.get(dim), ceiling.get(dim))
 
-    ctx.observer.pool_checked(parent_id, gateway.read_resources(parent_id))
+    pool = gateway.read_resources(parent_id)
+    ctx.observer.pool_checked(parent_id, pool)
 
     used_fallback = False
     try:
@@ -173,6 +174,12 @@ def ensure_headroom(
     except OrgPoolExhaustedError:
         exact = _exact_totals(before, required)
         if not exact_fallback or exact == new_totals:
+            ctx.observer.rejected(OrgPoolExhaustedError.code)
+            raise
+        if not _fits(pool, before, exact):
+            # The pool read moments ago cannot cover even the exact raise: skip a transfer
+            # that is all but sure to be refused (the read never blocks the first attempt).
+            ctx.observer.tight_pool_fallback("rejected")
             ctx.observer.rejected(OrgPoolExhaustedError.code)
             raise
         try:
@@ -192,6 +199,10 @@ def ensure_headroom(
         attempts=attempts,
         used_exact_fallback=used_fallback,
     )
+
+
+def _fits(pool: AiResources, before: Totals, target: Totals) -> bool:
+    return all(target.get(dim) - before.get(dim) <= pool.get(dim).free for dim in Dimension)
 
 
 def _exact_totals(before: Totals, required: Totals) -> Totals:

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..adapters.semrush_client import is_loopback_origin, validate_base_url
+from ..adapters.semrush_origin import is_loopback_origin, validate_base_url
 from ..domain.model import Blocks
 
 

@@ -1,9 +1,9 @@
 """``serenity-allocator build``: the deployable zip, the way ``sam build`` lays it out.
 
-Installs ``src/requirements.txt`` for the Lambda platform (python3.12, arm64 by default) next
-to our package, leaves out what the Lambda runtime already provides (boto3 and its
-dependencies) and the local-only tooling (``serenity_allocator.local``), and zips the result.
-Used by ``make build`` when the SAM CLI is not installed, and by the benchmarks for the size.
+Copies ``src/`` and installs ``src/requirements.txt`` for the Lambda platform (python3.12,
+arm64 by default) next to it, leaves out what the Lambda runtime already provides (boto3 and
+its dependencies), and zips the result. Used by ``make build`` when the SAM CLI is not
+installed, and by the benchmarks for the artifact's size.
 """
 
 from __future__ import annotations
@@ -36,58 +36,73 @@ def _tree_size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def build_artifact(
-    output: Path,
+def stage_artifact(
+    stage: Path,
     *,
     platform: str = "manylinux2014_aarch64",
     python_version: str = "3.12",
     requirements: Path = PROJECT_ROOT / "src" / "requirements.txt",
+) -> dict[str, int]:
+    """Lay the artifact out in ``stage`` as ``sam build`` does for ``CodeUri: src/``.
+
+    ``src/`` is copied as is and ``src/requirements.txt`` installed next to it for the Lambda
+    platform (wheels' files, no bytecode compiled at install); what the runtime provides is
+    removed. Returns the unzipped size per top-level entry.
+
+    Raises:
+        subprocess.CalledProcessError: pip could not resolve for that platform.
+    """
+    stage.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-compile",
+            "--target",
+            str(stage),
+            "--platform",
+            platform,
+            "--only-binary=:all:",
+            "--python-version",
+            python_version,
+            "--implementation",
+            "cp",
+            "-r",
+            str(requirements),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    for name in RUNTIME_PROVIDED:
+        for path in stage.glob(f"{name}*"):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    shutil.copytree(
+        PROJECT_ROOT / "src",
+        stage,
+        dirs_exist_ok=True,
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"),
+    )
+    return {p.name: _tree_size(p) for p in sorted(stage.iterdir())}
+
+
+def build_artifact(
+    output: Path, *, platform: str = "manylinux2014_aarch64", python_version: str = "3.12"
 ) -> BuildResult:
-    """Build the zip at ``output``; raise CalledProcessError when pip cannot resolve."""
+    """Stage the artifact and zip it at ``output``."""
     with tempfile.TemporaryDirectory(prefix="serenity-build-") as tmp:
         stage = Path(tmp) / "package"
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--target",
-                str(stage),
-                "--platform",
-                platform,
-                "--only-binary=:all:",
-                "--python-version",
-                python_version,
-                "--implementation",
-                "cp",
-                "-r",
-                str(requirements),
-            ],
-            check=True,
-        )
-        for name in RUNTIME_PROVIDED:
-            for path in stage.glob(f"{name}*"):
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
-        package = PROJECT_ROOT / "src" / "serenity_allocator"
-        shutil.copytree(
-            package,
-            stage / "serenity_allocator",
-            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "local"),
-        )
-        sizes = {
-            p.name: _tree_size(p)
-            for p in stage.iterdir()
-            if not p.name.endswith((".dist-info", ".pth")) and p.name != "bin"
-        }
+        sizes = stage_artifact(stage, platform=platform, python_version=python_version)
         output.parent.mkdir(parents=True, exist_ok=True)
         with zipfile.ZipFile(output, "w", zipfile.ZIP_DEFLATED) as archive:
             for file in sorted(stage.rglob("*")):
                 if file.is_file():
                     archive.write(file, file.relative_to(stage))
-        return BuildResult(output, _tree_size(stage), dict(sorted(sizes.items())))
+        return BuildResult(output, _tree_size(stage), sizes)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
