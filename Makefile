@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-COV_FLOOR ?= 80
+COV_FLOOR ?= 88
 
 .PHONY: demo test lint format typecheck cfn-lint pytest bench build deploy clean
 
