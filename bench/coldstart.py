@@ -28,7 +28,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from serenity_allocator.local.build import stage_artifact
+from serenity_allocator.local.build import pip_install_for_lambda, stage_artifact
 
 from .common import median, note, ratio
 
@@ -208,27 +208,8 @@ def measure_imports(runs: int = RUNS) -> dict[str, Any]:
 
 def _pip_build(target: Path, sources: list[str]) -> str | None:
     """Install ``sources`` for python3.12/arm64 into ``target``; None or the failure reason."""
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        "--no-compile",
-        "--target",
-        str(target),
-        "--platform",
-        "manylinux2014_aarch64",
-        "--only-binary=:all:",
-        "--python-version",
-        "3.12",
-        "--implementation",
-        "cp",
-        *sources,
-    ]
     try:
-        subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)
+        pip_install_for_lambda(target, sources)
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
         output = getattr(exc, "stderr", "") or ""
         return f"pip failed: {output.strip().splitlines()[-1] if output.strip() else exc}"

@@ -36,6 +36,47 @@ def _tree_size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
+def pip_install_for_lambda(
+    target: Path,
+    sources: list[str],
+    *,
+    platform: str = "manylinux2014_aarch64",
+    python_version: str = "3.12",
+    timeout_s: float = 300.0,
+) -> None:
+    """``pip install`` wheels for the Lambda platform into ``target`` (no bytecode compiled).
+
+    Raises:
+        subprocess.CalledProcessError: pip could not resolve for that platform.
+        subprocess.TimeoutExpired: pip took longer than ``timeout_s``.
+    """
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-compile",
+            "--target",
+            str(target),
+            "--platform",
+            platform,
+            "--only-binary=:all:",
+            "--python-version",
+            python_version,
+            "--implementation",
+            "cp",
+            *sources,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
 def stage_artifact(
     stage: Path,
     *,
