@@ -25,6 +25,10 @@ Crash injection (the harness's kill -9 scenario) is configured with environment 
 | ``random``), ``SERENITY_CRASH_PROBABILITY`` (per batch, default 1), ``SERENITY_CRASH_SEED``
 and ``SERENITY_CRASH_MAX_DELAY_S`` (how far into the handler ``during_handler`` may strike).
 The process then SIGKILLs itself at that point, after writing a ``crash`` trace line.
+
+``--handler MODULE:FUNCTION`` replaces the handler (default: the Allocator's). The reliability
+harness uses it to run the same container around a wrapper of the real handler (a worker that
+trusts the body on a standard queue; a crash in the middle of outcome publishing).
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ CRASH_SEED_ENV = "SERENITY_CRASH_SEED"
 CRASH_MAX_DELAY_ENV = "SERENITY_CRASH_MAX_DELAY_S"
 
 DEFAULT_FUNCTION_NAME = "serenity-allocator-local-AllocatorFunction"
+DEFAULT_HANDLER = "serenity_allocator.handlers.allocator:lambda_handler"
 MAX_MESSAGES_PER_RECEIVE = 10
 """The event source mapping's batch size in template.yaml (and SQS's receive maximum)."""
 
@@ -452,6 +457,23 @@ def _rng_for(plan: CrashPlan | None, index: int, generation: int) -> random.Rand
     return random.Random(f"{seed}:{index}:{generation}")
 
 
+def load_handler(reference: str) -> HandlerFn:
+    """The function ``MODULE:FUNCTION`` names (imported now).
+
+    Raises:
+        ValueError: The reference is not of that form or does not name a callable.
+    """
+    import importlib
+
+    module_name, _, function_name = reference.partition(":")
+    if not module_name or not function_name:
+        raise ValueError(f"handler must be MODULE:FUNCTION, got {reference!r}")
+    handler = getattr(importlib.import_module(module_name), function_name, None)
+    if not callable(handler):
+        raise ValueError(f"{reference} is not a callable")
+    return handler  # type: ignore[no-any-return]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one consumer process until SIGTERM/SIGINT or until its parent goes away."""
     parser = argparse.ArgumentParser(description="local SQS event source mapping consumer")
@@ -465,6 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--function-timeout-s", type=float, required=True)
     parser.add_argument("--idle-sleep-s", type=float, default=0.1)
     parser.add_argument("--parent-pid", type=int, default=os.getppid())
+    parser.add_argument("--handler", default=DEFAULT_HANDLER, help="MODULE:FUNCTION")
     args = parser.parse_args(argv)
 
     # Each log and EMF line reaches the file as it is printed, so a kill -9 loses none.
@@ -473,7 +496,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     import boto3
 
-    from serenity_allocator.handlers.allocator import lambda_handler
+    handler = load_handler(args.handler)
 
     stop = threading.Event()
 
@@ -491,7 +514,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         queue_arn=args.queue_arn,
         region=args.region,
         sqs=boto3.client("sqs"),
-        handler=lambda_handler,
+        handler=handler,
         trace=trace,
         function_timeout_s=args.function_timeout_s,
         function_name=args.function_name,
@@ -610,6 +633,8 @@ class ConsumerPool:
         function_timeout_s: The Lambda context timeout (below the visibility timeout).
         idle_sleep_s: Pause after an empty receive.
         crash: Optional crash injection for every consumer.
+        name: The pool's subdirectory of ``work_dir``.
+        handler: ``MODULE:FUNCTION`` of the handler (default: the Allocator's).
     """
 
     def __init__(
@@ -624,6 +649,7 @@ class ConsumerPool:
         idle_sleep_s: float = 0.1,
         crash: CrashPlan | None = None,
         name: str = "consumers",
+        handler: str = DEFAULT_HANDLER,
     ) -> None:
         self._env = container_environment({**env, **(crash.environment() if crash else {})})
         self._queue_url = queue_url
@@ -633,6 +659,7 @@ class ConsumerPool:
         self._dir.mkdir(parents=True, exist_ok=True)
         self._function_timeout_s = function_timeout_s
         self._idle_sleep_s = idle_sleep_s
+        self._handler = handler
         self.processes: list[ConsumerProcess] = []
         """Every process started, in start order (restarted ones included)."""
         self.restarts = 0
@@ -689,6 +716,8 @@ class ConsumerPool:
                     repr(self._idle_sleep_s),
                     "--parent-pid",
                     str(os.getpid()),
+                    "--handler",
+                    self._handler,
                 ],
                 env=self._env,
                 stdin=subprocess.DEVNULL,

@@ -108,36 +108,43 @@ def plan_children(config: DemoConfig, rng: random.Random) -> dict[str, str]:
     return {f"child-{index:02d}": kind for index, kind in enumerate(kinds)}
 
 
+def seed_child(child_id: str, kind: str, parent_id: str, rng: random.Random) -> dict[str, Any]:
+    """One child of ``kind`` in the simulator's seed shape (the demo's and the harness's kinds).
+
+    ``over``: carved the old way (totals far above use); ``tight``: used == total; ``idle``:
+    nothing used; ``drafts``: pending drafts; ``ceiling``: at its brand ceiling; ``burst``:
+    tight, for a coalescable burst; ``zombie``: stuck ``not ready``; anything else: small
+    and tight (``greedy``).
+    """
+    status = "created"
+    if kind == "over":  # carved the old way: totals far above what is used
+        projects = _usage(rng.randint(1, 2), 6)
+        prompts = _usage(rng.choice((100, 150, 200, 250, 300)), 2500)
+    elif kind == "tight":
+        projects, prompts = _usage(2, 2), _usage(300, 300)
+    elif kind == "idle":
+        projects, prompts = _usage(0, 3), _usage(0, 1000)
+    elif kind == "drafts":
+        projects, prompts = _usage(1, 2), _usage(200, 400, drafted=150)
+    elif kind == "ceiling":
+        projects, prompts = _usage(1, 1), _usage(500, 500)
+    elif kind == "burst":
+        projects, prompts = _usage(1, 1), _usage(200, 200)
+    else:  # zombie, greedy
+        projects, prompts = _usage(1, 1), _usage(100, 100)
+        status = "not ready" if kind == "zombie" else "created"
+    return {
+        "id": child_id,
+        "title": f"{kind} brand {child_id[-2:]}",
+        "parent_id": parent_id,
+        "status": status,
+        "ai": {"projects": projects, "prompts": prompts},
+    }
+
+
 def seed_workspaces(kinds: Mapping[str, str], rng: random.Random) -> list[dict[str, Any]]:
     """The master and its children in the simulator's seed shape."""
-    children: list[dict[str, Any]] = []
-    for child_id, kind in kinds.items():
-        status = "created"
-        if kind == "over":  # carved the old way: totals far above what is used
-            projects = _usage(rng.randint(1, 2), 6)
-            prompts = _usage(rng.choice((100, 150, 200, 250, 300)), 2500)
-        elif kind == "tight":
-            projects, prompts = _usage(2, 2), _usage(300, 300)
-        elif kind == "idle":
-            projects, prompts = _usage(0, 3), _usage(0, 1000)
-        elif kind == "drafts":
-            projects, prompts = _usage(1, 2), _usage(200, 400, drafted=150)
-        elif kind == "ceiling":
-            projects, prompts = _usage(1, 1), _usage(500, 500)
-        elif kind == "burst":
-            projects, prompts = _usage(1, 1), _usage(200, 200)
-        else:  # zombie, greedy
-            projects, prompts = _usage(1, 1), _usage(100, 100)
-            status = "not ready" if kind == "zombie" else "created"
-        children.append(
-            {
-                "id": child_id,
-                "title": f"{kind} brand {child_id[-2:]}",
-                "parent_id": MASTER_ID,
-                "status": status,
-                "ai": {"projects": projects, "prompts": prompts},
-            }
-        )
+    children = [seed_child(child_id, kind, MASTER_ID, rng) for child_id, kind in kinds.items()]
     carved_projects = sum(c["ai"]["projects"]["total"] for c in children)
     carved_prompts = sum(c["ai"]["prompts"]["total"] for c in children)
     pool_projects = max(POOL_PROJECTS, carved_projects + 40)

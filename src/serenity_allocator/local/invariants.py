@@ -52,7 +52,8 @@ class InvariantResult:
     violations: tuple[str, ...] = field(default=())
 
 
-def _result(name: str, violations: Sequence[str], covered: str) -> InvariantResult:
+def invariant_result(name: str, violations: Sequence[str], covered: str) -> InvariantResult:
+    """A passing result saying what was ``covered``, or a failing one listing ``violations``."""
     if not violations:
         return InvariantResult(name, True, covered)
     shown = "; ".join(violations[:_MAX_LISTED])
@@ -102,7 +103,7 @@ def check_conservation(parent_id: str, before: Workspaces, after: Workspaces) ->
         sums.append(f"{dim} {start}->{end}")
         if start != end:
             violations.append(f"{dim}: master+children total was {start}, is {end}")
-    return _result(name, violations, "master + children totals: " + ", ".join(sums))
+    return invariant_result(name, violations, "master + children totals: " + ", ".join(sums))
 
 
 # -- 2. bounds ------------------------------------------------------------------------------------
@@ -164,7 +165,7 @@ def check_bounds(
                         f"{outcome.request_id} lowered {request.workspace_id} {dim} to "
                         f"{getattr(result, dim)} below floor {getattr(floor, dim)}"
                     )
-    return _result(
+    return invariant_result(
         name,
         violations,
         f"{len(children)} children total >= used; {ceilings} ceilinged ensures; "
@@ -208,7 +209,7 @@ def check_terminal_outcomes(
         f"{len(known)} requests: {with_outcome} with an outcome, {in_dlq} in the DLQ, "
         f"{len(replayed)} replayed, {len(unknown)} outcomes of other requests"
     )
-    return _result(name, violations, covered)
+    return invariant_result(name, violations, covered)
 
 
 # -- 4. order per child ---------------------------------------------------------------------------
@@ -262,7 +263,7 @@ def check_order(
                 f"{expected[position]}"
             )
 
-    transfers = _transfer_sequences(calls, before)
+    transfers = transfer_sequences(calls, before)
     checked = 0
     for child, outcome_list in applied.items():
         reported = _reported_changes(outcome_list)
@@ -278,14 +279,14 @@ def check_order(
                 f"{child}: outcomes report totals {_fmt_seq(reported)}, simulator applied "
                 f"{_fmt_seq(applied_totals)}"
             )
-    return _result(
+    return invariant_result(
         name,
         violations,
         f"{checked} children: outcome order = enqueue order, reported totals = applied transfers",
     )
 
 
-def _transfer_sequences(
+def transfer_sequences(
     calls: Iterable[Mapping[str, Any]], before: Workspaces
 ) -> dict[str, list[tuple[int, int]]]:
     """Per child, its distinct totals after each successful transfer (0 keeps a dimension)."""
@@ -375,7 +376,7 @@ def check_headroom(
                     f"{outcome.request_id} ({request.workspace_id}) {dim}: total "
                     f"{getattr(after, dim)} < used + need {required[dim]}"
                 )
-    return _result(name, violations, f"{checked} applied ensures cover used + need")
+    return invariant_result(name, violations, f"{checked} applied ensures cover used + need")
 
 
 # -- the broker -----------------------------------------------------------------------------------
@@ -424,7 +425,9 @@ def check_group_exclusivity(
                 )
             if end > held_until:
                 held_until, holder = end, who
-    return _result(name, violations, f"{holds} holds of {len(intervals)} groups, no overlap")
+    return invariant_result(
+        name, violations, f"{holds} holds of {len(intervals)} groups, no overlap"
+    )
 
 
 def check_fifo_delivery(
@@ -475,7 +478,9 @@ def check_fifo_delivery(
                 final = int(message.get("receive_count", 0)) >= max_receive_count
                 if message.get("id") in deleted or final:
                     finished.add(str(message.get("request_id")))
-    return _result(name, violations, f"{receives} receives delivered groups in enqueue order")
+    return invariant_result(
+        name, violations, f"{receives} receives delivered groups in enqueue order"
+    )
 
 
 def _forget_dead_holders(

@@ -34,7 +34,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from .consumer import ConsumerPool, CrashPlan, QueueDepth, queue_depth
+from .consumer import DEFAULT_HANDLER, ConsumerPool, CrashPlan, QueueDepth, queue_depth
 from .outcome_capture import OutcomeCapture, create_outcome_capture
 from .resources import (
     LOCAL_REGION,
@@ -46,6 +46,7 @@ from .resources import (
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import MessageTypeDef
 
     from .moto_server import MotoServer
     from .simulator import SimulatorServer
@@ -292,6 +293,8 @@ class LocalStack:
         *,
         crash: CrashPlan | None = None,
         idle_sleep_s: float = 0.1,
+        handler: str = DEFAULT_HANDLER,
+        queue: tuple[str, str] | None = None,
         **env_overrides: str | None,
     ) -> ConsumerPool:
         """Start ``count`` consumer processes (ready when this returns) and return their pool.
@@ -300,18 +303,23 @@ class LocalStack:
             count: How many containers.
             crash: Optional crash injection for these consumers.
             idle_sleep_s: Pause after an empty receive.
+            handler: ``MODULE:FUNCTION`` the containers call (default: the Allocator's).
+            queue: (URL, ARN) of another queue on this moto to consume (default: the
+                allocation queue).
             **env_overrides: Passed to :meth:`env` for these consumers.
         """
+        queue_url, queue_arn = queue or (self.resources.queue_url, self.resources.queue_arn)
         pool = ConsumerPool(
             self.env(**env_overrides),
-            queue_url=self.resources.queue_url,
-            queue_arn=self.resources.queue_arn,
+            queue_url=queue_url,
+            queue_arn=queue_arn,
             region=self.region,
             work_dir=self.work_dir,
             function_timeout_s=self.function_timeout_s,
             idle_sleep_s=idle_sleep_s,
             crash=crash,
             name=f"pool-{len(self._pools) + 1}",
+            handler=handler,
         )
         self._pools.append(pool)
         try:
@@ -336,48 +344,54 @@ class LocalStack:
         """The DLQ's waiting and in-flight counts."""
         return queue_depth(self.sqs, self.resources.dlq_url)
 
-    def read_dead_letters(self) -> list[DeadLetter]:
-        """Read AND delete every message in the DLQ.
+    def drain_queue(self, queue_url: str) -> list[MessageTypeDef]:
+        """Receive AND delete every message of a queue on moto (every attribute included).
 
         A FIFO queue hides the later messages of a group from a reader that does not delete,
         so a complete read has to consume.
         """
-        from ..adapters.sqs_dead_letter import REASON_ATTRIBUTE
-
-        letters: list[DeadLetter] = []
+        drained: list[MessageTypeDef] = []
         while True:
             messages = self.sqs.receive_message(
-                QueueUrl=self.resources.dlq_url,
+                QueueUrl=queue_url,
                 MaxNumberOfMessages=10,
                 WaitTimeSeconds=0,
                 MessageSystemAttributeNames=["All"],
                 MessageAttributeNames=["All"],
             ).get("Messages", [])
             if not messages:
-                return letters
-            for message in messages:
-                attributes = message.get("Attributes", {})
-                reason: Mapping[str, Any] = message.get("MessageAttributes", {}).get(
-                    REASON_ATTRIBUTE, {}
-                )
-                letters.append(
-                    DeadLetter(
-                        message_id=message["MessageId"],
-                        group_id=attributes.get("MessageGroupId", ""),
-                        body=message.get("Body", ""),
-                        request_id=_request_id_of(message.get("Body", "")),
-                        reason=reason.get("StringValue"),
-                        # The DLQ read itself counted one more receive.
-                        receive_count=int(attributes.get("ApproximateReceiveCount", "1")) - 1,
-                    )
-                )
+                return drained
+            drained.extend(messages)
             self.sqs.delete_message_batch(
-                QueueUrl=self.resources.dlq_url,
+                QueueUrl=queue_url,
                 Entries=[
                     {"Id": str(index), "ReceiptHandle": message["ReceiptHandle"]}
                     for index, message in enumerate(messages)
                 ],
             )
+
+    def read_dead_letters(self, dlq_url: str | None = None) -> list[DeadLetter]:
+        """Read AND delete every message in the DLQ (or in ``dlq_url``, another DLQ on moto)."""
+        from ..adapters.sqs_dead_letter import REASON_ATTRIBUTE
+
+        letters: list[DeadLetter] = []
+        for message in self.drain_queue(dlq_url or self.resources.dlq_url):
+            attributes = message.get("Attributes", {})
+            reason: Mapping[str, Any] = message.get("MessageAttributes", {}).get(
+                REASON_ATTRIBUTE, {}
+            )
+            letters.append(
+                DeadLetter(
+                    message_id=message["MessageId"],
+                    group_id=attributes.get("MessageGroupId", ""),
+                    body=message.get("Body", ""),
+                    request_id=body_field(message.get("Body", ""), "request_id"),
+                    reason=reason.get("StringValue"),
+                    # The DLQ read itself counted one more receive.
+                    receive_count=int(attributes.get("ApproximateReceiveCount", "1")) - 1,
+                )
+            )
+        return letters
 
     def describe(self) -> list[tuple[str, str]]:
         """(what, where) pairs for printing."""
@@ -404,14 +418,15 @@ def _started(part: _T | None) -> _T:
     return part
 
 
-def _request_id_of(body: str) -> str | None:
+def body_field(body: str, name: str) -> str | None:
+    """The string field ``name`` of a JSON object body; None if absent or not JSON."""
     import json
 
     try:
         parsed = json.loads(body)
     except ValueError:
         return None
-    value = parsed.get("request_id") if isinstance(parsed, dict) else None
+    value = parsed.get(name) if isinstance(parsed, dict) else None
     return value if isinstance(value, str) else None
 
 
