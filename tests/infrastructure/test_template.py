@@ -149,7 +149,7 @@ def test_function_handlers_and_timeouts(template: dict[str, Any]) -> None:
         "serenity_allocator.handlers.allocator.lambda_handler"
     )
     assert props(template, SWEEP)["Handler"] == "serenity_allocator.handlers.sweep.lambda_handler"
-    assert props(template, ALLOCATOR)["Timeout"] == 30
+    assert props(template, ALLOCATOR)["Timeout"] == 60
     assert props(template, SWEEP)["Timeout"] == 900
 
 

@@ -256,7 +256,7 @@ def test_real_template_allocator_resolves_like_sam_with_the_local_env_file() -> 
     )
     # Then the template alone gives the parameter defaults and leaves out resource references
     assert bare.handler == "serenity_allocator.handlers.allocator.lambda_handler"
-    assert bare.timeout_s == 30
+    assert bare.timeout_s == 60
     assert bare.environment["MAX_RECEIVE_COUNT"] == "5"
     assert bare.environment["SERENITY_DYNAMIC_ALLOCATION"] == "false"
     assert bare.environment["ENVIRONMENT"] == "dev"

@@ -52,6 +52,9 @@ class SemrushSettings(_EnvModel):
     token: str | None = Field(default=None, alias="SEMRUSH_TOKEN", repr=False)
     token_max_age_s: int = Field(default=300, ge=0, alias="SEMRUSH_TOKEN_MAX_AGE_S")
     timeout_s: float = Field(default=15.0, gt=0, le=60, alias="SEMRUSH_TIMEOUT_S")
+    max_retries: int = Field(default=2, ge=0, le=5, alias="SEMRUSH_MAX_RETRIES")
+    """Client retries on 429/5xx/transport errors. With the defaults one call takes at most
+    3 x 15 s + 1.5 s of backoff, inside the Allocator's 60 s timeout."""
 
     @field_validator("base_url")
     @classmethod

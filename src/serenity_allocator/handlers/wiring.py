@@ -21,4 +21,6 @@ def build_semrush_client(semrush: SemrushSettings) -> SemrushClient:
             semrush.token_secret_id or "", max_age_s=semrush.token_max_age_s
         )
     )
-    return SemrushClient(semrush.base_url, tokens, timeout_s=semrush.timeout_s)
+    return SemrushClient(
+        semrush.base_url, tokens, timeout_s=semrush.timeout_s, max_retries=semrush.max_retries
+    )
