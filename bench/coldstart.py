@@ -375,7 +375,12 @@ def measure_package() -> dict[str, Any]:
         "layer_provides_total_mb": round(sum(layer.values()), 2) if layer else None,
         "template_uses_powertools_layer": _template_uses_layer(),
         "codeuri_has_requirements_txt": (ROOT / "src" / "requirements.txt").exists(),
-        "pyproject_lists_pyyaml": "pyyaml" in (ROOT / "pyproject.toml").read_text().lower(),
+        "pyproject_lists_pyyaml": any(
+            "pyyaml" in dep.lower()
+            for dep in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+                "dependencies"
+            ]
+        ),
     }
 
 

@@ -274,7 +274,8 @@ def _reading(results: dict[str, Any]) -> list[str]:
         met = cold["imports"]["targets"]["met"]
         worst = max(("allocator", "sweep"), key=lambda k: imports[k]["x_boto3"] or 0)
         runs = imports[worst]["paired_x_boto3_runs"]
-        close = abs((imports[worst]["x_boto3"] or 0) - 1.6) <= 0.2
+        # "Close" only when a single round already crossed the line, or the median nearly did.
+        close = max(runs) >= 1.6 or abs((imports[worst]["x_boto3"] or 0) - 1.6) <= 0.1
         heavy = ", ".join(
             f"{name} {ms} ms"
             for name, ms in list(imports[worst]["heaviest_direct_imports_ms"].items())[:3]
@@ -328,11 +329,10 @@ def _reading(results: dict[str, Any]) -> list[str]:
                 f"{package['with_powertools_layer_mb']} MB."
             )
             + " pyyaml is imported nowhere outside local/ "
-            f"({package['yaml_imported_outside_local'] or 'none found'}): "
-            "src/requirements.txt leaves it out, but pyproject.toml still lists it as a "
-            "runtime dependency; it belongs in an extra for the local tooling. "
+            f"({package['yaml_imported_outside_local'] or 'none found'}) and is neither in "
+            "src/requirements.txt nor a runtime dependency (it is in the `local` extra). "
             f"serenity_allocator/local ({package['serenity_allocator_local_mb']} MB) ships "
-            "in the artifact although no handler imports it."
+            "in the artifact, as `sam build` copies all of CodeUri src/; no handler imports it."
         )
     sweep = _ok(results, "sweep")
     if sweep:
