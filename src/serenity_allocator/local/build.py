@@ -94,30 +94,8 @@ def stage_artifact(
         subprocess.CalledProcessError: pip could not resolve for that platform.
     """
     stage.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-compile",
-            "--target",
-            str(stage),
-            "--platform",
-            platform,
-            "--only-binary=:all:",
-            "--python-version",
-            python_version,
-            "--implementation",
-            "cp",
-            "-r",
-            str(requirements),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
+    pip_install_for_lambda(
+        stage, ["-r", str(requirements)], platform=platform, python_version=python_version
     )
     for name in RUNTIME_PROVIDED:
         for path in stage.glob(f"{name}*"):
