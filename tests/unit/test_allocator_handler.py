@@ -397,6 +397,29 @@ def test_lambda_handler_busy_on_final_receive_records_outcome_and_still_fails() 
     )
 
 
+def test_lambda_handler_final_receive_skipped_behind_its_group_gets_a_terminal_outcome() -> None:
+    # Given a busy child whose head message is retried, and a later message of the same group
+    # on its own final receive (it will be moved to the DLQ after this one)
+    worker = _worker(_family(("c1", FULL, FULL)))
+    worker.gateway.script_not_ready("c1", 10)
+    head = _ensure("m1", "c1", 100, receive_count=2)
+    behind = _release("m2", "c1", receive_count=MAX_RECEIVE_COUNT)
+
+    # When the batch is handled
+    response = worker.invoke(head, behind)
+
+    # Then both fail (FIFO), the head gets no outcome yet (it has receives left), and the one
+    # skipped behind it on its final receive is told: failed / groupBlocked
+    assert _failures(response) == ["m1", "m2"]
+    assert worker.outcomes.by_request().keys() == {"req-m2"}
+    outcome = worker.outcome("req-m2")
+    assert (outcome.status, outcome.error_code, outcome.attempts) == (
+        "failed",
+        "groupBlocked",
+        MAX_RECEIVE_COUNT,
+    )
+
+
 def test_lambda_handler_terminal_upstream_answer_completes_as_failed() -> None:
     # Given an upstream that refuses the child read with 403 (a retry cannot fix it)
     worker = _worker(_family(("c1", FULL, FULL)))

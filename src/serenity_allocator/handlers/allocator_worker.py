@@ -147,8 +147,11 @@ class _Message:
     message_id: str
     group_id: str
     body: str
+    receive_count: int = 1
     request: EnsureRequest | ReleaseRequest | None = None
     invalid_reason: str | None = None
+    handled: bool = False
+    """Set when Powertools handed the record to us (False: skipped behind its failed group)."""
 
 
 def _parse_record(raw: dict[str, Any]) -> _Message:
@@ -157,6 +160,7 @@ def _parse_record(raw: dict[str, Any]) -> _Message:
         message_id=str(raw.get("messageId", "")),
         group_id=str(attributes.get("MessageGroupId") or ""),
         body=str(raw.get("body") or ""),
+        receive_count=int(attributes.get("ApproximateReceiveCount") or 1),
     )
     try:
         request = parse_request(message.body)
@@ -255,7 +259,8 @@ class BatchWorker:
     def handle_record(self, record: SQSRecord) -> None:
         """Apply one record; raise to fail it (SQS redelivers), return to complete it."""
         message = self._messages[record.message_id]
-        receive_count = int(record.attributes.approximate_receive_count)
+        message.handled = True
+        receive_count = message.receive_count
         request = message.request
         logger.append_keys(
             message_id=message.message_id,
@@ -522,6 +527,7 @@ class BatchWorker:
     def finish(self, response: Mapping[str, Any]) -> dict[str, Any]:
         """Publish outcomes and warnings, flush metrics; amend the response if publishing failed."""
         failures: list[dict[str, str]] = list(response.get("batchItemFailures", []))
+        self._announce_skipped_final_receives(failures)
         unpublished = self._publish_outcomes()
         if unpublished:
             # A group is held back from its first unpublished message on: FIFO order forbids
@@ -539,6 +545,25 @@ class BatchWorker:
         self._publish_pool_warnings()
         self._recorder.flush()
         return {"batchItemFailures": failures}
+
+    def _announce_skipped_final_receives(self, failures: Sequence[Mapping[str, str]]) -> None:
+        """Give a terminal outcome to final-receive records skipped behind a failed group.
+
+        SQS moves such a record to the DLQ next; without this its service would never hear back.
+        """
+        for failure in failures:
+            message = self._messages.get(failure["itemIdentifier"])
+            if (
+                message is None
+                or message.handled
+                or message.request is None
+                or message.receive_count < self._settings.max_receive_count
+            ):
+                continue
+            outcome = _outcome(
+                message.request, "failed", message.receive_count, error_code="groupBlocked"
+            )
+            self._outcomes.append((message.message_id, outcome))
 
     def _publish_outcomes(self) -> set[str]:
         """Publish in chunks of 10; return the message ids whose outcome could not be sent."""
