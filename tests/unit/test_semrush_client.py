@@ -34,6 +34,7 @@ from serenity_allocator.adapters.token_provider import (
 )
 from serenity_allocator.domain.errors import (
     MalformedResponseError,
+    OutOfTimeError,
     UpstreamError,
     UpstreamUnavailableError,
     WiringError,
@@ -409,6 +410,57 @@ def test_semrush_client_transfer_retries_503_honouring_retry_after(
     assert _statuses(sim, "transfer") == [503, 503, 200]
     assert sleeps.calls == [1.0, 1.0]
     assert _workspace(sim, "c1")["ai"]["prompts"]["total"] == 300
+
+
+class SteppingClock:
+    """A monotonic clock that moves only when the recorded sleep is called."""
+
+    def __init__(self, sleeps: RecordingSleep) -> None:
+        self.now = 100.0
+        self._sleeps = sleeps
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self._sleeps(seconds)
+        self.now += seconds
+
+
+def test_semrush_client_limit_time_skips_a_retry_that_would_outlive_the_budget(
+    sim: SimulatorServer, make_client: Callable[..., SemrushClient], sleeps: RecordingSleep
+) -> None:
+    # Given 503s advertising Retry-After: 2 and a client limited to 3 s from now
+    sim.faults(fail_next=[{"status": 503, "count": 3, "op": "transfer", "retry_after": 2}])
+    clock = SteppingClock(sleeps)
+    client = make_client(sleep=clock.sleep, clock=clock)
+    client.limit_time(3.0)
+
+    # When the transfer is sent
+    with pytest.raises(UpstreamError) as raised:
+        client.transfer("c1", Totals(projects=3, prompts=300))
+
+    # Then it retried once (2 s fit in the budget), not a second time (2 s more would not)
+    assert raised.value.status == 503
+    assert _statuses(sim, "transfer") == [503, 503]
+    assert sleeps.calls == [2.0]
+
+
+def test_semrush_client_limit_time_spent_refuses_before_any_request(
+    sim: SimulatorServer, make_client: Callable[..., SemrushClient]
+) -> None:
+    # Given a client whose time budget is already used up
+    client = make_client()
+    client.limit_time(0.0)
+
+    # When a call is made / Then it is refused as out of time, and nothing reached Semrush
+    with pytest.raises(OutOfTimeError):
+        client.read_resources("c1")
+    assert sim.calls() == []
+
+    # And lifting the limit restores normal calls
+    client.limit_time(None)
+    assert client.read_resources("c1").prompts.total == 200
 
 
 @pytest.mark.parametrize(

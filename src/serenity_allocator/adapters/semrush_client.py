@@ -23,6 +23,7 @@ import httpx
 
 from serenity_allocator.domain.errors import (
     MalformedResponseError,
+    OutOfTimeError,
     UpstreamError,
     UpstreamUnavailableError,
     WiringError,
@@ -120,6 +121,7 @@ class SemrushClient:
         max_retries: int = 3,
         backoff_s: float = 0.5,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if timeout_s <= 0:
             raise ConfigurationError("Semrush timeout must be positive")
@@ -133,6 +135,8 @@ class SemrushClient:
         self._max_retries = max_retries
         self._backoff_s = backoff_s
         self._sleep = sleep
+        self._clock = clock
+        self._deadline: float | None = None
         self._owns_http = http is None
         # Redirects are not followed: the API never redirects, and following one could carry
         # the bearer to wherever the redirect points.
@@ -141,6 +145,23 @@ class SemrushClient:
             if http is not None
             else httpx.Client(timeout=self._timeout, follow_redirects=False)
         )
+
+    def limit_time(self, seconds: float | None) -> None:
+        """Bound every later call to ``seconds`` from now (None: unbounded).
+
+        A Lambda sets this to its remaining time at the start of an invocation: then no
+        request, retry or backoff sleep outlives the function. A call with no time left raises
+        :class:`OutOfTimeError` (transient) instead of being cut off mid-flight.
+        """
+        self._deadline = None if seconds is None else self._clock() + seconds
+
+    def _time_left(self) -> float | None:
+        return None if self._deadline is None else self._deadline - self._clock()
+
+    def _fits(self, pause_s: float) -> bool:
+        """True when a retry after ``pause_s`` still leaves time for a request."""
+        left = self._time_left()
+        return left is None or pause_s < left
 
     @property
     def max_call_duration_s(self) -> float:
@@ -263,19 +284,27 @@ class SemrushClient:
         refreshed = False
         retry = 0
         while True:
+            left = self._time_left()
+            if left is not None and left <= 0:
+                raise OutOfTimeError()
             try:
                 response = self._http.request(
                     op.method,
                     url,
                     json=body,
                     headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
-                    timeout=self._timeout,
+                    timeout=self._timeout
+                    if left is None
+                    else httpx.Timeout(min(self._timeout_s, left)),
                 )
             except httpx.TransportError as exc:
-                if retry < self._max_retries and (
-                    op.idempotent or isinstance(exc, _NOT_SENT_ERRORS)
+                delay = self._backoff_delay(retry)
+                if (
+                    retry < self._max_retries
+                    and (op.idempotent or isinstance(exc, _NOT_SENT_ERRORS))
+                    and self._fits(delay)
                 ):
-                    self._sleep(self._backoff_delay(retry))
+                    self._sleep(delay)
                     retry += 1
                     continue
                 # The cause is kept for the traceback; httpx's messages carry no URL or header.
@@ -288,8 +317,13 @@ class SemrushClient:
                 refreshed = True
                 token = self._tokens.get_token(refresh=True)
                 continue
-            if retry < self._max_retries and self._is_retryable_status(op, status):
-                self._sleep(self._retry_delay(response, retry))
+            delay = self._retry_delay(response, retry)
+            if (
+                retry < self._max_retries
+                and self._is_retryable_status(op, status)
+                and self._fits(delay)
+            ):
+                self._sleep(delay)
                 retry += 1
                 continue
             raise UpstreamError(status, _redact(response.text, token), op.name)

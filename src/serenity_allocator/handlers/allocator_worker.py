@@ -43,6 +43,7 @@ from ..domain.ports import Clock, Sleeper, WorkspaceGateway
 from ..domain.reclaim import choose_reclaim_siblings
 from ..domain.transfer import FAIL_FAST, SETTLE, TransferContext, TransferPolicy
 from .settings import AllocatorSettings
+from .wiring import build_semrush_client, limit_gateway_time
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
@@ -119,8 +120,6 @@ class AllocatorRuntime:
 
 def build_runtime(settings: AllocatorSettings) -> AllocatorRuntime:
     """Wire the real adapters from settings (clients are created lazily inside them)."""
-    from .wiring import build_semrush_client
-
     client = build_semrush_client(settings.semrush)
     runtime = AllocatorRuntime(
         settings=settings, gateway=client, attempt_budget_s=settings.semrush.timeout_s
@@ -251,8 +250,11 @@ class BatchWorker:
         self._observer = _WorkerObserver(
             self._recorder, runtime.pool_watch, self._settings.pool_low_ratio
         )
-        remaining_s = context.get_remaining_time_in_millis() / 1000.0
-        self._deadline = runtime.clock() + remaining_s - self._settings.safety_margin_ms / 1000.0
+        budget_s = (
+            context.get_remaining_time_in_millis() - self._settings.safety_margin_ms
+        ) / 1000.0
+        self._deadline = runtime.clock() + budget_s
+        limit_gateway_time(runtime.gateway, budget_s)
 
     # -- per record --------------------------------------------------------------------------
 

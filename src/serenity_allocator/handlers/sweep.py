@@ -28,6 +28,7 @@ from ..domain.sweep import (
     run_sweep_batch,
 )
 from .settings import SweepSettings
+from .wiring import build_semrush_client, limit_gateway_time
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -59,7 +60,6 @@ def build_sweep_runtime(settings: SweepSettings) -> SweepRuntime:
     """Wire the real adapters (Semrush client, S3 checkpoint store, SQS producer)."""
     from ..adapters.s3_checkpoint_store import S3CheckpointStore
     from ..adapters.sqs_producer import AllocationProducer
-    from .wiring import build_semrush_client
 
     return SweepRuntime(
         settings=settings,
@@ -108,6 +108,7 @@ def lambda_handler(
     run_id = request.run_id or rt.new_run_id()
     logger.append_keys(run_id=run_id, dry_run=request.dry_run)
     remaining_s = context.get_remaining_time_in_millis() / 1000.0
+    limit_gateway_time(rt.gateway, remaining_s - rt.settings.safety_margin_ms / 1000.0)
     recorder = MetricsRecorder(rt.settings.environment)
     env = SweepEnvironment(
         gateway=rt.gateway,
