@@ -103,6 +103,7 @@ class LocalStack:
         host: str = "127.0.0.1",
         moto_port: int = 0,
         simulator_port: int = 0,
+        token: str | None = None,
     ) -> None:
         if visibility_timeout_s < 2:
             raise ValueError("visibility_timeout_s must be at least 2 (the function needs 1 s)")
@@ -118,8 +119,8 @@ class LocalStack:
         self._host = host
         self._moto_port = moto_port
         self._simulator_port = simulator_port
-        # A fresh random bearer per stack; the simulator accepts only it.
-        self._token = f"local-{secrets.token_urlsafe(18)}"
+        # A fresh random bearer per stack unless one is given; the simulator accepts only it.
+        self._token = token or f"local-{secrets.token_urlsafe(18)}"
         self._moto: MotoServer | None = None
         self._simulator: SimulatorServer | None = None
         self._resources: LocalResources | None = None
@@ -448,6 +449,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--moto-port", type=int, default=0, help="moto port (0: ephemeral)")
     parser.add_argument("--simulator-port", type=int, default=0, help="simulator port")
     parser.add_argument("--work-dir", type=Path, default=None, help="traces and logs")
+    parser.add_argument(
+        "--token",
+        default=None,
+        help="the bearer the simulator accepts (default: a random one, kept in the moto secret)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -464,6 +470,7 @@ def run(args: argparse.Namespace) -> int:
         work_dir=args.work_dir,
         moto_port=args.moto_port,
         simulator_port=args.simulator_port,
+        token=args.token,
     ) as stack:
         pool = stack.start_consumers(args.consumers) if args.consumers > 0 else None
         if threading.current_thread() is threading.main_thread():
