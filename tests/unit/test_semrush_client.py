@@ -40,7 +40,7 @@ from serenity_allocator.domain.errors import (
     WiringError,
 )
 from serenity_allocator.domain.model import Totals, WorkspaceRecord
-from serenity_allocator.local.simulator import SimulatorServer, start_simulator
+from serenity_allocator.local.simulator import SimulatorServer
 
 SECRET_TOKEN = "tok-SECRET-123"
 
@@ -99,17 +99,12 @@ class RotatingTokenProvider:
         return self.current
 
 
-@pytest.fixture(scope="module")
-def simulator_server() -> Iterator[SimulatorServer]:
-    with start_simulator() as server:
-        yield server
-
-
 @pytest.fixture
-def sim(simulator_server: SimulatorServer) -> SimulatorServer:
-    simulator_server.reset()
-    simulator_server.seed(FAMILY)
-    return simulator_server
+def sim(simulator: SimulatorServer) -> SimulatorServer:
+    # The session's simulator (tests/conftest.py), reset and seeded with this module's family.
+    simulator.reset()
+    simulator.seed(FAMILY)
+    return simulator
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ invocation fails at start instead of misbehaving later.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Self
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -23,9 +23,6 @@ class SettingsError(ValueError):
 def _is_on(value: object) -> bool:
     # A kill switch is ON only for the exact string "true": a typo must never enable writes.
     return value == "true"
-
-
-Switch = Annotated[bool, Field()]
 
 
 class _EnvModel(BaseModel):
