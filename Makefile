@@ -21,12 +21,12 @@ demo: $(STAMP)
 test: lint typecheck cfn-lint pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tools tests bench
+	$(BIN)/ruff format --check src tools tests bench
 
 format: $(STAMP)
-	$(BIN)/ruff format src tests bench
-	$(BIN)/ruff check --fix src tests bench
+	$(BIN)/ruff format src tools tests bench
+	$(BIN)/ruff check --fix src tools tests bench
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

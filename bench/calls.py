@@ -40,8 +40,8 @@ from serenity_allocator.domain.model import Blocks, WorkspaceStatus
 from serenity_allocator.handlers.allocator import lambda_handler
 from serenity_allocator.handlers.allocator_worker import build_runtime
 from serenity_allocator.handlers.settings import AllocatorSettings
-from serenity_allocator.local.lambda_context import LocalLambdaContext
-from serenity_allocator.local.simulator import SimulatorRequestError, SimulatorServer
+from serenity_tools.standins.lambda_context import LocalLambdaContext
+from serenity_tools.standins.simulator import SimulatorRequestError, SimulatorServer
 
 from .common import (
     BENCH_TOKEN,

@@ -28,7 +28,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from serenity_allocator.local.build import pip_install_for_lambda, stage_artifact
+from serenity_tools.operator.build import pip_install_for_lambda, stage_artifact
 
 from .common import median, note, ratio
 
@@ -323,7 +323,7 @@ def measure_package() -> dict[str, Any]:
             lines = (exc.stderr or "").strip().splitlines()
             failure = f"pip failed: {lines[-1] if lines else exc}"
         method = (
-            "sam build's way (serenity_allocator.local.build.stage_artifact): src/ copied + "
+            "sam build's way (serenity_tools.operator.build.stage_artifact): src/ copied + "
             "pip install -r src/requirements.txt --platform manylinux2014_aarch64 "
             "--python-version 3.12 --only-binary=:all:"
         )

@@ -29,8 +29,8 @@ from serenity_allocator.domain.resources import parse_ai_resources
 from serenity_allocator.handlers.allocator import lambda_handler
 from serenity_allocator.handlers.allocator_worker import AllocatorRuntime
 from serenity_allocator.handlers.settings import AllocatorSettings
-from serenity_allocator.local.lambda_context import LocalLambdaContext
-from serenity_allocator.local.simulator import SimulatorState, start_simulator
+from serenity_tools.standins.lambda_context import LocalLambdaContext
+from serenity_tools.standins.simulator import SimulatorState, start_simulator
 
 from .common import BENCH_TOKEN, allocator_env, median, note, ratio, silenced
 from .fifo import QueuedMessage, lambda_event

@@ -45,7 +45,7 @@ def _commit() -> str:
 
 
 def _calls() -> dict[str, Any]:
-    from serenity_allocator.local.simulator import start_simulator
+    from serenity_tools.standins.simulator import start_simulator
 
     from . import calls
     from .common import BENCH_TOKEN

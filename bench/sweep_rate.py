@@ -25,14 +25,14 @@ from serenity_allocator.domain.model import Totals
 from serenity_allocator.domain.sweep import StoredCheckpoint
 from serenity_allocator.handlers.settings import SweepSettings
 from serenity_allocator.handlers.sweep import SweepRuntime, lambda_handler
-from serenity_allocator.local.lambda_context import LocalLambdaContext
-from serenity_allocator.local.moto_server import start_moto_server
-from serenity_allocator.local.resources import (
+from serenity_tools.standins.lambda_context import LocalLambdaContext
+from serenity_tools.standins.moto_server import start_moto_server
+from serenity_tools.standins.resources import (
     LocalResourceNames,
     create_local_resources,
     local_client,
 )
-from serenity_allocator.local.simulator import SimulatorServer, start_simulator
+from serenity_tools.standins.simulator import SimulatorServer, start_simulator
 
 from .common import BENCH_TOKEN, note, ratio, silenced
 from .overhead import TimedGateway

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from serenity_allocator.local.moto_server import MotoServer, start_moto_server
-from serenity_allocator.local.resources import (
+from serenity_tools.standins.moto_server import MotoServer, start_moto_server
+from serenity_tools.standins.resources import (
     LocalResourceNames,
     LocalResources,
     create_local_resources,
@@ -29,7 +29,7 @@ from serenity_allocator.local.resources import (
 )
 
 if TYPE_CHECKING:
-    from serenity_allocator.local.simulator import SimulatorServer
+    from serenity_tools.standins.simulator import SimulatorServer
 
 
 @pytest.fixture(scope="session")
@@ -134,7 +134,7 @@ def outcome_capture(local_resources: LocalResources) -> OutcomeCapture:
 @pytest.fixture(scope="session")
 def simulator() -> Iterator[SimulatorServer]:
     """One Semrush simulator for the session (imported lazily: written separately)."""
-    from serenity_allocator.local.simulator import start_simulator
+    from serenity_tools.standins.simulator import start_simulator
 
     with start_simulator() as server:
         yield server

@@ -15,7 +15,7 @@ import pytest
 from serenity_allocator.adapters.semrush_client import SemrushClient
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.local.simulator import SimulatorServer, start_simulator
+from serenity_tools.standins.simulator import SimulatorServer, start_simulator
 from tests.contract.swagger import (
     load_spec,
     operation_path,

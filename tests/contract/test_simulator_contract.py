@@ -14,7 +14,7 @@ import httpx
 import jsonschema
 import pytest
 
-from serenity_allocator.local.simulator import SimulatorServer, start_simulator
+from serenity_tools.standins.simulator import SimulatorServer, start_simulator
 from tests.contract import swagger
 
 TOKEN = "contract-token"

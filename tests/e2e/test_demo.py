@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from serenity_allocator.local import demo
-from serenity_allocator.local.demo import DemoConfig, run_demo
+from serenity_tools.verification import demo
+from serenity_tools.verification.demo import DemoConfig, run_demo
 
 CANARY_TOKEN = "canary-bearer-0123456789abcdef"
 

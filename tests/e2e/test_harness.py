@@ -18,12 +18,12 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from serenity_allocator import cli
+from serenity_tools import cli
 from serenity_allocator.adapters.sqs_producer import build_ensure, build_release
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.local import harness
-from serenity_allocator.local.harness import (
+from serenity_tools.verification import harness
+from serenity_tools.verification.harness import (
     FEATURES_ON,
     POISON_KINDS,
     HarnessConfig,
@@ -36,7 +36,7 @@ from serenity_allocator.local.harness import (
     run_scenario,
     with_worker_releases,
 )
-from serenity_allocator.local.invariants import InvariantResult
+from serenity_tools.verification.invariants import InvariantResult
 
 _T = TypeVar("_T")
 

@@ -20,7 +20,7 @@ from aws_lambda_powertools.utilities.parser.models import SqsModel
 
 from serenity_allocator.adapters.sqs_producer import AllocationProducer
 from serenity_allocator.handlers.settings import AllocatorSettings, SweepSettings
-from serenity_allocator.local.consumer import (
+from serenity_tools.standins.consumer import (
     CrashPlan,
     EventSourceConsumer,
     TraceWriter,
@@ -29,17 +29,17 @@ from serenity_allocator.local.consumer import (
     failed_message_ids,
     read_trace_events,
 )
-from serenity_allocator.local.emf import count_metrics_in_files
-from serenity_allocator.local.invariants import (
+from serenity_tools.standins.moto_server import start_moto_server_process
+from serenity_tools.standins.resources import local_client
+from serenity_tools.standins.stack import LocalStack
+from serenity_tools.verification.emf import count_metrics_in_files
+from serenity_tools.verification.invariants import (
     check_fifo_delivery,
     check_group_exclusivity,
     check_order,
     check_terminal_outcomes,
     workspaces_by_id,
 )
-from serenity_allocator.local.moto_server import start_moto_server_process
-from serenity_allocator.local.resources import local_client
-from serenity_allocator.local.stack import LocalStack
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -338,7 +338,7 @@ def test_local_up_prints_the_environment_and_stops_on_ctrl_c(tmp_path: Path) -> 
         [
             sys.executable,
             "-m",
-            "serenity_allocator.cli",
+            "serenity_tools.cli",
             "local",
             "up",
             "--consumers",
@@ -382,8 +382,8 @@ def test_patch_moto_fifo_redelivery_fixes_an_in_process_moto(
     # Given an in-thread moto of this process (the patch is undone after the test)
     from moto.sqs.models import SQSBackend
 
-    from serenity_allocator.local.moto_fifo import patch_moto_fifo_redelivery
-    from serenity_allocator.local.moto_server import start_moto_server
+    from serenity_tools.standins.moto_fifo import patch_moto_fifo_redelivery
+    from serenity_tools.standins.moto_server import start_moto_server
 
     monkeypatch.setattr(SQSBackend, "receive_message", SQSBackend.receive_message)
     monkeypatch.setattr(SQSBackend, "receive_message", _unpatched(SQSBackend.receive_message))

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from serenity_allocator import cli
-from serenity_allocator.local.resources import LocalResources, local_client
+from serenity_tools import cli
+from serenity_tools.standins.resources import LocalResources, local_client
 from tests.infrastructure._template import EVENTS_DIR, TEMPLATE_PATH
 
 if TYPE_CHECKING:
-    from serenity_allocator.local.simulator import SimulatorServer
+    from serenity_tools.standins.simulator import SimulatorServer
 
 MASTER = "ws-master-org1"
 CHILDREN = ("ws-child-a1", "ws-child-b2", "ws-child-c3")

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from serenity_allocator.adapters.observability import METRIC_CATALOG
-from serenity_allocator.local.invoke import NO_VALUE, IntrinsicResolver, parameter_values
+from serenity_tools.standins.invoke import NO_VALUE, IntrinsicResolver, parameter_values
 from tests.infrastructure._template import (
     RUNBOOKS_DIR,
     function_environment,

@@ -21,9 +21,9 @@ from serenity_allocator.handlers import allocator
 from serenity_allocator.handlers.allocator import lambda_handler
 from serenity_allocator.handlers.allocator_worker import AllocatorRuntime, build_runtime
 from serenity_allocator.handlers.settings import AllocatorSettings
-from serenity_allocator.local.lambda_context import LocalLambdaContext
-from serenity_allocator.local.resources import LOCAL_REGION, LocalResources, local_client
 from serenity_allocator.producer import AllocationProducer
+from serenity_tools.standins.lambda_context import LocalLambdaContext
+from serenity_tools.standins.resources import LOCAL_REGION, LocalResources, local_client
 from tests.integration.sqs_events import (
     build_sqs_event,
     delete_completed,
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.type_defs import MessageTypeDef
 
-    from serenity_allocator.local.simulator import SimulatorServer
+    from serenity_tools.standins.simulator import SimulatorServer
 
 TOKEN = "tok-integration"
 ENVIRONMENT = "integration"

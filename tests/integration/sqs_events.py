@@ -3,7 +3,7 @@
 The mapping receives up to 10 messages (all system attributes), hands them to the function as an
 ``aws:sqs`` event, then deletes every record that is not listed in ``batchItemFailures``; the
 listed ones stay in flight until their visibility timeout ends. The event itself is built by the
-local stack's consumer (:func:`serenity_allocator.local.consumer.build_sqs_event`), so these
+local stack's consumer (:func:`serenity_tools.standins.consumer.build_sqs_event`), so these
 tests and the local stack hand the handler the same shape. Tests cannot wait for a visibility
 timeout (never sleep for real), so :func:`make_visible` ends it with ChangeMessageVisibility.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from serenity_allocator.local.consumer import (
+from serenity_tools.standins.consumer import (
     MAX_MESSAGES_PER_RECEIVE,
     build_sqs_event,
     failed_message_ids,

@@ -18,8 +18,8 @@ import pytest
 
 from serenity_allocator.adapters.eventbridge_outcomes import EVENT_SOURCE, OUTCOME_DETAIL_TYPE
 from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
-from serenity_allocator.local.resources import LocalResources, local_client
-from serenity_allocator.local.simulator import SimulatorServer
+from serenity_tools.standins.resources import LocalResources, local_client
+from serenity_tools.standins.simulator import SimulatorServer
 from tests.conftest import OutcomeCapture
 from tests.integration.allocator_harness import (
     TOKEN,

@@ -49,8 +49,6 @@ from serenity_allocator.domain.messages import (
     parse_request,
 )
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.local.moto_server import MotoServer, start_moto_server_process
-from serenity_allocator.local.resources import LocalResources, local_client
 from serenity_allocator.producer import (
     AllocationProducer,
     EnqueueError,
@@ -58,6 +56,8 @@ from serenity_allocator.producer import (
     build_release,
     is_metered_quota,
 )
+from serenity_tools.standins.moto_server import MotoServer, start_moto_server_process
+from serenity_tools.standins.resources import LocalResources, local_client
 from tests.conftest import OutcomeCapture
 
 # ---------------------------------------------------------------- helpers
@@ -851,7 +851,7 @@ def test_create_local_resources_is_idempotent_and_updates_the_secret(
     local_resources: LocalResources,
 ) -> None:
     # Given resources that already exist under some names
-    from serenity_allocator.local.resources import LocalResourceNames, create_local_resources
+    from serenity_tools.standins.resources import LocalResourceNames, create_local_resources
 
     names = LocalResourceNames().with_suffix()
     first = create_local_resources(local_resources.endpoint_url, names, token="tok-one")

@@ -20,9 +20,9 @@ import pytest
 
 from serenity_allocator.adapters.eventbridge_outcomes import POOL_LOW_DETAIL_TYPE
 from serenity_allocator.domain.pool_watch import PoolWatch
-from serenity_allocator.local.resources import LocalResources
-from serenity_allocator.local.simulator import SimulatorControlError, SimulatorServer
 from serenity_allocator.producer import is_metered_quota
+from serenity_tools.standins.resources import LocalResources
+from serenity_tools.standins.simulator import SimulatorControlError, SimulatorServer
 from tests.conftest import OutcomeCapture
 from tests.integration.allocator_harness import (
     ENVIRONMENT,

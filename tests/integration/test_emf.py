@@ -14,8 +14,8 @@ import pytest
 from aws_lambda_powertools.metrics.provider import cold_start
 
 from serenity_allocator.adapters.observability import METRIC_CATALOG, NAMESPACE, SERVICE
-from serenity_allocator.local.resources import LocalResources
-from serenity_allocator.local.simulator import SimulatorServer
+from serenity_tools.standins.resources import LocalResources
+from serenity_tools.standins.simulator import SimulatorServer
 from tests.conftest import OutcomeCapture
 from tests.integration.allocator_harness import (
     ENVIRONMENT,

@@ -25,8 +25,8 @@ import pytest
 from cfnlint.decode import cfn_yaml  # type: ignore[import-untyped]
 
 from serenity_allocator.adapters.observability import logger
-from serenity_allocator.local.resources import LocalResources, local_client
-from serenity_allocator.local.simulator import (
+from serenity_tools.standins.resources import LocalResources, local_client
+from serenity_tools.standins.simulator import (
     API_PREFIX,
     SimulatorServer,
     SimulatorState,

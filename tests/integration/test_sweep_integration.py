@@ -45,9 +45,9 @@ from serenity_allocator.handlers.sweep import (
     lambda_handler,
     parse_sweep_request,
 )
-from serenity_allocator.local import sweep_cli
-from serenity_allocator.local.lambda_context import LocalLambdaContext
-from serenity_allocator.local.resources import LocalResources, local_client
+from serenity_tools.operator import sweep_cli
+from serenity_tools.standins.lambda_context import LocalLambdaContext
+from serenity_tools.standins.resources import LocalResources, local_client
 from tests.infrastructure._template import EVENTS_DIR, load_template
 from tests.infrastructure.test_state_machine import run_execution
 from tests.integration.allocator_harness import (
@@ -63,7 +63,7 @@ from tests.integration.sqs_events import receive_messages
 if TYPE_CHECKING:
     from mypy_boto3_sqs.type_defs import MessageTypeDef
 
-    from serenity_allocator.local.simulator import SimulatorServer
+    from serenity_tools.standins.simulator import SimulatorServer
 
 # The handler flushes its metrics decorator even when a batch recorded none; that is fine here.
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish:UserWarning")

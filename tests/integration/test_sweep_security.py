@@ -22,8 +22,8 @@ import pytest
 from serenity_allocator.adapters.observability import SERVICE, logger
 from serenity_allocator.domain.sweep import SweepRefusedError
 from serenity_allocator.handlers.sweep import SweepPayloadError
-from serenity_allocator.local.resources import LocalResources
-from serenity_allocator.local.simulator import SimulatorServer
+from serenity_tools.standins.resources import LocalResources
+from serenity_tools.standins.simulator import SimulatorServer
 from tests.integration.allocator_harness import api_calls, emf_blobs, metric_values
 from tests.integration.test_sweep_integration import (
     EXPECTED,

@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
-from serenity_allocator import cli
-from serenity_allocator.local import invoke as invoke_module
-from serenity_allocator.local.invoke import (
+from serenity_tools import cli
+from serenity_tools.standins import invoke as invoke_module
+from serenity_tools.standins.invoke import (
     TemplateError,
     function_config,
     load_env_vars,
     load_template,
     parse_parameter_overrides,
 )
-from serenity_allocator.local.lambda_context import LocalLambdaContext
+from serenity_tools.standins.lambda_context import LocalLambdaContext
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,7 @@ from typing import Any
 from serenity_allocator.adapters.sqs_producer import build_ensure, build_release
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.local.invariants import (
+from serenity_tools.verification.invariants import (
     check_bounds,
     check_conservation,
     check_fifo_delivery,

@@ -40,7 +40,7 @@ from serenity_allocator.domain.errors import (
     WiringError,
 )
 from serenity_allocator.domain.model import Totals, WorkspaceRecord
-from serenity_allocator.local.simulator import SimulatorServer
+from serenity_tools.standins.simulator import SimulatorServer
 
 SECRET_TOKEN = "tok-SECRET-123"
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from serenity_allocator.domain.classify import is_metered_quota, is_not_ready, is_pool_exhausted
 from serenity_allocator.domain.resources import parse_ai_resources
-from serenity_allocator.local.simulator import (
+from serenity_tools.standins.simulator import (
     SimulatorControlError,
     SimulatorServer,
     SimulatorState,
@@ -910,7 +910,7 @@ def test_simulator_control_routes_refuse_a_non_loopback_peer(
     monkeypatch: pytest.MonkeyPatch, sim: SimulatorServer
 ) -> None:
     # Given the loopback predicate says the peer is remote
-    import serenity_allocator.local.simulator as simulator_module
+    import serenity_tools.standins.simulator as simulator_module
 
     monkeypatch.setattr(simulator_module, "is_loopback_peer", lambda host: False)
 
@@ -1286,7 +1286,7 @@ def test_simulator_cli_serves_until_sigterm(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "serenity_allocator.cli",
+            "serenity_tools.cli",
             "simulator",
             "--port",
             "0",

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from serenity_allocator import cli
+from serenity_tools import cli
 from serenity_allocator.domain.model import Totals
 from serenity_allocator.domain.sweep import SweepCounts, SweepItem, SweepResult
-from serenity_allocator.local import sweep_cli
-from serenity_allocator.local.sweep_cli import (
+from serenity_tools.operator import sweep_cli
+from serenity_tools.operator.sweep_cli import (
     LambdaInvoker,
     LocalInvoker,
     ProgressDisplay,

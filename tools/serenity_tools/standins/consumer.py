@@ -1,6 +1,6 @@
 """A stand-in for one Lambda container behind the SQS event source mapping, as an OS process.
 
-Each consumer is a separate process (``python -m serenity_allocator.local.consumer``) that does
+Each consumer is a separate process (``python -m serenity_tools.standins.consumer``) that does
 what the event source mapping and the Lambda runtime do for one container:
 
 - ReceiveMessage, up to 10, short polling (``WaitTimeSeconds=0``: the local broker serves one
@@ -51,13 +51,13 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .lambda_context import LocalLambdaContext
+from serenity_tools.standins.lambda_context import LocalLambdaContext
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.type_defs import MessageTypeDef
 
-    from .stack import LocalStack
+    from serenity_tools.standins.stack import LocalStack
 
 CRASH_POINTS = ("before_handler", "during_handler", "after_handler_before_delete")
 CRASH_AT_ENV = "SERENITY_CRASH_AT"
@@ -697,7 +697,7 @@ class ConsumerPool:
                 [
                     sys.executable,
                     "-m",
-                    "serenity_allocator.local.consumer",
+                    "serenity_tools.standins.consumer",
                     "--index",
                     str(index),
                     "--generation",

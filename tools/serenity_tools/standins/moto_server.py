@@ -12,7 +12,7 @@ queue makes moto wait inside the request and holds every other client for that l
 moto 5.x also breaks FIFO order when several in-flight messages of one group become visible
 together; both launchers apply :func:`.moto_fifo.patch_moto_fifo_redelivery` unless told not to.
 
-Run it standalone with ``python -m serenity_allocator.local.moto_server --port 5000``.
+Run it standalone with ``python -m serenity_tools.standins.moto_server --port 5000``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Self
 
-from .moto_fifo import patch_moto_fifo_redelivery
+from serenity_tools.standins.moto_fifo import patch_moto_fifo_redelivery
 
 READY_PREFIX = "MOTO_READY "
 _START_TIMEOUT_S = 60.0
@@ -132,7 +132,7 @@ def start_moto_server(
 def start_moto_server_process(
     host: str = "127.0.0.1", port: int = 0, *, fifo_fix: bool = True
 ) -> MotoServer:
-    """Start moto in a separate OS process (``python -m serenity_allocator.local.moto_server``).
+    """Start moto in a separate OS process (``python -m serenity_tools.standins.moto_server``).
 
     The child binds first, then writes ``MOTO_READY <port>`` on its stdout pipe; this call
     returns once that line arrives, so the endpoint is accepting connections. The child exits
@@ -154,7 +154,7 @@ def start_moto_server_process(
         [
             sys.executable,
             "-m",
-            "serenity_allocator.local.moto_server",
+            "serenity_tools.standins.moto_server",
             "--host",
             host,
             "--port",

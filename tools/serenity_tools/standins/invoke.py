@@ -34,7 +34,11 @@ from typing import Any, cast
 
 import yaml
 
-from .lambda_context import LOCAL_ACCOUNT_ID, LOCAL_REGION, LocalLambdaContext
+from serenity_tools.standins.lambda_context import (
+    LOCAL_ACCOUNT_ID,
+    LOCAL_REGION,
+    LocalLambdaContext,
+)
 
 SAM_DEFAULT_TIMEOUT_S = 3
 SAM_DEFAULT_MEMORY_MB = 128

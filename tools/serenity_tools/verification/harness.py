@@ -50,10 +50,15 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ..adapters.eventbridge_outcomes import POOL_LOW_DETAIL_TYPE, OutcomePublisher
-from ..adapters.sqs_producer import AllocationProducer, build_ensure, build_release
-from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest, parse_request
-from .consumer import (
+from serenity_allocator.adapters.eventbridge_outcomes import POOL_LOW_DETAIL_TYPE, OutcomePublisher
+from serenity_allocator.adapters.sqs_producer import AllocationProducer, build_ensure, build_release
+from serenity_allocator.domain.messages import (
+    AllocationOutcome,
+    EnsureRequest,
+    ReleaseRequest,
+    parse_request,
+)
+from serenity_tools.standins.consumer import (
     CRASH_POINTS,
     DEFAULT_HANDLER,
     ConsumerPool,
@@ -64,7 +69,8 @@ from .consumer import (
     read_trace_events,
     summarize_traces,
 )
-from .demo import (
+from serenity_tools.standins.stack import DeadLetter, LocalStack, body_field
+from serenity_tools.verification.demo import (
     calls_table,
     check_dead_letters,
     dlq_table,
@@ -74,8 +80,8 @@ from .demo import (
     outcomes_table,
     seed_child,
 )
-from .emf import MetricTotal, count_metrics_in_files
-from .invariants import (
+from serenity_tools.verification.emf import MetricTotal, count_metrics_in_files
+from serenity_tools.verification.invariants import (
     InvariantResult,
     check_bounds,
     check_conservation,
@@ -88,14 +94,13 @@ from .invariants import (
     transfer_sequences,
     workspaces_by_id,
 )
-from .stack import DeadLetter, LocalStack, body_field
-from .tables import format_table
+from serenity_tools.verification.tables import format_table
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
 
-    from .emf import MetricKey
+    from serenity_tools.verification.emf import MetricKey
 
 SCENARIOS = ("concurrency", "standard-queue", "crash", "faults", "poison", "sweep-crash")
 
@@ -593,7 +598,7 @@ def trusting_standard_queue_handler(event: dict[str, Any], context: Any) -> Any:
     ``workspace_id`` so the real handler accepts the records (and groups them within a batch),
     which is exactly what it cannot do across batches and containers.
     """
-    from ..handlers.allocator import lambda_handler
+    from serenity_allocator.handlers.allocator import lambda_handler
 
     for record in event.get("Records", []):
         workspace_id = body_field(str(record.get("body", "")), "workspace_id")
@@ -625,7 +630,7 @@ def crash_while_publishing_handler(event: dict[str, Any], context: Any) -> Any:
 
     Configured by :data:`PUBLISH_CRASH_PROBABILITY_ENV` and :data:`PUBLISH_CRASH_SEED_ENV`.
     """
-    from ..handlers import allocator
+    from serenity_allocator.handlers import allocator
 
     runtime = allocator.get_runtime()
     publisher = runtime.outcomes
@@ -1854,7 +1859,7 @@ class ManualWallClock:
 
 
 def _checkpoint_problems(store: Any, run_id: str) -> list[str]:
-    from ..domain.sweep import SweepCheckpoint
+    from serenity_allocator.domain.sweep import SweepCheckpoint
 
     try:
         stored = store.load(run_id)
@@ -1877,9 +1882,9 @@ def run_sweep_crash(config: HarnessConfig) -> ScenarioResult:
     """
     from functools import partial
 
-    from ..handlers.settings import SweepSettings
-    from ..handlers.sweep import build_sweep_runtime, lambda_handler
-    from .sweep_cli import LocalInvoker, drive_sweep
+    from serenity_allocator.handlers.settings import SweepSettings
+    from serenity_allocator.handlers.sweep import build_sweep_runtime, lambda_handler
+    from serenity_tools.operator.sweep_cli import LocalInvoker, drive_sweep
 
     started = time.monotonic()
     rng = random.Random(config.seed)
@@ -1998,7 +2003,7 @@ def run_sweep_crash(config: HarnessConfig) -> ScenarioResult:
 
 @contextlib.contextmanager
 def _handler_output(path: Path) -> Iterator[None]:
-    from .demo import handler_output_to
+    from serenity_tools.verification.demo import handler_output_to
 
     # LocalInvoker sends the handler's stdout (EMF) to stderr: keep both off the report.
     with (

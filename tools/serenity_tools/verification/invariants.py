@@ -24,8 +24,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
-from ..domain.model import DEFAULT_BLOCKS, Totals
+from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
+from serenity_allocator.domain.model import DEFAULT_BLOCKS, Totals
 
 Request = EnsureRequest | ReleaseRequest
 Workspaces = Mapping[str, Mapping[str, Any]]

@@ -33,12 +33,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..adapters.sqs_producer import AllocationProducer, build_ensure, build_release
-from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
-from ..domain.model import DEFAULT_BLOCKS
-from .consumer import read_trace_events, summarize_traces
-from .emf import count_metrics_in_files
-from .invariants import (
+from serenity_allocator.adapters.sqs_producer import AllocationProducer, build_ensure, build_release
+from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
+from serenity_allocator.domain.model import DEFAULT_BLOCKS
+from serenity_tools.standins.consumer import read_trace_events, summarize_traces
+from serenity_tools.standins.lambda_context import LocalLambdaContext
+from serenity_tools.standins.resources import local_client
+from serenity_tools.standins.stack import DeadLetter, LocalStack
+from serenity_tools.verification.emf import count_metrics_in_files
+from serenity_tools.verification.invariants import (
     InvariantResult,
     check_bounds,
     check_conservation,
@@ -49,10 +52,7 @@ from .invariants import (
     check_terminal_outcomes,
     workspaces_by_id,
 )
-from .lambda_context import LocalLambdaContext
-from .resources import local_client
-from .stack import DeadLetter, LocalStack
-from .tables import format_table
+from serenity_tools.verification.tables import format_table
 
 MASTER_ID = "org-demo"
 POOL_PROJECTS = 200
@@ -281,7 +281,7 @@ def meter_writes(
     two ensures answered before either write are not both covered (a real service writes
     right after its own ensure, and the next ensure then sees that usage).
     """
-    from .simulator import SimulatorControlError
+    from serenity_tools.standins.simulator import SimulatorControlError
 
     applied = {
         o.request_id for o in outcomes if o.kind == "ensure" and o.status in _APPLIED_STATUSES
@@ -313,7 +313,7 @@ def meter_writes(
 @contextlib.contextmanager
 def handler_output_to(path: Path) -> Iterator[None]:
     """Send the in-process handlers' logs and EMF lines to ``path`` instead of the terminal."""
-    from ..adapters.observability import logger
+    from serenity_allocator.adapters.observability import logger
 
     handler = logger.registered_handler
     with path.open("a", encoding="utf-8") as sink, contextlib.redirect_stdout(sink):
@@ -329,7 +329,7 @@ def run_sweep(
     stack: LocalStack, payload: Mapping[str, Any], log_path: Path
 ) -> list[dict[str, Any]]:
     """Invoke the Sweep handler in this process until the run is done; return each result."""
-    from ..handlers.sweep import lambda_handler
+    from serenity_allocator.handlers.sweep import lambda_handler
 
     results: list[dict[str, Any]] = []
     event = dict(payload)

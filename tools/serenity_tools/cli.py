@@ -12,13 +12,13 @@ import sys
 from collections.abc import Sequence
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("serenity_allocator.local.demo", "run the scripted demo on the local stack"),
-    "simulator": ("serenity_allocator.local.simulator", "serve the Semrush simulator"),
-    "local": ("serenity_allocator.local.stack", "run the local stack (moto + simulator)"),
-    "invoke": ("serenity_allocator.local.invoke", "invoke a template function locally"),
-    "sweep": ("serenity_allocator.local.sweep_cli", "run or follow a rightsizing sweep"),
-    "harness": ("serenity_allocator.local.harness", "run a reliability harness scenario"),
-    "build": ("serenity_allocator.local.build", "build the deployable zip artifact"),
+    "demo": ("serenity_tools.verification.demo", "run the scripted demo on the local stack"),
+    "simulator": ("serenity_tools.standins.simulator", "serve the Semrush simulator"),
+    "local": ("serenity_tools.standins.stack", "run the local stack (moto + simulator)"),
+    "invoke": ("serenity_tools.standins.invoke", "invoke a template function locally"),
+    "sweep": ("serenity_tools.operator.sweep_cli", "run or follow a rightsizing sweep"),
+    "harness": ("serenity_tools.verification.harness", "run a reliability harness scenario"),
+    "build": ("serenity_tools.operator.build", "build the deployable zip artifact"),
 }
 
 

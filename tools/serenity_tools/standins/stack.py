@@ -34,9 +34,15 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from .consumer import DEFAULT_HANDLER, ConsumerPool, CrashPlan, QueueDepth, queue_depth
-from .outcome_capture import OutcomeCapture, create_outcome_capture
-from .resources import (
+from serenity_tools.standins.consumer import (
+    DEFAULT_HANDLER,
+    ConsumerPool,
+    CrashPlan,
+    QueueDepth,
+    queue_depth,
+)
+from serenity_tools.standins.outcome_capture import OutcomeCapture, create_outcome_capture
+from serenity_tools.standins.resources import (
     LOCAL_REGION,
     LocalResourceNames,
     LocalResources,
@@ -48,8 +54,8 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.type_defs import MessageTypeDef
 
-    from .moto_server import MotoServer
-    from .simulator import SimulatorServer
+    from serenity_tools.standins.moto_server import MotoServer
+    from serenity_tools.standins.simulator import SimulatorServer
 
 DEFAULT_VISIBILITY_TIMEOUT_S = 3
 LOCAL_ENVIRONMENT = "local"
@@ -132,8 +138,8 @@ class LocalStack:
 
     def start(self) -> Self:
         """Start moto and the simulator, create the resources and the outcome capture."""
-        from .moto_server import start_moto_server_process
-        from .simulator import start_simulator
+        from serenity_tools.standins.moto_server import start_moto_server_process
+        from serenity_tools.standins.simulator import start_simulator
 
         try:
             self._moto = start_moto_server_process(
@@ -373,7 +379,7 @@ class LocalStack:
 
     def read_dead_letters(self, dlq_url: str | None = None) -> list[DeadLetter]:
         """Read AND delete every message in the DLQ (or in ``dlq_url``, another DLQ on moto)."""
-        from ..adapters.sqs_dead_letter import REASON_ATTRIBUTE
+        from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
 
         letters: list[DeadLetter] = []
         for message in self.drain_queue(dlq_url or self.resources.dlq_url):

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from pydantic import ValidationError
 
-from ..domain.sweep import SweepCounts, SweepRequest
+from serenity_allocator.domain.sweep import SweepCounts, SweepRequest
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -311,11 +311,11 @@ class LocalInvoker:
 
     def invoke(self, payload: dict[str, Any]) -> dict[str, Any]:
         """Call the handler with a fresh context (a new request id, like a new invocation)."""
-        from .lambda_context import LocalLambdaContext
+        from serenity_tools.standins.lambda_context import LocalLambdaContext
 
         handler = self._handler
         if handler is None:
-            from ..handlers.sweep import lambda_handler
+            from serenity_allocator.handlers.sweep import lambda_handler
 
             handler = lambda_handler
         context = LocalLambdaContext(LOCAL_FUNCTION_NAME, self._timeout_s, self._clock)
@@ -706,7 +706,7 @@ def _invoker(args: argparse.Namespace, stderr: TextIO) -> SweepInvoker:
             poll_interval_s=args.poll_interval_s,
             notify=lambda note: print(f"sweep: {note}", file=stderr),
         )
-    from ..handlers.settings import SettingsError, SweepSettings
+    from serenity_allocator.handlers.settings import SettingsError, SweepSettings
 
     try:
         # Checked before the first batch so a missing variable is a configuration error.

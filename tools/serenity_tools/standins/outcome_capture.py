@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from ..adapters.eventbridge_outcomes import EVENT_SOURCE, OUTCOME_DETAIL_TYPE
-from ..domain.messages import AllocationOutcome
-from .resources import local_client
+from serenity_allocator.adapters.eventbridge_outcomes import EVENT_SOURCE, OUTCOME_DETAIL_TYPE
+from serenity_allocator.domain.messages import AllocationOutcome
+from serenity_tools.standins.resources import local_client
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

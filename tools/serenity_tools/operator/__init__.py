@@ -1,0 +1,1 @@
+"""Operator commands against a deployed stack: the sweep CLI and the artifact build."""
