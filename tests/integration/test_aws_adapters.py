@@ -412,11 +412,11 @@ def test_is_metered_quota_counts_405s_by_match_and_ignores_other_statuses(
     # Given a service in the "test" environment
     capsys.readouterr()
 
-    # When it classifies a disguised quota 405, a plain 405 and a 422
+    # When it classifies a disguised quota 405 (the bare nginx page), a JSON 405 and a 422
     quota = is_metered_quota(
-        405, '{"message": "AI quota allocation exhausted"}', environment="test"
+        405, "<html><head><title>405 Not Allowed</title></head></html>", environment="test"
     )
-    plain = is_metered_quota(405, "Method Not Allowed", environment="test")
+    plain = is_metered_quota(405, '{"message": "Method Not Allowed"}', environment="test")
     other = is_metered_quota(422, "quota", environment="test")
 
     # Then only the quota 405 matches

@@ -51,23 +51,36 @@ def test_is_not_ready_needs_422_and_the_not_ready_text(
     assert is_not_ready(status, body) is expected
 
 
+# The disguised quota 405 as captured live (semrush-user-manager.md), byte for byte.
+NGINX_405 = (
+    "<html>\r\n<head><title>405 Not Allowed</title></head>\r\n<body>\r\n"
+    "<center><h1>405 Not Allowed</h1></center>\r\n<hr><center>nginx</center>\r\n"
+    "</body>\r\n</html>\r\n"
+)
+
+
 @pytest.mark.parametrize(
     ("status", "body", "expected"),
     [
-        (405, '{"message": "AI quota exceeded"}', True),
-        (405, '{"message": "prompt allocation exhausted"}', True),
-        (405, "QUOTA", True),
-        (405, "Method Not Allowed", False),
+        (405, NGINX_405, True),
+        (405, "Method Not Allowed", True),
+        (405, '"a JSON string is not an object"', True),
+        (405, '{"message": "Method Not Allowed"}', False),
+        (405, '{"message": "Quota exceeded"}', False),
+        (405, '{"message": "AI quota allocation exhausted"}', False),
+        (405, '["quota"]', False),
         (405, "", False),
-        (422, '{"message": "quota exceeded"}', False),
-        (403, "allocation exhausted", False),
+        (405, "  \r\n", False),
+        (422, NGINX_405, False),
+        (403, "<html>forbidden</html>", False),
     ],
 )
-def test_is_metered_quota_needs_405_and_a_quota_text(
+def test_is_metered_quota_is_a_405_with_a_non_empty_non_json_body(
     status: int, body: str, expected: bool
 ) -> None:
     # Given a Project Engine answer / When classified
-    # Then only a 405 mentioning quota is the disguised rejection (a plain 405 is not)
+    # Then only a 405 whose body is non-empty and not a JSON object/array is the disguised
+    # rejection; the words in the body never matter
     assert is_metered_quota(status, body) is expected
 
 

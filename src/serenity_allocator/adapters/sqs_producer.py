@@ -315,7 +315,8 @@ def is_metered_quota(status: int, body: str, *, environment: str = "unknown") ->
 
     On True the service should enqueue an ensure and retry its write later. Every actual 405
     is counted as ``MeteredQuotaClassifier{Matched=true|false}`` (best-effort, printed as EMF);
-    other statuses are not counted, so the metric measures how well the text rule holds up.
+    other statuses are not counted, so the metric measures how well the shape rule (a 405 with a
+    non-empty, non-JSON body) holds up. Pass the RAW body, never a redacted copy.
 
     Args:
         status: The HTTP status of the failed write.

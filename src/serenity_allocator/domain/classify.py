@@ -3,16 +3,19 @@
 The upstream uses one status (422) for two meanings that only the message text tells apart
 (semrush-user-manager.md, "The two 422s share a status code"), and disguises a metered-quota
 rejection as a 405 on the Project Engine gateway. Matching on text is the upstream's contract
-here, so it is done in this module and nowhere else: always status AND text.
+for the 422s, so it is done in this module and nowhere else: always status AND text. The 405 is
+told apart by the SHAPE of its body instead ("Metered writes happen elsewhere").
+
+Every classifier reads the RAW upstream body: redaction is for what is logged or stored, and a
+redacted body may no longer say what it said (a short token can be a substring of the text).
 """
 
 from __future__ import annotations
 
-import re
+import json
 
 _POOL_EXHAUSTED = "insufficient available units"
 _NOT_READY = "workspace not ready"
-_METERED_QUOTA = re.compile(r"quota|allocation exhausted", re.IGNORECASE)
 
 
 def is_pool_exhausted(status: int, body: str) -> bool:
@@ -26,11 +29,18 @@ def is_not_ready(status: int, body: str) -> bool:
 
 
 def is_metered_quota(status: int, body: str) -> bool:
-    """A disguised quota rejection from a metered write: 405 whose body mentions quota.
+    """A disguised quota rejection from a metered write, recognised by shape.
 
-    A plain 405 (method not allowed) is not one.
+    Live, the refusal is a bare nginx ``text/html`` page with no quota wording, while a genuine
+    Method-Not-Allowed always comes back as JSON. So: status 405 AND a non-empty body that is
+    not a JSON object or array. Words are never matched (a JSON 405 saying "quota" is a real
+    method error); an empty body carries no signal.
+
+    Args:
+        status: The HTTP status of the write.
+        body: The raw response body text (never a redacted copy).
     """
-    return status == 405 and bool(_METERED_QUOTA.search(body))
+    return status == 405 and bool(body.strip()) and not _is_json_container(body)
 
 
 def is_rate_limited(status: int, body: str = "") -> bool:
@@ -46,3 +56,11 @@ def is_gone(status: int, body: str = "") -> bool:
 def is_server_error(status: int, body: str = "") -> bool:
     """5xx: the upstream failed; a retry may succeed."""
     return 500 <= status <= 599
+
+
+def _is_json_container(body: str) -> bool:
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(parsed, dict | list)
