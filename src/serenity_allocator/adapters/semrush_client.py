@@ -326,7 +326,10 @@ class SemrushClient:
                 self._sleep(delay)
                 retry += 1
                 continue
-            raise UpstreamError(status, _redact(response.text, token), op.name)
+            # The domain classifies the raw answer; only the logged form is redacted.
+            raise UpstreamError(
+                status, response.text, op.name, shown=_redact(response.text, token)
+            )
 
     @staticmethod
     def _is_retryable_status(op: _Operation, status: int) -> bool:

@@ -84,15 +84,26 @@ class UpstreamUnavailableError(AllocationError):
 class UpstreamError(Exception):
     """A non-success answer from the upstream, carrying its status and body text.
 
-    Raised by gateway adapters; the classifiers in :mod:`.classify` read it. The string form
-    holds the status and a bounded body excerpt, never a URL or a token.
+    Raised by gateway adapters; the classifiers in :mod:`.classify` read ``body``, the RAW
+    answer (a redacted copy can stop saying what it said, e.g. when a short token is a
+    substring of the message). ``body`` is for classification only: log or store the string
+    form, which holds the status and a bounded excerpt of ``shown``, never a URL or a token.
+
+    Args:
+        status: The HTTP status.
+        body: The raw body text, as the upstream sent it.
+        operation: The operation's name, for the message.
+        shown: The body as it may be logged (secrets redacted); ``body`` when not given.
     """
 
-    def __init__(self, status: int, body: str, operation: str = "") -> None:
+    def __init__(
+        self, status: int, body: str, operation: str = "", *, shown: str | None = None
+    ) -> None:
         self.status = status
         self.body = body
         self.operation = operation
-        excerpt = body if len(body) <= 200 else body[:200] + "..."
+        shown = body if shown is None else shown
+        excerpt = shown if len(shown) <= 200 else shown[:200] + "..."
         where = f"{operation}: " if operation else ""
         super().__init__(f"{where}upstream answered {status}: {excerpt}")
 
