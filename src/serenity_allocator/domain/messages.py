@@ -10,37 +10,64 @@ from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
     TypeAdapter,
     ValidationError,
+    ValidationInfo,
+    field_validator,
 )
 from pydantic_core import InitErrorDetails
 
 from .model import Totals
 
-WorkspaceId = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128)]
+MAX_UNITS_PER_DIMENSION = 1_000_000
+"""The largest need, ceiling or floor a message may carry per dimension (docs/configuration.md).
+
+Far above any real org pool and far below int64, so no arithmetic on it can overflow upstream."""
+
+WORKSPACE_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
+"""The upstream's id alphabet. No '.', so an id can never be a '.' or '..' path segment (httpx
+collapses those), and no control, space or bidi characters can reach a URL path."""
+
+# Exact: no stripping, so the id checked is the id that becomes the URL segment and group id.
+WorkspaceId = Annotated[str, StringConstraints(pattern=WORKSPACE_ID_PATTERN)]
 RequestId = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128)]
 OptionalLabel = Annotated[
     str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128)
 ]
 
 
+def _exactly_int_one(value: object) -> object:
+    # A Literal[1] alone accepts 1.0 and True (they compare equal to 1); the contract says the
+    # integer 1.
+    if type(value) is not int:
+        raise ValueError("must be the integer 1")
+    return value
+
+
 class _Message(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
-    version: Literal[1] = 1
+    version: Annotated[Literal[1], BeforeValidator(_exactly_int_one)] = 1
     request_id: RequestId
     workspace_id: WorkspaceId
     org_id: OptionalLabel | None = None
     brand_id: OptionalLabel | None = None
 
 
+BoundedCount = Annotated[int, Field(ge=0, le=MAX_UNITS_PER_DIMENSION)]
+
+
 class StrictTotals(Totals):
     """Totals as they arrive on the wire: integers only, no coercion from strings or floats."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    projects: BoundedCount = 0
+    prompts: BoundedCount = 0
 
 
 class EnsureRequest(_Message):
@@ -51,6 +78,14 @@ class EnsureRequest(_Message):
     need: StrictTotals = Field(default_factory=StrictTotals)
     include_drafted: bool = False
     ceiling: StrictTotals | None = None
+
+    @field_validator("parent_workspace_id")
+    @classmethod
+    def _parent_is_not_the_child(cls, value: str, info: ValidationInfo) -> str:
+        # A master is never its own child; a transfer on it would move the pool itself.
+        if value == info.data.get("workspace_id"):
+            raise ValueError("must differ from workspace_id")
+        return value
 
 
 class ReleaseRequest(_Message):

@@ -1,0 +1,168 @@
+"""Bounded inputs: ids in the upstream's alphabet, counts under a maximum, version exactly 1.
+
+The producer and the worker share these rules (the producer builds with the same models), so
+each bound is checked on both sides.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from serenity_allocator.adapters.sqs_producer import build_ensure, build_release
+from serenity_allocator.domain.messages import MAX_UNITS_PER_DIMENSION, parse_request
+
+
+def _ensure(**overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "kind": "ensure",
+        "request_id": "req-1",
+        "workspace_id": "child-1",
+        "parent_workspace_id": "master-1",
+        "need": {"projects": 1, "prompts": 40},
+    }
+    body.update(overrides)
+    return body
+
+
+def _rejected_fields(body: dict[str, Any]) -> list[str]:
+    with pytest.raises(ValidationError) as raised:
+        parse_request(json.dumps(body))
+    return [".".join(str(p) for p in error["loc"][1:]) for error in raised.value.errors()]
+
+
+@pytest.mark.parametrize(
+    "workspace_id",
+    [
+        "..",
+        ".",
+        "a.b",
+        "child 1",
+        "child\x00",
+        "child\r\nX-Injected: 1",
+        "child\u202e1",
+        "é",
+        "x" * 129,
+        "",
+    ],
+)
+def test_parse_request_rejects_workspace_ids_outside_the_upstream_alphabet(
+    workspace_id: str,
+) -> None:
+    # Given an ensure whose child id could change the URL path or header it lands in
+    body = _ensure(workspace_id=workspace_id)
+
+    # When parsed / Then the worker refuses it, naming the field
+    assert _rejected_fields(body) == ["workspace_id"]
+
+
+def test_parse_request_rejects_a_dot_segment_parent() -> None:
+    # Given an ensure whose parent is the '..' segment (httpx would collapse the path)
+    body = _ensure(parent_workspace_id="..")
+
+    # When parsed / Then the parent field is named
+    assert _rejected_fields(body) == ["parent_workspace_id"]
+
+
+def test_parse_request_accepts_the_longest_id_in_the_alphabet() -> None:
+    # Given a 128-character id made of every allowed class
+    workspace_id = ("Az09-_" * 22)[:128]
+
+    # When parsed
+    request = parse_request(json.dumps(_ensure(workspace_id=workspace_id)))
+
+    # Then it comes through unchanged
+    assert request.workspace_id == workspace_id
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "rejected"),
+    [
+        ("need", {"projects": 0, "prompts": 10**30}, "need.prompts"),
+        ("need", {"projects": MAX_UNITS_PER_DIMENSION + 1, "prompts": 0}, "need.projects"),
+        ("ceiling", {"projects": 1, "prompts": MAX_UNITS_PER_DIMENSION + 1}, "ceiling.prompts"),
+    ],
+)
+def test_parse_request_rejects_counts_above_the_maximum(
+    field: str, value: dict[str, int], rejected: str
+) -> None:
+    # Given a need or ceiling above the documented per-dimension maximum
+    body = _ensure(**{field: value})
+
+    # When parsed / Then the dimension is named
+    assert _rejected_fields(body) == [rejected]
+
+
+def test_parse_request_accepts_counts_at_the_maximum() -> None:
+    # Given a need exactly at the maximum
+    body = _ensure(need={"projects": MAX_UNITS_PER_DIMENSION, "prompts": MAX_UNITS_PER_DIMENSION})
+
+    # When parsed / Then it is accepted as sent
+    request = parse_request(json.dumps(body))
+    assert request.need.as_dict() == {  # type: ignore[union-attr]
+        "projects": MAX_UNITS_PER_DIMENSION,
+        "prompts": MAX_UNITS_PER_DIMENSION,
+    }
+
+
+def test_parse_request_rejects_a_release_floor_above_the_maximum() -> None:
+    # Given a release floor above the maximum
+    body = {
+        "kind": "release",
+        "request_id": "req-2",
+        "workspace_id": "child-1",
+        "floor": {"projects": 0, "prompts": 10**12},
+    }
+
+    # When parsed / Then the floor's dimension is named
+    assert _rejected_fields(body) == ["floor.prompts"]
+
+
+@pytest.mark.parametrize("version", [1.0, True, "1", 2])
+def test_parse_request_accepts_only_the_integer_one_as_version(version: object) -> None:
+    # Given a body whose version is equal to 1 only loosely (or not at all)
+    body = _ensure(version=version)
+
+    # When parsed / Then the version field is named
+    assert _rejected_fields(body) == ["version"]
+
+
+def test_parse_request_rejects_a_child_that_is_its_own_parent() -> None:
+    # Given an ensure naming the master as its own child
+    body = _ensure(workspace_id="master-1", parent_workspace_id="master-1")
+
+    # When parsed / Then the parent field is named
+    assert _rejected_fields(body) == ["parent_workspace_id"]
+
+
+@pytest.mark.parametrize("workspace_id", ["..", "a/b", "child\x00"])
+def test_build_ensure_rejects_ids_outside_the_upstream_alphabet(workspace_id: str) -> None:
+    # Given a service asking for an ensure on an id outside the alphabet
+    # When built / Then the producer refuses before sending, naming the field
+    with pytest.raises(ValidationError) as raised:
+        build_ensure(workspace_id, "master-1", {"projects": 0, "prompts": 10})
+    assert [error["loc"] for error in raised.value.errors()] == [("workspace_id",)]
+
+
+def test_build_ensure_rejects_a_need_above_the_maximum() -> None:
+    # Given a need of 10**30 prompts / When built / Then need.prompts is named
+    with pytest.raises(ValidationError) as raised:
+        build_ensure("child-1", "master-1", {"projects": 0, "prompts": 10**30})
+    assert [error["loc"] for error in raised.value.errors()] == [("need", "prompts")]
+
+
+def test_build_ensure_rejects_the_master_as_its_own_child() -> None:
+    # Given the same id as child and parent / When built / Then the parent is named
+    with pytest.raises(ValidationError) as raised:
+        build_ensure("master-1", "master-1", {"projects": 0, "prompts": 10})
+    assert [error["loc"] for error in raised.value.errors()] == [("parent_workspace_id",)]
+
+
+def test_build_release_rejects_a_dot_segment_id() -> None:
+    # Given a release of '.' / When built / Then workspace_id is named
+    with pytest.raises(ValidationError) as raised:
+        build_release(".")
+    assert [error["loc"] for error in raised.value.errors()] == [("workspace_id",)]
