@@ -328,7 +328,11 @@ class SemrushClient:
                 continue
             # The domain classifies the raw answer; only the logged form is redacted.
             raise UpstreamError(
-                status, response.text, op.name, shown=_redact(response.text, token)
+                status,
+                response.text,
+                op.name,
+                shown=_redact(response.text, token),
+                retry_after_s=_retry_after_s(response.headers.get("Retry-After")),
             )
 
     @staticmethod

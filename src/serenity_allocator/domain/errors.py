@@ -94,14 +94,22 @@ class UpstreamError(Exception):
         body: The raw body text, as the upstream sent it.
         operation: The operation's name, for the message.
         shown: The body as it may be logged (secrets redacted); ``body`` when not given.
+        retry_after_s: The answer's ``Retry-After`` in seconds (a 429/503), when it had one.
     """
 
     def __init__(
-        self, status: int, body: str, operation: str = "", *, shown: str | None = None
+        self,
+        status: int,
+        body: str,
+        operation: str = "",
+        *,
+        shown: str | None = None,
+        retry_after_s: float | None = None,
     ) -> None:
         self.status = status
         self.body = body
         self.operation = operation
+        self.retry_after_s = retry_after_s
         shown = body if shown is None else shown
         excerpt = shown if len(shown) <= 200 else shown[:200] + "..."
         where = f"{operation}: " if operation else ""
