@@ -172,3 +172,8 @@ class AllocationOutcome(BaseModel):
     run_id: str | None = None
     org_id: str | None = None
     brand_id: str | None = None
+    dead_lettered: Literal[True] | None = None
+    """True when the request ends in the DLQ with this outcome (operators may redrive it);
+    absent otherwise, so outcome events of completed requests keep their shape."""
+    supersedes: Literal["deadLettered"] | None = None
+    """Set on the outcome of a redriven request: it replaces the earlier dead-lettered one."""

@@ -1,8 +1,9 @@
 """Create, on a local AWS endpoint (moto), the resources template.yaml declares.
 
 The allocation FIFO queue (content-based deduplication off: the request id is the dedup id)
-with a redrive policy to its FIFO DLQ, the sweep checkpoint bucket, the outcome event bus and,
-when a token is given, the Semrush token secret. Creating is idempotent, so ``local up`` can
+with a redrive policy to its FIFO DLQ, the sweep checkpoint bucket, the outcome event bus, the
+request ledger table (key ``request_id``, TTL on ``expires_at``) and, when a token is given, the
+Semrush token secret. Creating is idempotent, so ``local up`` can
 run twice against the same server.
 
 This is local tooling on a known local endpoint, so ``endpoint_url`` is passed explicitly here
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_events import EventBridgeClient
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_secretsmanager import SecretsManagerClient
@@ -36,6 +38,7 @@ class LocalResourceNames:
     dlq_name: str = "serenity-allocator-local-allocation-dlq.fifo"
     bucket: str = "serenity-allocator-local-sweep"
     bus: str = "serenity-allocator-local-outcomes"
+    ledger_table: str = "serenity-allocator-local-request-ledger"
     secret_id: str = "serenity-allocator/local/semrush-token"  # noqa: S105 - a name, not a secret
     max_receive_count: int = 5
     visibility_timeout_s: int = 30
@@ -54,6 +57,7 @@ class LocalResourceNames:
             dlq_name=_fifo_name(self.dlq_name, tag),
             bucket=f"{self.bucket}-{tag}"[:63],
             bus=f"{self.bus}-{tag}",
+            ledger_table=f"{self.ledger_table}-{tag}",
             secret_id=f"{self.secret_id}-{tag}",
         )
 
@@ -69,6 +73,7 @@ class LocalResources:
     dlq_arn: str
     bucket: str
     bus_name: str
+    ledger_table: str
     secret_id: str | None
     max_receive_count: int
     visibility_timeout_s: int
@@ -82,6 +87,7 @@ class LocalResources:
             "MAX_RECEIVE_COUNT": str(self.max_receive_count),
             "OUTCOME_BUS_NAME": self.bus_name,
             "SWEEP_BUCKET": self.bucket,
+            "REQUEST_LEDGER_TABLE": self.ledger_table,
         }
         if self.secret_id is not None:
             env["SEMRUSH_TOKEN_SECRET_ID"] = self.secret_id
@@ -106,7 +112,7 @@ def local_client(service: str, endpoint_url: str) -> Any:
 def create_local_resources(
     endpoint_url: str, names: LocalResourceNames, *, token: str | None = None
 ) -> LocalResources:
-    """Create (or find) the queue, DLQ, bucket, bus and, with ``token``, the secret.
+    """Create (or find) the queue, DLQ, bucket, bus, ledger table and, with ``token``, the secret.
 
     Args:
         endpoint_url: The local AWS endpoint (a moto server).
@@ -156,6 +162,8 @@ def create_local_resources(
         if _code(exc) != "ResourceAlreadyExistsException":
             raise
 
+    create_ledger_table(local_client("dynamodb", endpoint_url), names.ledger_table)
+
     secret_id: str | None = None
     if token is not None:
         secrets: SecretsManagerClient = local_client("secretsmanager", endpoint_url)
@@ -175,9 +183,29 @@ def create_local_resources(
         dlq_arn=dlq_arn,
         bucket=names.bucket,
         bus_name=names.bus,
+        ledger_table=names.ledger_table,
         secret_id=secret_id,
         max_receive_count=names.max_receive_count,
         visibility_timeout_s=names.visibility_timeout_s,
+    )
+
+
+def create_ledger_table(dynamodb: DynamoDBClient, table_name: str) -> None:
+    """Create (or find) the request ledger table as the template declares it (on demand, TTL)."""
+    try:
+        dynamodb.create_table(
+            TableName=table_name,
+            AttributeDefinitions=[{"AttributeName": "request_id", "AttributeType": "S"}],
+            KeySchema=[{"AttributeName": "request_id", "KeyType": "HASH"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+    except ClientError as exc:
+        if _code(exc) != "ResourceInUseException":
+            raise
+        return
+    dynamodb.update_time_to_live(
+        TableName=table_name,
+        TimeToLiveSpecification={"Enabled": True, "AttributeName": "expires_at"},
     )
 
 
