@@ -138,6 +138,14 @@ class AllocatorSettings(CommonSettings):
     sibling_reclaim_max_parks: int = Field(default=2, ge=1, alias="SIBLING_RECLAIM_MAX_PARKS")
     pool_low_ratio: float = Field(default=0.1, ge=0, le=1, alias="POOL_LOW_RATIO")
     pool_low_interval_s: float = Field(default=900.0, ge=0, alias="POOL_LOW_INTERVAL_S")
+    request_ledger_table: str | None = Field(
+        default=None, alias="REQUEST_LEDGER_TABLE", pattern=r"^[A-Za-z0-9_.-]{3,255}$"
+    )
+    """The request ledger (DynamoDB). Unset: no ledger, so a replayed request is applied again
+    (the template always sets it; unset is for unit tests and a bare local invoke)."""
+    request_ledger_ttl_days: int = Field(default=30, ge=15, le=365, alias="REQUEST_LEDGER_TTL_DAYS")
+    """How long a ledger record lives; at least the DLQ's 14-day retention plus a day, so a
+    redrive still finds the dead-lettered record it supersedes."""
 
     @field_validator("unmetered_check", "tight_pool_fallback", mode="before")
     @classmethod
@@ -149,7 +157,9 @@ class AllocatorSettings(CommonSettings):
     def _default_off(cls, value: object) -> bool:
         return _feature_switch(value, default=False)
 
-    @field_validator("queue_url", "dlq_url", "outcome_bus_name", mode="before")
+    @field_validator(
+        "queue_url", "dlq_url", "outcome_bus_name", "request_ledger_table", mode="before"
+    )
     @classmethod
     def _blank_is_absent(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
