@@ -38,7 +38,7 @@ from serenity_allocator.domain.errors import UpstreamError
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest, parse_request
 from serenity_allocator.domain.model import Blocks, WorkspaceStatus
 from serenity_allocator.handlers.allocator import lambda_handler
-from serenity_allocator.handlers.allocator_worker import build_runtime
+from serenity_allocator.handlers.allocator_runtime import build_runtime
 from serenity_allocator.handlers.settings import AllocatorSettings
 from serenity_tools.standins.lambda_context import LocalLambdaContext
 from serenity_tools.standins.simulator import SimulatorRequestError, SimulatorServer

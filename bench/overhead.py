@@ -27,7 +27,7 @@ from serenity_allocator.domain.errors import UpstreamError
 from serenity_allocator.domain.model import AiResources, Totals, WorkspaceRecord
 from serenity_allocator.domain.resources import parse_ai_resources
 from serenity_allocator.handlers.allocator import lambda_handler
-from serenity_allocator.handlers.allocator_worker import AllocatorRuntime
+from serenity_allocator.handlers.allocator_runtime import AllocatorRuntime
 from serenity_allocator.handlers.settings import AllocatorSettings
 from serenity_tools.standins.lambda_context import LocalLambdaContext
 from serenity_tools.standins.simulator import SimulatorState, start_simulator

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from serenity_allocator.handlers import allocator
 from serenity_allocator.handlers.allocator import lambda_handler
-from serenity_allocator.handlers.allocator_worker import AllocatorRuntime, build_runtime
+from serenity_allocator.handlers.allocator_runtime import AllocatorRuntime, build_runtime
 from serenity_allocator.handlers.settings import AllocatorSettings
 from serenity_allocator.producer import AllocationProducer
 from serenity_tools.standins.lambda_context import LocalLambdaContext

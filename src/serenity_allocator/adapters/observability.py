@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import warnings
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,9 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.metrics.base import MetricManager
 
-from ..domain.model import AiResources, Dimension
+from ..domain.messages import AllocationOutcome
+from ..domain.model import AiResources, Dimension, Totals
+from ..domain.pool_watch import PoolLowWarning
 
 if TYPE_CHECKING:
     from aws_lambda_powertools import Tracer
@@ -184,3 +187,96 @@ class MetricsObserver:
     def tight_pool_fallback(self, result: str) -> None:
         """Count one exact-totals fallback by result."""
         self._recorder.record("TightPoolFallback", dimension_value=result)
+
+
+class WorkerReporter(MetricsObserver):
+    """The Allocator's observer: the domain's measurements plus the worker's own events.
+
+    Implements the application's ``WorkerObserver`` port over the module's Logger and a
+    per-invocation :class:`MetricsRecorder`.
+    """
+
+    def message_started(
+        self,
+        message_id: str,
+        workspace_id: str,
+        request_id: str | None,
+        kind: str | None,
+        receive_count: int,
+    ) -> None:
+        """Put the record's ids on every later log line (ids go to logs, never to metrics)."""
+        logger.append_keys(
+            message_id=message_id,
+            workspace_id=workspace_id,
+            request_id=request_id,
+            kind=kind,
+            receive_count=receive_count,
+        )
+
+    def queue_lag(self, lag_ms: float) -> None:
+        """Record how long the record waited on the queue."""
+        self._recorder.record("QueueLagMs", lag_ms)
+
+    def invalid_message(self, reason: str) -> None:
+        """Count and log one invalid record."""
+        self._recorder.record("InvalidMessage")
+        logger.warning("invalid message", extra={"reason": reason})
+
+    def disabled_noop(self) -> None:
+        """Count one ensure completed with dynamic allocation off."""
+        self._recorder.record("DisabledNoop")
+
+    def coalesced(self, extra_requests: int) -> None:
+        """Count the requests a combined top-up served behind its leader."""
+        self._recorder.record("CoalescedEnsures", float(extra_requests))
+
+    def reclaim(self, result: str, count: int = 1) -> None:
+        """Count a sibling-reclaim step by result."""
+        self._recorder.record("SiblingReclaim", float(count), dimension_value=result)
+
+    def parked_for_reclaim(self, siblings: Sequence[str]) -> None:
+        """Log which siblings an ensure is waiting for."""
+        logger.info("ensure parked for sibling reclaim", extra={"siblings": list(siblings)})
+
+    def completed(self, outcome: AllocationOutcome) -> None:
+        """Log a request's terminal outcome."""
+        logger.info(
+            "allocation outcome",
+            extra={
+                "status": outcome.status,
+                "error_code": outcome.error_code,
+                "totals_before": _totals(outcome.totals_before),
+                "totals_after": _totals(outcome.totals_after),
+                "coalesced": outcome.coalesced,
+            },
+        )
+
+    def will_retry(
+        self, error_code: str, *, final_receive: bool, expected: bool, error: Exception
+    ) -> None:
+        """Log a failure SQS will retry; an unexpected one with its trace."""
+        extra = {"error_code": error_code, "final_receive": final_receive}
+        if expected:
+            logger.warning("request will be retried", extra=extra)
+        else:
+            logger.error("unexpected failure; request will be retried", exc_info=error, extra=extra)
+
+    def outcomes_not_published(self, error: Exception) -> None:
+        """Log outcomes that could not be published (their requests come back)."""
+        logger.error("outcome events not published; requests will be retried", exc_info=error)
+
+    def pool_low(self, warning: PoolLowWarning) -> None:
+        """Log a pool running low."""
+        logger.warning("org pool running low", extra=warning.model_dump())
+
+    def pool_low_not_published(self, error: Exception) -> None:
+        """Log a pool-low event that could not be published (advisory)."""
+        logger.error("pool-low event not published", exc_info=error)
+
+    def flush(self) -> None:
+        """Print this invocation's dimensioned metrics."""
+        self._recorder.flush()
+
+
+def _totals(totals: Totals | None) -> dict[str, int] | None:
+    return None if totals is None else totals.as_dict()

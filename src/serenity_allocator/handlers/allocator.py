@@ -2,8 +2,8 @@
 
 One message group per child means one container at a time works on a child, fleet-wide.
 The batch is processed by Powertools' FIFO processor with ``skip_group_on_error``, so a failure
-holds back only the rest of its own group. Everything else (coalescing, outcomes, dead letters)
-lives in :mod:`.allocator_worker`; this module only wires and reports.
+holds back only the rest of its own group. The rules live in :mod:`serenity_allocator.application`;
+this module only wires and reports.
 """
 
 from __future__ import annotations
@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 
 from ..adapters.observability import logger, metrics
-from .allocator_worker import AllocatorRuntime, BatchWorker, build_runtime
+from ..application import finish_batch, handle_message
+from .allocator_runtime import AllocatorRuntime, build_runtime
 from .settings import AllocatorSettings
 
 if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
 processor = SqsFifoPartialProcessor(skip_group_on_error=True)
@@ -45,8 +47,17 @@ def lambda_handler(
     event: dict[str, Any], context: LambdaContext, runtime: AllocatorRuntime | None = None
 ) -> dict[str, Any]:
     """Apply one SQS FIFO batch; return the partial batch response."""
-    worker = BatchWorker(runtime or get_runtime(), event.get("Records", []), context)
+    invocation = (runtime or get_runtime()).start(event.get("Records", []), context)
+
+    def record_handler(record: SQSRecord) -> None:
+        handle_message(invocation, record.message_id)
+
     response = process_partial_response(
-        event=event, record_handler=worker.handle_record, processor=processor, context=context
+        event=event, record_handler=record_handler, processor=processor, context=context
     )
-    return worker.finish(response)
+    failed = [str(item["itemIdentifier"]) for item in response.get("batchItemFailures", [])]
+    return {
+        "batchItemFailures": [
+            {"itemIdentifier": message_id} for message_id in finish_batch(invocation, failed)
+        ]
+    }

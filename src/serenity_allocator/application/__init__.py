@@ -1,0 +1,59 @@
+"""The Allocator's use cases: one batch of SQS FIFO records applied over typed ports.
+
+Arrows point one way: handlers -> application -> domain <- adapters. Nothing here imports
+boto3, httpx, Powertools or ``os``; the handler wires adapters into :class:`.WorkerPorts`
+and a :class:`.WorkerObserver`, reads the settings into a :class:`.WorkerConfig`, and hands
+each record to :func:`.handle_message`.
+
+One module per use case:
+
+- :mod:`.batch_plan`: validate every record up front, coalesce consecutive ensures.
+- :mod:`.handle_message`: the per-request flow (below).
+- :mod:`.apply_ensure`: apply an ensure, alone or as one combined top-up for a run.
+- :mod:`.reclaim`: park an ensure the pool cannot cover, enqueueing sibling releases.
+- :mod:`.apply_release`: apply a release under the settle policy.
+- :mod:`.dead_letter`: move an invalid record to the DLQ with its reason.
+- :mod:`.final_receive`: which failures are terminal, and what a request says on its last
+  receive (also when it was skipped behind its failed group).
+- :mod:`.finish_batch`: publish the outcomes and pool warnings, flush the metrics, fail what
+  could not be announced.
+- :mod:`.attempt_observer`: verdict metrics (rejections, tight-pool fallback results) count
+  only when the attempt's result stands, so a split coalesced run or a parked ensure is not a
+  rejection.
+
+The per-request flow, and where a request ledger plugs in
+---------------------------------------------------------
+``handle_message`` takes one record: report it; dead-letter it if invalid; otherwise apply
+it and record its terminal outcome, or raise so SQS redelivers it (recording the terminal
+outcome first when this is its final receive). A ledger plugs in at two points and nowhere
+else:
+
+1. Before applying (``handle_message``, between validation and ``_apply``): look up a stored
+   terminal outcome by ``request_id``; when found, pass it to ``_finish`` unchanged and do not
+   apply the request again.
+2. When terminal (:meth:`.OutcomeBook.record`): every terminal outcome of the invocation enters
+   through this one method (a completed request, a final receive, a skipped final receive), so
+   a ledger stores it there, once.
+"""
+
+from __future__ import annotations
+
+from .batch_plan import InboundMessage
+from .finish_batch import finish_batch
+from .handle_message import handle_message
+from .invocation import Invocation, WorkerConfig, WorkerPorts, start_batch
+from .ports import DeadLetterSink, OutcomeSink, ReleaseEnqueuer, WorkerObserver
+
+__all__ = [
+    "DeadLetterSink",
+    "InboundMessage",
+    "Invocation",
+    "OutcomeSink",
+    "ReleaseEnqueuer",
+    "WorkerConfig",
+    "WorkerObserver",
+    "WorkerPorts",
+    "finish_batch",
+    "handle_message",
+    "start_batch",
+]

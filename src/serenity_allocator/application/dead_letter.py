@@ -1,0 +1,31 @@
+"""Dead-letter an invalid message: it can never succeed, so it leaves its group at once."""
+
+from __future__ import annotations
+
+from .batch_plan import BatchMessage
+from .invocation import Invocation
+
+
+class InvalidMessageError(Exception):
+    """An invalid message with no DLQ configured: fail it so the redrive policy moves it."""
+
+
+def dead_letter(inv: Invocation, message: BatchMessage) -> None:
+    """Send the original body to the DLQ with its reason (the record then completes).
+
+    Raises:
+        InvalidMessageError: No DLQ is wired; the record fails and SQS's redrive moves it.
+        Whatever the DLQ sender raises: the record fails and comes back (nothing dropped).
+    """
+    reason = message.invalid_reason or "invalid message"
+    inv.observer.invalid_message(reason)
+    sink = inv.ports.dead_letters
+    if sink is None:
+        raise InvalidMessageError(reason)
+    sink.send_invalid(
+        message.inbound.body,
+        reason=reason,
+        group_id=message.group_id or None,
+        dedup_id=message.message_id,
+        source_message_id=message.message_id,
+    )

@@ -1,0 +1,81 @@
+"""Finish a batch: publish its outcomes and pool warnings, flush the metrics, amend failures.
+
+An outcome that cannot be published fails its record so the request comes back: an outcome is
+never silently lost. FIFO order then holds back the rest of that record's group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .final_receive import skipped_final_receives
+from .invocation import Invocation
+
+PUBLISH_CHUNK = 10
+"""Outcomes per publish call (PutEvents takes at most 10 entries)."""
+
+
+def finish_batch(inv: Invocation, failed: Sequence[str]) -> list[str]:
+    """Publish, warn, flush; return the message ids to report as batch item failures."""
+    failures = list(failed)
+    skipped = [
+        inv.plan.message(message_id)
+        for message_id in failures
+        if message_id in inv.plan.messages and message_id not in inv.handled
+    ]
+    for message_id, outcome in skipped_final_receives(
+        skipped, max_receive_count=inv.config.max_receive_count
+    ):
+        inv.book.record(message_id, outcome)
+    unpublished = _publish_outcomes(inv)
+    if unpublished:
+        failures = _hold_back_groups(inv, failures, unpublished)
+    _publish_pool_warnings(inv)
+    inv.observer.flush()
+    return failures
+
+
+def _publish_outcomes(inv: Invocation) -> set[str]:
+    """Publish in chunks; return the message ids whose outcome could not be sent."""
+    sink = inv.ports.outcomes
+    entries = inv.book.entries
+    if sink is None or not entries:
+        return set()
+    unpublished: set[str] = set()
+    for start in range(0, len(entries), PUBLISH_CHUNK):
+        chunk = entries[start : start + PUBLISH_CHUNK]
+        try:
+            sink.publish([outcome for _, outcome in chunk])
+        except Exception as exc:  # the records come back; nothing is lost
+            inv.observer.outcomes_not_published(exc)
+            unpublished.update(mid for mid, _ in chunk if mid in inv.plan.messages)
+    return unpublished
+
+
+def _hold_back_groups(inv: Invocation, failures: list[str], unpublished: set[str]) -> list[str]:
+    # A group is held back from its first unpublished message on: FIFO order forbids completing
+    # a later message while an earlier one is redelivered, and an earlier message whose outcome
+    # went out must not be applied (and announced) twice.
+    amended = list(failures)
+    failed_ids = set(failures)
+    blocked_groups: set[str] = set()
+    for message_id in inv.plan.order:
+        group_id = inv.plan.message(message_id).group_id
+        if message_id in unpublished:
+            blocked_groups.add(group_id)
+        if group_id in blocked_groups and message_id not in failed_ids:
+            amended.append(message_id)
+            failed_ids.add(message_id)
+    return amended
+
+
+def _publish_pool_warnings(inv: Invocation) -> None:
+    sink = inv.ports.outcomes
+    for warning in inv.pool_warnings:
+        inv.observer.pool_low(warning)
+        if sink is None:
+            continue
+        try:
+            sink.publish_pool_low(warning.model_dump())
+        except Exception as exc:  # an early warning is advisory; never fail requests over it
+            inv.observer.pool_low_not_published(exc)

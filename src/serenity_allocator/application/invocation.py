@@ -1,0 +1,95 @@
+"""What the use cases share: the worker's configuration, its ports, and one invocation's state."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ..domain.allocation import EnsureResult
+from ..domain.model import Blocks
+from ..domain.pool_watch import PoolLowWarning, PoolWatch
+from ..domain.ports import AllocationObserver, Clock, Sleeper, WorkspaceGateway
+from ..domain.transfer import TransferContext, TransferPolicy
+from .attempt_observer import AttemptObserver
+from .batch_plan import BatchPlan, InboundMessage, plan_batch
+from .outcomes import OutcomeBook
+from .ports import DeadLetterSink, OutcomeSink, ReleaseEnqueuer, WorkerObserver
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """The rules' knobs, taken from the validated settings at the edge."""
+
+    dynamic_allocation: bool
+    blocks: Blocks
+    max_receive_count: int
+    """The redrive policy's maxReceiveCount: the receive after which SQS dead-letters."""
+    ensure_policy: TransferPolicy
+    release_policy: TransferPolicy
+    tight_pool_fallback: bool = True
+    sibling_reclaim: bool = False
+    sibling_reclaim_max_parks: int = 2
+    sibling_reclaim_max_siblings: int = 3
+
+
+@dataclass
+class WorkerPorts:
+    """The outside world, built once per container (``None``: that feature is not wired)."""
+
+    gateway: WorkspaceGateway
+    clock: Clock
+    sleep: Sleeper
+    wall_clock_ms: Callable[[], float]
+    dead_letters: DeadLetterSink | None = None
+    outcomes: OutcomeSink | None = None
+    enqueuer: ReleaseEnqueuer | None = None
+    is_unmetered: Callable[[str], bool] | None = None
+    pool_watch: PoolWatch | None = None
+    parked: set[str] = field(default_factory=set)
+    """Request ids this container parked for sibling reclaim (labels the later outcome)."""
+
+
+@dataclass
+class Invocation:
+    """One batch being applied: the plan, the deadline and what the batch produced so far."""
+
+    config: WorkerConfig
+    ports: WorkerPorts
+    observer: WorkerObserver
+    plan: BatchPlan
+    deadline: float
+    """Monotonic time by which every upstream call must have finished."""
+    book: OutcomeBook = field(default_factory=OutcomeBook)
+    run_results: dict[str, EnsureResult] = field(default_factory=dict)
+    """A coalesced run's result, keyed by its leader's message id."""
+    pool_warnings: list[PoolLowWarning] = field(default_factory=list)
+    handled: set[str] = field(default_factory=set)
+    """Message ids Powertools handed over (the others were skipped behind a failed group)."""
+
+    def attempt_observer(self) -> AttemptObserver:
+        """A fresh observer for one ensure attempt (its verdicts held until committed)."""
+        return AttemptObserver(self.observer, self.ports.pool_watch, self.pool_warnings)
+
+    def transfer_context(self, observer: AllocationObserver) -> TransferContext:
+        """Clock, sleep and this invocation's deadline, reporting to ``observer``."""
+        ports = self.ports
+        return TransferContext(
+            clock=ports.clock, sleep=ports.sleep, deadline=self.deadline, observer=observer
+        )
+
+    def is_final_receive(self, receive_count: int) -> bool:
+        """True when SQS moves the message to the DLQ if this receive fails too."""
+        return receive_count >= self.config.max_receive_count
+
+
+def start_batch(
+    config: WorkerConfig,
+    ports: WorkerPorts,
+    observer: WorkerObserver,
+    inbound: Sequence[InboundMessage],
+    *,
+    deadline: float,
+) -> Invocation:
+    """Validate and plan the batch; the returned invocation then handles it record by record."""
+    plan = plan_batch(inbound, dynamic_allocation=config.dynamic_allocation)
+    return Invocation(config=config, ports=ports, observer=observer, plan=plan, deadline=deadline)

@@ -1,0 +1,74 @@
+"""Terminal outcomes: how one is built, and the one place an invocation records them.
+
+``OutcomeBook.record`` is the only way an outcome enters the batch's results: a request that
+completes, one that runs out of receives, one skipped behind its group on its final receive.
+That single entry point is where a request ledger stores the outcome once (see the package
+docstring).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..domain.errors import AllocationError, UpstreamError
+from ..domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus, ReleaseRequest
+from ..domain.model import Totals
+
+
+class ReleaseIncompleteError(Exception):
+    """A release met an expected, transient failure; the queue should bring it back."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(f"release incomplete: {code}")
+        self.code = code
+
+
+def build_outcome(
+    request: EnsureRequest | ReleaseRequest,
+    status: OutcomeStatus,
+    receive_count: int,
+    *,
+    error_code: str | None = None,
+    before: Totals | None = None,
+    after: Totals | None = None,
+    coalesced: int = 1,
+) -> AllocationOutcome:
+    """The outcome event of ``request``, labelled with the receive it completed on."""
+    return AllocationOutcome(
+        request_id=request.request_id,
+        kind=request.kind,
+        workspace_id=request.workspace_id,
+        status=status,
+        error_code=error_code,
+        totals_before=before,
+        totals_after=after,
+        attempts=receive_count,
+        coalesced=coalesced,
+        source=request.source if isinstance(request, ReleaseRequest) else None,
+        run_id=request.run_id if isinstance(request, ReleaseRequest) else None,
+        org_id=request.org_id,
+        brand_id=request.brand_id,
+    )
+
+
+def error_code(exc: Exception) -> str:
+    """The stable code an outcome and the logs carry for a failure."""
+    if isinstance(exc, AllocationError | ReleaseIncompleteError):
+        return exc.code
+    if isinstance(exc, UpstreamError):
+        return f"upstream{exc.status}"
+    return type(exc).__name__
+
+
+@dataclass
+class OutcomeBook:
+    """The invocation's terminal outcomes, in the order they were reached."""
+
+    entries: list[tuple[str, AllocationOutcome]] = field(default_factory=list)
+
+    def record(self, message_id: str, outcome: AllocationOutcome) -> None:
+        """Record the terminal outcome of the request carried by ``message_id``."""
+        self.entries.append((message_id, outcome))
+
+    def __len__(self) -> int:
+        return len(self.entries)

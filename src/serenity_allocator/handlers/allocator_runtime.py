@@ -1,0 +1,172 @@
+"""The Allocator's runtime: adapters built once per container, and one invocation started.
+
+This is wiring: settings into the use cases' :class:`WorkerConfig`, adapters into their
+:class:`WorkerPorts`, the Lambda event's records into :class:`InboundMessage` values and the
+Lambda context's remaining time into the invocation's deadline.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..adapters.observability import MetricsRecorder, WorkerReporter
+from ..application import (
+    DeadLetterSink,
+    InboundMessage,
+    Invocation,
+    OutcomeSink,
+    ReleaseEnqueuer,
+    WorkerConfig,
+    WorkerPorts,
+    start_batch,
+)
+from ..domain.metering import ParentMeteringCache
+from ..domain.pool_watch import PoolWatch
+from ..domain.ports import Clock, Sleeper, WorkspaceGateway
+from ..domain.transfer import FAIL_FAST, SETTLE, TransferPolicy
+from .settings import AllocatorSettings
+from .wiring import build_semrush_client, limit_gateway_time
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+
+@dataclass
+class AllocatorRuntime:
+    """Everything an invocation needs, built once per container and reused while warm."""
+
+    settings: AllocatorSettings
+    gateway: WorkspaceGateway
+    dead_letters: DeadLetterSink | None = None
+    outcomes: OutcomeSink | None = None
+    producer: ReleaseEnqueuer | None = None
+    clock: Clock = time.monotonic
+    sleep: Sleeper = time.sleep
+    wall_clock_ms: Callable[[], float] = field(default=lambda: time.time() * 1000.0)
+    metering: ParentMeteringCache | None = None
+    pool_watch: PoolWatch | None = None
+    parked: set[str] = field(default_factory=set)
+    """Request ids this container parked for sibling reclaim (labels the later outcome)."""
+    attempt_budget_s: float = 15.0
+    """Time reserved for one upstream call (the client's per-request timeout)."""
+
+    def __post_init__(self) -> None:
+        settings = self.settings
+        if self.metering is None and settings.unmetered_check:
+            self.metering = ParentMeteringCache(
+                self.gateway, self.clock, settings.unmetered_cache_ttl_s
+            )
+        if self.pool_watch is None:
+            self.pool_watch = PoolWatch(
+                self.clock,
+                threshold=settings.pool_low_ratio,
+                interval_s=settings.pool_low_interval_s,
+            )
+
+    @property
+    def ensure_policy(self) -> TransferPolicy:
+        """Fail-fast plus a few short in-handler not-ready retries; the queue retries longer."""
+        return FAIL_FAST.model_copy(
+            update={
+                "not_ready_retries": self.settings.ensure_not_ready_retries,
+                "retry_interval_s": self.settings.ensure_retry_interval_s,
+                "attempt_budget_s": self.attempt_budget_s,
+            }
+        )
+
+    @property
+    def release_policy(self) -> TransferPolicy:
+        """The settle policy, each attempt budgeted at the client's worst-case call time."""
+        return SETTLE.model_copy(update={"attempt_budget_s": self.attempt_budget_s})
+
+    def worker_config(self) -> WorkerConfig:
+        """The use cases' configuration, from the settings."""
+        settings = self.settings
+        return WorkerConfig(
+            dynamic_allocation=settings.dynamic_allocation,
+            blocks=settings.blocks,
+            max_receive_count=settings.max_receive_count,
+            ensure_policy=self.ensure_policy,
+            release_policy=self.release_policy,
+            tight_pool_fallback=settings.tight_pool_fallback,
+            sibling_reclaim=settings.sibling_reclaim,
+            sibling_reclaim_max_parks=settings.sibling_reclaim_max_parks,
+            sibling_reclaim_max_siblings=settings.sibling_reclaim_max_siblings,
+        )
+
+    def worker_ports(self) -> WorkerPorts:
+        """The use cases' ports (the container's adapters and state, shared, not copied)."""
+        metering = self.metering
+        return WorkerPorts(
+            gateway=self.gateway,
+            clock=self.clock,
+            sleep=self.sleep,
+            wall_clock_ms=self.wall_clock_ms,
+            dead_letters=self.dead_letters,
+            outcomes=self.outcomes,
+            enqueuer=self.producer,
+            is_unmetered=metering.is_unmetered if metering is not None else None,
+            pool_watch=self.pool_watch,
+            parked=self.parked,
+        )
+
+    def start(self, records: Sequence[Mapping[str, object]], context: LambdaContext) -> Invocation:
+        """Plan one batch, with a deadline of the remaining time less the safety margin."""
+        settings = self.settings
+        budget_s = (context.get_remaining_time_in_millis() - settings.safety_margin_ms) / 1000.0
+        limit_gateway_time(self.gateway, budget_s)
+        reporter = WorkerReporter(
+            MetricsRecorder(settings.environment), pool_low_ratio=settings.pool_low_ratio
+        )
+        return start_batch(
+            self.worker_config(),
+            self.worker_ports(),
+            reporter,
+            [inbound_message(record) for record in records],
+            deadline=self.clock() + budget_s,
+        )
+
+
+def build_runtime(settings: AllocatorSettings) -> AllocatorRuntime:
+    """Wire the real adapters from settings (clients are created lazily inside them)."""
+    client = build_semrush_client(settings.semrush)
+    runtime = AllocatorRuntime(
+        settings=settings, gateway=client, attempt_budget_s=settings.semrush.timeout_s
+    )
+    if settings.dlq_url:
+        from ..adapters.sqs_dead_letter import DeadLetterSender
+
+        runtime.dead_letters = DeadLetterSender(settings.dlq_url)
+    if settings.outcome_bus_name:
+        from ..adapters.eventbridge_outcomes import OutcomePublisher
+
+        runtime.outcomes = OutcomePublisher(settings.outcome_bus_name)
+    if settings.sibling_reclaim and settings.queue_url:
+        from ..adapters.sqs_producer import AllocationProducer
+
+        runtime.producer = AllocationProducer(settings.queue_url)
+    return runtime
+
+
+def inbound_message(raw: Mapping[str, object]) -> InboundMessage:
+    """One SQS record of the Lambda event as the use cases read it."""
+    attributes = raw.get("attributes")
+    if not isinstance(attributes, Mapping):
+        attributes = {}
+    return InboundMessage(
+        message_id=str(raw.get("messageId", "")),
+        group_id=str(attributes.get("MessageGroupId") or ""),
+        body=str(raw.get("body") or ""),
+        receive_count=int(str(attributes.get("ApproximateReceiveCount") or 1)),
+        sent_timestamp_ms=_number(attributes.get("SentTimestamp")),
+    )
+
+
+def _number(value: object) -> float | None:
+    try:
+        return float(str(value)) if value else None
+    except ValueError:
+        return None
