@@ -192,9 +192,11 @@ def test_environment_carries_the_contract_variables(template: dict[str, Any]) ->
         "DLQ_URL",
         "MAX_RECEIVE_COUNT",
         "OUTCOME_BUS_NAME",
+        "REQUEST_LEDGER_TABLE",
     }
     assert set(sweep) == common | {"SWEEP_BUCKET", "QUEUE_URL"}
     assert allocator["OUTCOME_BUS_NAME"] == {"Ref": "OutcomeBus"}
+    assert allocator["REQUEST_LEDGER_TABLE"] == {"Ref": "RequestLedgerTable"}
     assert allocator["DLQ_URL"] == {"Ref": DLQ}
     assert sweep["SWEEP_BUCKET"] == {"Ref": "SweepBucket"}
     # And no token-shaped variable is ever deployed (the secret id only)
@@ -327,6 +329,7 @@ def test_allocator_role_grants_exactly_what_the_worker_needs(template: dict[str,
         "ConsumeAllocationQueue",
         "PublishOutcomes",
         "ReadSemrushToken",
+        "ReadWriteRequestLedger",
         "SendInvalidToDeadLetterAndReclaimToQueue",
         "WriteOwnLogs",
     ]
@@ -342,6 +345,13 @@ def test_allocator_role_grants_exactly_what_the_worker_needs(template: dict[str,
     assert send["Action"] == ["sqs:SendMessage"]
     assert sorted(r["Fn::GetAtt"][0] for r in send["Resource"]) == [DLQ, QUEUE]
     assert by_sid["PublishOutcomes"]["Resource"] == {"Fn::GetAtt": ["OutcomeBus", "Arn"]}
+    ledger = by_sid["ReadWriteRequestLedger"]
+    assert sorted(ledger["Action"]) == [
+        "dynamodb:BatchGetItem",
+        "dynamodb:GetItem",
+        "dynamodb:UpdateItem",
+    ]
+    assert ledger["Resource"] == {"Fn::GetAtt": ["RequestLedgerTable", "Arn"]}
     secret_arn = by_sid["ReadSemrushToken"]["Resource"]["Fn::Sub"]
     assert secret_arn.endswith(":secret:${SemrushTokenSecretId}-*")
     logs_arn = by_sid["WriteOwnLogs"]["Resource"]["Fn::Sub"]
@@ -676,6 +686,8 @@ def test_outputs(template: dict[str, Any]) -> None:
         "AllocationQueueArn",
         "DeadLetterQueueUrl",
         "OutcomeBusName",
+        "RequestLedgerTableName",
+        "RequestLedgerTableArn",
         "SweepStateMachineArn",
         "SweepBucketName",
         "SweepFunctionName",
