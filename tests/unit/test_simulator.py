@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from serenity_allocator.domain.classify import is_metered_quota, is_not_ready, is_pool_exhausted
 from serenity_allocator.domain.resources import parse_ai_resources
 from serenity_tools.standins.simulator import (
+    DISGUISED_QUOTA_405,
     SimulatorControlError,
     SimulatorServer,
     SimulatorState,
@@ -852,9 +853,9 @@ def test_simulator_usage_under_a_metered_parent_is_refused_with_the_disguised_40
     with pytest.raises(SimulatorControlError) as refused:
         sim.usage({"id": "c1", "projects": {"used": 2}, "prompts": {"used": 101}})
 
-    # Then it is the disguised 405 quota rejection, and nothing of it was applied
+    # Then it is the disguised 405 quota rejection (the nginx page), and nothing was applied
     assert refused.value.status == 405
-    assert refused.value.body == {"message": "AI quota allocation exhausted"}
+    assert refused.value.text == DISGUISED_QUOTA_405
     assert is_metered_quota(refused.value.status, refused.value.text)
     assert ai_of(sim.dump(), "c1")["projects"]["used"] == 0
 
@@ -910,9 +911,9 @@ def test_simulator_control_routes_refuse_a_non_loopback_peer(
     monkeypatch: pytest.MonkeyPatch, sim: SimulatorServer
 ) -> None:
     # Given the loopback predicate says the peer is remote
-    import serenity_tools.standins.simulator as simulator_module
+    import serenity_tools.standins.simulator.control as control_module
 
-    monkeypatch.setattr(simulator_module, "is_loopback_peer", lambda host: False)
+    monkeypatch.setattr(control_module, "is_loopback_peer", lambda host: False)
 
     # When a control route is called
     with pytest.raises(SimulatorControlError) as refused:

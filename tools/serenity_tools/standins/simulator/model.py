@@ -1,0 +1,384 @@
+"""The simulator's vocabulary: constants, records, request validation and fault parsing.
+
+Everything here is plain data and pure helpers shared by the state, the write gate, the control
+routes and the HTTP layer; nothing here holds a lock or serves a request.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import unquote
+
+API_PREFIX = "/enterprise/users/api"
+
+OP_READ_RESOURCES = "read_resources"
+OP_TRANSFER = "transfer"
+OP_STATUS = "status"
+OP_FAMILY = "family"
+OP_CREATE_CHILD = "create_child"
+API_OPERATIONS = (OP_READ_RESOURCES, OP_TRANSFER, OP_STATUS, OP_FAMILY, OP_CREATE_CHILD)
+
+# The Project Engine write gate: a different gateway upstream, the same origin here.
+PROJECT_ENGINE_PREFIX = "/project-engine"
+OP_WRITE_PROMPTS = "write_prompts"
+OP_PUBLISH_PROMPTS = "publish_prompts"
+OP_CREATE_PROJECT = "create_project"
+WRITE_OPERATIONS = (OP_WRITE_PROMPTS, OP_PUBLISH_PROMPTS, OP_CREATE_PROJECT)
+OPERATIONS = API_OPERATIONS + WRITE_OPERATIONS
+
+STATUS_CREATED = "created"
+STATUS_NOT_READY = "not ready"
+WORKSPACE_STATUSES = (STATUS_CREATED, STATUS_NOT_READY, "error", "deleting")
+
+DIMENSIONS = ("projects", "prompts", "weekly_prompts")
+TRANSFERABLE_DIMENSIONS = ("projects", "prompts")
+
+MSG_NOT_AUTHENTICATED = "Not authenticated"
+MSG_INVALID_ACCESS = "invalid access attempt"
+MSG_INSUFFICIENT = "insufficient available units in subscription"
+MSG_NOT_READY = "workspace not ready"
+MSG_METHOD_NOT_ALLOWED = "Method Not Allowed"
+
+# The disguised quota 405 of the write gateway, byte for byte as captured live
+# (semrush-user-manager.md, "Metered writes happen elsewhere"): bare nginx HTML, no quota wording.
+DISGUISED_QUOTA_405 = (
+    "<html>\r\n<head><title>405 Not Allowed</title></head>\r\n<body>\r\n"
+    "<center><h1>405 Not Allowed</h1></center>\r\n<hr><center>nginx</center>\r\n"
+    "</body>\r\n</html>\r\n"
+)
+
+ERROR_RATE_KINDS = ("timeout", "5xx", "429", "not_ready")
+FAULT_KEYS = frozenset(
+    {
+        "latency_ms",
+        "not_ready_ms",
+        "timeout_hold_ms",
+        "error_rate",
+        "stuck",
+        "seed",
+        "fail_next",
+        "not_ready_next",
+        "enforcement_lag_ms",
+    }
+)
+DEFAULT_TIMEOUT_HOLD_MS = 20_000.0
+DEFAULT_ENFORCEMENT_LAG_MS = 9_000.0
+"""The write gate catches up with a transfer about 9 s later (reproducible live)."""
+
+# One (method, pattern, operation) per API route; the id is URL-decoded after matching.
+_ROUTES: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    ("GET", re.compile(r"^/v1/workspaces/([^/]+)/resources$"), OP_READ_RESOURCES),
+    ("POST", re.compile(r"^/v2/workspaces/([^/]+)/resources/transfer$"), OP_TRANSFER),
+    ("GET", re.compile(r"^/v1/workspaces/([^/]+)/status$"), OP_STATUS),
+    ("GET", re.compile(r"^/v1/workspaces/([^/]+)/family$"), OP_FAMILY),
+    ("POST", re.compile(r"^/v2/workspaces/([^/]+)/child$"), OP_CREATE_CHILD),
+)
+
+# Bodies of the injected transient failures; 502 is a bare HTML page because the doc says error
+# bodies are "occasionally a bare text/html string", and clients must survive that.
+_HTML_502 = "<html><head><title>502 Bad Gateway</title></head><body>Bad Gateway</body></html>"
+_DEFAULT_FAULT_BODIES: dict[int, Any] = {
+    429: {"message": "rate limit exceeded"},
+    500: {"message": "internal server error"},
+    502: _HTML_502,
+    503: {"message": "service unavailable"},
+    504: {"message": "gateway timeout"},
+    422: {"message": MSG_NOT_READY},
+}
+
+_INVALID_JSON = object()
+
+
+class SimulatorRequestError(Exception):
+    """A request the simulator refuses; carries the HTTP status and the ``message`` body."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class QuotaRefusedError(SimulatorRequestError):
+    """A metered write over quota: answered with the disguised 405 page, never JSON."""
+
+    def __init__(self) -> None:
+        super().__init__(405, "quota refused")
+
+
+class SimulatorControlError(Exception):
+    """A control-route call made by :class:`SimulatorServer` answered non-2xx."""
+
+    def __init__(self, status: int, body: Any, text: str) -> None:
+        super().__init__(f"simulator control call failed with HTTP {status}: {text[:200]}")
+        self.status = status
+        self.body = body
+        self.text = text
+
+
+@dataclass(frozen=True)
+class SimResponse:
+    """An answer of the simulator: status, a JSON value (or a bare string served as HTML)."""
+
+    status: int
+    body: Any
+    headers: Mapping[str, str] = field(default_factory=dict)
+    content_type: str | None = None
+    """Overrides the default (``application/json``, or ``text/html; charset=utf-8`` for a str)."""
+
+
+@dataclass
+class _Usage:
+    used: int = 0
+    drafted: int = 0
+    total: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {"used": self.used, "drafted": self.drafted, "total": self.total}
+
+
+@dataclass
+class _Workspace:
+    id: str
+    title: str
+    parent_id: str | None
+    base_status: str
+    limits_enabled: bool
+    ai: dict[str, _Usage]
+    created_at: str
+    not_ready_until: float = float("-inf")
+    total_history: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    """Per dimension, ``(since, total)`` changes: the write gate enforces a lagged total."""
+
+
+@dataclass
+class _FailRule:
+    status: int
+    count: int
+    op: str | None
+    workspace_id: str | None
+    body: Any
+    has_body: bool
+    retry_after: float | None
+
+    def matches(self, op: str, workspace_id: str) -> bool:
+        return (self.op is None or self.op == op) and (
+            self.workspace_id is None or self.workspace_id == workspace_id
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "status": self.status,
+            "count": self.count,
+            "op": self.op,
+            "workspace_id": self.workspace_id,
+            "retry_after": self.retry_after,
+        }
+        if self.has_body:
+            out["body"] = self.body
+        return out
+
+
+@dataclass
+class _Faults:
+    latency_ms: float = 0.0
+    not_ready_ms: float = 0.0
+    timeout_hold_ms: float = DEFAULT_TIMEOUT_HOLD_MS
+    error_rate: dict[str, float] = field(default_factory=dict)
+    stuck: set[str] = field(default_factory=set)
+    seed: int | None = None
+    fail_next: list[_FailRule] = field(default_factory=list)
+    not_ready_next: dict[str, int] = field(default_factory=dict)
+    enforcement_lag_ms: float = DEFAULT_ENFORCEMENT_LAG_MS
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "latency_ms": self.latency_ms,
+            "not_ready_ms": self.not_ready_ms,
+            "timeout_hold_ms": self.timeout_hold_ms,
+            "error_rate": dict(self.error_rate),
+            "stuck": sorted(self.stuck),
+            "seed": self.seed,
+            "fail_next": [rule.as_dict() for rule in self.fail_next],
+            "not_ready_next": dict(self.not_ready_next),
+            "enforcement_lag_ms": self.enforcement_lag_ms,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation helpers (400 on anything malformed)
+# ---------------------------------------------------------------------------------------------
+
+
+def _bad_request(message: str) -> SimulatorRequestError:
+    return SimulatorRequestError(400, message)
+
+
+def _count(value: Any, where: str) -> int:
+    # bool is an int subclass; a JSON true is not a count.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad_request(f"{where} must be an integer")
+    if value < 0:
+        raise _bad_request(f"{where} must not be negative")
+    return value
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _bad_request(f"{where} must be a number")
+    if value < 0:
+        raise _bad_request(f"{where} must not be negative")
+    return float(value)
+
+
+def _object(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _bad_request(f"{where} must be a JSON object")
+    return value
+
+
+def _parse_ai_request(resources: Any, where: str) -> dict[str, int]:
+    """The ``ai`` part of a transfer or create body: only projects and prompts, counts >= 0."""
+    resources = _object(resources, where)
+    ai = resources.get("ai")
+    if ai is None:
+        return {}
+    ai = _object(ai, f"{where}.ai")
+    unknown = set(ai) - set(TRANSFERABLE_DIMENSIONS)
+    if unknown:
+        raise _bad_request(f"{where}.ai has unknown keys: {', '.join(sorted(unknown))}")
+    return {
+        dim: _count(ai[dim], f"{where}.ai.{dim}")
+        for dim in TRANSFERABLE_DIMENSIONS
+        if ai.get(dim) is not None
+    }
+
+
+def _bearer_token(authorization: str | None) -> str | None:
+    if not authorization:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return token
+
+
+def _match_route(
+    method: str, path: str, routes: tuple[tuple[str, re.Pattern[str], str], ...] = _ROUTES
+) -> tuple[str, str] | bool | None:
+    """``(op, workspace_id)`` for a route; ``False`` for a known path with the wrong method."""
+    path_known = False
+    for route_method, pattern, op in routes:
+        match = pattern.match(path)
+        if match is None:
+            continue
+        if route_method == method:
+            return op, unquote(match.group(1))
+        path_known = True
+    return False if path_known else None
+
+
+def _parse_json_body(raw: bytes) -> Any:
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return _INVALID_JSON
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _check_acyclic(workspaces: Mapping[str, _Workspace]) -> None:
+    for start in workspaces.values():
+        seen = {start.id}
+        current = start.parent_id
+        while current is not None:
+            if current in seen:
+                raise _bad_request(f"parent cycle through workspace {start.id}")
+            seen.add(current)
+            parent = workspaces.get(current)
+            current = parent.parent_id if parent is not None else None
+
+
+def _inherited_flag(
+    workspace: _Workspace, merged: Mapping[str, _Workspace], flags: Mapping[str, Any]
+) -> bool:
+    current = workspace
+    while current.parent_id is not None:
+        parent = merged[current.parent_id]
+        explicit = flags.get(parent.id)
+        if parent.id not in flags:
+            return parent.limits_enabled
+        if explicit is not None:
+            return bool(explicit)
+        current = parent
+    return True
+
+
+def _parse_error_rate(raw: Any) -> dict[str, float]:
+    rates = _object(raw, "error_rate")
+    unknown = set(rates) - set(ERROR_RATE_KINDS)
+    if unknown:
+        raise _bad_request(f"error_rate has unknown kinds: {', '.join(sorted(unknown))}")
+    parsed = {kind: _number(value, f"error_rate.{kind}") for kind, value in rates.items()}
+    if sum(parsed.values()) > 1.0 + 1e-9:
+        raise _bad_request("error_rate probabilities must sum to at most 1")
+    return parsed
+
+
+def _parse_fail_next(raw: Any) -> list[_FailRule]:
+    if not isinstance(raw, list):
+        raise _bad_request("fail_next must be a list")
+    rules = []
+    for index, item in enumerate(raw):
+        where = f"fail_next[{index}]"
+        entry = _object(item, where)
+        status = entry.get("status")
+        if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:
+            raise _bad_request(f"{where}.status must be an HTTP status code")
+        count = _count(entry.get("count", 1), f"{where}.count")
+        if count < 1:
+            raise _bad_request(f"{where}.count must be at least 1")
+        op = entry.get("op")
+        if op is not None and op not in OPERATIONS:
+            raise _bad_request(f"{where}.op must be one of {', '.join(OPERATIONS)} or null")
+        workspace_id = entry.get("workspace_id")
+        if workspace_id is not None and not isinstance(workspace_id, str):
+            raise _bad_request(f"{where}.workspace_id must be a string or null")
+        retry_after = entry.get("retry_after")
+        rules.append(
+            _FailRule(
+                status=status,
+                count=count,
+                op=op,
+                workspace_id=workspace_id,
+                body=entry.get("body"),
+                has_body="body" in entry,
+                retry_after=None
+                if retry_after is None
+                else _number(retry_after, f"{where}.retry_after"),
+            )
+        )
+    return rules
+
+
+def _default_fault_body(status: int) -> Any:
+    if status in _DEFAULT_FAULT_BODIES:
+        return _DEFAULT_FAULT_BODIES[status]
+    try:
+        return {"message": HTTPStatus(status).phrase.lower()}
+    except ValueError:
+        return {"message": "error"}
+
+
+def _format_retry_after(seconds: float) -> str:
+    return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
