@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter
 from typing import Any
 
 import pytest
@@ -52,10 +51,6 @@ PLANNED_RUNBOOKS = {
     "docs/runbooks/sweep.md",
     "docs/runbooks/allocator-errors.md",
 }
-# Actions AWS cannot scope to a resource, each with the reason it would be needed. Empty on
-# purpose: metrics go out as EMF through the log stream (no cloudwatch:PutMetricData) and
-# tracing is off (no xray:PutTraceSegments). Add an entry only with its justification.
-UNSCOPED_ACTIONS_ALLOWED: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
@@ -224,152 +219,7 @@ def test_each_function_logs_to_its_own_log_group_with_retention(template: dict[s
         assert resolver(template).resolve(group_props["RetentionInDays"]) > 0
 
 
-# ---------------------------------------------------------------- least privilege
-
-
-def _policy_documents(template: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """Every policy statement in the template: (owner, statement)."""
-    found: list[tuple[str, dict[str, Any]]] = []
-    for name, resource in template["Resources"].items():
-        properties = resource.get("Properties", {})
-        for entry in properties.get("Policies", []) or []:
-            if isinstance(entry, dict) and "Statement" in entry:
-                found += [(name, statement) for statement in entry["Statement"]]
-        if "PolicyDocument" in properties:
-            found += [(name, s) for s in properties["PolicyDocument"]["Statement"]]
-        for role_policy in (
-            properties.get("Policies", []) if resource["Type"] == "AWS::IAM::Role" else []
-        ):
-            found += [(name, s) for s in role_policy["PolicyDocument"]["Statement"]]
-    return found
-
-
-def _as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
-
-
-def test_no_allow_statement_grants_star_actions_or_star_resources(
-    template: dict[str, Any],
-) -> None:
-    # Given every statement in the template (inline policies, resource policies, roles)
-    statements = _policy_documents(template)
-    assert statements, "expected inline statements (the sweep's S3 prefix access at least)"
-    # Then no Allow grants a wildcard action, and "*" resources only for unscopable actions
-    for owner, statement in statements:
-        if statement["Effect"] != "Allow":
-            continue  # a Deny with "*" narrows access (e.g. the TLS-only policies)
-        actions = _as_list(statement["Action"])
-        for action in actions:
-            assert action != "*" and not action.endswith(":*"), f"{owner}: {action}"
-        if "*" in _as_list(statement.get("Resource", [])):
-            unscoped = [a for a in actions if a not in UNSCOPED_ACTIONS_ALLOWED]
-            assert not unscoped, f"{owner}: {unscoped} on '*' though they can be scoped"
-
-
-def _sam_policies(template: dict[str, Any], logical_id: str) -> list[dict[str, Any]]:
-    policies: list[Any] = props(template, logical_id).get("Policies", [])
-    for entry in policies:
-        # A bare string would attach an AWS managed policy (broad, unscoped): not allowed.
-        assert isinstance(entry, dict), f"{logical_id}: managed policy {entry!r}"
-    return policies
-
-
-def _policy_template_names(template: dict[str, Any], logical_id: str) -> Counter[str]:
-    return Counter(
-        name
-        for entry in _sam_policies(template, logical_id)
-        for name in entry
-        if name != "Statement"
-    )
-
-
-@pytest.mark.parametrize(
-    ("owner", "expected"),
-    [
-        (
-            SWEEP,
-            Counter({"SQSSendMessagePolicy": 1, "AWSSecretsManagerGetSecretValuePolicy": 1}),
-        ),
-        (STATE_MACHINE, Counter({"LambdaInvokePolicy": 1})),
-    ],
-)
-def test_each_principal_has_exactly_the_policy_templates_it_needs(
-    template: dict[str, Any], owner: str, expected: Counter[str]
-) -> None:
-    assert _policy_template_names(template, owner) == expected
-
-
-def _template_targets(template: dict[str, Any], owner: str, name: str) -> list[Any]:
-    return [entry[name] for entry in _sam_policies(template, owner) if name in entry]
-
-
-def test_policy_templates_are_scoped_to_this_stacks_resources(template: dict[str, Any]) -> None:
-    # Then every SAM policy template names one of our resources, never a wildcard
-    (sweep_queue,) = _template_targets(template, SWEEP, "SQSSendMessagePolicy")
-    assert sweep_queue == {"QueueName": {"Fn::GetAtt": [QUEUE, "QueueName"]}}
-    (invoke,) = _template_targets(template, STATE_MACHINE, "LambdaInvokePolicy")
-    assert invoke == {"FunctionName": {"Ref": SWEEP}}
-    for owner in (SWEEP,):
-        (secret,) = _template_targets(template, owner, "AWSSecretsManagerGetSecretValuePolicy")
-        arn = secret["SecretArn"]["Fn::Sub"]
-        # Only the configured secret (plus the 6-character suffix Secrets Manager appends)
-        assert arn.endswith(":secret:${SemrushTokenSecretId}-*")
-        assert arn.startswith("arn:${AWS::Partition}:secretsmanager:${AWS::Region}:")
-
-
-def test_allocator_role_grants_exactly_what_the_worker_needs(template: dict[str, Any]) -> None:
-    # Given the Allocator's explicit role (SAM's SQS event would attach a managed policy that
-    # allows receive/delete on every queue, so the function names its own role)
-    assert props(template, ALLOCATOR)["Role"] == {"Fn::GetAtt": ["AllocatorRole", "Arn"]}
-    assert "Policies" not in props(template, ALLOCATOR)
-    (policy,) = props(template, "AllocatorRole")["Policies"]
-    by_sid = {st["Sid"]: st for st in policy["PolicyDocument"]["Statement"]}
-    # Then each statement is one need, on our own resources only
-    assert sorted(by_sid) == [
-        "ConsumeAllocationQueue",
-        "PublishOutcomes",
-        "ReadSemrushToken",
-        "ReadWriteRequestLedger",
-        "SendInvalidToDeadLetterAndReclaimToQueue",
-        "WriteOwnLogs",
-    ]
-    consume = by_sid["ConsumeAllocationQueue"]
-    assert sorted(consume["Action"]) == [
-        "sqs:ChangeMessageVisibility",
-        "sqs:DeleteMessage",
-        "sqs:GetQueueAttributes",
-        "sqs:ReceiveMessage",
-    ]
-    assert consume["Resource"] == {"Fn::GetAtt": [QUEUE, "Arn"]}
-    send = by_sid["SendInvalidToDeadLetterAndReclaimToQueue"]
-    assert send["Action"] == ["sqs:SendMessage"]
-    assert sorted(r["Fn::GetAtt"][0] for r in send["Resource"]) == [DLQ, QUEUE]
-    assert by_sid["PublishOutcomes"]["Resource"] == {"Fn::GetAtt": ["OutcomeBus", "Arn"]}
-    ledger = by_sid["ReadWriteRequestLedger"]
-    assert sorted(ledger["Action"]) == [
-        "dynamodb:BatchGetItem",
-        "dynamodb:GetItem",
-        "dynamodb:UpdateItem",
-    ]
-    assert ledger["Resource"] == {"Fn::GetAtt": ["RequestLedgerTable", "Arn"]}
-    secret_arn = by_sid["ReadSemrushToken"]["Resource"]["Fn::Sub"]
-    assert secret_arn.endswith(":secret:${SemrushTokenSecretId}-*")
-    logs_arn = by_sid["WriteOwnLogs"]["Resource"]["Fn::Sub"]
-    assert logs_arn.endswith(":log-group:/aws/lambda/${AWS::StackName}-allocator:*")
-
-
-def test_sweep_reads_and_writes_only_its_checkpoint_prefix(template: dict[str, Any]) -> None:
-    # Given the sweep's inline statements
-    (inline,) = [e for e in _sam_policies(template, SWEEP) if "Statement" in e]
-    by_sid = {statement["Sid"]: statement for statement in inline["Statement"]}
-    objects = by_sid["SweepCheckpointObjects"]
-    listing = by_sid["SweepCheckpointListing"]
-    # Then object access is limited to sweep/* and listing to that prefix
-    assert sorted(objects["Action"]) == ["s3:GetObject", "s3:PutObject"]
-    assert objects["Resource"] == {"Fn::Sub": "${SweepBucket.Arn}/sweep/*"}
-    assert listing["Action"] == "s3:ListBucket"
-    assert listing["Resource"] == {"Fn::GetAtt": ["SweepBucket", "Arn"]}
-    assert listing["Condition"] == {"StringLike": {"s3:prefix": "sweep/*"}}
+# ---------------------------------------------------------------- least privilege: test_iam.py
 
 
 def test_sweep_bucket_is_private_encrypted_and_expires_checkpoints(
