@@ -10,10 +10,16 @@ A service calls :func:`AllocationProducer.enqueue_ensure` before a metered write
     request_id = producer.enqueue_ensure("child-1", "master-1", {"projects": 0, "prompts": 250})
 
 The group id (the workspace id) and the deduplication id (the request id) are set for you.
+To wait for the result without an EventBridge rule, read the request ledger (stack output
+``RequestLedgerTableName``; grant the service ``dynamodb:GetItem`` on it)::
+
+    reader = OutcomeReader(ledger_table_name)
+    outcome = reader.wait_for_outcome(request_id, timeout_s=30)  # or reader.get_outcome(...)
 """
 
 from __future__ import annotations
 
+from .adapters.ledger_outcome_reader import OutcomeReader, OutcomeWaitTimeoutError
 from .adapters.sqs_producer import (
     AllocationProducer,
     EnqueueError,
@@ -21,13 +27,18 @@ from .adapters.sqs_producer import (
     build_release,
     is_metered_quota,
 )
-from .domain.messages import EnsureRequest, ReleaseRequest
+from .domain.ledger import LedgerUnavailableError
+from .domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from .domain.model import Totals
 
 __all__ = [
+    "AllocationOutcome",
     "AllocationProducer",
     "EnqueueError",
     "EnsureRequest",
+    "LedgerUnavailableError",
+    "OutcomeReader",
+    "OutcomeWaitTimeoutError",
     "ReleaseRequest",
     "Totals",
     "build_ensure",

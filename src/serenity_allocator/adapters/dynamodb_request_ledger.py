@@ -245,6 +245,7 @@ def _entry(item: dict[str, Any]) -> LedgerEntry:
         outcome=AllocationOutcome.model_validate_json(outcome) if outcome else None,
         intent=ReleaseIntent.model_validate_json(intent) if intent else None,
         provisional=bool(item.get("provisional", {}).get("BOOL", False)),
+        updated_at=int(item["updated_at"]["N"]) if "updated_at" in item else None,
     )
 
 

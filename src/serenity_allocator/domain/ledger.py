@@ -52,6 +52,8 @@ class LedgerEntry(BaseModel):
     provisional: bool = False
     """A ``deadLettered`` record written as a final receive began and never published: it
     stands only if that receive never finished (a crash), and its own receive replaces it."""
+    updated_at: int | None = None
+    """Epoch seconds of the last write (tells a reader how old a provisional record is)."""
 
     @property
     def is_terminal(self) -> bool:

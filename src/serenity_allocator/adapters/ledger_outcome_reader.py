@@ -1,0 +1,118 @@
+"""What a service reads to learn how its request ended, without an EventBridge rule.
+
+The worker writes every request's terminal outcome to the request ledger (DynamoDB) before it
+publishes the outcome event, so a strongly consistent read of the ledger is at least as fresh
+as the event. ``get_outcome`` answers at once; ``wait_for_outcome`` polls with capped
+exponential backoff until the outcome is there or the caller's timeout runs out
+(docs/decisions/0003-async-worker-contract.md, "Waiting for an outcome").
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from ..domain.ledger import LedgerEntry
+from ..domain.messages import AllocationOutcome
+from ..domain.ports import Clock, Sleeper
+from .dynamodb_request_ledger import DynamoDbRequestLedger
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+PROVISIONAL_GRACE_S = 180
+"""How long a provisional dead letter counts as "still running": three times the Allocator's
+60 s timeout. A final receive that is alive replaces the record within one timeout; an older
+provisional record means that receive crashed and the message is in the DLQ."""
+
+
+class OutcomeWaitTimeoutError(TimeoutError):
+    """No terminal outcome was recorded for the request within the caller's timeout."""
+
+    def __init__(self, request_id: str, timeout_s: float) -> None:
+        super().__init__(f"no outcome for request {request_id} within {timeout_s:g} s")
+        self.request_id = request_id
+        self.timeout_s = timeout_s
+
+
+class OutcomeReader:
+    """Reads request outcomes from the ledger table (strongly consistent reads).
+
+    Args:
+        table_name: The ledger table (stack output ``RequestLedgerTableName``).
+        dynamodb: An optional ready DynamoDB client (else built on first use with bounded
+            timeouts, honouring ``AWS_ENDPOINT_URL``).
+        clock: Monotonic seconds, for the wait's deadline (injected in tests).
+        sleep: Sleeps between polls (injected in tests).
+        wall_clock: Epoch seconds, to age provisional records (injected in tests).
+    """
+
+    def __init__(
+        self,
+        table_name: str,
+        dynamodb: DynamoDBClient | None = None,
+        *,
+        clock: Clock = time.monotonic,
+        sleep: Sleeper = time.sleep,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._ledger = DynamoDbRequestLedger(table_name, dynamodb)
+        self._clock = clock
+        self._sleep = sleep
+        self._wall_clock = wall_clock
+
+    def get_outcome(self, request_id: str) -> AllocationOutcome | None:
+        """The request's terminal outcome, or None while it is pending (or unknown).
+
+        A ``dead_lettered`` outcome is terminal until an operator redrives the message; the
+        redrive's outcome then replaces it (its ``supersedes`` says so).
+
+        Raises:
+            LedgerUnavailableError: the ledger could not be read.
+        """
+        entry = self._ledger.get(request_id)
+        if entry is None or not self._is_settled(entry):
+            return None
+        return entry.outcome
+
+    def wait_for_outcome(
+        self,
+        request_id: str,
+        timeout_s: float,
+        *,
+        first_delay_s: float = 0.2,
+        max_delay_s: float = 2.0,
+    ) -> AllocationOutcome:
+        """Poll until the request has a terminal outcome; never sleeps past ``timeout_s``.
+
+        Delays double from ``first_delay_s`` up to ``max_delay_s``. The last poll happens at
+        the deadline, so an outcome written just before it is still seen.
+
+        Raises:
+            OutcomeWaitTimeoutError: no terminal outcome within ``timeout_s``.
+            LedgerUnavailableError: the ledger could not be read.
+        """
+        if timeout_s < 0:
+            raise ValueError("timeout_s must not be negative")
+        deadline = self._clock() + timeout_s
+        delay = first_delay_s
+        while True:
+            outcome = self.get_outcome(request_id)
+            if outcome is not None:
+                return outcome
+            left = deadline - self._clock()
+            if left <= 0:
+                raise OutcomeWaitTimeoutError(request_id, timeout_s)
+            self._sleep(min(delay, left))
+            delay = min(delay * 2, max_delay_s)
+
+    def _is_settled(self, entry: LedgerEntry) -> bool:
+        if not entry.is_terminal or entry.outcome is None:
+            return False
+        if not entry.provisional:
+            return True
+        # A provisional dead letter stands only once its final receive can no longer finish.
+        written = entry.updated_at or 0
+        return self._wall_clock() - written >= PROVISIONAL_GRACE_S
