@@ -26,7 +26,7 @@ from serenity_allocator.domain.model import (
     WorkspaceRecord,
     WorkspaceStatus,
 )
-from serenity_allocator.domain.sweep import CheckpointConflictError, StoredCheckpoint
+from serenity_allocator.domain.sweep import StaleCheckpointError, StoredCheckpoint
 from serenity_allocator.domain.transfer import TransferContext
 
 if TYPE_CHECKING:
@@ -408,7 +408,7 @@ class InMemoryCheckpointStore:
 
     ``save(expected_etag=None)`` succeeds only when the run has no checkpoint yet; otherwise the
     expected etag must be the current one. A losing write raises the domain's
-    ``CheckpointConflictError`` and changes nothing. ``fail_after_saves`` makes the save after
+    ``StaleCheckpointError`` and changes nothing. ``fail_after_saves`` makes the save after
     that many successful ones raise ``crash`` instead, once (a process dying before its write
     lands).
     """
@@ -443,7 +443,7 @@ class InMemoryCheckpointStore:
             current is not None and current[1] != expected_etag
         ):
             self.conflicts += 1
-            raise CheckpointConflictError(f"checkpoint of {run_id!r} changed since it was read")
+            raise StaleCheckpointError(f"checkpoint of {run_id!r} changed since it was read")
         etag = f'"v{next(self._versions)}"'
         # Round-trip through JSON: what S3 would hold, and no aliasing with the caller's dict.
         self.objects[run_id] = (json.loads(json.dumps(dict(body))), etag)

@@ -27,9 +27,9 @@ from serenity_allocator.adapters.eventbridge_outcomes import (
     OutcomePublishError,
 )
 from serenity_allocator.adapters.s3_checkpoint_store import (
-    CheckpointConflictError,
     CheckpointCorruptError,
     S3CheckpointStore,
+    S3PreconditionFailedError,
     StoredCheckpoint,
 )
 from serenity_allocator.adapters.sqs_dead_letter import (
@@ -49,6 +49,7 @@ from serenity_allocator.domain.messages import (
     parse_request,
 )
 from serenity_allocator.domain.model import Totals
+from serenity_allocator.domain.sweep_model import StaleCheckpointError
 from serenity_allocator.producer import (
     AllocationProducer,
     EnqueueError,
@@ -683,12 +684,12 @@ def test_checkpoint_store_refuses_a_stale_etag_write(local_resources: LocalResou
 
     # When A saves first, then B saves with the ETag it read (now stale)
     store.save("rs-2", {"processed": ["from-a"]}, expected_etag=read_by_a.etag)
-    with pytest.raises(CheckpointConflictError) as raised:
+    with pytest.raises(S3PreconditionFailedError) as raised:
         store.save("rs-2", {"processed": ["from-b"]}, expected_etag=read_by_b.etag)
 
-    # Then B is refused with a clear "in progress" error, and A's checkpoint stands intact
-    assert "already in progress" in str(raised.value)
-    assert raised.value.run_id == "rs-2"
+    # Then B is refused (the domain's StaleCheckpointError), and A's checkpoint stands intact
+    assert isinstance(raised.value, StaleCheckpointError)
+    assert raised.value.name == "rs-2"
     stored = store.load("rs-2")
     assert stored is not None and stored.body == {"processed": ["from-a"]}
 
@@ -701,7 +702,7 @@ def test_checkpoint_store_refuses_to_create_over_an_existing_run(
     store.save("rs-3", {"processed": ["c1"]}, expected_etag=None)
 
     # When a second runner tries to start the same run from scratch / Then it is refused
-    with pytest.raises(CheckpointConflictError):
+    with pytest.raises(S3PreconditionFailedError):
         store.save("rs-3", {"processed": []}, expected_etag=None)
     stored = store.load("rs-3")
     assert stored is not None and stored.body == {"processed": ["c1"]}
@@ -716,7 +717,7 @@ def test_checkpoint_store_refuses_an_update_after_the_checkpoint_vanished(
     boto3.client("s3").delete_object(Bucket=local_resources.bucket, Key="sweep/rs-4.json")
 
     # When the runner saves with the ETag it holds / Then it is refused, not silently recreated
-    with pytest.raises(CheckpointConflictError):
+    with pytest.raises(S3PreconditionFailedError):
         store.save("rs-4", {"processed": ["c1"]}, expected_etag=etag)
 
 
@@ -734,9 +735,9 @@ def test_checkpoint_store_reports_a_corrupt_checkpoint(local_resources: LocalRes
 def test_checkpoint_store_rejects_run_ids_that_escape_the_prefix() -> None:
     # Given a store / When a run id holds a slash or is blank / Then it is refused up front
     store = S3CheckpointStore("bucket")
-    for run_id in ("../other", " "):
-        with pytest.raises(ValueError, match="run id"):
-            store.key(run_id)
+    for name in ("../other", " ", "a//b", "dry/..", ""):
+        with pytest.raises(ValueError, match="checkpoint name"):
+            store.key(name)
 
 
 # ---------------------------------------------------------------- local stack

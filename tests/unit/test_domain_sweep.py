@@ -2,34 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
 from serenity_allocator.domain.allocation import plan_release
-from serenity_allocator.domain.errors import (
-    BrandAiLimitError,
-    OrgPoolExhaustedError,
-    RateLimitedError,
-    UpstreamError,
-    UpstreamUnavailableError,
-    WorkspaceBusyError,
-)
-from serenity_allocator.domain.model import Blocks, Totals
+from serenity_allocator.domain.model import Totals
 from serenity_allocator.domain.sweep import (
     RunInProgressError,
     StoredCheckpoint,
-    SweepEnvironment,
     SweepItem,
     SweepRefusedError,
     SweepRequest,
-    SweepResult,
     release_request_id,
-    run_sweep_batch,
 )
+from serenity_allocator.domain.sweep_model import checkpoint_name
 from tests.fakes import (
     LIST_FAMILY,
     READ_RESOURCES,
@@ -38,134 +26,28 @@ from tests.fakes import (
     InMemoryCheckpointStore,
     InMemoryGateway,
     RecordingEnqueuer,
-    RecordingObserver,
     SimulatedCrash,
 )
-
-MASTER = "m1"
-OTHER_MASTER = "m2"
-RUN = "rs-unit-1"
-BLOCKS = Blocks(projects=1, prompts=100)
-FLOOR = BLOCKS.as_totals()
-POOL = Totals(projects=50, prompts=10_000)
-EPOCH = 1_767_000_000.0
-
-
-def _mixed_family() -> InMemoryGateway:
-    """Children of m1 with every kind of outcome, in listing order."""
-    gateway = InMemoryGateway()
-    gateway.add_master(MASTER, total=POOL)
-    # c1: 1000 prompts, uses 150 -> 200 (800 back)
-    gateway.add_child(
-        "c1", MASTER, total=Totals(projects=1, prompts=1_000), used=Totals(projects=1, prompts=150)
-    )
-    # c2: already at the floor -> nothing to release
-    gateway.add_child("c2", MASTER, total=FLOOR)
-    # c3: 5 projects, uses 2 -> 2 (3 back); prompts exactly used
-    gateway.add_child(
-        "c3", MASTER, total=Totals(projects=5, prompts=300), used=Totals(projects=2, prompts=300)
-    )
-    # c4: drafts count: 350 drafted -> 400 (1600 back)
-    gateway.add_child(
-        "c4",
-        MASTER,
-        total=Totals(projects=1, prompts=2_000),
-        used=Totals(projects=1, prompts=0),
-        drafted=Totals(projects=0, prompts=350),
-    )
-    # c5: a zombie, never touched
-    gateway.add_child("c5", MASTER, total=Totals(projects=1, prompts=500), status="not ready")
-    return gateway
-
-
-WITH_SURPLUS = ["c1", "c3", "c4"]
-
-
-def _surplus_family(count: int, *, parent: str = MASTER) -> InMemoryGateway:
-    """``count`` children k1..kN, each holding 900 prompts more than it uses."""
-    gateway = InMemoryGateway()
-    gateway.add_master(parent, total=POOL)
-    for index in range(1, count + 1):
-        gateway.add_child(
-            f"k{index}",
-            parent,
-            total=Totals(projects=1, prompts=1_000),
-            used=Totals(projects=1, prompts=100),
-        )
-    return gateway
-
-
-@dataclass
-class Rig:
-    """The sweep's collaborators on fake clocks; ``run`` is one invocation."""
-
-    gateway: InMemoryGateway
-    store: InMemoryCheckpointStore = field(default_factory=InMemoryCheckpointStore)
-    enqueuer: RecordingEnqueuer = field(default_factory=RecordingEnqueuer)
-    clock: FakeClock = field(default_factory=FakeClock)
-    wall: FakeClock = field(default_factory=lambda: FakeClock(start=EPOCH))
-    observer: RecordingObserver = field(default_factory=RecordingObserver)
-
-    def env(
-        self,
-        *,
-        invocation_id: str = "inv-1",
-        budget_s: float = 900.0,
-        dynamic_allocation: bool = True,
-        on_item: Callable[[SweepItem], None] | None = None,
-        sleep: Callable[[float], None] | None = None,
-        target_budget_s: float = 20.0,
-    ) -> SweepEnvironment:
-        return SweepEnvironment(
-            gateway=self.gateway,
-            store=self.store,
-            enqueuer=self.enqueuer,
-            clock=self.clock,
-            wall_clock=self.wall,
-            sleep=sleep or self.clock.sleep,
-            deadline=self.clock() + budget_s,
-            invocation_id=invocation_id,
-            lease_until=self.wall() + budget_s,
-            dynamic_allocation=dynamic_allocation,
-            blocks=BLOCKS,
-            target_budget_s=target_budget_s,
-            observer=self.observer,
-            on_item=on_item,
-        )
-
-    def run(self, run_id: str = RUN, /, **payload: Any) -> SweepResult:
-        env_keys = {
-            "invocation_id",
-            "budget_s",
-            "dynamic_allocation",
-            "on_item",
-            "sleep",
-            "target_budget_s",
-        }
-        env_kwargs = {k: payload.pop(k) for k in list(payload) if k in env_keys}
-        return run_sweep_batch(_request(**payload), run_id, self.env(**env_kwargs))
-
-    def expire_lease(self) -> None:
-        """Move wall time past any lease an invocation could have taken."""
-        self.wall.advance(3_600)
-
-
-def _request(**payload: Any) -> SweepRequest:
-    body: dict[str, Any] = {"parent_workspace_ids": [MASTER], "rate_limit_ms": 0}
-    body.update(payload)
-    return SweepRequest.model_validate(body)
-
-
-def _outcomes(result: SweepResult) -> dict[str, str]:
-    return {item.workspace_id: item.outcome for item in result.items}
-
+from tests.unit.sweep_rig import (
+    BLOCKS,
+    FLOOR,
+    MASTER,
+    OTHER_MASTER,
+    POOL,
+    RUN,
+    WITH_SURPLUS,
+    Rig,
+    mixed_family,
+    outcomes,
+    surplus_family,
+)
 
 # ==== dry run ===============================================================================
 
 
 def test_run_sweep_batch_dry_run_makes_no_transfer_and_no_enqueue() -> None:
     # Given a family with surplus on several children
-    rig = Rig(_mixed_family())
+    rig = Rig(mixed_family())
 
     # When the sweep runs dry
     result = rig.run(dry_run=True)
@@ -175,7 +57,7 @@ def test_run_sweep_batch_dry_run_makes_no_transfer_and_no_enqueue() -> None:
     assert rig.enqueuer.releases == [] and rig.enqueuer.batches == []
     assert result.done and not result.aborted
     assert result.dry_run is True
-    assert _outcomes(result) == {
+    assert outcomes(result) == {
         "c1": "would-release",
         "c2": "nothing-to-release",
         "c3": "would-release",
@@ -188,7 +70,7 @@ def test_run_sweep_batch_dry_run_makes_no_transfer_and_no_enqueue() -> None:
 
 def test_run_sweep_batch_dry_run_reports_exact_targets() -> None:
     # Given the family and what plan_release says for each child
-    gateway = _mixed_family()
+    gateway = mixed_family()
     expected = {
         child: plan_release(gateway.workspaces[child].resources(), FLOOR, BLOCKS)
         for child in ("c1", "c2", "c3", "c4")
@@ -211,7 +93,7 @@ def test_run_sweep_batch_dry_run_reports_exact_targets() -> None:
 
 def test_run_sweep_batch_dry_run_records_release_outcome_dry_run() -> None:
     # Given a family / When the sweep runs dry
-    rig = Rig(_mixed_family())
+    rig = Rig(mixed_family())
     rig.run(dry_run=True)
 
     # Then every previewed child is visible as a dry-run release outcome (the zombie is not)
@@ -220,7 +102,7 @@ def test_run_sweep_batch_dry_run_records_release_outcome_dry_run() -> None:
 
 def test_run_sweep_batch_real_run_records_no_dry_run_outcome() -> None:
     # Given a family / When the sweep runs for real
-    rig = Rig(_mixed_family())
+    rig = Rig(mixed_family())
     rig.run(dry_run=False)
 
     # Then the previews are not reported as releases: the worker reports what it applies
@@ -232,7 +114,7 @@ def test_run_sweep_batch_real_run_records_no_dry_run_outcome() -> None:
 
 def test_run_sweep_batch_real_run_enqueues_one_release_per_child_with_surplus() -> None:
     # Given a family with surplus on c1, c3, c4 only
-    rig = Rig(_mixed_family())
+    rig = Rig(mixed_family())
 
     # When the sweep runs for real
     result = rig.run(dry_run=False)
@@ -257,7 +139,7 @@ def test_run_sweep_batch_real_run_enqueues_one_release_per_child_with_surplus() 
 
 def test_run_sweep_batch_real_run_passes_the_requested_floor() -> None:
     # Given a floor above one block
-    rig = Rig(_mixed_family())
+    rig = Rig(mixed_family())
 
     # When the sweep runs for real with it
     rig.run(dry_run=False, floor={"projects": 1, "prompts": 500})
@@ -281,14 +163,14 @@ def test_run_sweep_batch_real_run_enqueues_nothing_for_requires_decommission() -
     result = rig.run(dry_run=False, floor={"projects": 0, "prompts": 0})
 
     # Then it is reported as requiring decommission and no release is enqueued
-    assert _outcomes(result) == {"idle": "requires-decommission"}
+    assert outcomes(result) == {"idle": "requires-decommission"}
     assert result.counts.requires_decommission == 1
     assert rig.enqueuer.releases == []
 
 
 def test_run_sweep_batch_targets_direct_children_of_every_listed_parent() -> None:
     # Given two pools, one with a grandchild
-    gateway = _surplus_family(2)
+    gateway = surplus_family(2)
     gateway.add_master(OTHER_MASTER, total=POOL)
     gateway.add_child("d1", OTHER_MASTER, total=Totals(projects=1, prompts=900))
     gateway.add_child("grandchild", "k1", total=Totals(projects=1, prompts=900))
@@ -311,13 +193,13 @@ def test_run_sweep_batch_targets_direct_children_of_every_listed_parent() -> Non
 
 def test_run_sweep_batch_workspace_ids_narrows_and_reports_not_a_child() -> None:
     # Given a family, an allow-list of one real child and one stranger
-    rig = Rig(_mixed_family())
+    rig = Rig(mixed_family())
 
     # When the sweep runs with the allow-list
     result = rig.run(dry_run=False, workspace_ids=["c4", "stranger"])
 
     # Then only c4 is swept, the stranger is reported and never called upstream
-    assert _outcomes(result) == {"c4": "enqueued", "stranger": "not-a-child"}
+    assert outcomes(result) == {"c4": "enqueued", "stranger": "not-a-child"}
     assert result.counts.not_a_child == 1
     assert [r.workspace_id for r in rig.enqueuer.releases] == ["c4"]
     touched = {ws for op, ws in rig.gateway.calls if op != LIST_FAMILY}
@@ -326,7 +208,7 @@ def test_run_sweep_batch_workspace_ids_narrows_and_reports_not_a_child() -> None
 
 def test_run_sweep_batch_limit_bounds_the_run() -> None:
     # Given five children with surplus
-    rig = Rig(_surplus_family(5))
+    rig = Rig(surplus_family(5))
 
     # When the run is limited to two
     result = rig.run(dry_run=False, limit=2)
@@ -339,7 +221,7 @@ def test_run_sweep_batch_limit_bounds_the_run() -> None:
 
 def test_run_sweep_batch_rate_limit_pauses_between_targets_only() -> None:
     # Given three targets and a 300 ms rate limit
-    rig = Rig(_surplus_family(3))
+    rig = Rig(surplus_family(3))
 
     # When the sweep runs
     rig.run(dry_run=True, rate_limit_ms=300)
@@ -353,7 +235,7 @@ def test_run_sweep_batch_rate_limit_pauses_between_targets_only() -> None:
 
 def test_run_sweep_batch_batch_size_and_resume_cover_every_child_once() -> None:
     # Given five children with surplus and a batch size of two
-    rig = Rig(_surplus_family(5))
+    rig = Rig(surplus_family(5))
     results = []
 
     # When the same run is invoked until done, each time by a new invocation
@@ -376,13 +258,13 @@ def test_run_sweep_batch_batch_size_and_resume_cover_every_child_once() -> None:
     ]
     assert rig.enqueuer.enqueued_per_child() == {f"k{i}": 1 for i in range(1, 6)}
     assert results[-1].counts.enqueued == 5
-    # ... and the targets were listed once, when the run started
-    assert rig.gateway.calls_of(LIST_FAMILY) == [MASTER]
+    # ... and each invocation re-read the family before acting (a checkpoint is not trusted)
+    assert rig.gateway.calls_of(LIST_FAMILY) == [MASTER, MASTER, MASTER]
 
 
 def test_run_sweep_batch_finished_run_releases_its_lease() -> None:
     # Given a finished invocation
-    rig = Rig(_surplus_family(2))
+    rig = Rig(surplus_family(2))
     rig.run(dry_run=True, batch_size=1)
 
     # When another invocation resumes right away (no lease expiry)
@@ -390,7 +272,7 @@ def test_run_sweep_batch_finished_run_releases_its_lease() -> None:
 
     # Then it is accepted: the first let go of the run when it stopped
     assert result.done
-    assert rig.store.body(RUN)["lease_owner"] is None
+    assert rig.store.body(checkpoint_name(RUN, dry_run=True))["lease_owner"] is None
 
 
 def _assert_each_child_enqueued_under_one_id(enqueuer: RecordingEnqueuer, children: int) -> None:
@@ -406,7 +288,7 @@ def _assert_each_child_enqueued_under_one_id(enqueuer: RecordingEnqueuer, childr
 
 def test_run_sweep_batch_crash_after_enqueue_then_resume_enqueues_no_child_twice() -> None:
     # Given an invocation that dies right after enqueueing the third child's release
-    rig = Rig(_surplus_family(5), enqueuer=RecordingEnqueuer(crash_after=2))
+    rig = Rig(surplus_family(5), enqueuer=RecordingEnqueuer(crash_after=2))
     with pytest.raises(SimulatedCrash):
         rig.run(dry_run=False)
     assert rig.store.body(RUN)["processed"] == ["k1", "k2"]
@@ -425,8 +307,9 @@ def test_run_sweep_batch_crash_after_enqueue_then_resume_enqueues_no_child_twice
 
 
 def test_run_sweep_batch_crash_before_checkpoint_write_then_resume_no_child_twice() -> None:
-    # Given a store that dies on the write after the third target (saves: open, k1, k2)
-    rig = Rig(_surplus_family(5), store=InMemoryCheckpointStore(fail_after_saves=3))
+    # Given a store that dies on the write after the third target (saves: open, parent
+    # claim, k1, k2)
+    rig = Rig(surplus_family(5), store=InMemoryCheckpointStore(fail_after_saves=4))
     with pytest.raises(SimulatedCrash):
         rig.run(dry_run=False)
 
@@ -450,7 +333,7 @@ def test_run_sweep_batch_crash_between_targets_then_resume_processes_each_child_
         if len(pauses) == 2:
             raise SimulatedCrash("killed between targets")
 
-    rig = Rig(_surplus_family(5))
+    rig = Rig(surplus_family(5))
     with pytest.raises(SimulatedCrash):
         rig.run(dry_run=False, rate_limit_ms=100, sleep=dying_sleep)
 
@@ -468,7 +351,7 @@ def test_run_sweep_batch_crash_between_targets_then_resume_processes_each_child_
 
 def test_run_sweep_batch_concurrent_invocation_of_same_run_refused() -> None:
     # Given invocation A working on the run, and invocation B started while A is mid-batch
-    rig = Rig(_surplus_family(3))
+    rig = Rig(surplus_family(3))
     refusals: list[Exception] = []
     writes_before_b: list[int] = []
 
@@ -493,7 +376,7 @@ def test_run_sweep_batch_concurrent_invocation_of_same_run_refused() -> None:
 
 def test_run_sweep_batch_accepted_after_the_lease_expires() -> None:
     # Given an invocation that crashed holding the run's lease
-    rig = Rig(_surplus_family(3), enqueuer=RecordingEnqueuer(crash_after=0))
+    rig = Rig(surplus_family(3), enqueuer=RecordingEnqueuer(crash_after=0))
     with pytest.raises(SimulatedCrash):
         rig.run(dry_run=False, invocation_id="inv-A", budget_s=600)
     lease_until = rig.store.body(RUN)["lease_until"]
@@ -512,7 +395,7 @@ def test_run_sweep_batch_accepted_after_the_lease_expires() -> None:
 
 def test_run_sweep_batch_stale_etag_write_refused() -> None:
     # Given invocation A, and another writer that updates the checkpoint behind A's back
-    rig = Rig(_surplus_family(3))
+    rig = Rig(surplus_family(3))
 
     def foreign_write(item: SweepItem) -> None:
         if item.workspace_id == "k1":
@@ -540,7 +423,7 @@ class _StaleReadStore(InMemoryCheckpointStore):
 
 def test_run_sweep_batch_second_creator_of_a_new_run_refused() -> None:
     # Given a run that invocation A already created, and B that read before A's write
-    rig = Rig(_surplus_family(2), store=_StaleReadStore())
+    rig = Rig(surplus_family(2), store=_StaleReadStore())
     rig.run(dry_run=True, invocation_id="inv-A", batch_size=1)
 
     # When B creates the same run / Then its create-only write loses
@@ -549,137 +432,12 @@ def test_run_sweep_batch_second_creator_of_a_new_run_refused() -> None:
     assert rig.store.conflicts == 1
 
 
-# ==== errors and abort ======================================================================
-
-
-def _fail_status(gateway: InMemoryGateway, child: str, error: Exception) -> None:
-    gateway.script_errors(READ_STATUS, child, [error])
-
-
-def test_run_sweep_batch_aborts_after_n_consecutive_unexpected_errors() -> None:
-    # Given an upstream answering 500 for the first three children
-    rig = Rig(_surplus_family(5))
-    for child in ("k1", "k2", "k3"):
-        _fail_status(rig.gateway, child, UpstreamError(500, "internal error", "read_status"))
-
-    # When the sweep runs with max_consecutive_errors = 3
-    result = rig.run(dry_run=False, max_consecutive_errors=3)
-
-    # Then it aborts after the third, says why, and keeps the checkpoint
-    assert result.aborted and not result.done
-    assert result.abort_reason == "3 consecutive unexpected errors (last: upstream500)"
-    assert (result.processed, result.remaining) == (3, 2)
-    assert result.counts.unexpected_errors == 3
-    assert {i.outcome for i in result.items} == {"unexpected-error"}
-    assert rig.enqueuer.releases == []
-    assert rig.store.body(RUN)["aborted"] == result.abort_reason
-    assert "k4" not in rig.gateway.calls_of(READ_STATUS)
-
-
-def test_run_sweep_batch_resuming_an_aborted_run_continues() -> None:
-    # Given a run aborted by unexpected errors that have since cleared
-    rig = Rig(_surplus_family(4))
-    for child in ("k1", "k2"):
-        _fail_status(rig.gateway, child, UpstreamError(502, "bad gateway", "read_status"))
-    assert rig.run(dry_run=False, max_consecutive_errors=2).aborted
-
-    # When the operator resumes it
-    result = rig.run(dry_run=False, max_consecutive_errors=2, invocation_id="inv-2")
-
-    # Then the rest is processed, and the failed ones stay counted for the final status
-    assert result.done and not result.aborted
-    assert [r.workspace_id for r in rig.enqueuer.releases] == ["k3", "k4"]
-    assert result.counts.unexpected_errors == 2
-
-
-@pytest.mark.parametrize(
-    "error",
-    [
-        WorkspaceBusyError(),
-        OrgPoolExhaustedError(),
-        BrandAiLimitError("prompts", 600, 500),
-        RateLimitedError(),
-        UpstreamError(429, "too many requests", "read_status"),
-    ],
-    ids=["busy", "pool-exhausted", "brand-limit", "rate-limited", "429"],
-)
-def test_run_sweep_batch_expected_errors_never_abort(error: Exception) -> None:
-    # Given the same expected error on the first three children
-    rig = Rig(_surplus_family(4))
-    for child in ("k1", "k2", "k3"):
-        _fail_status(rig.gateway, child, error)
-
-    # When the sweep runs with max_consecutive_errors = 2
-    result = rig.run(dry_run=False, max_consecutive_errors=2)
-
-    # Then it carries on to the end, counting them as expected
-    assert result.done and not result.aborted
-    assert result.counts.expected_errors == 3
-    assert result.counts.unexpected_errors == 0
-    assert {i.outcome for i in result.items[:3]} == {"expected-error"}
-    assert [r.workspace_id for r in rig.enqueuer.releases] == ["k4"]
-
-
-def test_run_sweep_batch_unreachable_upstream_counts_toward_abort() -> None:
-    # Given an upstream that does not answer at all (coded, but a degraded gateway)
-    rig = Rig(_surplus_family(4))
-    for child in ("k1", "k2"):
-        _fail_status(rig.gateway, child, UpstreamUnavailableError())
-
-    # When the sweep runs with max_consecutive_errors = 2
-    result = rig.run(dry_run=False, max_consecutive_errors=2)
-
-    # Then it aborts rather than walk the whole fleet against a dead upstream
-    assert result.aborted
-    assert result.abort_reason == "2 consecutive unexpected errors (last: upstreamUnavailable)"
-
-
-def test_run_sweep_batch_error_streak_resets_on_expected_outcome() -> None:
-    # Given 500, 500, nothing-to-release, busy, 500, 500, then a child with surplus
-    gateway = _surplus_family(7)
-    gateway.set_usage("k3", used=Totals(projects=1, prompts=1_000))  # uses all: nothing to give
-    for child in ("k1", "k2", "k5", "k6"):
-        _fail_status(gateway, child, UpstreamError(500, "internal error", "read_status"))
-    _fail_status(gateway, "k4", WorkspaceBusyError())
-    rig = Rig(gateway)
-
-    # When the sweep runs with max_consecutive_errors = 3
-    result = rig.run(dry_run=False, max_consecutive_errors=3)
-
-    # Then never three unexpected in a row: no abort, and the last child is enqueued
-    assert result.done and not result.aborted
-    assert [i.outcome for i in result.items] == [
-        "unexpected-error",
-        "unexpected-error",
-        "nothing-to-release",
-        "expected-error",
-        "unexpected-error",
-        "unexpected-error",
-        "enqueued",
-    ]
-    assert result.counts.unexpected_errors == 4
-
-
-def test_run_sweep_batch_enqueue_failure_is_an_unexpected_error() -> None:
-    # Given a queue that refuses every send
-    class RefusingEnqueuer(RecordingEnqueuer):
-        def enqueue_release(self, workspace_id: str, **kwargs: Any) -> str:
-            raise RuntimeError("SQS refused")
-
-    rig = Rig(_surplus_family(3), enqueuer=RefusingEnqueuer())
-
-    # When the sweep runs / Then the failures count toward the abort
-    result = rig.run(dry_run=False, max_consecutive_errors=2)
-    assert result.aborted
-    assert result.items[0].error_code == "RuntimeError"
-
-
 # ==== zombies, kill switch, dry/real mismatch ===============================================
 
 
 def test_run_sweep_batch_zombie_skipped_and_reported() -> None:
     # Given a child that is not in created status
-    rig = Rig(_mixed_family())
+    rig = Rig(mixed_family())
 
     # When swept for real
     result = rig.run(dry_run=False)
@@ -694,7 +452,7 @@ def test_run_sweep_batch_zombie_skipped_and_reported() -> None:
 
 def test_run_sweep_batch_real_run_refused_while_kill_switch_off() -> None:
     # Given the kill switch off
-    rig = Rig(_mixed_family())
+    rig = Rig(mixed_family())
 
     # When a real run starts / Then it is refused before any call or write
     with pytest.raises(SweepRefusedError, match="SERENITY_DYNAMIC_ALLOCATION"):
@@ -705,7 +463,7 @@ def test_run_sweep_batch_real_run_refused_while_kill_switch_off() -> None:
 
 def test_run_sweep_batch_real_run_allowed_when_disabled_if_asked() -> None:
     # Given the kill switch off and an explicit override
-    rig = Rig(_mixed_family())
+    rig = Rig(mixed_family())
 
     # When a real run starts / Then it proceeds
     result = rig.run(dry_run=False, dynamic_allocation=False, allow_when_disabled=True)
@@ -715,7 +473,7 @@ def test_run_sweep_batch_real_run_allowed_when_disabled_if_asked() -> None:
 
 def test_run_sweep_batch_dry_run_allowed_while_kill_switch_off() -> None:
     # Given the kill switch off / When a dry run starts / Then it previews as usual
-    result = Rig(_mixed_family()).run(dry_run=True, dynamic_allocation=False)
+    result = Rig(mixed_family()).run(dry_run=True, dynamic_allocation=False)
     assert result.done
     assert result.counts.would_release == 3
 
@@ -725,7 +483,7 @@ def test_run_sweep_batch_changing_dry_run_on_the_same_run_id_refused(
     first: bool, second: bool
 ) -> None:
     # Given a run started with one dry_run value
-    rig = Rig(_surplus_family(2))
+    rig = Rig(surplus_family(2))
     rig.run(dry_run=first, batch_size=1)
     saves = len(rig.store.saves)
 
@@ -745,7 +503,7 @@ def test_run_sweep_batch_stops_before_the_deadline_and_next_invocation_resumes()
     # Given upstream calls that take 5 s each (a target costs 10 s) and 45 s of budget
     clock = FakeClock()
     gateway = InMemoryGateway(clock=clock, latency_s=5.0)
-    seeded = _surplus_family(6)
+    seeded = surplus_family(6)
     gateway.workspaces = seeded.workspaces
     rig = Rig(gateway, clock=clock)
     deadline = clock() + 45
@@ -767,7 +525,7 @@ def test_run_sweep_batch_stops_before_the_deadline_and_next_invocation_resumes()
 
 def test_run_sweep_batch_deadline_counts_the_rate_limit_pause() -> None:
     # Given 30 s of budget, 20 s per target and a 15 s pause between targets
-    rig = Rig(_surplus_family(3))
+    rig = Rig(surplus_family(3))
 
     # When the sweep runs
     result = rig.run(dry_run=True, budget_s=30, rate_limit_ms=15_000)
@@ -779,7 +537,7 @@ def test_run_sweep_batch_deadline_counts_the_rate_limit_pause() -> None:
 
 def test_run_sweep_batch_no_time_for_any_target_makes_no_upstream_call_per_target() -> None:
     # Given less budget than one target needs
-    rig = Rig(_surplus_family(2))
+    rig = Rig(surplus_family(2))
 
     # When the sweep runs / Then it only listed the targets and stopped
     result = rig.run(dry_run=False, budget_s=10)

@@ -127,7 +127,8 @@ def test_lambda_handler_result_shape() -> None:
     )
     assert (result["processed"], result["remaining"]) == (3, 0)
     assert result["counts"]["would_release"] == 3
-    assert result["checkpoint"] == "memory://checkpoints/rs-a.json"
+    assert result["checkpoint"] == "memory://checkpoints/dry/rs-a.json"
+    assert result["failed"] == []
     assert [item["workspace_id"] for item in result["items"]] == ["k1", "k2", "k3"]
     assert result["items"][0]["target"] == {"projects": 1, "prompts": 100}
     assert sweep.enqueuer.releases == []

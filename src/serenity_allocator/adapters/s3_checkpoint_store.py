@@ -14,13 +14,13 @@ The S3 client is built on first use with plain ``boto3.client("s3")``, so the en
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..domain import sweep
-from ..domain.sweep import StoredCheckpoint
+from ..domain.sweep_model import CheckpointCorruptError, StaleCheckpointError, StoredCheckpoint
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -30,53 +30,50 @@ if TYPE_CHECKING:
 _CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey"})
 _CONFLICT_STATUSES = frozenset({409, 412})
 
+# Names are the domain's: "<run_id>", "dry/<run_id>", "parents/<quoted parent id>". No empty,
+# "." or ".." segment, nothing outside the unreserved alphabet and "%".
+_NAME = re.compile(r"^(?!.*(?:^|/)\.{1,2}(?:/|$))[A-Za-z0-9._~%-]+(?:/[A-Za-z0-9._~%-]+)*$")
+
 
 class CheckpointStoreError(RuntimeError):
     """The checkpoint could not be read or written (S3 refused or was unreachable)."""
 
 
-class CheckpointConflictError(CheckpointStoreError, sweep.CheckpointConflictError):
-    """The checkpoint changed since it was read: another invocation of this run is in progress.
+class S3PreconditionFailedError(CheckpointStoreError, StaleCheckpointError):
+    """S3 refused a conditional write (412/409): the object changed since it was read.
 
-    Also the domain's ``CheckpointConflictError``, which the sweep turns into "run already in
-    progress".
+    Also the domain's ``StaleCheckpointError``, which the sweep turns into "run already in
+    progress" (a checkpoint) or "parent held" (a parent claim).
 
     Attributes:
-        run_id: The run whose checkpoint moved on.
+        name: The document whose write lost.
     """
 
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
-        super().__init__(
-            "the sweep checkpoint changed since it was read: the run is already in progress "
-            "in another invocation"
-        )
-
-
-class CheckpointCorruptError(CheckpointStoreError):
-    """The stored checkpoint is not a JSON object (written by something else)."""
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__("the object changed since it was read (conditional write refused)")
 
 
 __all__ = [
-    "CheckpointConflictError",
     "CheckpointCorruptError",
     "CheckpointStoreError",
     "S3CheckpointStore",
+    "S3PreconditionFailedError",
     "StoredCheckpoint",
 ]
 
 
 class S3CheckpointStore:
-    """Loads and conditionally saves one JSON checkpoint per sweep run.
+    """Loads and conditionally saves the sweep's JSON documents: checkpoints, parent claims.
 
     Implements the domain's ``CheckpointStore`` port; :meth:`load` returns the domain's
     ``StoredCheckpoint`` (the body and the ETag the next save must match).
 
     Args:
         bucket: The bucket (``SWEEP_BUCKET``).
-        prefix: Key prefix; the key is ``f"{prefix}{run_id}.json"``.
-        s3: An optional ready S3 client; otherwise ``boto3.client("s3")`` is built on first use,
-            honouring the standard endpoint variables.
+        prefix: Key prefix; the key is ``f"{prefix}{name}.json"``.
+        s3: An optional ready S3 client; otherwise one is built on first use (explicit timeouts,
+            standard retries), honouring the standard endpoint variables.
     """
 
     def __init__(self, bucket: str, prefix: str = "sweep/", s3: S3Client | None = None) -> None:
@@ -89,28 +86,37 @@ class S3CheckpointStore:
     def _client(self) -> S3Client:
         if self._s3 is None:
             import boto3
+            from botocore.config import Config
 
-            self._s3 = boto3.client("s3")
+            # A checkpoint call must fit a sweep invocation's per-target budget (20 s).
+            self._s3 = boto3.client(
+                "s3",
+                config=Config(
+                    connect_timeout=3,
+                    read_timeout=5,
+                    retries={"mode": "standard", "total_max_attempts": 3},
+                ),
+            )
         return self._s3
 
-    def key(self, run_id: str) -> str:
-        """The object key of a run's checkpoint."""
-        if not run_id.strip() or "/" in run_id:
-            raise ValueError("a sweep run id must be non-blank and hold no '/'")
-        return f"{self._prefix}{run_id}.json"
+    def key(self, name: str) -> str:
+        """The object key of a document (a run's checkpoint or a parent's claim)."""
+        if not _NAME.fullmatch(name):
+            raise ValueError("a checkpoint name must be path segments of [A-Za-z0-9._~%-]")
+        return f"{self._prefix}{name}.json"
 
-    def location(self, run_id: str) -> str:
-        """Where a run's checkpoint lives, as an ``s3://`` URI (for results and logs)."""
-        return f"s3://{self._bucket}/{self.key(run_id)}"
+    def location(self, name: str) -> str:
+        """Where a document lives, as an ``s3://`` URI (for results and logs)."""
+        return f"s3://{self._bucket}/{self.key(name)}"
 
-    def load(self, run_id: str) -> StoredCheckpoint | None:
-        """Read a run's checkpoint; ``None`` when the run has none yet.
+    def load(self, name: str) -> StoredCheckpoint | None:
+        """Read a document; ``None`` when there is none yet.
 
         Raises:
-            CheckpointCorruptError: The object is not a JSON object.
+            CheckpointCorruptError: The object is not a JSON object (the domain's error).
             CheckpointStoreError: S3 refused or could not be reached.
         """
-        key = self.key(run_id)
+        key = self.key(name)
         try:
             response = self._client().get_object(Bucket=self._bucket, Key=key)
             raw = response["Body"].read()
@@ -125,16 +131,16 @@ class S3CheckpointStore:
         try:
             body = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CheckpointCorruptError("the checkpoint is not valid JSON") from exc
+            raise CheckpointCorruptError(name, "not valid JSON") from exc
         if not isinstance(body, dict):
-            raise CheckpointCorruptError("the checkpoint is not a JSON object")
+            raise CheckpointCorruptError(name, "not a JSON object")
         return StoredCheckpoint(body=body, etag=response["ETag"])
 
-    def save(self, run_id: str, body: Mapping[str, Any], *, expected_etag: str | None) -> str:
-        """Write a run's checkpoint only if it is still the version the caller read.
+    def save(self, name: str, body: Mapping[str, Any], *, expected_etag: str | None) -> str:
+        """Write a document only if it is still the version the caller read.
 
         Args:
-            run_id: The sweep run.
+            name: The document (see :meth:`key`).
             body: The checkpoint, a JSON-serializable mapping.
             expected_etag: The ETag from :meth:`load`; ``None`` to create the checkpoint, which
                 must not exist yet.
@@ -143,10 +149,10 @@ class S3CheckpointStore:
             The new ETag, to pass as ``expected_etag`` to the next save.
 
         Raises:
-            CheckpointConflictError: The checkpoint exists (create) or moved on (update).
+            S3PreconditionFailedError: The document exists (create) or moved on (update).
             CheckpointStoreError: S3 refused for another reason or could not be reached.
         """
-        key = self.key(run_id)
+        key = self.key(name)
         data = json.dumps(dict(body), separators=(",", ":"), sort_keys=True).encode("utf-8")
         try:
             if expected_etag is None:
@@ -167,7 +173,7 @@ class S3CheckpointStore:
                 )
         except ClientError as exc:
             if _is_conflict(exc):
-                raise CheckpointConflictError(run_id) from exc
+                raise S3PreconditionFailedError(name) from exc
             raise CheckpointStoreError(
                 f"could not write the checkpoint ({_error_code(exc)})"
             ) from exc

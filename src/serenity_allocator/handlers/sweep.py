@@ -10,34 +10,65 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from ..adapters.observability import MetricsObserver, MetricsRecorder, logger, metrics
+from ..domain.errors import UpstreamError
 from ..domain.ports import Clock, Sleeper, WorkspaceGateway
 from ..domain.sweep import (
     CheckpointStore,
     ReleaseEnqueuer,
+    SweepAbandonRequest,
     SweepEnvironment,
     SweepItem,
     SweepRequest,
+    abandon_sweep_run,
     run_sweep_batch,
 )
+from ..domain.sweep_model import describe_validation_error
 from .settings import SweepSettings
 from .wiring import build_semrush_client, limit_gateway_time
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-__all__ = ["SweepPayloadError", "SweepRequest", "SweepRuntime", "lambda_handler"]
+__all__ = [
+    "SweepPayloadError",
+    "SweepRequest",
+    "SweepRuntime",
+    "SweepUpstreamError",
+    "lambda_handler",
+    "parse_sweep_payload",
+]
 
 
 class SweepPayloadError(ValueError):
     """The payload is invalid; the message names every offending field."""
+
+
+class SweepUpstreamError(RuntimeError):
+    """The upstream failed a call the whole batch needs (listing a pool's children).
+
+    The message names the status and the operation only: it becomes the Lambda error and the
+    Step Functions history, where an upstream body (which may echo a secret) must never go.
+    """
+
+    def __init__(self, status: int, operation: str) -> None:
+        self.status = status
+        self.operation = operation
+        super().__init__(
+            f"the upstream answered {status} to {operation or 'a call'}; nothing was enqueued "
+            "by this call, resume the run with its run_id once the upstream answers again"
+        )
+
+
+def _new_run_id() -> str:
+    return f"rs-{datetime.now(UTC):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
 
 
 @dataclass
@@ -51,9 +82,7 @@ class SweepRuntime:
     clock: Clock = time.monotonic
     wall_clock: Clock = time.time
     sleep: Sleeper = time.sleep
-    new_run_id: Any = field(
-        default=lambda: f"rs-{datetime.now(UTC):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
-    )
+    new_run_id: Callable[[], str] = _new_run_id
 
 
 def build_sweep_runtime(settings: SweepSettings) -> SweepRuntime:
@@ -82,15 +111,27 @@ def get_sweep_runtime(env: Mapping[str, str] | None = None) -> SweepRuntime:
 
 
 def parse_sweep_request(event: Any) -> SweepRequest:
-    """Validate the payload; every problem is reported with its field name."""
+    """Validate a sweep payload; every problem is reported with its field name."""
     try:
         return SweepRequest.model_validate(event)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'payload'}: {err['msg']}"
-            for err in exc.errors(include_url=False, include_input=False)
-        )
-        raise SweepPayloadError(f"invalid sweep payload: {problems}") from None
+        raise SweepPayloadError(
+            f"invalid sweep payload: {describe_validation_error(exc)}"
+        ) from None
+
+
+def parse_sweep_payload(event: Any) -> SweepRequest | SweepAbandonRequest:
+    """Validate either payload the function takes: a sweep batch, or an abandon.
+
+    A payload with an ``abandon`` key is an abandon (``{"abandon": true, "run_id": ...}``).
+    """
+    if isinstance(event, Mapping) and "abandon" in event:
+        try:
+            return SweepAbandonRequest.model_validate(event)
+        except ValidationError as exc:
+            problems = describe_validation_error(exc)
+            raise SweepPayloadError(f"invalid abandon payload: {problems}") from None
+    return parse_sweep_request(event)
 
 
 def _log_item(item: SweepItem) -> None:
@@ -102,31 +143,27 @@ def _log_item(item: SweepItem) -> None:
 def lambda_handler(
     event: dict[str, Any], context: LambdaContext, runtime: SweepRuntime | None = None
 ) -> dict[str, Any]:
-    """Run one batch of a sweep and return its result."""
-    request = parse_sweep_request(event)
+    """Run one batch of a sweep (or abandon a run) and return its result."""
+    request = parse_sweep_payload(event)
     rt = runtime or get_sweep_runtime()
     run_id = request.run_id or rt.new_run_id()
-    logger.append_keys(run_id=run_id, dry_run=request.dry_run)
-    remaining_s = context.get_remaining_time_in_millis() / 1000.0
-    limit_gateway_time(rt.gateway, remaining_s - rt.settings.safety_margin_ms / 1000.0)
+    logger.append_keys(run_id=run_id)
     recorder = MetricsRecorder(rt.settings.environment)
-    env = SweepEnvironment(
-        gateway=rt.gateway,
-        store=rt.store,
-        enqueuer=rt.enqueuer,
-        clock=rt.clock,
-        wall_clock=rt.wall_clock,
-        sleep=rt.sleep,
-        deadline=rt.clock() + remaining_s - rt.settings.safety_margin_ms / 1000.0,
-        invocation_id=context.aws_request_id,
-        lease_until=rt.wall_clock() + remaining_s,
-        dynamic_allocation=rt.settings.dynamic_allocation,
-        blocks=rt.settings.blocks,
-        observer=MetricsObserver(recorder),
-        on_item=_log_item,
-    )
+    env = _environment(rt, context, recorder)
     try:
+        if isinstance(request, SweepAbandonRequest):
+            abandoned = abandon_sweep_run(request, env)
+            logger.info("sweep run abandoned", extra=abandoned.model_dump(mode="json"))
+            return abandoned.model_dump(mode="json")
+        logger.append_keys(dry_run=request.dry_run)
         result = run_sweep_batch(request, run_id, env)
+    except UpstreamError as exc:
+        # The body stays out of the error (and the history); the log keeps the status only.
+        logger.warning(
+            "sweep batch stopped: upstream error",
+            extra={"status": exc.status, "operation": exc.operation},
+        )
+        raise SweepUpstreamError(exc.status, exc.operation) from None
     finally:
         recorder.flush()
     logger.info(
@@ -137,6 +174,31 @@ def lambda_handler(
             "processed": result.processed,
             "remaining": result.remaining,
             "counts": result.counts.model_dump(),
+            "failed": len(result.failed),
         },
     )
     return result.model_dump(mode="json")
+
+
+def _environment(
+    rt: SweepRuntime, context: LambdaContext, recorder: MetricsRecorder
+) -> SweepEnvironment:
+    remaining_s = context.get_remaining_time_in_millis() / 1000.0
+    budget_s = remaining_s - rt.settings.safety_margin_ms / 1000.0
+    limit_gateway_time(rt.gateway, budget_s)
+    return SweepEnvironment(
+        gateway=rt.gateway,
+        store=rt.store,
+        enqueuer=rt.enqueuer,
+        clock=rt.clock,
+        wall_clock=rt.wall_clock,
+        sleep=rt.sleep,
+        deadline=rt.clock() + budget_s,
+        invocation_id=context.aws_request_id,
+        # The lease ends with the invocation: a crashed one frees the run at its deadline.
+        lease_until=rt.wall_clock() + remaining_s,
+        dynamic_allocation=rt.settings.dynamic_allocation,
+        blocks=rt.settings.blocks,
+        observer=MetricsObserver(recorder),
+        on_item=_log_item,
+    )
