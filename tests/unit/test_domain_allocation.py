@@ -14,6 +14,7 @@ from serenity_allocator.domain.allocation import (
     release_surplus,
     required_totals,
 )
+from serenity_allocator.domain.ceiling import Ceiling
 from serenity_allocator.domain.errors import (
     BrandAiLimitError,
     MalformedResponseError,
@@ -168,27 +169,27 @@ def test_ensure_headroom_hot_path_makes_exactly_one_read(need: Totals | None) ->
     assert observer.calls == [("headroom_checked", ("hot-path",))]
 
 
-def test_ensure_headroom_above_ceiling_raises_brand_ai_limit_without_transfer() -> None:
+def test_ensure_headroom_exact_need_above_ceiling_raises_brand_ai_limit_without_transfer() -> None:
     # Given a child at 200 prompts under a brand ceiling of 250
     gateway = _family(child_total=Totals(projects=1, prompts=200), child_used=Totals(prompts=200))
     observer = RecordingObserver()
 
-    # When 10 more prompts are needed (the new total would be one block up: 300)
+    # When 60 more prompts are needed (the exact need, 260, passes the ceiling)
     with pytest.raises(BrandAiLimitError) as raised:
         ensure_headroom(
             gateway,
             CHILD,
             MASTER,
-            Totals(prompts=10),
+            Totals(prompts=60),
             transfer_context(FakeClock(), observer),
-            ceiling=Totals(projects=5, prompts=250),
+            ceiling=Ceiling(projects=5, prompts=250),
             policy=FAIL_FAST,
         )
 
-    # Then refused with the dimension and numbers on the error, and nothing transferred
+    # Then refused with the dimension and the exact need on the error, and nothing transferred
     assert (raised.value.dimension, raised.value.requested, raised.value.ceiling) == (
         "prompts",
-        300,
+        260,
         250,
     )
     assert gateway.calls_of(TRANSFER) == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from serenity_allocator.domain.ceiling import Ceiling
 from serenity_allocator.domain.coalescing import PlannedMessage, plan_ensure_runs
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest, parse_request
 from serenity_allocator.domain.model import Totals
@@ -118,7 +119,20 @@ def test_plan_ensure_runs_ceiling_is_strictest_per_dimension() -> None:
     )
 
     # When the combined ceiling is read / Then each dimension takes the lowest given
-    assert runs["m1"].ceiling == Totals(projects=4, prompts=800)
+    assert runs["m1"].ceiling == Ceiling(projects=4, prompts=800)
+
+
+def test_plan_ensure_runs_ceiling_partial_members_leave_other_dimensions_unenforced() -> None:
+    # Given one member capping prompts only and another capping nothing enforceable
+    runs = plan_ensure_runs(
+        [
+            _msg("m1", _ensure("r1", "c1", ceiling={"prompts": 800})),
+            _msg("m2", _ensure("r2", "c1", ceiling={"projects": 0})),
+        ]
+    )
+
+    # When the combined ceiling is read / Then projects stays unenforced (never 0)
+    assert runs["m1"].ceiling == Ceiling(projects=None, prompts=800)
 
 
 def test_plan_ensure_runs_ceiling_absent_when_no_member_gives_one() -> None:

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from .ceiling import Ceiling, cap_to_ceiling
 from .errors import (
     AllocationError,
     BrandAiLimitError,
@@ -121,7 +122,7 @@ def ensure_headroom(
     need: Totals | None,
     ctx: TransferContext,
     *,
-    ceiling: Totals | None = None,
+    ceiling: Ceiling | None = None,
     blocks: Blocks = DEFAULT_BLOCKS,
     include_drafted: bool = False,
     policy: TransferPolicy,
@@ -135,6 +136,8 @@ def ensure_headroom(
     exhaustion signal), then sends both dimensions in one absolute transfer.
 
     Args:
+        ceiling: the per-brand cap in force (message and backstop combined); a block-rounded
+            target above it is capped, only an exact need above it is refused.
         is_unmetered: when given and true for the parent, a needed top-up is skipped (the
             parent does not meter AI writes, so carving could only fail requests).
         exact_fallback: on pool exhaustion, retry once with the exact required totals (no
@@ -142,7 +145,7 @@ def ensure_headroom(
 
     Raises:
         WiringError: a blank id, before any call.
-        BrandAiLimitError: the new total would pass the ceiling (no transfer).
+        BrandAiLimitError: the exact need would pass the ceiling (no transfer).
         OrgPoolExhaustedError, WorkspaceBusyError, and the transfer's other errors.
     """
     _require_ids(child_id=child_id, parent_id=parent_id)
@@ -159,11 +162,11 @@ def ensure_headroom(
         ctx.observer.headroom_checked("unmetered")
         return EnsureResult(outcome="unmetered", before=before, after=before)
 
-    if ceiling is not None:
-        for dim in Dimension:
-            if new_totals.get(dim) > before.get(dim) and new_totals.get(dim) > ceiling.get(dim):
-                ctx.observer.rejected(BrandAiLimitError.code)
-                raise BrandAiLimitError(dim.value, new_totals.get(dim), ceiling.get(dim))
+    try:
+        new_totals = cap_to_ceiling(before, required, new_totals, ceiling)
+    except BrandAiLimitError:
+        ctx.observer.rejected(BrandAiLimitError.code)
+        raise
 
     pool = gateway.read_resources(parent_id)
     ctx.observer.pool_checked(parent_id, pool)
@@ -263,12 +266,15 @@ def release_surplus(
     blocks: Blocks = DEFAULT_BLOCKS,
     dry_run: bool = False,
     policy: TransferPolicy = SETTLE,
+    before_transfer: Callable[[ReleasePlan], None] | None = None,
 ) -> ReleaseResult:
     """Hand a child's surplus back to the pool, down to max(floor, used + drafted in blocks).
 
     A dry run reads and reports the exact target a real call would send, and transfers nothing.
     Expected failures (busy, settle timeout, pool exhausted, rate limited, unreachable) become
     an ``error`` result with a typed ``error_code``; anything unexpected propagates.
+    ``before_transfer`` sees the plan just before its transfer is sent (the worker records the
+    release's intent there); whatever it raises propagates and nothing is transferred.
     """
     _require_ids(child_id=child_id)
     plan = plan_release(gateway.read_resources(child_id), floor or blocks.as_totals(), blocks)
@@ -277,6 +283,8 @@ def release_surplus(
     elif not plan.would_release:
         result = ReleaseResult(outcome=plan.natural_outcome, plan=plan)
     else:
+        if before_transfer is not None:
+            before_transfer(plan)
         try:
             attempts = apply_transfer(gateway, child_id, plan.target, policy, ctx)
         except AllocationError as exc:

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from .ceiling import Ceiling, combine_ceilings
 from .messages import EnsureRequest, ReleaseRequest
-from .model import Dimension, Totals
+from .model import Totals
 
 
 @dataclass
@@ -43,12 +44,12 @@ class EnsureRun:
         return any(request.include_drafted for request in self.requests)
 
     @property
-    def ceiling(self) -> Totals | None:
-        """The strictest ceiling any member gave, per dimension."""
+    def ceiling(self) -> Ceiling | None:
+        """The strictest ceiling any member gave, per dimension (unenforced ones do not count)."""
         given = [request.ceiling for request in self.requests if request.ceiling is not None]
         if not given:
             return None
-        return Totals(**{dim.value: min(c.get(dim) for c in given) for dim in Dimension})
+        return combine_ceilings(*given)
 
 
 @dataclass(frozen=True)

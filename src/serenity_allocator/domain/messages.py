@@ -21,6 +21,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails
 
+from .ceiling import Ceiling
 from .model import Totals
 
 MAX_UNITS_PER_DIMENSION = 1_000_000
@@ -70,6 +71,15 @@ class StrictTotals(Totals):
     prompts: BoundedCount = 0
 
 
+class StrictCeiling(Ceiling):
+    """A ceiling as it arrives on the wire: integers only; an absent dimension is not enforced."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    projects: BoundedCount | None = None
+    prompts: BoundedCount | None = None
+
+
 class EnsureRequest(_Message):
     """Top the child up so it can take ``need`` more units before a metered write."""
 
@@ -77,7 +87,8 @@ class EnsureRequest(_Message):
     parent_workspace_id: WorkspaceId
     need: StrictTotals = Field(default_factory=StrictTotals)
     include_drafted: bool = False
-    ceiling: StrictTotals | None = None
+    ceiling: StrictCeiling | None = None
+    """Per-brand cap; a dimension left out (or 0) is not enforced."""
 
     @field_validator("parent_workspace_id")
     @classmethod

@@ -13,6 +13,7 @@ from typing import Any, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..adapters.semrush_origin import is_loopback_origin, validate_base_url
+from ..domain.ceiling import Ceiling, parse_ceiling_value
 from ..domain.model import Blocks
 
 
@@ -138,6 +139,34 @@ class AllocatorSettings(CommonSettings):
     sibling_reclaim_max_parks: int = Field(default=2, ge=1, alias="SIBLING_RECLAIM_MAX_PARKS")
     pool_low_ratio: float = Field(default=0.1, ge=0, le=1, alias="POOL_LOW_RATIO")
     pool_low_interval_s: float = Field(default=900.0, ge=0, alias="POOL_LOW_INTERVAL_S")
+    # Kept as text on purpose: a malformed backstop is not enforced, never a start-up failure.
+    brand_ai_ceiling_projects_text: str | None = Field(
+        default=None, alias="SERENITY_BRAND_AI_CEILING_PROJECTS"
+    )
+    brand_ai_ceiling_prompts_text: str | None = Field(
+        default=None, alias="SERENITY_BRAND_AI_CEILING_PROMPTS"
+    )
+
+    @property
+    def brand_ai_ceiling(self) -> Ceiling:
+        """The environment's per-brand ceiling backstop (digits only and positive, else off)."""
+        return Ceiling(
+            projects=parse_ceiling_value(self.brand_ai_ceiling_projects_text),
+            prompts=parse_ceiling_value(self.brand_ai_ceiling_prompts_text),
+        )
+
+    @property
+    def ignored_ceiling_variables(self) -> tuple[str, ...]:
+        """Backstop variables that are set but not a positive whole number (so not enforced)."""
+        given = (
+            ("SERENITY_BRAND_AI_CEILING_PROJECTS", self.brand_ai_ceiling_projects_text),
+            ("SERENITY_BRAND_AI_CEILING_PROMPTS", self.brand_ai_ceiling_prompts_text),
+        )
+        return tuple(
+            name
+            for name, text in given
+            if text is not None and text.strip() and parse_ceiling_value(text) is None
+        )
     request_ledger_table: str | None = Field(
         default=None, alias="REQUEST_LEDGER_TABLE", pattern=r"^[A-Za-z0-9_.-]{3,255}$"
     )

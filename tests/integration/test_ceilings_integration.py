@@ -1,0 +1,147 @@
+"""Ceilings end to end: producer -> moto SQS -> the real Allocator handler -> the simulator.
+
+A ceiling never refuses a write that fits: a dimension it leaves out is not enforced, a
+block-rounded target above it is capped, and the environment backstop (stricter one wins) is
+fail-safe when malformed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from serenity_tools.standins.resources import LocalResources
+from serenity_tools.standins.simulator import SimulatorServer
+from tests.conftest import OutcomeCapture
+from tests.integration.allocator_harness import (
+    AllocatorHarness,
+    allocator_harness,
+    api_calls,
+    totals_of,
+    workspace,
+)
+
+MASTER = "ws-master"
+CHILD = "ws-child"
+
+
+def _seed(sim: SimulatorServer, *, projects: tuple[int, int], prompts: tuple[int, int]) -> None:
+    sim.seed(
+        [
+            workspace(MASTER, projects=(0, 100), prompts=(0, 10_000)),
+            workspace(CHILD, parent_id=MASTER, projects=projects, prompts=prompts),
+        ]
+    )
+
+
+@pytest.fixture
+def worker(
+    local_resources: LocalResources, sim: SimulatorServer, outcome_capture: OutcomeCapture
+) -> Iterator[AllocatorHarness]:
+    with allocator_harness(local_resources, sim) as harness:
+        yield harness
+
+
+def _only_outcome(capture: OutcomeCapture) -> dict[str, Any]:
+    [outcome] = capture.outcomes()
+    return outcome
+
+
+def test_worker_ceiling_naming_prompts_only_does_not_cap_projects(
+    worker: AllocatorHarness, sim: SimulatorServer, outcome_capture: OutcomeCapture
+) -> None:
+    # Given a full child (1 of 1 project) and a ceiling that names prompts only
+    _seed(sim, projects=(1, 1), prompts=(100, 200))
+    worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 1}, ceiling={"prompts": 500})
+
+    # When the worker handles it
+    worker.invoke()
+
+    # Then the projects top-up goes through (the missing dimension is not a ceiling of 0)
+    assert totals_of(sim)[CHILD] == (2, 200)
+    assert _only_outcome(outcome_capture)["status"] == "topped-up"
+
+
+def test_worker_ceiling_caps_a_block_rounded_top_up_instead_of_refusing(
+    worker: AllocatorHarness, sim: SimulatorServer, outcome_capture: OutcomeCapture
+) -> None:
+    # Given 100 of 100 prompts used and a ceiling of 150 (one more prompt rounds to 200)
+    _seed(sim, projects=(1, 1), prompts=(100, 100))
+    worker.producer.enqueue_ensure(CHILD, MASTER, {"prompts": 1}, ceiling={"prompts": 150})
+
+    # When the worker handles it
+    worker.invoke()
+
+    # Then the child is topped up to the ceiling in one transfer
+    assert totals_of(sim)[CHILD] == (1, 150)
+    assert [call["body"] for call in api_calls(sim, "transfer")] == [
+        {"resources": {"ai": {"projects": 1, "prompts": 150}}}
+    ]
+    outcome = _only_outcome(outcome_capture)
+    assert (outcome["status"], outcome["totals_after"]) == (
+        "topped-up",
+        {"projects": 1, "prompts": 150},
+    )
+
+
+def test_worker_backstop_stricter_than_the_message_refuses_an_exact_need_above_it(
+    local_resources: LocalResources, sim: SimulatorServer, outcome_capture: OutcomeCapture
+) -> None:
+    # Given a backstop of 150 prompts and a message ceiling of 500
+    _seed(sim, projects=(1, 1), prompts=(100, 100))
+    with allocator_harness(local_resources, sim, {"SERENITY_BRAND_AI_CEILING_PROMPTS": "150"}) as w:
+        w.producer.enqueue_ensure(CHILD, MASTER, {"prompts": 60}, ceiling={"prompts": 500})
+
+        # When the worker handles an ensure whose exact need (160) passes the backstop
+        w.invoke()
+
+    # Then it is refused as brandAiLimit and nothing moved
+    outcome = _only_outcome(outcome_capture)
+    assert (outcome["status"], outcome["error_code"]) == ("rejected", "brandAiLimit")
+    assert api_calls(sim, "transfer") == []
+
+
+def test_worker_backstop_alone_caps_a_top_up(
+    local_resources: LocalResources, sim: SimulatorServer, outcome_capture: OutcomeCapture
+) -> None:
+    # Given a backstop of 150 prompts and no message ceiling
+    _seed(sim, projects=(1, 1), prompts=(100, 100))
+    with allocator_harness(local_resources, sim, {"SERENITY_BRAND_AI_CEILING_PROMPTS": "150"}) as w:
+        w.producer.enqueue_ensure(CHILD, MASTER, {"prompts": 1})
+
+        # When the worker handles it
+        w.invoke()
+
+    # Then the top-up is capped at the backstop
+    assert totals_of(sim)[CHILD] == (1, 150)
+
+
+def test_worker_malformed_backstop_is_logged_once_and_not_enforced(
+    local_resources: LocalResources,
+    sim: SimulatorServer,
+    outcome_capture: OutcomeCapture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Given a typo in the projects backstop ("5o00" must not become 5)
+    _seed(sim, projects=(1, 1), prompts=(100, 100))
+    capsys.readouterr()
+    overrides = {"SERENITY_BRAND_AI_CEILING_PROJECTS": "5o00"}
+    with allocator_harness(local_resources, sim, overrides) as w:
+        w.producer.enqueue_ensure(CHILD, MASTER, {"projects": 9})
+
+        # When the container starts and handles an ensure for 10 projects
+        w.invoke()
+
+    # Then the top-up goes through, and the cold start logged the ignored variable once
+    assert totals_of(sim)[CHILD] == (10, 100)
+    logged = [
+        json.loads(line) for line in capsys.readouterr().out.splitlines() if '"level"' in line
+    ]
+    backstop = [entry for entry in logged if "ceiling backstop" in str(entry.get("message"))]
+    assert len(backstop) == 1
+    assert backstop[0]["level"] == "WARNING"
+    assert backstop[0]["ignored"] == ["SERENITY_BRAND_AI_CEILING_PROJECTS"]
+    assert (backstop[0]["projects"], backstop[0]["prompts"]) == ("not enforced", "not enforced")
