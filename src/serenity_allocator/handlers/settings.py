@@ -147,6 +147,15 @@ class AllocatorSettings(CommonSettings):
         default=None, alias="SERENITY_BRAND_AI_CEILING_PROMPTS"
     )
 
+    request_ledger_table: str | None = Field(
+        default=None, alias="REQUEST_LEDGER_TABLE", pattern=r"^[A-Za-z0-9_.-]{3,255}$"
+    )
+    """The request ledger (DynamoDB). Unset: no ledger, so a replayed request is applied again
+    (the template always sets it; unset is for unit tests and a bare local invoke)."""
+    request_ledger_ttl_days: int = Field(default=30, ge=15, le=365, alias="REQUEST_LEDGER_TTL_DAYS")
+    """How long a ledger record lives; at least the DLQ's 14-day retention plus a day, so a
+    redrive still finds the dead-lettered record it supersedes."""
+
     @property
     def brand_ai_ceiling(self) -> Ceiling:
         """The environment's per-brand ceiling backstop (digits only and positive, else off)."""
@@ -167,14 +176,6 @@ class AllocatorSettings(CommonSettings):
             for name, text in given
             if text is not None and text.strip() and parse_ceiling_value(text) is None
         )
-    request_ledger_table: str | None = Field(
-        default=None, alias="REQUEST_LEDGER_TABLE", pattern=r"^[A-Za-z0-9_.-]{3,255}$"
-    )
-    """The request ledger (DynamoDB). Unset: no ledger, so a replayed request is applied again
-    (the template always sets it; unset is for unit tests and a bare local invoke)."""
-    request_ledger_ttl_days: int = Field(default=30, ge=15, le=365, alias="REQUEST_LEDGER_TTL_DAYS")
-    """How long a ledger record lives; at least the DLQ's 14-day retention plus a day, so a
-    redrive still finds the dead-lettered record it supersedes."""
 
     @field_validator("unmetered_check", "tight_pool_fallback", mode="before")
     @classmethod
