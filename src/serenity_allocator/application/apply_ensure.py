@@ -8,6 +8,7 @@ own, in order. A refusal is a returned ``rejected`` outcome; anything a retry co
 from __future__ import annotations
 
 from ..domain.allocation import EnsureResult, ensure_headroom
+from ..domain.ceiling import Ceiling, combine_ceilings
 from ..domain.coalescing import EnsureRun
 from ..domain.errors import BrandAiLimitError, OrgPoolExhaustedError, ParkedForReclaimError
 from ..domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus
@@ -113,7 +114,7 @@ def _call(
     inv: Invocation,
     request: EnsureRequest,
     need: Totals,
-    ceiling: Totals | None,
+    ceiling: Ceiling | None,
     include_drafted: bool,
     observer: AttemptObserver,
 ) -> EnsureResult:
@@ -123,7 +124,7 @@ def _call(
         request.parent_workspace_id,
         need,
         inv.transfer_context(observer),
-        ceiling=ceiling,
+        ceiling=combine_ceilings(ceiling, inv.config.ceiling_backstop),
         blocks=inv.config.blocks,
         include_drafted=include_drafted,
         policy=inv.config.ensure_policy,

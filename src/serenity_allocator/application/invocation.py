@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..domain.allocation import EnsureResult
+from ..domain.ceiling import NO_CEILING, Ceiling
 from ..domain.model import Blocks
 from ..domain.pool_watch import PoolLowWarning, PoolWatch
 from ..domain.ports import AllocationObserver, Clock, Sleeper, WorkspaceGateway
@@ -30,6 +31,8 @@ class WorkerConfig:
     sibling_reclaim: bool = False
     sibling_reclaim_max_parks: int = 2
     sibling_reclaim_max_siblings: int = 3
+    ceiling_backstop: Ceiling = NO_CEILING
+    """The environment's per-brand ceiling; the stricter of it and a message's ceiling applies."""
 
 
 @dataclass

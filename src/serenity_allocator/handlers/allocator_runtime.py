@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..adapters.observability import MetricsRecorder, WorkerReporter
+from ..adapters.observability import MetricsRecorder, WorkerReporter, logger
 from ..application import (
     DeadLetterSink,
     InboundMessage,
@@ -24,6 +24,7 @@ from ..application import (
     start_batch,
 )
 from ..domain.metering import ParentMeteringCache
+from ..domain.model import Dimension
 from ..domain.pool_watch import PoolWatch
 from ..domain.ports import Clock, Sleeper, WorkspaceGateway
 from ..domain.transfer import FAIL_FAST, SETTLE, TransferPolicy
@@ -95,6 +96,7 @@ class AllocatorRuntime:
             sibling_reclaim=settings.sibling_reclaim,
             sibling_reclaim_max_parks=settings.sibling_reclaim_max_parks,
             sibling_reclaim_max_siblings=settings.sibling_reclaim_max_siblings,
+            ceiling_backstop=settings.brand_ai_ceiling,
         )
 
     def worker_ports(self) -> WorkerPorts:
@@ -133,6 +135,7 @@ class AllocatorRuntime:
 def build_runtime(settings: AllocatorSettings) -> AllocatorRuntime:
     """Wire the real adapters from settings (clients are created lazily inside them)."""
     client = build_semrush_client(settings.semrush)
+    _log_ceiling_backstop(settings)
     runtime = AllocatorRuntime(
         settings=settings, gateway=client, attempt_budget_s=settings.semrush.timeout_s
     )
@@ -149,6 +152,18 @@ def build_runtime(settings: AllocatorSettings) -> AllocatorRuntime:
 
         runtime.producer = AllocationProducer(settings.queue_url)
     return runtime
+
+
+def _log_ceiling_backstop(settings: AllocatorSettings) -> None:
+    # Once per container (cold start): a bad value is reported, never fatal (fail-safe).
+    ceiling = settings.brand_ai_ceiling
+    extra = {dim.value: ceiling.limit(dim) or "not enforced" for dim in Dimension} | {
+        "ignored": list(settings.ignored_ceiling_variables)
+    }
+    if settings.ignored_ceiling_variables:
+        logger.warning("brand AI ceiling backstop: malformed values not enforced", extra=extra)
+    else:
+        logger.info("brand AI ceiling backstop", extra=extra)
 
 
 def inbound_message(raw: Mapping[str, object]) -> InboundMessage:
