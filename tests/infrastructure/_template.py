@@ -52,3 +52,12 @@ _SUB_VARIABLE = re.compile(r"\$\{([^}!][^}]*)\}")
 def sub_variables(text: str) -> list[str]:
     """The ``${...}`` names a Fn::Sub string references (escaped ``${!x}`` excluded)."""
     return _SUB_VARIABLE.findall(text)
+
+
+def dashboard_sub(template: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The dashboard's ``Fn::Sub``: the JSON body and its local variables (unresolved)."""
+    (dashboard,) = resources_of_type(template, "AWS::CloudWatch::Dashboard").values()
+    argument = dashboard["Properties"]["DashboardBody"]["Fn::Sub"]
+    body, variables = (argument, {}) if isinstance(argument, str) else argument
+    assert isinstance(body, str), "DashboardBody must be !Sub of one JSON string"
+    return body, dict(variables)

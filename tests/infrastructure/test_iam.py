@@ -35,6 +35,8 @@ WILDCARD_RESOURCES_ALLOWED: dict[str, str] = {
     rf"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/lambda/[a-z0-9-]+:\*": "log streams",
     # Checkpoint and report keys name the run, which is chosen when the run starts.
     r"arn:aws:s3:::[a-z0-9.-]+/sweep/\*": "sweep checkpoint objects",
+    # S3 log delivery names each access-log object by time; the prefix is ours.
+    r"arn:aws:s3:::[a-z0-9.-]+/sweep-bucket/\*": "sweep bucket access-log objects",
 }
 
 # What the code calls, per function (the DynamoDB request ledger is checked on its own below).
@@ -165,13 +167,29 @@ def test_expanded_policies_use_wildcard_resources_only_where_the_api_requires(
                 )
 
 
-def test_resource_policies_only_deny(expanded: dict[str, Any]) -> None:
-    # Given the queue and bucket policies / Then they narrow access (TLS only), never grant it
+def test_resource_policies_deny_plain_http_and_grant_only_s3_log_delivery(
+    expanded: dict[str, Any], render: Renderer
+) -> None:
+    # Given the queue and bucket policies
+    grants = []
     for kind in ("AWS::SQS::QueuePolicy", "AWS::S3::BucketPolicy"):
         for name, resource in _of_type(expanded, kind).items():
-            for statement in as_list(resource["Properties"]["PolicyDocument"]["Statement"]):
-                assert statement["Effect"] == "Deny", name
-                assert statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+            statements = as_list(resource["Properties"]["PolicyDocument"]["Statement"])
+            # Then each denies non-TLS access to everything it covers
+            denies = [s for s in statements if s["Effect"] == "Deny"]
+            assert [s["Condition"] for s in denies] == [
+                {"Bool": {"aws:SecureTransport": "false"}}
+            ], name
+            grants += [(name, s) for s in _allows(statements)]
+    # And the one grant lets S3's log delivery write the sweep bucket's logs, nothing else
+    ((owner, grant),) = grants
+    assert owner == "SweepAccessLogBucketPolicy"
+    assert grant["Principal"] == {"Service": "logging.s3.amazonaws.com"}
+    assert as_list(grant["Action"]) == ["s3:PutObject"]
+    assert render.render(grant["Condition"]) == {
+        "ArnLike": {"aws:SourceArn": render.arn("SweepBucket")},
+        "StringEquals": {"aws:SourceAccount": ACCOUNT},
+    }
 
 
 # ---------------------------------------------------------------- per principal

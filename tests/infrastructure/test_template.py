@@ -17,6 +17,7 @@ from serenity_allocator.adapters.observability import METRIC_CATALOG
 from serenity_tools.standins.invoke import NO_VALUE, IntrinsicResolver, parameter_values
 from tests.infrastructure._template import (
     RUNBOOKS_DIR,
+    dashboard_sub,
     function_environment,
     load_template,
     resources_of_type,
@@ -111,7 +112,7 @@ def test_visibility_timeout_is_at_least_six_times_the_allocator_timeout(
     template: dict[str, Any],
 ) -> None:
     # Given the allocator's timeout and the queue's visibility timeout
-    timeout = props(template, ALLOCATOR)["Timeout"]
+    timeout = resolver(template).resolve(props(template, ALLOCATOR)["Timeout"])
     visibility = props(template, QUEUE)["VisibilityTimeout"]
     # Then a message is never redelivered while an invocation may still hold it
     assert visibility >= 6 * timeout
@@ -144,7 +145,7 @@ def test_function_handlers_and_timeouts(template: dict[str, Any]) -> None:
         "serenity_allocator.handlers.allocator.lambda_handler"
     )
     assert props(template, SWEEP)["Handler"] == "serenity_allocator.handlers.sweep.lambda_handler"
-    assert props(template, ALLOCATOR)["Timeout"] == 60
+    assert resolver(template).resolve(props(template, ALLOCATOR)["Timeout"]) == 60
     assert props(template, SWEEP)["Timeout"] == 900
 
 
@@ -377,16 +378,15 @@ def test_aws_metric_alarms_watch_this_stacks_resources(template: dict[str, Any])
 def _dashboard(template: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """The dashboard body with each ${...} replaced by a recognisable placeholder.
 
-    Number parameters become distinct numbers (they sit unquoted in the JSON), everything else
-    a ``<name>`` string. Returns the parsed body and the name -> placeholder map.
+    Number parameters and the Sub's own variables (mapping values) become distinct numbers
+    (they sit unquoted in the JSON), everything else a ``<name>`` string. Returns the parsed
+    body and the name -> placeholder map.
     """
-    (dashboard,) = resources_of_type(template, "AWS::CloudWatch::Dashboard").values()
-    body = dashboard["Properties"]["DashboardBody"]["Fn::Sub"]
-    assert isinstance(body, str), "DashboardBody must be !Sub of one JSON string"
+    body, variables = dashboard_sub(template)
     placeholders: dict[str, str] = {}
     for index, name in enumerate(sorted(set(sub_variables(body)))):
         parameter = template["Parameters"].get(name)
-        if parameter and parameter["Type"] == "Number":
+        if name in variables or (parameter and parameter["Type"] == "Number"):
             placeholders[name] = str(900001 + index)
         else:
             placeholders[name] = f"<{name}>"
@@ -418,12 +418,13 @@ def test_dashboard_substitutions_name_parameters_pseudo_parameters_or_resources(
     template: dict[str, Any],
 ) -> None:
     # Given every ${...} in the dashboard body
-    (dashboard,) = resources_of_type(template, "AWS::CloudWatch::Dashboard").values()
-    names = sub_variables(dashboard["Properties"]["DashboardBody"]["Fn::Sub"])
+    body, variables = dashboard_sub(template)
     # Then each resolves at deploy time (a typo here fails the deploy, not this test)
-    for name in names:
+    for name in sub_variables(body):
         head = name.split(".", 1)[0]
-        known = head in template["Parameters"] or head in template["Resources"]
+        known = (
+            head in template["Parameters"] or head in template["Resources"] or (name in variables)
+        )
         assert known or name.startswith("AWS::"), name
 
 
