@@ -10,6 +10,15 @@ A service calls :func:`AllocationProducer.enqueue_ensure` before a metered write
     request_id = producer.enqueue_ensure("child-1", "master-1", {"projects": 0, "prompts": 250})
 
 The group id (the workspace id) and the deduplication id (the request id) are set for you.
+
+Every metered write should go through a :class:`WriteGuard` (one per incoming request): it
+fronts the ensure sized on the batch (drafts counted) and retries a write refused with the
+disguised 405 across the gate's enforcement lag, calling ensure once per recovery::
+
+    guard = WriteGuard(producer, "child-1", "master-1")
+    guard.front({"prompts": 250})
+    answer = guard.write(lambda: post_prompts(batch), need={"prompts": 250}, site="prompts")
+
 To wait for the result without an EventBridge rule, read the request ledger (stack output
 ``RequestLedgerTableName``; grant the service ``dynamodb:GetItem`` on it)::
 
@@ -30,17 +39,31 @@ from .adapters.sqs_producer import (
 from .domain.ledger import LedgerUnavailableError
 from .domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from .domain.model import Totals
+from .write_guard import (
+    EmfQuotaRetryRecorder,
+    GuardedWrite,
+    GuardPolicy,
+    QuotaRetryRecorder,
+    WriteGuard,
+    WriteQuotaExhaustedError,
+)
 
 __all__ = [
     "AllocationOutcome",
     "AllocationProducer",
+    "EmfQuotaRetryRecorder",
     "EnqueueError",
     "EnsureRequest",
+    "GuardPolicy",
+    "GuardedWrite",
     "LedgerUnavailableError",
     "OutcomeReader",
     "OutcomeWaitTimeoutError",
+    "QuotaRetryRecorder",
     "ReleaseRequest",
     "Totals",
+    "WriteGuard",
+    "WriteQuotaExhaustedError",
     "build_ensure",
     "build_release",
     "is_metered_quota",
