@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 COV_FLOOR ?= 88
 
-.PHONY: demo test lint format typecheck cfn-lint pytest bench build deploy clean
+.PHONY: demo test lint format typecheck cfn-lint scan pytest bench build deploy clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH" >&2; exit 1; }
@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/serenity-allocator demo
 
-test: lint typecheck cfn-lint pytest
+test: lint typecheck cfn-lint scan pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tools tests bench
@@ -34,6 +34,18 @@ typecheck: $(STAMP)
 cfn-lint: $(STAMP)
 	$(BIN)/cfn-lint template.yaml
 
+# checkov in a venv of its own: it pins exact versions (boto3 among them) that would downgrade
+# the dev environment. Settings and the skip list, each skip with its reason: .checkov.yaml.
+SCAN_VENV := .venv-scan
+SCAN_STAMP := $(SCAN_VENV)/.installed
+$(SCAN_STAMP): pyproject.toml
+	@test -x $(SCAN_VENV)/bin/python || $(PYTHON) -m venv $(SCAN_VENV)
+	@$(SCAN_VENV)/bin/python -m pip install -q --disable-pip-version-check $$($(PYTHON) -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['scan']))") 2>&1 | grep -v '^WARNING: Location' ; test $${PIPESTATUS[0]:-0} -eq 0
+	@touch $(SCAN_STAMP)
+
+scan: $(SCAN_STAMP)
+	$(SCAN_VENV)/bin/checkov --config-file .checkov.yaml
+
 pytest: $(STAMP)
 	$(BIN)/pytest --cov --cov-report=term --cov-fail-under=$(COV_FLOOR)
 
@@ -48,4 +60,4 @@ deploy:
 	sam build && sam deploy --config-env $${ENV:-dev}
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage build .aws-sam
+	rm -rf $(VENV) $(SCAN_VENV) .pytest_cache .mypy_cache .ruff_cache .coverage build .aws-sam
