@@ -17,8 +17,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "local": ("serenity_tools.standins.stack", "run the local stack (moto + simulator)"),
     "invoke": ("serenity_tools.standins.invoke", "invoke a template function locally"),
     "sweep": ("serenity_tools.operator.sweep_cli", "run or follow a rightsizing sweep"),
-    "harness": ("serenity_tools.verification.harness", "run a reliability harness scenario"),
+    "harness": ("serenity_tools.verification.harness.cli", "run a reliability harness scenario"),
     "build": ("serenity_tools.operator.build", "build the deployable zip artifact"),
+    "message-schema": (
+        "serenity_tools.operator.message_schema",
+        "print or --write the JSON Schema of message v1",
+    ),
 }
 
 
