@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 TOKEN = "tok-integration"
 ENVIRONMENT = "integration"
 FUNCTION_NAME = "AllocatorFunction"
-FUNCTION_TIMEOUT_S = 30.0
+FUNCTION_TIMEOUT_S = 60.0
 """The template's AllocatorFunction Timeout."""
 
 

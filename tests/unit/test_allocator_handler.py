@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from serenity_allocator.adapters.aws_clients import AWS_CALL_BUDGET_S
 from serenity_allocator.adapters.observability import METRIC_CATALOG, NAMESPACE, SERVICE
 from serenity_allocator.domain.errors import UpstreamError
 from serenity_allocator.domain.messages import AllocationOutcome, ReleaseRequest
@@ -68,9 +69,14 @@ class Worker:
     producer: RecordingEnqueuer | None
     responses: list[dict[str, Any]] = field(default_factory=list)
 
-    def invoke(self, *records: dict[str, Any]) -> dict[str, Any]:
+    def invoke(self, *records: dict[str, Any], remaining_ms: int | None = None) -> dict[str, Any]:
+        context = (
+            FakeLambdaContext()
+            if remaining_ms is None
+            else FakeLambdaContext(remaining_ms, clock=self.clock)
+        )
         response: dict[str, Any] = lambda_handler(
-            sqs_event(*records), FakeLambdaContext(), runtime=self.runtime
+            sqs_event(*records), context, runtime=self.runtime
         )
         self.responses.append(response)
         return response
@@ -1145,3 +1151,73 @@ def test_lambda_handler_status_reads_only_on_the_settle_path() -> None:
 
     # Then the fail-fast ensure never polled status; the settle release did
     assert worker.gateway.calls_of(READ_STATUS) == ["c2"]
+
+
+# ==== the invocation's deadline =============================================================
+
+SAFETY_MARGIN_S = 3.0
+"""AllocatorSettings' default SAFETY_MARGIN_MS."""
+
+
+def test_lambda_handler_outcome_that_cannot_be_published_in_time_fails_before_publishing() -> None:
+    # Given a child whose one read takes 45 s of a 60 s invocation: the 57 s left before the
+    # safety margin then has room for the read but not for a publish call's worst case
+    clock = FakeClock()
+    gateway = InMemoryGateway(clock=clock, latency_s=45.0)
+    gateway.add_master(MASTER, total=Totals(projects=50, prompts=10_000))
+    gateway.add_child("c1", MASTER, total=Totals(projects=1, prompts=500), used=FULL)
+    worker = _worker(gateway, clock=clock)
+    assert 45.0 + AWS_CALL_BUDGET_S > 60.0 - SAFETY_MARGIN_S
+
+    # When the batch runs
+    response = worker.invoke(_ensure("m1", "c1", 10), remaining_ms=60_000)
+
+    # Then the record fails deliberately, with no publish attempted: SQS brings it back
+    # instead of the function timing out after announcing it
+    assert _failures(response) == ["m1"]
+    assert worker.outcomes is not None
+    assert (worker.outcomes.publish_calls, worker.outcomes.published) == (0, [])
+
+
+def test_lambda_handler_publishes_when_the_call_still_fits() -> None:
+    # Given the same child with a 30 s read: 30 s + one publish call fits in 57 s
+    clock = FakeClock()
+    gateway = InMemoryGateway(clock=clock, latency_s=30.0)
+    gateway.add_master(MASTER, total=Totals(projects=50, prompts=10_000))
+    gateway.add_child("c1", MASTER, total=Totals(projects=1, prompts=500), used=FULL)
+    worker = _worker(gateway, clock=clock)
+    assert 30.0 + AWS_CALL_BUDGET_S <= 60.0 - SAFETY_MARGIN_S
+
+    # When the batch runs / Then it completes and its outcome is published
+    assert _failures(worker.invoke(_ensure("m1", "c1", 10), remaining_ms=60_000)) == []
+    assert worker.outcome("req-m1").status == "hot-path"
+
+
+def test_lambda_handler_dead_letter_send_that_cannot_fit_fails_the_record() -> None:
+    # Given 20 s left: after the margin and the time kept for publishing, a DLQ send (whose
+    # worst case is AWS_CALL_BUDGET_S) no longer fits while applying
+    worker = _worker(_family(("c1", FULL, FULL)))
+    assert 20.0 - SAFETY_MARGIN_S - AWS_CALL_BUDGET_S < AWS_CALL_BUDGET_S
+
+    # When an invalid message arrives
+    response = worker.invoke(
+        sqs_record("{oops", message_id="m1", group_id="c1"), remaining_ms=20_000
+    )
+
+    # Then it is not sent half-way: the record fails and comes back on a fresher invocation
+    assert _failures(response) == ["m1"]
+    assert worker.dead_letters is not None and worker.dead_letters.sent == []
+
+
+def test_lambda_handler_upstream_work_stops_where_publishing_time_begins() -> None:
+    # Given 30 s left: 27 s before the margin would fit a fail-fast transfer (15 s budget), but
+    # the last AWS_CALL_BUDGET_S of them are kept for publishing, and 11 s do not
+    worker = _worker(_family(("c1", FULL, FULL)))
+    assert 30.0 - SAFETY_MARGIN_S >= 15.0 > 30.0 - SAFETY_MARGIN_S - AWS_CALL_BUDGET_S
+
+    # When a top-up is needed
+    response = worker.invoke(_ensure("m1", "c1", 100), remaining_ms=30_000)
+
+    # Then no transfer was sent; the record fails as out of time and comes back
+    assert _failures(response) == ["m1"]
+    assert worker.gateway.transfers == []

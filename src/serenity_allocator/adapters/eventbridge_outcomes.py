@@ -4,8 +4,9 @@ Owning services subscribe with a rule on ``source = serenity.allocator``. Delive
 at-least-once (a retried entry or a redelivered message can publish twice), so consumers key on
 ``detail.request_id``. Events carry ids and totals, never a secret.
 
-The EventBridge client is built on first use with plain ``boto3.client("events")``, so the
-endpoint follows ``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_EVENTBRIDGE``.
+The EventBridge client is built on first use with bounded timeouts and retries
+(:mod:`.aws_clients`); the endpoint follows ``AWS_ENDPOINT_URL`` /
+``AWS_ENDPOINT_URL_EVENTBRIDGE``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..domain.messages import AllocationOutcome
+from .aws_clients import AWS_CALL_BUDGET_S, LazyClient, events_client
 
 if TYPE_CHECKING:
     from mypy_boto3_events import EventBridgeClient
@@ -52,15 +54,23 @@ class OutcomePublisher:
 
     Args:
         bus_name: The bus name or ARN (``OUTCOME_BUS_NAME``).
-        events: An optional ready EventBridge client; otherwise ``boto3.client("events")`` is
-            built on first use, honouring the standard endpoint variables.
+        events: An optional ready EventBridge client; otherwise one is built on first use
+            (:func:`.aws_clients.events_client`), honouring the standard endpoint variables.
+        call_budget_s: The longest one call may take, retries included (sizes the client's
+            timeouts and attempts).
     """
 
-    def __init__(self, bus_name: str, events: EventBridgeClient | None = None) -> None:
+    def __init__(
+        self,
+        bus_name: str,
+        events: EventBridgeClient | None = None,
+        *,
+        call_budget_s: float = AWS_CALL_BUDGET_S,
+    ) -> None:
         if not bus_name.strip():
             raise ValueError("the outcome bus name is blank")
         self._bus_name = bus_name
-        self._events = events
+        self._events = LazyClient(lambda: events_client(call_budget_s), events)
 
     @property
     def bus_name(self) -> str:
@@ -68,11 +78,7 @@ class OutcomePublisher:
         return self._bus_name
 
     def _client(self) -> EventBridgeClient:
-        if self._events is None:
-            import boto3
-
-            self._events = boto3.client("events")
-        return self._events
+        return self._events.get()
 
     def publish(self, outcomes: Sequence[AllocationOutcome]) -> None:
         """Publish one ``serenity.allocation.outcome`` event per outcome, 10 per PutEvents.

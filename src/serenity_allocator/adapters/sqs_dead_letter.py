@@ -5,8 +5,8 @@ so the worker moves it to the FIFO DLQ itself, right away, instead of letting it
 and delay its group. The body goes unchanged so an operator sees exactly what the service sent;
 the validation error travels as a message attribute.
 
-The SQS client is built on first use with plain ``boto3.client("sqs")``, so the endpoint
-follows ``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_SQS``.
+The SQS client is built on first use with bounded timeouts and retries (:mod:`.aws_clients`);
+the endpoint follows ``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_SQS``.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from .aws_clients import AWS_CALL_BUDGET_S, LazyClient, sqs_client
 from .sqs_limits import is_sqs_text, is_valid_fifo_id, to_sqs_text
 
 if TYPE_CHECKING:
@@ -46,15 +47,23 @@ class DeadLetterSender:
 
     Args:
         dlq_url: The DLQ's URL (``DLQ_URL``).
-        sqs: An optional ready SQS client; otherwise ``boto3.client("sqs")`` is built on first
-            use, honouring the standard endpoint variables.
+        sqs: An optional ready SQS client; otherwise one is built on first use
+            (:func:`.aws_clients.sqs_client`), honouring the standard endpoint variables.
+        call_budget_s: The longest one call may take, retries included (sizes the client's
+            timeouts and attempts).
     """
 
-    def __init__(self, dlq_url: str, sqs: SQSClient | None = None) -> None:
+    def __init__(
+        self,
+        dlq_url: str,
+        sqs: SQSClient | None = None,
+        *,
+        call_budget_s: float = AWS_CALL_BUDGET_S,
+    ) -> None:
         if not dlq_url.strip():
             raise ValueError("the dead-letter queue URL is blank")
         self._dlq_url = dlq_url
-        self._sqs = sqs
+        self._sqs = LazyClient(lambda: sqs_client(call_budget_s), sqs)
 
     @property
     def dlq_url(self) -> str:
@@ -62,11 +71,7 @@ class DeadLetterSender:
         return self._dlq_url
 
     def _client(self) -> SQSClient:
-        if self._sqs is None:
-            import boto3
-
-            self._sqs = boto3.client("sqs")
-        return self._sqs
+        return self._sqs.get()
 
     def send_invalid(
         self,

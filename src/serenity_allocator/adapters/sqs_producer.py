@@ -6,9 +6,9 @@ the request's ``workspace_id`` (one child, one group, the serialization the work
 and MessageDeduplicationId is its ``request_id`` (so a retried send within SQS's five-minute
 deduplication window is harmless).
 
-The SQS client is built on first use with plain ``boto3.client("sqs")``, so the endpoint
-follows boto3's configuration (``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_SQS``, boto3 >= 1.28)
-and the same code talks to a local moto server.
+The SQS client is built on first use with bounded timeouts and retries (:mod:`.aws_clients`);
+the endpoint follows boto3's configuration (``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_SQS``,
+boto3 >= 1.28), so the same code talks to a local moto server.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pydantic_core import InitErrorDetails
 from ..domain import classify
 from ..domain.messages import EnsureRequest, ReleaseRequest
 from ..domain.model import Totals
+from .aws_clients import AWS_CALL_BUDGET_S, LazyClient, sqs_client
 from .sqs_limits import FIFO_ID_PATTERN, MAX_BATCH_ENTRIES, is_valid_fifo_id
 
 if TYPE_CHECKING:
@@ -60,15 +61,23 @@ class AllocationProducer:
 
     Args:
         queue_url: The allocation queue's URL (``QUEUE_URL``).
-        sqs: An optional ready SQS client; otherwise ``boto3.client("sqs")`` is built on first
-            use, honouring the standard endpoint variables.
+        sqs: An optional ready SQS client; otherwise one is built on first use
+            (:func:`.aws_clients.sqs_client`), honouring the standard endpoint variables.
+        call_budget_s: The longest one call may take, retries included (sizes the client's
+            timeouts and attempts).
     """
 
-    def __init__(self, queue_url: str, sqs: SQSClient | None = None) -> None:
+    def __init__(
+        self,
+        queue_url: str,
+        sqs: SQSClient | None = None,
+        *,
+        call_budget_s: float = AWS_CALL_BUDGET_S,
+    ) -> None:
         if not queue_url.strip():
             raise ValueError("the allocation queue URL is blank")
         self._queue_url = queue_url
-        self._sqs = sqs
+        self._sqs = LazyClient(lambda: sqs_client(call_budget_s), sqs)
 
     @property
     def queue_url(self) -> str:
@@ -76,11 +85,7 @@ class AllocationProducer:
         return self._queue_url
 
     def _client(self) -> SQSClient:
-        if self._sqs is None:
-            import boto3
-
-            self._sqs = boto3.client("sqs")
-        return self._sqs
+        return self._sqs.get()
 
     def enqueue_ensure(
         self,

@@ -53,7 +53,8 @@ class SecretsManagerTokenProvider:
 
     The secret string is either the raw token (``tok-...``) or a JSON object
     ``{"token": "tok-..."}``; surrounding whitespace is ignored. The endpoint follows boto3's
-    usual resolution, so ``AWS_ENDPOINT_URL`` points it at a local moto server.
+    usual resolution, so ``AWS_ENDPOINT_URL`` points it at a local moto server; its client has
+    the bounded timeouts and retries of :mod:`.aws_clients`.
 
     A Powertools ``SecretsProvider`` of its own (rather than the module-level ``get_secret``,
     whose provider and cache are process globals) ties the boto3 client and the cache to this
@@ -94,7 +95,10 @@ class SecretsManagerTokenProvider:
         from aws_lambda_powertools.utilities.parameters import GetParameterError, SecretsProvider
 
         if self._provider is None:
-            self._provider = SecretsProvider(boto3_client=self._boto3_client)
+            from .aws_clients import secretsmanager_client
+
+            client = self._boto3_client or secretsmanager_client()
+            self._provider = SecretsProvider(boto3_client=client)
         try:
             value = self._provider.get(
                 self._secret_id, max_age=self._max_age_s, force_fetch=refresh

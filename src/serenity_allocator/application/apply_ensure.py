@@ -10,7 +10,12 @@ from __future__ import annotations
 from ..domain.allocation import EnsureResult, ensure_headroom
 from ..domain.ceiling import Ceiling, combine_ceilings
 from ..domain.coalescing import EnsureRun
-from ..domain.errors import BrandAiLimitError, OrgPoolExhaustedError, ParkedForReclaimError
+from ..domain.errors import (
+    BrandAiLimitError,
+    OrgPoolExhaustedError,
+    OutOfTimeError,
+    ParkedForReclaimError,
+)
 from ..domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus
 from ..domain.model import Totals
 from .attempt_observer import AttemptObserver
@@ -90,8 +95,8 @@ def _apply_one(inv: Invocation, request: EnsureRequest, receive_count: int) -> E
     except OrgPoolExhaustedError:
         try:
             park_for_reclaim(inv, request, receive_count)
-        except ParkedForReclaimError:
-            # Parked is waiting, not rejected, unless this receive is its last one.
+        except (ParkedForReclaimError, OutOfTimeError):
+            # Parked (or about to be) is waiting, not rejected, unless this receive is its last.
             _settle(observer, keep=inv.is_final_receive(receive_count))
             raise
         observer.commit()

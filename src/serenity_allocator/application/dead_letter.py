@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..domain.errors import OutOfTimeError
 from .batch_plan import BatchMessage
 from .invocation import Invocation
 
@@ -15,6 +16,7 @@ def dead_letter(inv: Invocation, message: BatchMessage) -> None:
 
     Raises:
         InvalidMessageError: No DLQ is wired; the record fails and SQS's redrive moves it.
+        OutOfTimeError: The send would not fit before the deadline; the record comes back.
         Whatever the DLQ sender raises: the record fails and comes back (nothing dropped).
     """
     reason = message.invalid_reason or "invalid message"
@@ -22,6 +24,8 @@ def dead_letter(inv: Invocation, message: BatchMessage) -> None:
     sink = inv.ports.dead_letters
     if sink is None:
         raise InvalidMessageError(reason)
+    if not inv.has_time_to_call_aws():
+        raise OutOfTimeError()
     sink.send_invalid(
         message.inbound.body,
         reason=reason,

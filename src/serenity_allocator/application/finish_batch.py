@@ -8,11 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..domain.errors import OutOfTimeError
 from .final_receive import skipped_final_receives
-from .invocation import Invocation
-
-PUBLISH_CHUNK = 10
-"""Outcomes per publish call (PutEvents takes at most 10 entries)."""
+from .invocation import PUBLISH_CHUNK, Invocation
 
 
 def finish_batch(inv: Invocation, failed: Sequence[str]) -> list[str]:
@@ -45,6 +43,10 @@ def _publish_outcomes(inv: Invocation) -> set[str]:
     for start in range(0, len(entries), PUBLISH_CHUNK):
         chunk = entries[start : start + PUBLISH_CHUNK]
         try:
+            if not inv.has_time_to_call_aws(finishing=True):
+                # Fail these records now rather than let the function time out mid-publish,
+                # which would bring the WHOLE batch back, published outcomes included.
+                raise OutOfTimeError()
             sink.publish([outcome for _, outcome in chunk])
         except Exception as exc:  # the records come back; nothing is lost
             inv.observer.outcomes_not_published(exc)
@@ -76,6 +78,8 @@ def _publish_pool_warnings(inv: Invocation) -> None:
         if sink is None:
             continue
         try:
+            if not inv.has_time_to_call_aws(finishing=True):
+                raise OutOfTimeError()
             sink.publish_pool_low(warning.model_dump())
         except Exception as exc:  # an early warning is advisory; never fail requests over it
             inv.observer.pool_low_not_published(exc)

@@ -16,6 +16,9 @@ from .batch_plan import BatchPlan, InboundMessage, plan_batch
 from .outcomes import OutcomeBook
 from .ports import DeadLetterSink, OutcomeSink, ReleaseEnqueuer, WorkerObserver
 
+PUBLISH_CHUNK = 10
+"""Outcomes per publish call (PutEvents takes at most 10 entries)."""
+
 
 @dataclass(frozen=True)
 class WorkerConfig:
@@ -33,6 +36,8 @@ class WorkerConfig:
     sibling_reclaim_max_siblings: int = 3
     ceiling_backstop: Ceiling = NO_CEILING
     """The environment's per-brand ceiling; the stricter of it and a message's ceiling applies."""
+    aws_call_budget_s: float = 0.0
+    """The longest one AWS call (publish, DLQ send, enqueue) can take, retries included."""
 
 
 @dataclass
@@ -61,7 +66,11 @@ class Invocation:
     observer: WorkerObserver
     plan: BatchPlan
     deadline: float
-    """Monotonic time by which every upstream call must have finished."""
+    """Monotonic time by which applying must be over: every upstream call and every AWS call
+    made while applying (DLQ sends, reclaim enqueues) ends by then."""
+    finish_deadline: float
+    """Monotonic time by which the invocation must be done (the remaining time less the safety
+    margin): publishing the outcomes ends by then."""
     book: OutcomeBook = field(default_factory=OutcomeBook)
     run_results: dict[str, EnsureResult] = field(default_factory=dict)
     """A coalesced run's result, keyed by its leader's message id."""
@@ -80,6 +89,14 @@ class Invocation:
             clock=ports.clock, sleep=ports.sleep, deadline=self.deadline, observer=observer
         )
 
+    def has_time_to_call_aws(self, *, finishing: bool = False) -> bool:
+        """True when one AWS call, retries included, still fits before the phase's deadline.
+
+        While applying, the time reserved for publishing the outcomes is not available.
+        """
+        limit = self.finish_deadline if finishing else self.deadline
+        return self.ports.clock() + self.config.aws_call_budget_s <= limit
+
     def is_final_receive(self, receive_count: int) -> bool:
         """True when SQS moves the message to the DLQ if this receive fails too."""
         return receive_count >= self.config.max_receive_count
@@ -91,8 +108,20 @@ def start_batch(
     observer: WorkerObserver,
     inbound: Sequence[InboundMessage],
     *,
-    deadline: float,
+    finish_deadline: float,
 ) -> Invocation:
-    """Validate and plan the batch; the returned invocation then handles it record by record."""
+    """Validate and plan the batch; the returned invocation then handles it record by record.
+
+    Applying ends early enough to leave the time publishing this batch's outcomes may take
+    (one AWS call per chunk), so the outcomes of applied requests can always be announced.
+    """
     plan = plan_batch(inbound, dynamic_allocation=config.dynamic_allocation)
-    return Invocation(config=config, ports=ports, observer=observer, plan=plan, deadline=deadline)
+    chunks = -(-len(plan.order) // PUBLISH_CHUNK) if ports.outcomes is not None else 0
+    return Invocation(
+        config=config,
+        ports=ports,
+        observer=observer,
+        plan=plan,
+        deadline=finish_deadline - chunks * config.aws_call_budget_s,
+        finish_deadline=finish_deadline,
+    )

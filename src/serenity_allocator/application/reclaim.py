@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 
-from ..domain.errors import ParkedForReclaimError
+from ..domain.errors import OutOfTimeError, ParkedForReclaimError
 from ..domain.messages import EnsureRequest, ReleaseRequest
 from ..domain.reclaim import choose_reclaim_siblings
 from .invocation import Invocation
@@ -22,6 +22,7 @@ def park_for_reclaim(inv: Invocation, request: EnsureRequest, receive_count: int
 
     Raises:
         ParkedForReclaimError: The releases were enqueued; the ensure should come back.
+        OutOfTimeError: Enqueueing would not fit before the deadline; the ensure comes back.
     """
     config, enqueuer = inv.config, inv.ports.enqueuer
     if not config.sibling_reclaim or enqueuer is None:
@@ -40,6 +41,8 @@ def park_for_reclaim(inv: Invocation, request: EnsureRequest, receive_count: int
     if not candidates:
         inv.observer.reclaim("exhausted")
         return
+    if not inv.has_time_to_call_aws():
+        raise OutOfTimeError()
     enqueuer.enqueue_many(
         [
             ReleaseRequest(

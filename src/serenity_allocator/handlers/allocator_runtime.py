@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..adapters.aws_clients import AWS_CALL_BUDGET_S
 from ..adapters.observability import MetricsRecorder, WorkerReporter, logger
 from ..application import (
     DeadLetterSink,
@@ -53,6 +54,8 @@ class AllocatorRuntime:
     """Request ids this container parked for sibling reclaim (labels the later outcome)."""
     attempt_budget_s: float = 15.0
     """Time reserved for one upstream call (the client's per-request timeout)."""
+    aws_call_budget_s: float = AWS_CALL_BUDGET_S
+    """Time reserved for one AWS call, retries included (the clients' worst case)."""
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -97,6 +100,7 @@ class AllocatorRuntime:
             sibling_reclaim_max_parks=settings.sibling_reclaim_max_parks,
             sibling_reclaim_max_siblings=settings.sibling_reclaim_max_siblings,
             ceiling_backstop=settings.brand_ai_ceiling,
+            aws_call_budget_s=self.aws_call_budget_s,
         )
 
     def worker_ports(self) -> WorkerPorts:
@@ -116,41 +120,50 @@ class AllocatorRuntime:
         )
 
     def start(self, records: Sequence[Mapping[str, object]], context: LambdaContext) -> Invocation:
-        """Plan one batch, with a deadline of the remaining time less the safety margin."""
+        """Plan one batch, to be done by the remaining time less the safety margin."""
         settings = self.settings
+        now = self.clock()
         budget_s = (context.get_remaining_time_in_millis() - settings.safety_margin_ms) / 1000.0
-        limit_gateway_time(self.gateway, budget_s)
         reporter = WorkerReporter(
             MetricsRecorder(settings.environment), pool_low_ratio=settings.pool_low_ratio
         )
-        return start_batch(
+        invocation = start_batch(
             self.worker_config(),
             self.worker_ports(),
             reporter,
             [inbound_message(record) for record in records],
-            deadline=self.clock() + budget_s,
+            finish_deadline=now + budget_s,
         )
+        # No upstream call, retry or backoff outlives the applying phase.
+        limit_gateway_time(self.gateway, invocation.deadline - now)
+        return invocation
 
 
 def build_runtime(settings: AllocatorSettings) -> AllocatorRuntime:
     """Wire the real adapters from settings (clients are created lazily inside them)."""
     client = build_semrush_client(settings.semrush)
     _log_ceiling_backstop(settings)
+    # An AWS call gets at most the time of one upstream call: the function's timeout is sized
+    # around that (SEMRUSH_TIMEOUT_S), so a shorter function gets shorter AWS calls too.
+    aws_budget_s = min(AWS_CALL_BUDGET_S, settings.semrush.timeout_s)
     runtime = AllocatorRuntime(
-        settings=settings, gateway=client, attempt_budget_s=settings.semrush.timeout_s
+        settings=settings,
+        gateway=client,
+        attempt_budget_s=settings.semrush.timeout_s,
+        aws_call_budget_s=aws_budget_s,
     )
     if settings.dlq_url:
         from ..adapters.sqs_dead_letter import DeadLetterSender
 
-        runtime.dead_letters = DeadLetterSender(settings.dlq_url)
+        runtime.dead_letters = DeadLetterSender(settings.dlq_url, call_budget_s=aws_budget_s)
     if settings.outcome_bus_name:
         from ..adapters.eventbridge_outcomes import OutcomePublisher
 
-        runtime.outcomes = OutcomePublisher(settings.outcome_bus_name)
+        runtime.outcomes = OutcomePublisher(settings.outcome_bus_name, call_budget_s=aws_budget_s)
     if settings.sibling_reclaim and settings.queue_url:
         from ..adapters.sqs_producer import AllocationProducer
 
-        runtime.producer = AllocationProducer(settings.queue_url)
+        runtime.producer = AllocationProducer(settings.queue_url, call_budget_s=aws_budget_s)
     return runtime
 
 
