@@ -13,21 +13,13 @@ tests/unit/test_sweep_handler.py; these show the same rules hold on the real wir
 
 from __future__ import annotations
 
-import argparse
-import io
 import json
-import re
-import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from serenity_allocator.adapters.semrush_client import SemrushClient
-from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_allocator.domain.model import Totals
 from serenity_allocator.domain.sweep import (
     CheckpointStore,
@@ -36,217 +28,54 @@ from serenity_allocator.domain.sweep import (
     StoredCheckpoint,
     SweepRefusedError,
 )
-from serenity_allocator.handlers import sweep as sweep_handler
-from serenity_allocator.handlers.settings import SweepSettings
 from serenity_allocator.handlers.sweep import (
     SweepPayloadError,
-    SweepRuntime,
-    build_sweep_runtime,
-    lambda_handler,
     parse_sweep_request,
 )
-from serenity_tools.operator import sweep_cli
-from serenity_tools.standins.lambda_context import LocalLambdaContext
-from serenity_tools.standins.resources import LocalResources, local_client
-from tests.infrastructure._template import EVENTS_DIR, load_template
-from tests.infrastructure.test_state_machine import run_execution
+from serenity_tools.standins.resources import LocalResources
+from tests.infrastructure._template import EVENTS_DIR
 from tests.integration.allocator_harness import (
     AllocatorHarness,
-    RecordingSleep,
     allocator_harness,
     api_calls,
     totals_of,
-    workspace,
 )
-from tests.integration.sqs_events import receive_messages
+from tests.integration.sweep_stack import (
+    CHILDREN,
+    CLIENT_RETRIES,
+    EXPECTED,
+    FUNCTION_TIMEOUT_S,
+    LEAN_TOTALS,
+    MASTER,
+    OTHER_CHILD,
+    OTHER_MASTER,
+    ZOMBIE,
+    ZOMBIE_TOTALS,
+    ProcessDied,
+    SweepStack,
+    drain,
+    fail_status_reads,
+    groups_of,
+    items_by_child,
+    make_stack,
+    payload,
+    seed_fleet,
+    seeded_stack,
+    totals,
+)
 
 if TYPE_CHECKING:
-    from mypy_boto3_sqs.type_defs import MessageTypeDef
-
     from serenity_tools.standins.simulator import SimulatorServer
 
 # The handler flushes its metrics decorator even when a batch recorded none; that is fine here.
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish:UserWarning")
 
-TOKEN = "tok-sweep-integration"
-ENVIRONMENT = "integration"
-FUNCTION_NAME = "SweepFunction"
-FUNCTION_TIMEOUT_S = 900.0
-"""The template's SweepFunction Timeout."""
-CLIENT_RETRIES = 3
-"""The Semrush client's default retries: a failing read costs 1 + 3 requests."""
-
-MASTER = "m1"
-OTHER_MASTER = "m2"
-ZOMBIE = "c-zombie"
-CHILDREN = ("c-big", "c-drafted", "c-lean", ZOMBIE, "c-small")
-"""The master's children, in the order the family listing (and so the sweep) walks them."""
-OTHER_CHILD = "d-other"
-
-EXPECTED: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
-    # child: ((target projects, prompts), (units returned projects, prompts)), default floor
-    # of one block (1 project, 100 prompts): target = max(floor, used + drafted in blocks).
-    "c-big": ((2, 200), (8, 800)),  # used 2/150 of 10/1000
-    "c-drafted": ((1, 200), (3, 300)),  # 120 prompts drafted of 500, nothing used
-    "c-small": ((1, 100), (2, 0)),  # prompts already at the floor
-}
-LEAN_TOTALS = (2, 200)
-ZOMBIE_TOTALS = (5, 500)
-POOL = (100, 10_000)
-
-
-def _seed_fleet(sim: SimulatorServer) -> None:
-    sim.seed(
-        [
-            workspace(MASTER, projects=(0, POOL[0]), prompts=(0, POOL[1])),
-            workspace("c-big", parent_id=MASTER, projects=(2, 10), prompts=(150, 1000)),
-            workspace(
-                "c-drafted",
-                parent_id=MASTER,
-                projects=(0, 4),
-                prompts=(0, 500),
-                prompts_drafted=120,
-            ),
-            workspace("c-lean", parent_id=MASTER, projects=(2, 2), prompts=(180, 200)),
-            workspace(ZOMBIE, parent_id=MASTER, projects=(0, 5), prompts=(0, 500)),
-            workspace("c-small", parent_id=MASTER, projects=(1, 3), prompts=(0, 100)),
-            workspace(OTHER_MASTER, projects=(0, 50), prompts=(0, 5000)),
-            workspace(OTHER_CHILD, parent_id=OTHER_MASTER, projects=(0, 6), prompts=(0, 600)),
-        ]
-    )
-    # A zombie: "not ready" forever (simulator fault), so the sweep must leave it alone.
-    sim.faults(stuck=[ZOMBIE])
-
-
-# ---------------------------------------------------------------- the stack
-
-
-class ProcessDied(BaseException):
-    """Stands for the process being killed: not an Exception, so no handler code catches it."""
-
-
-class WallClock:
-    """Epoch seconds that move only when the test says so (leases are dated with it)."""
-
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def sweep_env(resources: LocalResources, sim: SimulatorServer) -> dict[str, str]:
-    """The Sweep function's contract environment, pointed at moto and the simulator."""
-    return {
-        "SEMRUSH_BASE_URL": sim.origin,
-        "SEMRUSH_TOKEN": TOKEN,
-        "SWEEP_BUCKET": resources.bucket,
-        "QUEUE_URL": resources.queue_url,
-        "ENVIRONMENT": ENVIRONMENT,
-        "SERENITY_DYNAMIC_ALLOCATION": "true",
-    }
-
-
-@dataclass
-class SweepStack:
-    """The Sweep handler on the production runtime, plus what a test needs to look at."""
-
-    sim: SimulatorServer
-    resources: LocalResources
-    runtime: SweepRuntime
-    sleeps: RecordingSleep
-    client_sleeps: RecordingSleep
-    wall: WallClock
-    sqs: Any
-    s3: Any
-    invocations: int = 0
-    results: list[dict[str, Any]] = field(default_factory=list)
-
-    def invoke(
-        self, payload: Mapping[str, Any], *, request_id: str | None = None
-    ) -> dict[str, Any]:
-        """One Lambda invocation (a fresh context and request id unless one is given)."""
-        self.invocations += 1
-        context = LocalLambdaContext(
-            FUNCTION_NAME,
-            FUNCTION_TIMEOUT_S,
-            aws_request_id=request_id or f"req-{self.invocations}",
-        )
-        result = lambda_handler(dict(payload), context, runtime=self.runtime)
-        self.results.append(result)
-        return result
-
-    def run_to_end(
-        self, payload: Mapping[str, Any], max_invocations: int = 20
-    ) -> list[dict[str, Any]]:
-        """Invoke, feeding back the run id, until done or aborted (what the state machine does)."""
-        results = [self.invoke(payload)]
-        while not (results[-1]["done"] or results[-1]["aborted"]):
-            assert len(results) < max_invocations, "the run never finished"
-            results.append(self.invoke({**payload, "run_id": results[-1]["run_id"]}))
-        return results
-
-    def queued(self) -> list[MessageTypeDef]:
-        """Receive every visible message of the allocation queue (they stay in flight)."""
-        received: list[MessageTypeDef] = []
-        while batch := receive_messages(self.sqs, self.resources.queue_url):
-            received.extend(batch)
-        return received
-
-    def checkpoint(self, run_id: str) -> dict[str, Any]:
-        """The run's checkpoint as stored in S3."""
-        body = self.s3.get_object(Bucket=self.resources.bucket, Key=f"sweep/{run_id}.json")["Body"]
-        document: dict[str, Any] = json.loads(body.read())
-        return document
-
-    def checkpoint_keys(self) -> list[str]:
-        """Every object key in the sweep bucket."""
-        listed = self.s3.list_objects_v2(Bucket=self.resources.bucket)
-        return [item["Key"] for item in listed.get("Contents", [])]
-
-
-def make_stack(
-    resources: LocalResources, sim: SimulatorServer, overrides: Mapping[str, str] | None = None
-) -> SweepStack:
-    """The production runtime from the environment, with time faked."""
-    settings = SweepSettings.from_env({**sweep_env(resources, sim), **(overrides or {})})
-    runtime = build_sweep_runtime(settings)
-    client_sleeps = RecordingSleep()
-    built = runtime.gateway
-    if isinstance(built, SemrushClient):
-        built.close()
-    # The same client production builds, with its backoff sleep recorded instead of slept.
-    assert settings.semrush.token is not None
-    runtime.gateway = SemrushClient(
-        settings.semrush.base_url,
-        StaticTokenProvider(settings.semrush.token),
-        timeout_s=settings.semrush.timeout_s,
-        sleep=client_sleeps,
-    )
-    sleeps = RecordingSleep()
-    wall = WallClock()
-    runtime.sleep = sleeps
-    runtime.wall_clock = wall
-    return SweepStack(
-        sim=sim,
-        resources=resources,
-        runtime=runtime,
-        sleeps=sleeps,
-        client_sleeps=client_sleeps,
-        wall=wall,
-        sqs=local_client("sqs", resources.endpoint_url),
-        s3=local_client("s3", resources.endpoint_url),
-    )
-
 
 @pytest.fixture
 def stack(local_resources: LocalResources, sim: SimulatorServer) -> Iterator[SweepStack]:
     """The fleet seeded, the kill switch on."""
-    _seed_fleet(sim)
-    built = make_stack(local_resources, sim)
-    yield built
-    if isinstance(built.runtime.gateway, SemrushClient):
-        built.runtime.gateway.close()
+    with seeded_stack(local_resources, sim) as built:
+        yield built
 
 
 @pytest.fixture
@@ -254,35 +83,6 @@ def worker(local_resources: LocalResources, sim: SimulatorServer) -> Iterator[Al
     """The real Allocator worker on the same queue and simulator."""
     with allocator_harness(local_resources, sim) as harness:
         yield harness
-
-
-def drain(worker: AllocatorHarness, messages: list[MessageTypeDef]) -> None:
-    """Hand received messages to the worker in event-sized batches; all must complete."""
-    for start in range(0, len(messages), 10):
-        invocation = worker.handle(messages[start : start + 10])
-        assert invocation.failed == []
-    assert receive_messages(worker.sqs, worker.resources.queue_url) == []
-
-
-def payload(**fields: Any) -> dict[str, Any]:
-    """A sweep payload over the master, no pause between targets unless asked."""
-    return {"parent_workspace_ids": [MASTER], "rate_limit_ms": 0, **fields}
-
-
-def items_by_child(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Every item of every result, by child id (each child must appear once)."""
-    items = [item for result in results for item in result["items"]]
-    ids = [item["workspace_id"] for item in items]
-    assert len(ids) == len(set(ids)), f"a child was processed twice: {ids}"
-    return {item["workspace_id"]: item for item in items}
-
-
-def totals(pair: tuple[int, int]) -> dict[str, int]:
-    return {"projects": pair[0], "prompts": pair[1]}
-
-
-def groups_of(messages: list[MessageTypeDef]) -> Counter[str]:
-    return Counter(message["Attributes"]["MessageGroupId"] for message in messages)
 
 
 # ---------------------------------------------------------------- dry run and real run
@@ -314,14 +114,16 @@ def test_sweep_dry_run_transfers_nothing_and_reports_exact_targets(stack: SweepS
         "not_a_child": 0,
         "expected_errors": 0,
         "unexpected_errors": 0,
+        "failed_attempts": 0,
     }
     # And nothing moved: no transfer reached Semrush, nothing was enqueued
     assert api_calls(stack.sim, "transfer") == []
     assert totals_of(stack.sim)["c-big"] == (10, 1000)
     assert stack.queued() == []
-    # And the checkpoint is in S3 where the result says
-    assert result["checkpoint"] == f"s3://{stack.resources.bucket}/sweep/{result['run_id']}.json"
-    assert stack.checkpoint(result["run_id"])["processed"] == list(CHILDREN)
+    # And the checkpoint is in S3 where the result says, under the dry runs' own prefix
+    key = f"sweep/dry/{result['run_id']}.json"
+    assert result["checkpoint"] == f"s3://{stack.resources.bucket}/{key}"
+    assert stack.checkpoint(result["run_id"], dry_run=True)["processed"] == list(CHILDREN)
 
 
 def test_sweep_real_run_enqueues_one_release_per_surplus_child_and_worker_lands_on_dry_run_targets(
@@ -437,7 +239,7 @@ def test_sweep_batches_resume_by_run_id_and_pause_between_targets(stack: SweepSt
     # And the pause came between two targets of one invocation, never before the first
     assert stack.sleeps.calls == [0.25, 0.25]
     # And the finished checkpoint holds every child and no lease
-    stored = stack.checkpoint(results[0]["run_id"])
+    stored = stack.checkpoint(results[0]["run_id"], dry_run=True)
     assert stored["processed"] == list(CHILDREN)
     assert (stored["lease_owner"], stored["lease_until"]) == (None, None)
 
@@ -610,28 +412,19 @@ def test_sweep_invocation_that_lost_its_checkpoint_to_another_stops(stack: Sweep
 # ---------------------------------------------------------------- errors and abort
 
 
-def _fail_status_reads(sim: SimulatorServer, rules: list[tuple[int, str]]) -> None:
-    """Make each (status, child) status read fail through every client retry, in order."""
-    sim.faults(
-        fail_next=[
-            {"status": status, "count": CLIENT_RETRIES + 1, "op": "status", "workspace_id": child}
-            for status, child in rules
-        ]
-    )
-
-
 def test_sweep_aborts_after_n_consecutive_unexpected_errors(stack: SweepStack) -> None:
     # Given a gateway answering 500 to the first three children's reads, through every retry
-    _fail_status_reads(stack.sim, [(500, "c-big"), (500, "c-drafted"), (500, "c-lean")])
+    fail_status_reads(stack.sim, [(500, "c-big"), (500, "c-drafted"), (500, "c-lean")])
 
     # When a real run allowing three consecutive unexpected errors goes through
     result = stack.invoke(payload(dry_run=False, run_id="rs-abort-1", max_consecutive_errors=3))
 
-    # Then it aborted after the third, saying why, and kept its checkpoint
+    # Then it aborted after the third, saying why, and kept its checkpoint; the three failed
+    # targets are not done (they have attempts left)
     assert (result["aborted"], result["done"]) == (True, False)
-    assert result["abort_reason"] == "3 consecutive unexpected errors (last: upstream500)"
-    assert (result["processed"], result["remaining"]) == (3, 2)
-    assert result["counts"]["unexpected_errors"] == 3
+    assert result["abort_reason"] == "3 consecutive failed attempts (last: upstream500)"
+    assert (result["processed"], result["remaining"]) == (0, 5)
+    assert result["counts"]["failed_attempts"] == 3
     assert [i["outcome"] for i in result["items"]] == ["unexpected-error"] * 3
     assert stack.checkpoint("rs-abort-1")["aborted"] == result["abort_reason"]
     # And the client retried each read (sleeping through the injected sleeper, never for real)
@@ -644,44 +437,83 @@ def test_sweep_aborts_after_n_consecutive_unexpected_errors(stack: SweepStack) -
     }
     assert stack.queued() == []
 
-    # When the operator resumes the aborted run
+    # When the operator resumes the aborted run (the upstream has recovered)
     resumed = stack.invoke(payload(dry_run=False, run_id="rs-abort-1", max_consecutive_errors=3))
-    # Then it finishes the rest, and its final counts still show the unexpected errors
+
+    # Then the fresh targets go first, the failed ones are retried, and the run is done
     assert (resumed["done"], resumed["aborted"]) == (True, False)
-    assert [i["workspace_id"] for i in resumed["items"]] == [ZOMBIE, "c-small"]
-    assert resumed["counts"]["unexpected_errors"] == 3
+    assert [i["workspace_id"] for i in resumed["items"]] == [
+        ZOMBIE,
+        "c-small",
+        "c-big",
+        "c-drafted",
+        "c-lean",
+    ]
+    assert (resumed["counts"]["enqueued"], resumed["counts"]["unexpected_errors"]) == (3, 0)
+    assert groups_of(stack.queued()) == Counter(dict.fromkeys(EXPECTED, 1))
 
 
-def test_sweep_does_not_abort_on_expected_errors_and_they_reset_the_streak(
+def test_sweep_rate_limited_past_the_client_backs_off_honouring_retry_after(
     stack: SweepStack,
 ) -> None:
-    # Given 429s through every retry (rate limited: an expected outcome) on three children in a row
-    _fail_status_reads(stack.sim, [(429, "c-big"), (429, "c-drafted"), (429, "c-lean")])
+    # Given 429s with Retry-After: 4 through every client retry on c-big's first read
+    stack.sim.faults(
+        fail_next=[
+            {
+                "status": 429,
+                "count": CLIENT_RETRIES + 1,
+                "op": "status",
+                "workspace_id": "c-big",
+                "retry_after": 4,
+            }
+        ]
+    )
 
-    # When a run allowing only two consecutive unexpected errors goes through
-    result = stack.invoke(payload(dry_run=True, max_consecutive_errors=2))
+    # When a dry run goes through
+    result = stack.invoke(payload(dry_run=True))
 
-    # Then the expected errors never aborted it
-    assert (result["done"], result["aborted"]) == (True, False)
-    assert [i["error_code"] for i in result["items"][:3]] == ["rateLimited"] * 3
-    assert result["counts"]["expected_errors"] == 3
-    assert result["counts"]["unexpected_errors"] == 0
-    assert result["counts"]["would_release"] == 1  # c-small
+    # Then the sweep waited the 4 s the upstream asked for, and c-big got its preview
+    assert stack.sleeps.calls == [4.0]
+    assert items_by_child([result])["c-big"]["outcome"] == "would-release"
+    assert (result["done"], result["counts"]["failed_attempts"]) == (True, 0)
 
-    # Given unexpected, expected, unexpected in a row on a new run
-    _fail_status_reads(stack.sim, [(500, "c-big"), (429, "c-drafted"), (500, "c-lean")])
 
-    # When it goes through with the same threshold of two
+def test_sweep_rate_limited_throughout_aborts_and_is_never_done(stack: SweepStack) -> None:
+    # Given an upstream that rate limits every status read, for a long while
+    stack.sim.faults(fail_next=[{"status": 429, "count": 1_000, "op": "status"}])
+
+    # When a real run with a 5 s backoff budget per target goes through
+    result = stack.invoke(payload(dry_run=False, max_consecutive_errors=2, rate_limit_backoff_s=5))
+
+    # Then the rate limiting counted toward the abort once each budget was spent: aborted,
+    # not done, nothing marked processed, nothing enqueued
+    assert (result["aborted"], result["done"], result["processed"]) == (True, False, 0)
+    assert result["abort_reason"] == "2 consecutive failed attempts (last: rateLimited)"
+    assert [i["error_code"] for i in result["items"]] == ["rateLimited", "rateLimited"]
+    assert stack.sleeps.calls == [1.0, 2.0, 1.0, 2.0]
+    assert stack.queued() == []
+
+
+def test_sweep_expected_errors_never_abort_and_reset_the_streak(stack: SweepStack) -> None:
+    # Given unexpected, rate limited (past the client), unexpected in a row
+    fail_status_reads(stack.sim, [(500, "c-big"), (429, "c-drafted"), (500, "c-lean")])
+
+    # When a run allowing only two consecutive failed attempts goes through
     mixed = stack.invoke(payload(dry_run=True, max_consecutive_errors=2))
 
-    # Then the expected one in the middle reset the streak: no abort
-    assert (mixed["done"], mixed["aborted"]) == (True, False)
+    # Then the backed-off 429 succeeded in the middle and reset the streak: no abort; the
+    # two failed targets are left for the next invocation, so the run is not done yet
+    assert (mixed["done"], mixed["aborted"]) == (False, False)
     assert [i["outcome"] for i in mixed["items"][:3]] == [
         "unexpected-error",
-        "expected-error",
+        "would-release",
         "unexpected-error",
     ]
-    assert mixed["counts"]["unexpected_errors"] == 2
+    assert mixed["counts"]["failed_attempts"] == 2
+
+    # When the next invocation runs / Then it retries the two and the run is done
+    again = stack.invoke(payload(dry_run=True, max_consecutive_errors=2, run_id=mixed["run_id"]))
+    assert (again["done"], again["counts"]["would_release"]) == (True, 3)
 
 
 # ---------------------------------------------------------------- refusals
@@ -691,7 +523,7 @@ def test_sweep_real_run_refused_while_kill_switch_off_unless_allowed(
     local_resources: LocalResources, sim: SimulatorServer
 ) -> None:
     # Given the kill switch off
-    _seed_fleet(sim)
+    seed_fleet(sim)
     stack = make_stack(local_resources, sim, {"SERENITY_DYNAMIC_ALLOCATION": "false"})
     sim.clear_calls()
 
@@ -771,137 +603,3 @@ def test_sweep_sample_events_validate_as_payloads(name: str) -> None:
     assert request.dry_run is (name == "sweep-dry-run.json")
     assert (request.run_id is not None) is (name == "sweep-resume.json")
     assert request.floor == Totals(projects=1, prompts=100)
-
-
-# ---------------------------------------------------------------- the state machine loop
-
-
-@pytest.fixture(scope="module")
-def definition() -> dict[str, Any]:
-    """The sweep state machine's Definition, read from template.yaml by cfn-lint's loader."""
-    value: dict[str, Any] = load_template()["Resources"]["SweepStateMachine"]["Properties"][
-        "Definition"
-    ]
-    return value
-
-
-def test_state_machine_loops_real_batches_until_done_then_succeeds(
-    stack: SweepStack, definition: dict[str, Any]
-) -> None:
-    # Given an execution input for a run of five children, two per batch
-    execution_input = {"dry_run": False, "parent_workspace_ids": [MASTER], "batch_size": 2}
-
-    # When the definition runs with the REAL handler as its Task
-    execution = run_execution(definition, execution_input, stack.invoke)
-
-    # Then it went invoke -> wait -> invoke -> wait -> invoke -> Succeed
-    assert len(execution.payloads) == 3 and execution.waits == 2
-    assert (execution.status, execution.end_state) == ("SUCCEEDED", "Finished")
-    # And every batch after the first resumed the run the first one started
-    run_id = stack.results[0]["run_id"]
-    assert execution.payloads[0] == execution_input
-    assert execution.payloads[1:] == [{**execution_input, "run_id": run_id}] * 2
-    assert [r["processed"] for r in stack.results] == [2, 4, 5]
-    assert stack.results[-1]["counts"]["enqueued"] == 3
-
-
-def test_state_machine_fails_when_the_real_run_aborts(
-    stack: SweepStack, definition: dict[str, Any]
-) -> None:
-    # Given a gateway failing the first two children's reads
-    _fail_status_reads(stack.sim, [(500, "c-big"), (500, "c-drafted")])
-    execution_input = {
-        "dry_run": True,
-        "parent_workspace_ids": [MASTER],
-        "batch_size": 25,
-        "max_consecutive_errors": 2,
-    }
-    # When the definition runs with the real handler
-    execution = run_execution(definition, execution_input, stack.invoke)
-    # Then the first batch aborted and the execution failed there, without waiting
-    assert stack.results[-1]["aborted"] is True
-    assert (execution.status, execution.end_state, execution.error) == (
-        "FAILED",
-        "Aborted",
-        "SweepAborted",
-    )
-    assert len(execution.payloads) == 1 and execution.waits == 0
-
-
-def test_state_machine_fails_when_the_run_finishes_with_unexpected_errors(
-    stack: SweepStack, definition: dict[str, Any]
-) -> None:
-    # Given one child whose reads fail (not enough in a row to abort)
-    _fail_status_reads(stack.sim, [(500, "c-lean")])
-    execution_input = {"dry_run": True, "parent_workspace_ids": [MASTER], "batch_size": 3}
-    # When the definition runs with the real handler
-    execution = run_execution(definition, execution_input, stack.invoke)
-    # Then the run finished, and the execution failed for the unexpected error
-    assert stack.results[-1]["done"] is True
-    assert (execution.status, execution.end_state) == ("FAILED", "FinishedWithUnexpectedErrors")
-    assert execution.waits == 1
-
-
-# ---------------------------------------------------------------- the operator CLI, --local
-
-
-def _cli(argv: list[str]) -> tuple[int, str, str]:
-    parser = argparse.ArgumentParser()
-    sweep_cli.configure(parser)
-    out, err = io.StringIO(), io.StringIO()
-    code = sweep_cli.execute(parser.parse_args(argv), stdout=out, stderr=err, is_tty=False)
-    return code, out.getvalue(), err.getvalue()
-
-
-def test_sweep_cli_local_dry_run_then_real_run_against_the_local_stack(
-    local_resources: LocalResources,
-    sim: SimulatorServer,
-    worker: AllocatorHarness,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-) -> None:
-    # Given the local stack's environment in this process (what `local up` prints)
-    _seed_fleet(sim)
-    for name, value in sweep_env(local_resources, sim).items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setattr(sweep_handler, "_runtime", None)
-    common = ["--local", "--parent", MASTER, "--batch-size", "2", "--rate-limit-ms", "0"]
-
-    # When the operator previews with a JSON report
-    report = tmp_path / "dry.json"
-    code, out, err = _cli([*common, "--dry-run", "--report", str(report)])
-
-    # Then it finished cleanly over three batches, and the report has every child's target
-    assert code == 0, err
-    assert err.count("batch ") == 3
-    assert re.search(r"^status\s+done$", out, re.MULTILINE), out
-    document = json.loads(report.read_text(encoding="utf-8"))
-    assert (document["status"], document["invocations"], document["dry_run"]) == ("done", 3, True)
-    targets = {
-        item["workspace_id"]: (item["target"]["projects"], item["target"]["prompts"])
-        for item in document["items"]
-        if item["outcome"] == "would-release"
-    }
-    assert targets == {child: target for child, (target, _) in EXPECTED.items()}
-    assert api_calls(sim, "transfer") == []
-
-    # When the operator runs it for real, with a CSV report
-    csv_report = tmp_path / "real.csv"
-    code, out, err = _cli([*common, "--report", str(csv_report)])
-
-    # Then the surplus children are enqueued; drained by the worker they land on the targets
-    assert code == 0, err
-    rows = csv_report.read_text(encoding="utf-8").splitlines()
-    assert len(rows) == 1 + len(CHILDREN)
-    messages = receive_all(worker)
-    assert groups_of(messages) == Counter(dict.fromkeys(EXPECTED, 1))
-    drain(worker, messages)
-    after = totals_of(sim)
-    assert {child: after[child] for child in EXPECTED} == targets
-
-
-def receive_all(worker: AllocatorHarness) -> list[MessageTypeDef]:
-    received: list[MessageTypeDef] = []
-    while batch := worker.receive():
-        received.extend(batch)
-    return received

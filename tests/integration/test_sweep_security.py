@@ -16,21 +16,22 @@ import json
 import logging
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
 from serenity_allocator.adapters.observability import SERVICE, logger
 from serenity_allocator.domain.sweep import SweepRefusedError
-from serenity_allocator.handlers.sweep import SweepPayloadError
+from serenity_allocator.handlers.sweep import SweepPayloadError, SweepUpstreamError
 from serenity_tools.standins.resources import LocalResources
 from serenity_tools.standins.simulator import SimulatorServer
 from tests.integration.allocator_harness import api_calls, emf_blobs, metric_values
-from tests.integration.test_sweep_integration import (
+from tests.integration.sweep_stack import (
     EXPECTED,
     MASTER,
     SweepStack,
-    _seed_fleet,
     make_stack,
+    seed_fleet,
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish:UserWarning")
@@ -58,7 +59,7 @@ def log_lines() -> Iterator[io.StringIO]:
 @pytest.fixture
 def canary_stack(local_resources: LocalResources, sim: SimulatorServer) -> Iterator[SweepStack]:
     """The sweep with the canary as its token; the simulator accepts nothing else."""
-    _seed_fleet(sim)
+    seed_fleet(sim)
     sim.set_auth([CANARY])
     stack = make_stack(local_resources, sim, {"SEMRUSH_TOKEN": CANARY})
     yield stack
@@ -144,3 +145,35 @@ def test_sweep_token_appears_in_no_log_message_checkpoint_result_or_metric(
     assert {place: found for place, found in leaks.items() if found} == {}
     # Including a partial token (a prefix long enough to matter)
     assert not any(CANARY[:12] in t for texts in places.values() for t in texts)
+
+
+@pytest.mark.parametrize(
+    "echo",
+    [CANARY, quote(CANARY, safe=""), json.dumps({"token": CANARY})[1:-1]],
+    ids=["plain", "url-encoded", "json-escaped"],
+)
+def test_sweep_upstream_body_never_reaches_the_lambda_error(
+    canary_stack: SweepStack, log_lines: io.StringIO, echo: str
+) -> None:
+    # Given the family listing (which the whole batch needs) refused with a body that echoes
+    # the token, in one of its encodings
+    stack = canary_stack
+    body = {"message": f"refused for {echo}; internal detail xyz-body-marker"}
+    stack.sim.faults(fail_next=[{"status": 403, "count": 1, "op": "family", "body": body}])
+
+    # When a sweep is invoked
+    with pytest.raises(SweepUpstreamError) as failed:
+        stack.invoke({"parent_workspace_ids": [MASTER], "rate_limit_ms": 0})
+
+    # Then the Lambda error (what the caller and the Step Functions history see) names the
+    # status and the operation only: no body, so no token in any encoding
+    assert str(failed.value) == (
+        "the upstream answered 403 to list_family; nothing was enqueued by this call, resume "
+        "the run with its run_id once the upstream answers again"
+    )
+    assert failed.value.__cause__ is None and failed.value.__suppress_context__
+    # And the log says what failed, without the body either
+    logged = log_lines.getvalue()
+    assert '"message":"sweep batch stopped: upstream error"' in logged
+    assert "xyz-body-marker" not in logged
+    assert CANARY[:12] not in logged and quote(CANARY, safe="")[:12] not in logged

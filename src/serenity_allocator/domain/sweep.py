@@ -303,7 +303,7 @@ def _refuse_other_kind(request: SweepRequest, run_id: str, env: SweepEnvironment
 
 
 def _new_checkpoint(
-    request: SweepRequest, run_id: str, families: dict[str, set[str]]
+    request: SweepRequest, run_id: str, families: dict[str, list[str]]
 ) -> SweepCheckpoint:
     return SweepCheckpoint(
         run_id=run_id,
@@ -348,20 +348,20 @@ def _resumed_checkpoint(
     return checkpoint
 
 
-def _families(request: SweepRequest, env: SweepEnvironment) -> dict[str, set[str]]:
-    """The direct children of each listed parent, as the upstream says now."""
+def _families(request: SweepRequest, env: SweepEnvironment) -> dict[str, list[str]]:
+    """The direct children of each listed parent, in listing order, as the upstream says now."""
     return {
-        parent_id: {r.id for r in env.gateway.list_family(parent_id) if r.parent_id == parent_id}
+        parent_id: [r.id for r in env.gateway.list_family(parent_id) if r.parent_id == parent_id]
         for parent_id in dict.fromkeys(request.parent_workspace_ids)
     }
 
 
-def _list_targets(request: SweepRequest, families: dict[str, set[str]]) -> list[tuple[str, str]]:
+def _list_targets(request: SweepRequest, families: dict[str, list[str]]) -> list[tuple[str, str]]:
     """Direct children of each listed pool (parents excluded), narrowed and limited."""
     targets: list[tuple[str, str]] = []
     seen: set[str] = set()
     for parent_id, children in families.items():
-        for child_id in sorted(children):
+        for child_id in children:
             if child_id not in seen:
                 seen.add(child_id)
                 targets.append((child_id, parent_id))
@@ -377,14 +377,15 @@ def _list_targets(request: SweepRequest, families: dict[str, set[str]]) -> list[
 
 
 def _verify_targets(
-    checkpoint: SweepCheckpoint, families: dict[str, set[str]], name: str, limit: int | None
+    checkpoint: SweepCheckpoint, families: dict[str, list[str]], name: str, limit: int | None
 ) -> None:
     """Every target still to act on is a child of its parent, re-read from the upstream."""
     done = set(checkpoint.processed)
+    children = {parent: set(ids) for parent, ids in families.items()}
     strangers = [
         child
         for child, parent in checkpoint.targets
-        if parent and child not in done and child not in families.get(parent, set())
+        if parent and child not in done and child not in children.get(parent, set())
     ]
     if strangers:
         raise CheckpointCorruptError(
