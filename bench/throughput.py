@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from serenity_allocator.adapters.sqs_producer import AllocationProducer, build_ensure
-from serenity_tools.standins.consumer import read_trace_events
 from serenity_tools.standins.stack import LocalStack
+from serenity_tools.standins.traces import read_trace_events
 
 from .common import note, ratio
 

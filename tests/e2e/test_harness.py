@@ -18,24 +18,25 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from serenity_tools import cli
 from serenity_allocator.adapters.sqs_producer import build_ensure, build_release
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from serenity_allocator.domain.model import Totals
-from serenity_tools.verification import harness
-from serenity_tools.verification.harness import (
-    FEATURES_ON,
+from serenity_tools import cli
+from serenity_tools.verification.harness import cli as harness_cli
+from serenity_tools.verification.harness import scenarios
+from serenity_tools.verification.harness.analysis import count_lost_updates
+from serenity_tools.verification.harness.config import FEATURES_ON, HarnessConfig
+from serenity_tools.verification.harness.poison import run_poison
+from serenity_tools.verification.harness.poison_bodies import (
     POISON_KINDS,
-    HarnessConfig,
     RandomDraws,
-    ScenarioResult,
-    count_lost_updates,
     is_refused_by_worker,
-    plan_workload,
     poison_messages,
-    run_scenario,
-    with_worker_releases,
 )
+from serenity_tools.verification.harness.results import ScenarioResult
+from serenity_tools.verification.harness.scenarios import run_scenario
+from serenity_tools.verification.harness.worker_releases import with_worker_releases
+from serenity_tools.verification.harness.workload import plan_workload
 from serenity_tools.verification.invariants import InvariantResult
 
 _T = TypeVar("_T")
@@ -55,10 +56,10 @@ def _assert_passed(result: ScenarioResult) -> None:
 
 @pytest.mark.harness
 @pytest.mark.parametrize("consumers", [1, 4])
-def test_harness_concurrency_keeps_every_invariant_with_the_issue_8_features_on(
+def test_harness_concurrency_keeps_every_invariant_with_the_allocation_features_on(
     consumers: int,
 ) -> None:
-    # Given the CI workload and C consumer processes, with every issue-8 feature on
+    # Given the CI workload and C consumer processes, with every allocation feature on
     assert FEATURES_ON["SERENITY_SIBLING_RECLAIM"] == "true"
 
     # When the containers drain it
@@ -113,9 +114,10 @@ def test_harness_crash_converges_after_many_kill_9s() -> None:
     # When they drain the workload
     result = run_scenario("crash", config)
 
-    # Then every invariant holds after redelivery, replays allowed and counted
+    # Then every invariant holds after redelivery; every replay is explained by a traced crash
     _assert_passed(result)
     numbers = result.numbers
+    assert numbers["replays explained by a crash"] == numbers["requests replayed"]
     assert numbers["consumers killed (SIGKILL)"] >= 3
     assert numbers["consumer restarts"] >= numbers["consumers killed (SIGKILL)"] - 4
     assert "outcome replays (at-least-once)" in numbers
@@ -175,7 +177,7 @@ def test_harness_poison_never_reaches_semrush_and_delays_nobody(data: st.DataObj
     poison = poison_messages(HypothesisDraws(data), 30, sorted(workload.plans))
 
     # When they are mixed into the stream (and the same workload runs once without them)
-    result = harness.run_poison(CI, poison)
+    result = run_poison(CI, poison)
 
     # Then each is in the DLQ with its reason, none reached Semrush, and the valid requests
     # were neither redelivered nor delayed beyond one visibility timeout
@@ -315,7 +317,7 @@ def test_harness_cli_runs_each_consumer_count_and_exits_non_zero_on_a_failed_che
         check = InvariantResult("1 conservation", config.consumers != 2, "pool sums")
         return ScenarioResult(name, config, 0.1, [check])
 
-    monkeypatch.setattr(harness, "run_scenario", fake)
+    monkeypatch.setattr(scenarios, "run_scenario", fake)
 
     # When the CLI runs concurrency with --consumers 1,2
     argv = ["harness", "--scenario", "concurrency", "--children", "24", "--consumers", "1,2"]
@@ -331,7 +333,7 @@ def test_harness_cli_runs_each_consumer_count_and_exits_non_zero_on_a_failed_che
 def test_harness_cli_refuses_a_bad_consumer_list() -> None:
     # Given / When / Then: argparse rejects it (exit 2)
     parser = argparse.ArgumentParser()
-    harness.configure(parser)
+    harness_cli.configure(parser)
     with pytest.raises(SystemExit) as exc:
         parser.parse_args(["--consumers", "0,4"])
     assert exc.value.code == 2

@@ -23,15 +23,18 @@ from serenity_allocator.handlers.settings import AllocatorSettings, SweepSetting
 from serenity_tools.standins.consumer import (
     CrashPlan,
     EventSourceConsumer,
-    TraceWriter,
     build_sqs_event,
-    drain,
     failed_message_ids,
-    read_trace_events,
 )
 from serenity_tools.standins.moto_server import start_moto_server_process
 from serenity_tools.standins.resources import local_client
-from serenity_tools.standins.stack import LocalStack
+from serenity_tools.standins.stack import (
+    DEFAULT_VISIBILITY_TIMEOUT_S,
+    LOCAL_RETRY_DELAY_S,
+    LocalStack,
+    drain,
+)
+from serenity_tools.standins.traces import TraceWriter, read_trace_events
 from serenity_tools.verification.emf import count_metrics_in_files
 from serenity_tools.verification.invariants import (
     check_fifo_delivery,
@@ -40,14 +43,28 @@ from serenity_tools.verification.invariants import (
     check_terminal_outcomes,
     workspaces_by_id,
 )
+from serenity_tools.verification.replays import explain_replays
 
 REPO = Path(__file__).resolve().parents[2]
 
 
+REDELIVERY_VISIBILITY_TIMEOUT_S = 10
+"""For the tests ABOUT redelivery after a crash: they wait one visibility timeout."""
+
+
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[LocalStack]:
-    """A fresh local stack per test (2 s visibility: redelivery tests wait once)."""
-    with LocalStack(visibility_timeout_s=2, work_dir=tmp_path / "stack") as started:
+    """A fresh local stack per test, on the stack's generous default timings."""
+    with LocalStack(work_dir=tmp_path / "stack") as started:
+        yield started
+
+
+@pytest.fixture
+def redelivering_stack(tmp_path: Path) -> Iterator[LocalStack]:
+    """A fresh local stack whose visibility timeout is short enough to wait out once."""
+    with LocalStack(
+        visibility_timeout_s=REDELIVERY_VISIBILITY_TIMEOUT_S, work_dir=tmp_path / "stack"
+    ) as started:
         yield started
 
 
@@ -99,8 +116,11 @@ def test_local_stack_env_configures_both_handlers(stack: LocalStack) -> None:
     assert allocator.dlq_url == stack.resources.dlq_url
     assert allocator.max_receive_count == 5
     assert sweep.sweep_bucket == stack.resources.bucket
-    # And a batch finishes before SQS would hand it out again
-    assert stack.function_timeout_s < stack.visibility_timeout_s
+    # And a batch finishes before SQS would hand it out again, with generous room by default,
+    # while a failed record comes back after the short local retry delay
+    assert stack.visibility_timeout_s == DEFAULT_VISIBILITY_TIMEOUT_S
+    assert stack.function_timeout_s == DEFAULT_VISIBILITY_TIMEOUT_S - 1
+    assert stack.retry_delay_s == LOCAL_RETRY_DELAY_S
     assert stack.semrush_timeout_s + allocator.safety_margin_ms / 1000 < stack.function_timeout_s
     # And the printable environment carries no token
     assert "SEMRUSH_TOKEN" not in stack.printable_env()
@@ -146,7 +166,9 @@ def test_build_sqs_event_has_the_event_source_mapping_shape(stack: LocalStack) -
     assert record["eventSourceARN"] == stack.resources.queue_arn
 
 
-def _consumer(stack: LocalStack, tmp_path: Path, handler: Any) -> EventSourceConsumer:
+def _consumer(
+    stack: LocalStack, tmp_path: Path, handler: Any, retry_delay_s: int | None = None
+) -> EventSourceConsumer:
     return EventSourceConsumer(
         index=0,
         queue_url=stack.resources.queue_url,
@@ -157,6 +179,7 @@ def _consumer(stack: LocalStack, tmp_path: Path, handler: Any) -> EventSourceCon
         trace=TraceWriter(tmp_path / "trace.jsonl"),
         function_timeout_s=stack.function_timeout_s,
         kill_on_timeout=False,  # in-process: never SIGKILL the test runner
+        retry_delay_s=retry_delay_s,
     )
 
 
@@ -197,6 +220,24 @@ def test_consumer_deletes_successes_and_leaves_batch_item_failures(
     assert len(release[0]["deleted"]) == 3 and len(release[0]["failures"]) == 1
 
 
+def test_consumer_with_a_retry_delay_makes_a_failed_record_visible_again_after_it(
+    stack: LocalStack, tmp_path: Path
+) -> None:
+    # Given two messages of one group and a handler that fails both
+    _send(stack, "a", 2)
+
+    def failing(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        return {"batchItemFailures": [{"itemIdentifier": r["messageId"]} for r in event["Records"]]}
+
+    # When a consumer with a zero retry delay handles the batch
+    consumer = _consumer(stack, tmp_path, failing, retry_delay_s=0)
+    consumer.poll_once()
+
+    # Then both are visible again at once, not after the (generous) visibility timeout
+    depth = stack.queue_depth()
+    assert (depth.visible, depth.in_flight) == (2, 0)
+
+
 def test_consumer_deletes_nothing_when_the_handler_raises_or_answers_garbage(
     stack: LocalStack, tmp_path: Path
 ) -> None:
@@ -235,7 +276,7 @@ def test_consumer_processes_drain_ensures_end_to_end(stack: LocalStack) -> None:
         requests.append(producer.enqueue_ensure(child, "m", {"projects": 0, "prompts": 50}))
 
     # When two consumer processes drain the queue through the real handler
-    summary = drain(stack, consumers=2, timeout_s=25)
+    summary = drain(stack, consumers=2, timeout_s=300)
 
     # Then every request completed, each child topped up once to cover the sum of its needs
     assert summary.drained
@@ -270,7 +311,10 @@ def _requests_from(events: list[dict[str, Any]]) -> list[Any]:
     return list(seen.values())
 
 
-def test_crashed_consumer_batch_comes_back_and_every_request_completes(stack: LocalStack) -> None:
+def test_crashed_consumer_batch_comes_back_and_every_request_completes(
+    redelivering_stack: LocalStack,
+) -> None:
+    stack = redelivering_stack
     # Given three ensures for one child
     _seed_pool(stack, "c1")
     before = workspaces_by_id(stack.simulator.dump()["workspaces"])
@@ -282,9 +326,9 @@ def test_crashed_consumer_batch_comes_back_and_every_request_completes(stack: Lo
 
     # When a consumer dies (kill -9) after the handler ran but before it deleted the batch
     crashing = stack.start_consumers(1, crash=CrashPlan("after_handler_before_delete"))
-    crashing.processes[0].process.wait(timeout=20)
+    crashing.processes[0].process.wait(timeout=120)
     # And fresh consumers then drain the queue (the batch returns after the visibility timeout)
-    summary = drain(stack, consumers=1, timeout_s=25)
+    summary = drain(stack, consumers=1, timeout_s=300)
 
     # Then the crash is in the trace, the batch was redelivered and completed
     assert crashing.processes[0].process.returncode == -signal.SIGKILL
@@ -293,8 +337,15 @@ def test_crashed_consumer_batch_comes_back_and_every_request_completes(stack: Lo
     assert summary.drained and summary.traces.deleted == 3
     # And the replay was harmless: one transfer, replayed outcomes, order and FIFO intact
     outcomes = stack.outcomes.outcomes()
-    assert check_terminal_outcomes(built, outcomes, set(), allow_replays=True).passed
-    assert not check_terminal_outcomes(built, outcomes, set()).passed  # the replays are visible
+    causes = explain_replays(events)
+    terminal = check_terminal_outcomes(built, outcomes, set(), replay_causes=causes.by_request)
+    assert terminal.passed
+    assert sorted(terminal.explained) == sorted(
+        f"{rid}: 2 outcomes (consumer 0 died: after_handler_before_delete)" for rid in requests
+    )
+    assert causes.interrupted_groups == {"c1"}
+    # And without the traces to explain them, the replays are violations
+    assert not check_terminal_outcomes(built, outcomes, set()).passed
     assert check_order(built, outcomes, stack.simulator.calls(), before).passed
     assert check_group_exclusivity(events, stack.visibility_timeout_s).passed
     assert check_fifo_delivery(events, built, 5).passed

@@ -7,7 +7,9 @@ from typing import Any
 from serenity_allocator.adapters.sqs_producer import build_ensure, build_release
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals
+from serenity_tools.verification.checks import DEMO_CHECKS, RunRecord, run_checks
 from serenity_tools.verification.invariants import (
+    InvariantResult,
     check_bounds,
     check_conservation,
     check_fifo_delivery,
@@ -17,6 +19,7 @@ from serenity_tools.verification.invariants import (
     check_terminal_outcomes,
     workspaces_by_id,
 )
+from serenity_tools.verification.replays import explain_replays
 
 
 def _ws(
@@ -117,9 +120,118 @@ def test_check_terminal_outcomes_finds_lost_and_duplicated_requests() -> None:
 
     # Then
     assert sorted(strict.violations) == sorted(
-        [f"{a.request_id}: 2 outcomes", f"{b.request_id}: no outcome and not in the DLQ"]
+        [
+            f"{a.request_id}: 2 outcomes, no crash or timeout explains it",
+            f"{b.request_id}: no outcome and not in the DLQ",
+        ]
     )
     assert lenient.violations == (f"{b.request_id}: no outcome and not in the DLQ",)
+
+
+def test_check_terminal_outcomes_reports_an_explained_replay_and_flags_an_unexplained_one() -> None:
+    # Given two requests replayed: one whose batch's consumer died, one with no cause
+    a, b = (build_ensure(w, "m") for w in ("a", "b"))
+    outcomes = [_outcome(a.request_id, "a", "hot-path", (1, 1), (1, 1))] * 2
+    outcomes += [_outcome(b.request_id, "b", "hot-path", (1, 1), (1, 1))] * 3
+    causes = {a.request_id: "consumer 1 died: function_timeout"}
+
+    # When the replays are checked against the causes the traces give
+    result = check_terminal_outcomes([a, b], outcomes, set(), replay_causes=causes)
+
+    # Then the explained one is reported with its cause, the other stays a violation
+    assert result.explained == (f"{a.request_id}: 2 outcomes (consumer 1 died: function_timeout)",)
+    assert result.violations == (f"{b.request_id}: 3 outcomes, no crash or timeout explains it",)
+    # And with only the explained one, the check passes and counts it
+    alone = check_terminal_outcomes([a], outcomes[:2], set(), replay_causes=causes)
+    assert alone.passed and "1 replayed (1 explained)" in alone.detail
+
+
+def _batch(pid: int, batch: int, *msgs: tuple[str, str, str]) -> dict[str, Any]:
+    return {
+        "ev": "receive",
+        "pid": pid,
+        "batch": batch,
+        "consumer": pid % 10,
+        "msgs": [{"id": mid, "group": group, "request_id": rid} for mid, group, rid in msgs],
+    }
+
+
+def test_explain_replays_names_dead_consumers_and_failed_deletes_only() -> None:
+    # Given four batches: one released cleanly, one whose consumer was killed by its function
+    # timeout, one killed with no trace line, one released with a failed delete
+    events = [
+        _batch(11, 1, ("m1", "g1", "r1")),
+        {"ev": "release", "pid": 11, "batch": 1, "deleted": ["m1"], "delete_failed": []},
+        _batch(12, 1, ("m2", "g2", "r2"), ("m3", "g3", "r3")),
+        {"ev": "crash", "pid": 12, "at": "function_timeout"},
+        _batch(13, 1, ("m4", "g4", "r4")),
+        _batch(14, 1, ("m5", "g5", "r5"), ("m6", "g6", "r6")),
+        {"ev": "release", "pid": 14, "batch": 1, "deleted": ["m5"], "delete_failed": ["m6"]},
+    ]
+
+    # When the traces are read
+    causes = explain_replays(events)
+
+    # Then each interrupted request has its cause, and nothing else has one
+    assert causes.by_request == {
+        "r2": "consumer 2 died: function_timeout",
+        "r3": "consumer 2 died: function_timeout",
+        "r4": "consumer 3 died: killed inside the handler (no trace line)",
+        "r6": "delete failed",
+    }
+    assert causes.interrupted_groups == {"g2", "g3", "g4"}
+    assert causes.interrupted_batches == 2
+
+
+def test_check_order_accepts_an_unreported_transfer_only_for_an_interrupted_child() -> None:
+    # Given two children each with a transfer no outcome reports (set 300, then 400)
+    before = workspaces_by_id(
+        [_ws("c", "m", (1, 1), (100, 100)), _ws("d", "m", (1, 1), (100, 100))]
+    )
+    requests = [build_ensure(w, "m", {"projects": 0, "prompts": 300}) for w in ("c", "d")]
+    outcomes = [
+        _outcome(r.request_id, r.workspace_id, "topped-up", (1, 300), (1, 400)) for r in requests
+    ]
+    calls = [
+        _transfer(1, "c", 1, 300),
+        _transfer(2, "c", 1, 400),
+        _transfer(3, "d", 1, 300),
+        _transfer(4, "d", 1, 400),
+    ]
+
+    # When only c had a batch interrupted
+    result = check_order(requests, outcomes, calls, before, lenient_children={"c"})
+
+    # Then c passes and d is a violation
+    assert len(result.violations) == 1
+    assert result.violations[0].startswith("d: outcomes report totals [1/400]")
+
+
+def test_run_checks_runs_a_list_of_small_checks_in_order() -> None:
+    # Given a record of an empty run and a list with one added check
+    record = RunRecord(
+        masters=["m"],
+        requests=[],
+        before=workspaces_by_id([_ws("m", None, (0, 10), (0, 100))]),
+        after=workspaces_by_id([_ws("m", None, (0, 10), (0, 100))]),
+        calls=[],
+        outcomes=[],
+        letters=[],
+        events=[],
+        visibility_timeout_s=60,
+        max_receive_count=5,
+    )
+
+    def nothing_refused(run: RunRecord) -> InvariantResult:
+        return InvariantResult("nothing refused", not run.outcomes, "no outcomes")
+
+    # When the demo's checks plus the new one run
+    results = run_checks(record, [*DEMO_CHECKS, nothing_refused])
+
+    # Then every check ran, in order, and passed
+    assert [r.name for r in results][-2:] == ["queue drained", "nothing refused"]
+    assert len(results) == len(DEMO_CHECKS) + 1
+    assert all(r.passed for r in results), [r for r in results if not r.passed]
 
 
 def test_check_order_detects_outcomes_out_of_enqueue_order_and_transfer_mismatch() -> None:

@@ -9,15 +9,20 @@ what the event source mapping and the Lambda runtime do for one container:
   ``messageAttributes`` in Lambda's lower-camel shape, ``eventSourceARN``, ``awsRegion``);
 - calls the REAL ``serenity_allocator.handlers.allocator.lambda_handler`` with a Lambda context
   counting down from the function timeout;
-- deletes the records NOT listed in ``batchItemFailures`` and leaves the failures to come back
-  after the visibility timeout. A handler exception, an invalid response or an unknown item
-  identifier fails the whole batch (nothing deleted), as the mapping does;
+- deletes the records NOT listed in ``batchItemFailures`` and leaves the failures to come back.
+  A handler exception, an invalid response or an unknown item identifier fails the whole batch
+  (nothing deleted), as the mapping does. The mapping leaves a failure invisible for the rest
+  of the visibility timeout; with ``--retry-delay-s`` this stand-in makes it visible again
+  after that many seconds instead (ChangeMessageVisibility), a local time compression: the
+  visibility timeout can then be generous (a slow batch is never handed out twice) while a
+  failed record still comes back quickly;
 - a handler still running at the function timeout is killed with its process, as Lambda resets
   a timed-out execution environment (the pool starts a fresh one).
 
-Every receive and release is written to a JSON-lines trace (one file per process, monotonic
-timestamps: ``time.monotonic`` is system-wide on Linux), so a harness can check that no message
-group was ever held by two consumers at once. The handler's stdout (logs and EMF) goes to a
+Every receive and release is written to a JSON-lines trace (:mod:`.traces`), so a harness can
+check that no message group was ever held by two consumers at once, and tell a replay after a
+crash or a timeout from a real duplicate. The parent side (starting, restarting, stopping these
+processes) is :mod:`.consumer_pool`. The handler's stdout (logs and EMF) goes to a
 per-process file for metric counting.
 
 Crash injection (the harness's kill -9 scenario) is configured with environment variables:
@@ -40,24 +45,22 @@ import json
 import os
 import random
 import signal
-import subprocess
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 from serenity_tools.standins.lambda_context import LocalLambdaContext
+from serenity_tools.standins.traces import TraceWriter
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.type_defs import MessageTypeDef
-
-    from serenity_tools.standins.stack import LocalStack
 
 CRASH_POINTS = ("before_handler", "during_handler", "after_handler_before_delete")
 CRASH_AT_ENV = "SERENITY_CRASH_AT"
@@ -162,45 +165,6 @@ def _die(trace: TraceWriter, index: int, reason: str) -> None:
     """Write the last trace line and SIGKILL this process (no cleanup, no flush of anything)."""
     trace.write({"ev": "crash", "consumer": index, "pid": os.getpid(), "at": reason})
     os.kill(os.getpid(), signal.SIGKILL)
-
-
-# -- the trace ----------------------------------------------------------------------------------
-
-
-class TraceWriter:
-    """Appends one JSON object per line and flushes it, so a SIGKILL loses nothing written."""
-
-    def __init__(self, path: Path, clock: Callable[[], float] = time.monotonic) -> None:
-        self._file: TextIO = path.open("a", encoding="utf-8")
-        self._clock = clock
-        self._lock = threading.Lock()
-
-    def write(self, event: dict[str, Any]) -> None:
-        """Write ``event`` (a ``t`` is added when absent) as one line."""
-        event.setdefault("t", self._clock())
-        line = json.dumps(event, separators=(",", ":")) + "\n"
-        with self._lock:  # the crash timer thread may write too
-            self._file.write(line)
-            self._file.flush()
-
-    def close(self) -> None:
-        """Close the file."""
-        self._file.close()
-
-
-def read_trace_events(paths: Iterable[Path]) -> list[dict[str, Any]]:
-    """Every event of the given trace files, ordered by time (a torn last line is skipped)."""
-    events: list[dict[str, Any]] = []
-    for path in paths:
-        if not path.exists():
-            continue
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    events.sort(key=lambda event: float(event.get("t", 0.0)))
-    return events
 
 
 # -- the event source mapping -------------------------------------------------------------------
@@ -313,6 +277,8 @@ class EventSourceConsumer:
         crash: Optional crash injection.
         rng: Source of the crash draws.
         kill_on_timeout: Emulate Lambda's reset of a timed-out environment (SIGKILL).
+        retry_delay_s: Seconds until a failed record is visible again; None leaves it to the
+            visibility timeout, as the event source mapping does.
     """
 
     index: int
@@ -328,6 +294,7 @@ class EventSourceConsumer:
     crash: CrashPlan | None = None
     rng: random.Random = field(default_factory=random.Random)
     kill_on_timeout: bool = True
+    retry_delay_s: int | None = None
     clock: Callable[[], float] = time.monotonic
     batches: int = 0
 
@@ -404,6 +371,7 @@ class EventSourceConsumer:
         released_at = self.clock()
         to_delete = [message for message in messages if message["MessageId"] not in failures]
         deleted, delete_failed = self._delete(to_delete)
+        self._schedule_retry([message for message in messages if message["MessageId"] in failures])
         self.trace.write(
             {
                 "ev": "release",
@@ -428,6 +396,24 @@ class EventSourceConsumer:
         timer.daemon = True
         timer.start()
         return timer
+
+    def _schedule_retry(self, failed: Sequence[MessageTypeDef]) -> None:
+        if self.retry_delay_s is None or not failed:
+            return
+        try:
+            self.sqs.change_message_visibility_batch(
+                QueueUrl=self.queue_url,
+                Entries=[
+                    {
+                        "Id": str(index),
+                        "ReceiptHandle": message["ReceiptHandle"],
+                        "VisibilityTimeout": self.retry_delay_s,
+                    }
+                    for index, message in enumerate(failed)
+                ],
+            )
+        except Exception as exc:  # they still come back, after the visibility timeout
+            print(f"consumer {self.index}: retry delay not set: {exc!r}", file=sys.stderr)
 
     def _delete(self, messages: Sequence[MessageTypeDef]) -> tuple[list[str], list[str]]:
         if not messages:
@@ -486,6 +472,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--function-name", default=DEFAULT_FUNCTION_NAME)
     parser.add_argument("--function-timeout-s", type=float, required=True)
     parser.add_argument("--idle-sleep-s", type=float, default=0.1)
+    parser.add_argument("--retry-delay-s", type=int, default=None)
     parser.add_argument("--parent-pid", type=int, default=os.getppid())
     parser.add_argument("--handler", default=DEFAULT_HANDLER, help="MODULE:FUNCTION")
     args = parser.parse_args(argv)
@@ -519,6 +506,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         function_timeout_s=args.function_timeout_s,
         function_name=args.function_name,
         idle_sleep_s=args.idle_sleep_s,
+        retry_delay_s=args.retry_delay_s,
         crash=crash,
         rng=_rng_for(crash, args.index, args.generation),
     )
@@ -528,402 +516,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     trace.write({"ev": "stop", **base, "batches": consumer.batches})
     trace.close()
     return 0
-
-
-# -- the pool (parent side) ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class QueueDepth:
-    """The queue's approximate counts: visible (waiting) and not visible (in flight)."""
-
-    visible: int
-    in_flight: int
-
-    @property
-    def is_empty(self) -> bool:
-        """True when nothing waits and nothing is in flight."""
-        return self.visible == 0 and self.in_flight == 0
-
-
-def queue_depth(sqs: SQSClient, queue_url: str) -> QueueDepth:
-    """One GetQueueAttributes call (moto computes both counts exactly)."""
-    attributes = sqs.get_queue_attributes(
-        QueueUrl=queue_url,
-        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-    )["Attributes"]
-    return QueueDepth(
-        visible=int(attributes.get("ApproximateNumberOfMessages", "0")),
-        in_flight=int(attributes.get("ApproximateNumberOfMessagesNotVisible", "0")),
-    )
-
-
-@dataclass
-class ConsumerProcess:
-    """One consumer OS process and its files."""
-
-    index: int
-    generation: int
-    process: subprocess.Popen[bytes]
-    trace_path: Path
-    stdout_path: Path
-
-    @property
-    def pid(self) -> int:
-        """The OS process id."""
-        return self.process.pid
-
-    def is_alive(self) -> bool:
-        """True while the process runs."""
-        return self.process.poll() is None
-
-    def kill(self) -> None:
-        """Kill it with SIGKILL (the harness's crash)."""
-        if self.is_alive():
-            self.process.kill()
-            self.process.wait()
-
-
-_CONTRACT_PREFIXES = ("AWS_", "SEMRUSH_", "SERENITY_", "POWERTOOLS_")
-_CONTRACT_NAMES = frozenset(
-    {
-        "QUEUE_URL",
-        "DLQ_URL",
-        "MAX_RECEIVE_COUNT",
-        "OUTCOME_BUS_NAME",
-        "ENVIRONMENT",
-        "BLOCK_PROJECTS",
-        "BLOCK_PROMPTS",
-        "SAFETY_MARGIN_MS",
-        "ENSURE_NOT_READY_RETRIES",
-        "ENSURE_RETRY_INTERVAL_S",
-        "UNMETERED_CACHE_TTL_S",
-        "SIBLING_RECLAIM_MAX_SIBLINGS",
-        "SIBLING_RECLAIM_MAX_PARKS",
-        "POOL_LOW_RATIO",
-        "POOL_LOW_INTERVAL_S",
-        "SWEEP_BUCKET",
-    }
-)
-
-
-def container_environment(stack_env: Mapping[str, str]) -> dict[str, str]:
-    """The process environment of a consumer: this one's, cleaned, plus ``stack_env``.
-
-    Every contract, Powertools and AWS variable is dropped first, so a developer's real
-    credentials or endpoints never reach a local container.
-    """
-    base = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith(_CONTRACT_PREFIXES) and name not in _CONTRACT_NAMES
-    }
-    return {**base, **stack_env}
-
-
-class ConsumerPool:
-    """Starts, watches, restarts and stops consumer processes.
-
-    Args:
-        env: The environment of every consumer (usually ``LocalStack.env()``).
-        queue_url: The allocation queue.
-        queue_arn: Its ARN.
-        region: The records' region.
-        work_dir: Where trace and stdout files go.
-        function_timeout_s: The Lambda context timeout (below the visibility timeout).
-        idle_sleep_s: Pause after an empty receive.
-        crash: Optional crash injection for every consumer.
-        name: The pool's subdirectory of ``work_dir``.
-        handler: ``MODULE:FUNCTION`` of the handler (default: the Allocator's).
-    """
-
-    def __init__(
-        self,
-        env: Mapping[str, str],
-        *,
-        queue_url: str,
-        queue_arn: str,
-        region: str,
-        work_dir: Path,
-        function_timeout_s: float,
-        idle_sleep_s: float = 0.1,
-        crash: CrashPlan | None = None,
-        name: str = "consumers",
-        handler: str = DEFAULT_HANDLER,
-    ) -> None:
-        self._env = container_environment({**env, **(crash.environment() if crash else {})})
-        self._queue_url = queue_url
-        self._queue_arn = queue_arn
-        self._region = region
-        self._dir = work_dir / name
-        self._dir.mkdir(parents=True, exist_ok=True)
-        self._function_timeout_s = function_timeout_s
-        self._idle_sleep_s = idle_sleep_s
-        self._handler = handler
-        self.processes: list[ConsumerProcess] = []
-        """Every process started, in start order (restarted ones included)."""
-        self.restarts = 0
-
-    @property
-    def trace_paths(self) -> list[Path]:
-        """Trace files of every process started."""
-        return [process.trace_path for process in self.processes]
-
-    @property
-    def stdout_paths(self) -> list[Path]:
-        """Handler stdout files of every process started."""
-        return [process.stdout_path for process in self.processes]
-
-    def live(self) -> list[ConsumerProcess]:
-        """The current process of each slot that still runs."""
-        current: dict[int, ConsumerProcess] = {}
-        for process in self.processes:
-            current[process.index] = process
-        return [process for process in current.values() if process.is_alive()]
-
-    def start(self, count: int, *, ready_timeout_s: float = 60.0) -> list[ConsumerProcess]:
-        """Start ``count`` more consumers and wait until each is ready to receive."""
-        first = 1 + max((process.index for process in self.processes), default=-1)
-        started = [self._spawn(index, 0) for index in range(first, first + count)]
-        self.wait_ready(started, timeout_s=ready_timeout_s)
-        return started
-
-    def _spawn(self, index: int, generation: int) -> ConsumerProcess:
-        stem = f"consumer-{index:02d}-g{generation}"
-        trace_path = self._dir / f"{stem}.trace.jsonl"
-        stdout_path = self._dir / f"{stem}.stdout.log"
-        with stdout_path.open("wb") as stdout:
-            process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "serenity_tools.standins.consumer",
-                    "--index",
-                    str(index),
-                    "--generation",
-                    str(generation),
-                    "--trace",
-                    str(trace_path),
-                    "--queue-url",
-                    self._queue_url,
-                    "--queue-arn",
-                    self._queue_arn,
-                    "--region",
-                    self._region,
-                    "--function-timeout-s",
-                    repr(self._function_timeout_s),
-                    "--idle-sleep-s",
-                    repr(self._idle_sleep_s),
-                    "--parent-pid",
-                    str(os.getpid()),
-                    "--handler",
-                    self._handler,
-                ],
-                env=self._env,
-                stdin=subprocess.DEVNULL,
-                stdout=stdout,
-                stderr=subprocess.STDOUT,
-                # Own session: a Ctrl-C in the terminal reaches the parent only, which then
-                # stops the consumers cleanly with SIGTERM.
-                start_new_session=True,
-            )
-        consumer = ConsumerProcess(index, generation, process, trace_path, stdout_path)
-        self.processes.append(consumer)
-        return consumer
-
-    def wait_ready(self, processes: Sequence[ConsumerProcess], *, timeout_s: float) -> None:
-        """Wait until each process has written its ``start`` trace line.
-
-        Raises:
-            RuntimeError: A process exited first, or the timeout passed.
-        """
-        deadline = time.monotonic() + timeout_s
-        pending = list(processes)
-        while pending:
-            pending = [p for p in pending if not _has_started(p.trace_path)]
-            for process in pending:
-                if not process.is_alive():
-                    tail = _tail(process.stdout_path)
-                    raise RuntimeError(
-                        f"consumer {process.index} exited before it was ready:\n{tail}"
-                    )
-            if pending and time.monotonic() > deadline:
-                raise RuntimeError(f"{len(pending)} consumer(s) not ready in {timeout_s} s")
-            if pending:
-                time.sleep(0.05)
-
-    def restart_dead(self) -> list[ConsumerProcess]:
-        """Replace every slot whose current process died (a crashed container is replaced)."""
-        current: dict[int, ConsumerProcess] = {}
-        for process in self.processes:
-            current[process.index] = process
-        restarted = [
-            self._spawn(process.index, process.generation + 1)
-            for process in current.values()
-            if not process.is_alive()
-        ]
-        self.restarts += len(restarted)
-        return restarted
-
-    def kill(self, index: int) -> None:
-        """Kill the current process of slot ``index`` with SIGKILL."""
-        for process in reversed(self.processes):
-            if process.index == index:
-                process.kill()
-                return
-
-    def wait_drained(
-        self,
-        depth: Callable[[], QueueDepth],
-        *,
-        timeout_s: float,
-        poll_s: float = 0.25,
-        restart_dead: bool = True,
-    ) -> bool:
-        """Wait until the queue is empty with nothing in flight; return False on timeout.
-
-        The parent polls lightly (one GetQueueAttributes per ``poll_s``): the broker is
-        single-threaded and serves the consumers too.
-        """
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if restart_dead:
-                self.restart_dead()
-            if depth().is_empty:
-                return True
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(poll_s)
-
-    def stop(self, timeout_s: float = 20.0) -> None:
-        """SIGTERM every live consumer (each finishes its batch), then kill stragglers."""
-        alive = [process for process in self.processes if process.is_alive()]
-        for process in alive:
-            process.process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        for process in alive:
-            try:
-                process.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-
-
-def _has_started(trace_path: Path) -> bool:
-    try:
-        with trace_path.open("rb") as handle:
-            return b'"ev":"start"' in handle.read(4096)
-    except FileNotFoundError:
-        return False
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return ""
-
-
-# -- drain --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ConsumerStats:
-    """What one consumer slot did (all its generations)."""
-
-    batches: int
-    received: int
-    deleted: int
-
-
-@dataclass(frozen=True)
-class TraceSummary:
-    """Counts over a set of trace files."""
-
-    batches: int
-    received: int
-    deleted: int
-    item_failures: int
-    handler_errors: int
-    crashes: int
-    per_consumer: dict[int, ConsumerStats]
-
-
-def summarize_traces(events: Iterable[Mapping[str, Any]]) -> TraceSummary:
-    """Count batches, messages and failures per consumer slot."""
-    batches: dict[int, int] = {}
-    received: dict[int, int] = {}
-    deleted: dict[int, int] = {}
-    failures = errors = crashes = 0
-    for event in events:
-        slot = int(event.get("consumer", -1))
-        kind = event.get("ev")
-        if kind == "receive":
-            batches[slot] = batches.get(slot, 0) + 1
-            received[slot] = received.get(slot, 0) + len(event.get("msgs", []))
-        elif kind == "release":
-            deleted[slot] = deleted.get(slot, 0) + len(event.get("deleted", []))
-            failures += len(event.get("failures", [])) if not event.get("error") else 0
-            errors += 1 if event.get("error") else 0
-        elif kind == "crash":
-            crashes += 1
-    slots = sorted(set(batches) | set(deleted))
-    return TraceSummary(
-        batches=sum(batches.values()),
-        received=sum(received.values()),
-        deleted=sum(deleted.values()),
-        item_failures=failures,
-        handler_errors=errors,
-        crashes=crashes,
-        per_consumer={
-            slot: ConsumerStats(batches.get(slot, 0), received.get(slot, 0), deleted.get(slot, 0))
-            for slot in slots
-        },
-    )
-
-
-@dataclass(frozen=True)
-class DrainSummary:
-    """The result of :func:`drain`."""
-
-    drained: bool
-    duration_s: float
-    consumers: int
-    restarts: int
-    traces: TraceSummary
-    trace_paths: list[Path]
-    stdout_paths: list[Path]
-
-
-def drain(
-    stack: LocalStack,
-    consumers: int = 4,
-    timeout_s: float = 120.0,
-    *,
-    crash: CrashPlan | None = None,
-) -> DrainSummary:
-    """Run ``consumers`` consumer processes until the queue is empty with nothing in flight.
-
-    Args:
-        stack: A started local stack.
-        consumers: How many containers to run.
-        timeout_s: Give up after this long (``drained`` is then False).
-        crash: Optional crash injection; dead consumers are replaced while draining.
-    """
-    started = time.monotonic()
-    pool = stack.start_consumers(consumers, crash=crash)
-    try:
-        drained = pool.wait_drained(stack.queue_depth, timeout_s=timeout_s)
-    finally:
-        pool.stop()
-    return DrainSummary(
-        drained=drained,
-        duration_s=time.monotonic() - started,
-        consumers=consumers,
-        restarts=pool.restarts,
-        traces=summarize_traces(read_trace_events(pool.trace_paths)),
-        trace_paths=pool.trace_paths,
-        stdout_paths=pool.stdout_paths,
-    )
 
 
 if __name__ == "__main__":

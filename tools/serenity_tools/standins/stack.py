@@ -10,10 +10,21 @@
   targets to SQS synchronously inside PutEvents).
 - Consumer processes on demand (:mod:`.consumer`), one per simulated Lambda container.
 
-Timings are shortened for local runs: the queue's visibility timeout is a few seconds so a
-failed message comes back quickly; the Lambda context timeout is one second below it (a batch
-is finished or killed before SQS hands it out again), and the Semrush per-request timeout and
-the safety margin are sized so the handler's own time budgeting still works inside it.
+Local timings are generous where a slow machine would otherwise look like a broken one, and
+short only where waiting adds nothing:
+
+- the queue's visibility timeout defaults to :data:`DEFAULT_VISIBILITY_TIMEOUT_S` (60 s) and
+  the Lambda context timeout is one second below it, far above a batch's time even on a
+  machine whose cores are busy with other work: a batch is never killed or handed out twice
+  just because the CPU was shared (the Semrush per-request timeout is a third of the function
+  timeout, at most 15 s as in production);
+- a record the handler FAILED comes back after :data:`LOCAL_RETRY_DELAY_S` (2 s) instead of
+  the rest of the visibility timeout: the consumer sets its visibility once the handler has
+  returned (on AWS the record waits out the visibility timeout, 360 s). Parks, not-ready
+  children and the zombie's five receives stay quick;
+- a scenario ABOUT redelivery after a crash or a timeout (the harness's ``crash`` and
+  ``faults``, the crash tests) sets a short visibility timeout explicitly: a killed
+  container's batch comes back only when the visibility timeout has passed.
 
 ``serenity-allocator local up`` starts it all and runs until Ctrl-C.
 """
@@ -28,19 +39,15 @@ import shlex
 import signal
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from serenity_tools.standins.consumer import (
-    DEFAULT_HANDLER,
-    ConsumerPool,
-    CrashPlan,
-    QueueDepth,
-    queue_depth,
-)
+from serenity_tools.standins.consumer import DEFAULT_HANDLER, CrashPlan
+from serenity_tools.standins.consumer_pool import ConsumerPool, QueueDepth, queue_depth
 from serenity_tools.standins.outcome_capture import OutcomeCapture, create_outcome_capture
 from serenity_tools.standins.resources import (
     LOCAL_REGION,
@@ -49,6 +56,7 @@ from serenity_tools.standins.resources import (
     create_local_resources,
     local_client,
 )
+from serenity_tools.standins.traces import TraceSummary, read_trace_events, summarize_traces
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -57,7 +65,10 @@ if TYPE_CHECKING:
     from serenity_tools.standins.moto_server import MotoServer
     from serenity_tools.standins.simulator import SimulatorServer
 
-DEFAULT_VISIBILITY_TIMEOUT_S = 3
+DEFAULT_VISIBILITY_TIMEOUT_S = 60
+"""Generous: far above a batch's time on a busy machine (the function timeout is 1 s less)."""
+LOCAL_RETRY_DELAY_S = 2
+"""Seconds until a record the handler failed is visible again (a local time compression)."""
 LOCAL_ENVIRONMENT = "local"
 LOCAL_SAFETY_MARGIN_MS = 250
 _SECRET_ENV_NAMES = frozenset({"SEMRUSH_TOKEN"})
@@ -85,7 +96,10 @@ class LocalStack:
     Args:
         latency_ms: Simulator latency added to every Semrush request.
         not_ready_ms: Simulator not-ready window after a transfer.
-        visibility_timeout_s: The queue's visibility timeout (whole seconds, >= 2).
+        visibility_timeout_s: The queue's visibility timeout (whole seconds, >= 2); the
+            function timeout is one second less.
+        retry_delay_s: Seconds until a record the handler failed comes back (capped by the
+            visibility timeout); None leaves it to the visibility timeout, as on AWS.
         max_receive_count: The redrive policy's maxReceiveCount (template: 5).
         work_dir: Where consumer traces and logs go (a new temporary directory when absent).
         names: Resource names (template-like local names by default).
@@ -103,6 +117,7 @@ class LocalStack:
         not_ready_ms: float = 0.0,
         visibility_timeout_s: int = DEFAULT_VISIBILITY_TIMEOUT_S,
         max_receive_count: int = 5,
+        retry_delay_s: int | None = LOCAL_RETRY_DELAY_S,
         work_dir: Path | None = None,
         names: LocalResourceNames | None = None,
         fifo_safe_broker: bool = True,
@@ -116,6 +131,9 @@ class LocalStack:
         self.latency_ms = latency_ms
         self.not_ready_ms = not_ready_ms
         self.visibility_timeout_s = visibility_timeout_s
+        self.retry_delay_s = (
+            None if retry_delay_s is None else min(retry_delay_s, visibility_timeout_s)
+        )
         self.names = names or LocalResourceNames(
             visibility_timeout_s=visibility_timeout_s, max_receive_count=max_receive_count
         )
@@ -327,6 +345,7 @@ class LocalStack:
             crash=crash,
             name=f"pool-{len(self._pools) + 1}",
             handler=handler,
+            retry_delay_s=self.retry_delay_s,
         )
         self._pools.append(pool)
         try:
@@ -415,8 +434,57 @@ class LocalStack:
             ("token secret id", resources.secret_id or "-"),
             ("visibility timeout", f"{self.visibility_timeout_s} s"),
             ("function timeout", f"{self.function_timeout_s} s"),
+            ("failed record retry", f"{self.retry_delay_s} s" if self.retry_delay_s else "-"),
             ("work dir (traces, logs)", str(self.work_dir)),
         ]
+
+
+# -- drain --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DrainSummary:
+    """The result of :func:`drain`."""
+
+    drained: bool
+    duration_s: float
+    consumers: int
+    restarts: int
+    traces: TraceSummary
+    trace_paths: list[Path]
+    stdout_paths: list[Path]
+
+
+def drain(
+    stack: LocalStack,
+    consumers: int = 4,
+    timeout_s: float = 120.0,
+    *,
+    crash: CrashPlan | None = None,
+) -> DrainSummary:
+    """Run ``consumers`` consumer processes until the queue is empty with nothing in flight.
+
+    Args:
+        stack: A started local stack.
+        consumers: How many containers to run.
+        timeout_s: Give up after this long (``drained`` is then False).
+        crash: Optional crash injection; dead consumers are replaced while draining.
+    """
+    started = time.monotonic()
+    pool = stack.start_consumers(consumers, crash=crash)
+    try:
+        drained = pool.wait_drained(stack.queue_depth, timeout_s=timeout_s)
+    finally:
+        pool.stop()
+    return DrainSummary(
+        drained=drained,
+        duration_s=time.monotonic() - started,
+        consumers=consumers,
+        restarts=pool.restarts,
+        traces=summarize_traces(read_trace_events(pool.trace_paths)),
+        trace_paths=pool.trace_paths,
+        stdout_paths=pool.stdout_paths,
+    )
 
 
 def _started(part: _T | None) -> _T:
@@ -450,7 +518,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--visibility-timeout-s",
         type=int,
         default=DEFAULT_VISIBILITY_TIMEOUT_S,
-        help="queue visibility timeout (the function timeout is 1 s less)",
+        help="queue visibility timeout (the function timeout is 1 s less; default: generous)",
     )
     parser.add_argument("--moto-port", type=int, default=0, help="moto port (0: ephemeral)")
     parser.add_argument("--simulator-port", type=int, default=0, help="simulator port")

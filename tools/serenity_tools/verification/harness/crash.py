@@ -1,0 +1,81 @@
+"""Scenario ``crash``: consumers SIGKILLed at random points and restarted; every invariant holds.
+
+Consumers die before the handler, during it, after it before the delete, and in the middle of
+outcome publishing (:func:`.handlers.crash_while_publishing_handler`). Redelivery converges:
+a request replayed because its batch's consumer died is an explained replay (at-least-once,
+reported with its cause); any other duplicate is a violation.
+
+The scenario is ABOUT redelivery after a crash, so it sets a short visibility timeout
+(:data:`CRASH_VISIBILITY_TIMEOUT_S`): a dead container's batch comes back when it passes. On a
+busy machine the function timeout (one second less) may kill a slow batch too; that is traced
+(``function_timeout``) and explained the same way.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from typing import Any
+
+from serenity_tools.standins.consumer import CRASH_POINTS, CrashPlan
+from serenity_tools.verification.checks import explained_lines
+from serenity_tools.verification.harness.analysis import (
+    drain_checks,
+    invariant_checks,
+    redelivered,
+    run_record,
+)
+from serenity_tools.verification.harness.config import FEATURES_ON, HarnessConfig
+from serenity_tools.verification.harness.drain import fifo_run
+from serenity_tools.verification.harness.handlers import (
+    PUBLISH_CRASH_HANDLER,
+    PUBLISH_CRASH_PROBABILITY_ENV,
+    PUBLISH_CRASH_SEED_ENV,
+)
+from serenity_tools.verification.harness.results import ScenarioResult, finished, run_numbers
+from serenity_tools.verification.harness.workload import plan_workload
+
+CRASH_VISIBILITY_TIMEOUT_S = 5
+"""A killed container's batch comes back after this (the function timeout is 1 s less)."""
+_PUBLISH_CRASH = "during_publish"
+
+
+def run_crash(config: HarnessConfig) -> ScenarioResult:
+    """Scenario 3: consumers SIGKILLed at random points, restarted; every invariant holds."""
+    started = time.monotonic()
+    workload = plan_workload(config.children, config.requests, random.Random(config.seed))
+    crash = CrashPlan("random", config.crash_probability, seed=config.seed, max_delay_s=0.3)
+    env = {
+        **FEATURES_ON,
+        PUBLISH_CRASH_PROBABILITY_ENV: repr(config.crash_probability / 2),
+        PUBLISH_CRASH_SEED_ENV: str(config.seed),
+    }
+    run, requests, writes = fifo_run(
+        config,
+        "crash",
+        workload,
+        crash=crash,
+        handler=PUBLISH_CRASH_HANDLER,
+        env=env,
+        visibility_timeout_s=CRASH_VISIBILITY_TIMEOUT_S,
+    )
+    checks = [
+        *invariant_checks(run_record(workload.org, requests, run)),
+        writes.result,
+        *drain_checks(run),
+    ]
+    traced = Counter(str(e.get("at")) for e in run.events if e.get("ev") == "crash")
+    counts = Counter(o.request_id for o in run.outcomes)
+    numbers: dict[str, Any] = {
+        **run_numbers(run, len(workload.requests)),
+        "consumers killed (SIGKILL)": run.killed,
+        **{f"crashes {point}": traced[point] for point in (*CRASH_POINTS, "function_timeout")},
+        f"crashes {_PUBLISH_CRASH}": max(0, run.killed - sum(traced.values())),
+        "consumer restarts": run.pool.restarts,
+        "outcome replays (at-least-once)": sum(n - 1 for n in counts.values() if n > 1),
+        "requests replayed": sum(1 for n in counts.values() if n > 1),
+        "replays explained by a crash": len(explained_lines(checks)),
+        "messages redelivered": redelivered(run.events, {r.request_id for r in requests}),
+    }
+    return finished("crash", config, started, checks, numbers, run)

@@ -1,0 +1,316 @@
+"""Running a workload: paced senders, consumer processes, and what the run left behind."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from serenity_allocator.adapters.eventbridge_outcomes import POOL_LOW_DETAIL_TYPE
+from serenity_allocator.adapters.sqs_producer import AllocationProducer
+from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
+from serenity_tools.standins.consumer import DEFAULT_HANDLER, CrashPlan
+from serenity_tools.standins.consumer_pool import ConsumerPool, QueueDepth, queue_depth
+from serenity_tools.standins.stack import DEFAULT_VISIBILITY_TIMEOUT_S, DeadLetter, LocalStack
+from serenity_tools.standins.traces import TraceSummary, read_trace_events, summarize_traces
+from serenity_tools.verification.harness.config import FEATURES_ON, HarnessConfig
+from serenity_tools.verification.harness.poison_bodies import PoisonMessage
+from serenity_tools.verification.harness.worker_releases import (
+    reclaimed_children,
+    with_worker_releases,
+)
+from serenity_tools.verification.harness.workload import Request, Workload
+from serenity_tools.verification.invariants import InvariantResult, workspaces_by_id
+from serenity_tools.verification.writes import meter_writes
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
+
+_COLLECT_EVERY_S = 1.0
+
+Outgoing = EnsureRequest | ReleaseRequest | PoisonMessage
+Sender = Callable[[Sequence[Outgoing]], None]
+
+
+def _outgoing_id(item: Outgoing) -> str:
+    return item.dedup_id if isinstance(item, PoisonMessage) else item.request_id
+
+
+def _send_raw(
+    sqs: SQSClient, queue_url: str, messages: Sequence[tuple[str, str | None, str | None]]
+) -> None:
+    """Send (body, group id, deduplication id) triples, 10 per call; raise on any failure."""
+    for start in range(0, len(messages), 10):
+        entries: list[SendMessageBatchRequestEntryTypeDef] = []
+        for index, (body, group_id, dedup_id) in enumerate(messages[start : start + 10]):
+            entry: SendMessageBatchRequestEntryTypeDef = {"Id": str(index), "MessageBody": body}
+            if group_id is not None:
+                entry["MessageGroupId"] = group_id
+            if dedup_id is not None:
+                entry["MessageDeduplicationId"] = dedup_id
+            entries.append(entry)
+        failed = sqs.send_message_batch(QueueUrl=queue_url, Entries=entries).get("Failed", [])
+        if failed:
+            raise RuntimeError(f"{len(failed)} message(s) not sent: {failed[0].get('Code')}")
+
+
+def fifo_sender(stack: LocalStack) -> Sender:
+    """Send to the allocation FIFO queue: requests through the real producer, poison raw."""
+    producer = AllocationProducer(stack.resources.queue_url, stack.sqs)
+
+    def send(batch: Sequence[Outgoing]) -> None:
+        requests = [item for item in batch if not isinstance(item, PoisonMessage)]
+        if requests:
+            producer.enqueue_many(requests)
+        poison = [item for item in batch if isinstance(item, PoisonMessage)]
+        raw = [(p.body, p.group_id, p.dedup_id) for p in poison]
+        _send_raw(stack.sqs, stack.resources.queue_url, raw)
+
+    return send
+
+
+def standard_sender(sqs: SQSClient, queue_url: str) -> Sender:
+    """Send request bodies to a standard queue (no group, no deduplication id)."""
+
+    def send(batch: Sequence[Outgoing]) -> None:
+        bodies = [
+            item.body
+            if isinstance(item, PoisonMessage)
+            else item.model_dump_json(exclude_none=True)
+            for item in batch
+        ]
+        _send_raw(sqs, queue_url, [(body, None, None) for body in bodies])
+
+    return send
+
+
+def feed(
+    units: Sequence[Sequence[Outgoing]],
+    send: Sender,
+    depth: Callable[[], QueueDepth],
+    *,
+    max_in_queue: int,
+    idle: Callable[[], None],
+    deadline: float,
+) -> dict[str, float]:
+    """Send ``units`` in order, keeping at most ``max_in_queue`` messages not yet deleted.
+
+    Returns:
+        Request (or poison dedup) id -> monotonic time its send returned. Fewer than all ids
+        when ``deadline`` passed first.
+    """
+    enqueued_at: dict[str, float] = {}
+    index = 0
+    while index < len(units) and time.monotonic() < deadline:
+        current = depth()
+        room = max_in_queue - current.visible - current.in_flight
+        if room < len(units[index]):
+            idle()
+            continue
+        batch: list[Outgoing] = []
+        while index < len(units) and len(batch) + len(units[index]) <= room:
+            batch.extend(units[index])
+            index += 1
+        send(batch)
+        now = time.monotonic()
+        enqueued_at.update((_outgoing_id(item), now) for item in batch)
+    return enqueued_at
+
+
+@dataclass
+class DrainedRun:
+    """What one drained workload left behind (everything the checks read)."""
+
+    before: dict[str, Mapping[str, Any]]
+    after: dict[str, Mapping[str, Any]]
+    calls: list[dict[str, Any]]
+    outcomes: list[AllocationOutcome]
+    letters: list[DeadLetter]
+    events: list[dict[str, Any]]
+    traces: TraceSummary
+    pool: ConsumerPool
+    enqueued_at: dict[str, float]
+    sent_all: bool
+    drained: bool
+    duration_s: float
+    pool_low_events: int
+    killed: int
+    """Consumer processes that ended by SIGKILL (crash points, function timeouts)."""
+    visibility_timeout_s: int
+    max_receive_count: int
+
+
+def drain_workload(
+    stack: LocalStack,
+    units: Sequence[Sequence[Outgoing]],
+    *,
+    consumers: int,
+    timeout_s: float,
+    send: Sender | None = None,
+    queue: tuple[str, str] | None = None,
+    dlq_url: str | None = None,
+    crash: CrashPlan | None = None,
+    handler: str = DEFAULT_HANDLER,
+    env: Mapping[str, str] = FEATURES_ON,
+) -> DrainedRun:
+    """Start ``consumers`` containers, feed ``units`` paced, wait for the drain, collect.
+
+    Args:
+        stack: A started, seeded stack.
+        units: Send units in order.
+        consumers: How many consumer processes.
+        timeout_s: Overall budget for feeding and draining.
+        send: How to enqueue (default: the allocation FIFO queue).
+        queue: (URL, ARN) of another queue to consume (the standard-queue contrast).
+        dlq_url: The DLQ to read afterwards besides the allocation DLQ.
+        crash: Crash injection for the consumers (dead ones are restarted).
+        handler: ``MODULE:FUNCTION`` the consumers call.
+        env: Environment overrides for the consumers.
+    """
+    queue_url = queue[0] if queue else stack.resources.queue_url
+    collected_at = [time.monotonic()]
+
+    def depth() -> QueueDepth:
+        # Read the outcome capture as the run goes: moto scans a whole queue per message, so
+        # thousands of events read at the end would take minutes (the capture is cumulative).
+        if time.monotonic() - collected_at[0] >= _COLLECT_EVERY_S:
+            stack.outcomes.events()
+            collected_at[0] = time.monotonic()
+        return queue_depth(stack.sqs, queue_url)
+
+    before = workspaces_by_id(stack.simulator.dump()["workspaces"])
+    started = time.monotonic()
+    pool = stack.start_consumers(
+        consumers, crash=crash, idle_sleep_s=0.1, handler=handler, queue=queue, **dict(env)
+    )
+
+    def idle() -> None:
+        pool.restart_dead()  # a crashed container is replaced, as Lambda does
+        time.sleep(0.05)
+
+    try:
+        enqueued_at = feed(
+            units,
+            send or fifo_sender(stack),
+            depth,
+            max_in_queue=10 * consumers + 30,
+            idle=idle,
+            deadline=started + timeout_s,
+        )
+        sent_all = len(enqueued_at) == sum(map(len, units))
+        remaining = max(1.0, started + timeout_s - time.monotonic())
+        drained = sent_all and pool.wait_drained(depth, timeout_s=remaining)
+    finally:
+        pool.stop()
+    duration = time.monotonic() - started
+    dump = stack.simulator.dump()
+    outcomes = stack.outcomes.outcomes()
+    events = read_trace_events(pool.trace_paths)
+    letters = stack.read_dead_letters()
+    if dlq_url is not None:
+        letters += stack.read_dead_letters(dlq_url)
+    return DrainedRun(
+        before=before,
+        after=workspaces_by_id(dump["workspaces"]),
+        calls=dump["calls"],
+        outcomes=outcomes,
+        letters=letters,
+        events=events,
+        traces=summarize_traces(events),
+        pool=pool,
+        enqueued_at=enqueued_at,
+        sent_all=sent_all,
+        drained=drained,
+        duration_s=duration,
+        pool_low_events=sum(
+            1 for e in stack.outcomes.events() if e.get("detail-type") == POOL_LOW_DETAIL_TYPE
+        ),
+        killed=sum(1 for p in pool.processes if p.process.returncode == -signal.SIGKILL),
+        visibility_timeout_s=stack.visibility_timeout_s,
+        max_receive_count=stack.resources.max_receive_count,
+    )
+
+
+@contextlib.contextmanager
+def local_stack(
+    config: HarnessConfig, name: str, *, visibility_timeout_s: int | None = None, **kwargs: Any
+) -> Iterator[LocalStack]:
+    """A fresh stack for one run.
+
+    Its visibility timeout is the configured one, else the scenario's own
+    (``visibility_timeout_s``), else the stack's generous default.
+    """
+    work_dir = config.work_dir / f"{name}-c{config.consumers}" if config.work_dir else None
+    visibility = config.visibility_timeout_s or visibility_timeout_s or DEFAULT_VISIBILITY_TIMEOUT_S
+    with LocalStack(
+        latency_ms=config.latency_ms,
+        visibility_timeout_s=visibility,
+        max_receive_count=config.max_receive_count,
+        work_dir=work_dir,
+        **kwargs,
+    ) as stack:
+        yield stack
+
+
+def fifo_run(
+    config: HarnessConfig,
+    name: str,
+    workload: Workload,
+    *,
+    units: Sequence[Sequence[Outgoing]] | None = None,
+    crash: CrashPlan | None = None,
+    handler: str = DEFAULT_HANDLER,
+    env: Mapping[str, str] = FEATURES_ON,
+    faults: Mapping[str, Any] | None = None,
+    not_ready_ms: float = 0.0,
+    visibility_timeout_s: int | None = None,
+) -> tuple[DrainedRun, list[Request], MeteredWritesResult]:
+    """Seed, drain through the FIFO queue, and do the services' writes; return the run."""
+    with local_stack(
+        config, name, visibility_timeout_s=visibility_timeout_s, not_ready_ms=not_ready_ms
+    ) as stack:
+        stack.simulator.seed(list(workload.org.workspaces))
+        if faults:
+            stack.simulator.faults(**faults)
+        run = drain_workload(
+            stack,
+            units if units is not None else workload.units,
+            consumers=config.consumers,
+            timeout_s=config.drain_timeout_s,
+            crash=crash,
+            handler=handler,
+            env=env,
+        )
+        if faults:
+            stack.simulator.faults(error_rate={}, stuck=[])
+        requests = with_worker_releases(workload.requests, run.events, run.outcomes)
+        writes = services_write(stack, workload, requests, run)
+    return run, requests, writes
+
+
+@dataclass(frozen=True)
+class MeteredWritesResult:
+    """The services' writes after the drain (:func:`.writes.meter_writes`)."""
+
+    result: InvariantResult
+    refused: int
+    skipped: int
+    """Children left out: a sibling reclaim lowered them after their ensure, by design."""
+
+
+def services_write(
+    stack: LocalStack, workload: Workload, requests: Sequence[Request], run: DrainedRun
+) -> MeteredWritesResult:
+    """Each child's service writes what its last applied ensure prepared for."""
+    reclaimed = reclaimed_children(requests)
+    plans = {c: p for c, p in workload.plans.items() if c not in reclaimed}
+    writes = meter_writes(stack, plans, run.outcomes)
+    result = writes.result()
+    skipped = len(set(workload.plans) & reclaimed)
+    if skipped:
+        result = replace(result, detail=f"{result.detail} ({skipped} reclaimed children skipped)")
+    return MeteredWritesResult(result, len(writes.refused), skipped)

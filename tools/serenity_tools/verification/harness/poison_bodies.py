@@ -1,0 +1,182 @@
+"""Poison: messages the worker must refuse, drawn from a seeded or a hypothesis source."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from serenity_allocator.domain.messages import parse_request
+
+_T = TypeVar("_T")
+
+
+class Draws(Protocol):
+    """Where the poison generator's choices come from (seeded ``random``, or hypothesis)."""
+
+    def integer(self, low: int, high: int) -> int:
+        """An integer in ``[low, high]``."""
+        ...
+
+    def choice(self, options: Sequence[_T]) -> _T:
+        """One of ``options``."""
+        ...
+
+    def text(self, max_size: int) -> str:
+        """Text of at most ``max_size`` characters SQS accepts in a body."""
+        ...
+
+
+_TEXT_ALPHABET = "abcxyzABCXYZ0123456789 _-.:,;!?'\"{}[]()<>/\\\t\n" + "éüßñ漢字дж😀€\u00a0\u2028"
+
+
+class RandomDraws:
+    """:class:`Draws` from a seeded :class:`random.Random` (what the CLI uses)."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self._rng = rng
+
+    def integer(self, low: int, high: int) -> int:
+        """An integer in ``[low, high]``."""
+        return self._rng.randint(low, high)
+
+    def choice(self, options: Sequence[_T]) -> _T:
+        """One of ``options``."""
+        return self._rng.choice(options)
+
+    def text(self, max_size: int) -> str:
+        """Random text over a mixed alphabet (quotes, braces, non-ASCII, emoji)."""
+        length = self._rng.randint(0, max_size)
+        return "".join(self._rng.choice(_TEXT_ALPHABET) for _ in range(length))
+
+
+POISON_KINDS = (
+    "not-json",
+    "truncated-json",
+    "json-not-object",
+    "missing-field",
+    "wrong-type",
+    "unknown-field",
+    "bad-kind",
+    "bad-version",
+    "negative-number",
+    "blank-or-long-id",
+    "group-mismatch",
+)
+
+
+@dataclass(frozen=True)
+class PoisonMessage:
+    """A message the worker must refuse: it goes to the DLQ with its reason, never to Semrush.
+
+    Attributes:
+        kind: Which of :data:`POISON_KINDS` it is.
+        poison_id: The workspace id its body names, if any (ids that appear only in poison).
+        group_id: Its MessageGroupId (its own, or a valid child's: poison in a busy group).
+        body: The raw body.
+        dedup_id: Its MessageDeduplicationId.
+    """
+
+    kind: str
+    poison_id: str
+    group_id: str
+    body: str
+    dedup_id: str
+
+
+def is_refused_by_worker(group_id: str, body: str) -> bool:
+    """True when the worker dead-letters this message: the worker's own validation rule.
+
+    The body must parse as a version-1 request and its ``workspace_id`` must equal the
+    MessageGroupId (``allocator_worker._parse_record``).
+    """
+    from pydantic import ValidationError
+
+    try:
+        request = parse_request(body)
+    except ValidationError:
+        return True
+    return request.workspace_id != group_id
+
+
+def _poison_base(draws: Draws, poison_id: str) -> dict[str, Any]:
+    if draws.integer(0, 1):
+        return {
+            "version": 1,
+            "kind": "ensure",
+            "request_id": f"{poison_id}-r",
+            "workspace_id": poison_id,
+            "parent_workspace_id": "px-parent",
+            "need": {"projects": draws.integer(0, 2), "prompts": draws.integer(0, 500)},
+        }
+    return {
+        "version": 1,
+        "kind": "release",
+        "request_id": f"{poison_id}-r",
+        "workspace_id": poison_id,
+    }
+
+
+def _poison_body(kind: str, draws: Draws, base: dict[str, Any]) -> str:
+    body: Any = dict(base)
+    if kind == "not-json":
+        return draws.choice(("<html>", "ensure ", "{", "'")) + draws.text(60)
+    if kind == "truncated-json":
+        text = json.dumps(base, ensure_ascii=False)
+        return text[: draws.integer(1, len(text) - 1)]
+    if kind == "json-not-object":
+        body = draws.choice(
+            ([draws.integer(-9, 9)], draws.text(20), None, draws.integer(-99, 99), True)
+        )
+    elif kind == "missing-field":
+        del body[draws.choice([key for key in base if key != "version"])]
+    elif kind == "wrong-type":
+        key = draws.choice(sorted(base))
+        body[key] = draws.choice(
+            (draws.integer(-5, 5), draws.text(10), None, [1], {"a": 1}, 1.5, True)
+        )
+    elif kind == "unknown-field":
+        body[draws.choice(("extra", "Kind", "need2", "priority"))] = draws.text(10)
+    elif kind == "bad-kind":
+        body["kind"] = draws.text(12)
+    elif kind == "bad-version":
+        body["version"] = draws.choice((0, 2, "1", 1.5, None))
+    elif kind == "negative-number":
+        if body["kind"] == "ensure":
+            body["need"] = {**body["need"], "prompts": -draws.integer(1, 1000)}
+        else:
+            body["floor"] = {"projects": -draws.integer(1, 5), "prompts": 0}
+    elif kind == "blank-or-long-id":
+        body["workspace_id"] = draws.choice(("", "   ", "x" * 129))
+    return json.dumps(body, ensure_ascii=False)
+
+
+def poison_messages(draws: Draws, count: int, valid_groups: Sequence[str]) -> list[PoisonMessage]:
+    """``count`` messages the worker refuses, of every kind, some in valid children's groups.
+
+    A draw that happens to be a valid request is dropped (checked with
+    :func:`is_refused_by_worker`) and another one drawn.
+
+    Raises:
+        RuntimeError: The draws keep producing valid requests.
+    """
+    messages: list[PoisonMessage] = []
+    for attempt in range(count * 20):
+        if len(messages) == count:
+            break
+        kind = draws.choice(POISON_KINDS)
+        poison_id = f"px-{attempt:04d}"
+        base = _poison_base(draws, poison_id)
+        # A third of the poison sits in a valid child's group: it must not hold that group.
+        in_valid_group = bool(valid_groups) and draws.integer(0, 2) == 0
+        group = draws.choice(valid_groups) if in_valid_group else poison_id
+        if kind == "group-mismatch" and group == poison_id:
+            group = f"{poison_id}-elsewhere"
+        body = _poison_body(kind, draws, base) or " "
+        if is_refused_by_worker(group, body):
+            messages.append(PoisonMessage(kind, poison_id, group, body, f"poison-{attempt}"))
+    if len(messages) < count:
+        raise RuntimeError("the draws keep producing valid requests")
+    return messages

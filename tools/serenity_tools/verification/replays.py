@@ -1,0 +1,94 @@
+"""Which redeliveries a run explains, read from the consumers' traces.
+
+SQS delivers a message again when the consumer that held it did not delete it: the container
+died in the middle of the batch (a crash point, a function timeout, a SIGKILL inside the
+handler) or its delete call failed. A request replayed for one of those reasons may rightly
+publish a second outcome (at-least-once; absolute transfers make the replay harmless). A
+replay with no such cause in the traces is a real duplicate, and stays a violation.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from serenity_tools.verification.tables import format_table
+
+_MAX_ROWS = 20
+
+
+@dataclass(frozen=True)
+class ReplayCauses:
+    """What the traces say about interrupted batches.
+
+    Attributes:
+        by_request: Request id -> why its message may have been delivered again.
+        interrupted_groups: Message groups (children) of a batch whose consumer died: one of
+            their transfers may have been applied without an outcome reporting it.
+        interrupted_batches: Batches whose consumer died before releasing them.
+    """
+
+    by_request: Mapping[str, str] = field(default_factory=dict)
+    interrupted_groups: frozenset[str] = frozenset()
+    interrupted_batches: int = 0
+
+
+def explain_replays(events: Iterable[Mapping[str, Any]]) -> ReplayCauses:
+    """Read the receive, release and crash lines of the traces and name each interruption.
+
+    A batch received and never released belongs to a consumer that died holding it: its
+    ``crash`` line says where (``function_timeout`` when the local Lambda timeout killed it);
+    a death without a line is a SIGKILL from inside the handler. A message whose delete failed
+    comes back too.
+    """
+    receives: dict[tuple[Any, Any], Mapping[str, Any]] = {}
+    released: dict[tuple[Any, Any], Mapping[str, Any]] = {}
+    crashed_at: dict[Any, str] = {}
+    for event in events:
+        key = (event.get("pid"), event.get("batch"))
+        kind = event.get("ev")
+        if kind == "receive":
+            receives[key] = event
+        elif kind == "release":
+            released[key] = event
+        elif kind == "crash":
+            crashed_at[event.get("pid")] = str(event.get("at"))
+    causes: dict[str, str] = {}
+    groups: set[str] = set()
+    interrupted = 0
+    for key, receive in receives.items():
+        release = released.get(key)
+        consumer = f"consumer {receive.get('consumer')}"
+        if release is None:
+            interrupted += 1
+            why = crashed_at.get(key[0], "killed inside the handler (no trace line)")
+            groups.update(str(m.get("group")) for m in receive.get("msgs", []))
+            _blame(causes, receive, None, f"{consumer} died: {why}")
+        else:
+            _blame(causes, receive, set(release.get("delete_failed", [])), "delete failed")
+    return ReplayCauses(causes, frozenset(groups), interrupted)
+
+
+def _blame(
+    causes: dict[str, str], receive: Mapping[str, Any], only: set[str] | None, why: str
+) -> None:
+    for message in receive.get("msgs", []):
+        rid = message.get("request_id")
+        if isinstance(rid, str) and (only is None or message.get("id") in only):
+            causes.setdefault(rid, why)
+
+
+def explained_table(explained: Iterable[str], title: str = "Explained replays") -> str:
+    """The explained replays: a count per cause, then the first requests with theirs."""
+    lines = list(explained)
+    why = Counter(line.rsplit("(", 1)[-1].rstrip(")") for line in lines)
+    rows: list[list[object]] = [[cause, count] for cause, count in why.most_common()]
+    rows += [[line, ""] for line in lines[:_MAX_ROWS]]
+    more = f", first {_MAX_ROWS} listed" if len(lines) > _MAX_ROWS else ""
+    return format_table(
+        ["cause / request", "replays"],
+        rows,
+        title=f"{title} ({len(lines)}: not violations{more})",
+    )

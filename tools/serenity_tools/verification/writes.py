@@ -1,0 +1,67 @@
+"""The services' metered writes after their ensures, on the simulator's metered gateway."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
+from serenity_tools.standins.stack import LocalStack
+from serenity_tools.verification.invariants import InvariantResult, workspaces_by_id
+
+Request = EnsureRequest | ReleaseRequest
+APPLIED_STATUSES = frozenset({"hot-path", "topped-up", "topped-up-after-reclaim"})
+"""Ensure outcomes after which the child has the headroom the write needs."""
+
+
+@dataclass(frozen=True)
+class MeteredWrites:
+    """The services' writes after their ensures, as the metered gateway answered them."""
+
+    accepted: int
+    refused: tuple[str, ...]
+
+    def result(self) -> InvariantResult:
+        """PASS when the gateway accepted every write an applied ensure prepared for."""
+        name = "writes after ensure accepted"
+        if self.refused:
+            detail = f"{len(self.refused)} refused (405 quota): {', '.join(self.refused)}"
+            return InvariantResult(name, False, detail, self.refused)
+        return InvariantResult(name, True, f"{self.accepted} metered writes accepted")
+
+
+def meter_writes(
+    stack: LocalStack, plans: Mapping[str, Sequence[Request]], outcomes: Sequence[AllocationOutcome]
+) -> MeteredWrites:
+    """Each child's service now makes the write its last applied ensure prepared for.
+
+    The write consumes that ensure's ``need`` on the metered gateway (the simulator's
+    ``/__usage``, which refuses with the disguised 405 past the total). Only the last ensure
+    is written: an ensure guarantees headroom over the usage it saw, it reserves nothing, so
+    two ensures answered before either write are not both covered (a real service writes
+    right after its own ensure, and the next ensure then sees that usage).
+    """
+    from serenity_tools.standins.simulator import SimulatorControlError
+
+    applied = {
+        o.request_id for o in outcomes if o.kind == "ensure" and o.status in APPLIED_STATUSES
+    }
+    current = workspaces_by_id(stack.simulator.dump()["workspaces"])
+    accepted, refused = 0, []
+    for child, plan in plans.items():
+        ensures = [r for r in plan if isinstance(r, EnsureRequest) and r.request_id in applied]
+        if not ensures:
+            continue
+        need = ensures[-1].need
+        ai = current[child]["ai"]
+        body = {
+            "id": child,
+            "projects": {"used": ai["projects"]["used"] + need.projects},
+            "prompts": {"used": ai["prompts"]["used"] + need.prompts},
+        }
+        try:
+            stack.simulator.usage(body)
+            accepted += 1
+        except SimulatorControlError:
+            refused.append(child)
+    return MeteredWrites(accepted, tuple(refused))
