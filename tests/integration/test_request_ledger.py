@@ -149,11 +149,7 @@ def test_request_ledger_final_outcome_replaces_its_own_provisional_dead_letter(
     provisional = _outcome(status="failed", error_code="finalReceiveUnfinished", dead_lettered=True)
     ledger.store_outcome(provisional, provisional=True)
     entry = ledger.lookup(["req-1"])["req-1"]
-    assert (entry.state, entry.provisional, entry.was_announced_dead) == (
-        "deadLettered",
-        True,
-        False,
-    )
+    assert (entry.state, entry.provisional, entry.is_replayable) == ("deadLettered", True, False)
 
     # When that receive completes
     done = _outcome(attempts=5)

@@ -135,4 +135,5 @@ def _call(
         policy=inv.config.ensure_policy,
         is_unmetered=inv.ports.is_unmetered,
         exact_fallback=inv.config.tight_pool_fallback,
+        is_parent_of=links.is_parent_of if (links := inv.ports.parent_links) else None,
     )

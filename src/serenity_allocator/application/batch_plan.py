@@ -7,7 +7,7 @@ record behind a failed one raises for the whole invocation (Powertools 3.37).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pydantic import ValidationError
 
@@ -24,6 +24,8 @@ class InboundMessage:
     body: str
     receive_count: int = 1
     sent_timestamp_ms: float | None = None
+    shape_error: str | None = None
+    """Why the record's SQS envelope is malformed (a hand-made event); it is then invalid."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,9 @@ class BatchMessage:
     inbound: InboundMessage
     request: EnsureRequest | ReleaseRequest | None
     invalid_reason: str | None = None
+    duplicate_of: str | None = None
+    """The message id of an earlier record of this batch with the same request id: this one
+    is not applied again and gets no outcome of its own."""
 
     @property
     def message_id(self) -> str:
@@ -65,6 +70,8 @@ class BatchPlan:
 
 def read_message(inbound: InboundMessage) -> BatchMessage:
     """Validate one record's body and its group id; never raises."""
+    if inbound.shape_error is not None:
+        return BatchMessage(inbound, None, inbound.shape_error)
     try:
         request = parse_request(inbound.body)
     except ValidationError as exc:
@@ -74,17 +81,45 @@ def read_message(inbound: InboundMessage) -> BatchMessage:
     return BatchMessage(inbound, request)
 
 
-def plan_batch(inbound: Sequence[InboundMessage], *, dynamic_allocation: bool) -> BatchPlan:
-    """Validate every record and plan the coalesced ensure runs (none when allocation is off)."""
-    messages = {m.message_id: m for m in map(read_message, inbound)}
+def plan_batch(
+    inbound: Sequence[InboundMessage],
+    *,
+    dynamic_allocation: bool,
+    settled: frozenset[str] = frozenset(),
+) -> BatchPlan:
+    """Validate every record and plan the coalesced ensure runs (none when allocation is off).
+
+    A request id seen earlier in the batch marks the later record a duplicate, and requests
+    in ``settled`` (a final ledger record exists: they are replayed) join no run, so neither
+    adds its need to a combined top-up.
+    """
+    messages = _mark_duplicates([read_message(m) for m in inbound])
     runs = plan_ensure_runs(
         [
             PlannedMessage(m.message_id, m.group_id, m.request)
             for m in messages.values()
-            if dynamic_allocation or not isinstance(m.request, EnsureRequest)
+            if (dynamic_allocation or not isinstance(m.request, EnsureRequest))
+            and m.duplicate_of is None
+            and (m.request is None or m.request.request_id not in settled)
         ]
     )
     return BatchPlan(messages=messages, order=tuple(messages), runs=runs)
+
+
+def _mark_duplicates(messages: Sequence[BatchMessage]) -> dict[str, BatchMessage]:
+    first_of: dict[str, str] = {}
+    planned: dict[str, BatchMessage] = {}
+    for read in messages:
+        if read.message_id in planned:
+            continue  # one SQS message, listed twice (a hand-made event): the first copy counts
+        request = read.request
+        if request is not None and request.request_id in first_of:
+            planned[read.message_id] = replace(read, duplicate_of=first_of[request.request_id])
+            continue
+        if request is not None:
+            first_of[request.request_id] = read.message_id
+        planned[read.message_id] = read
+    return planned
 
 
 def describe_validation(exc: ValidationError) -> str:

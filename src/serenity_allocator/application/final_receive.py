@@ -39,7 +39,12 @@ def final_receive_outcome(
     status: OutcomeStatus = "rejected" if code == "workspaceBusy" else "failed"
     if isinstance(exc, ParkedForReclaimError):
         status, code = "rejected", OrgPoolExhaustedError.code
-    return build_outcome(request, status, receive_count, error_code=code)
+    return dead_lettered(build_outcome(request, status, receive_count, error_code=code))
+
+
+def dead_lettered(outcome: AllocationOutcome) -> AllocationOutcome:
+    """``outcome`` marked as the request's end in the DLQ (until an operator redrives it)."""
+    return outcome.model_copy(update={"dead_lettered": True})
 
 
 def skipped_final_receives(
@@ -52,10 +57,14 @@ def skipped_final_receives(
     return [
         (
             message.message_id,
-            build_outcome(
-                message.request, "failed", message.receive_count, error_code="groupBlocked"
+            dead_lettered(
+                build_outcome(
+                    message.request, "failed", message.receive_count, error_code="groupBlocked"
+                )
             ),
         )
         for message in messages
-        if message.request is not None and message.receive_count >= max_receive_count
+        if message.request is not None
+        and message.duplicate_of is None
+        and message.receive_count >= max_receive_count
     ]

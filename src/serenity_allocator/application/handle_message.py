@@ -2,30 +2,47 @@
 
 1. Report the record (log keys, queue lag).
 2. An invalid record is dead-lettered with its reason and completes (:mod:`.dead_letter`).
-3. LEDGER SEAM, before applying: this is where a request ledger looks up a stored terminal
-   outcome for ``request.request_id``; when there is one, it goes through :func:`_finish`
-   unchanged (published again, identical) and the request is not applied a second time.
-4. Apply: an ensure (:mod:`.apply_ensure`) or a release (:mod:`.apply_release`).
-5. A terminal result, or a failure a retry cannot fix (:mod:`.final_receive`), completes the
+3. A second record of the batch with an earlier record's request id is not applied: it
+   completes with the first (no outcome of its own), or fails with it.
+4. The request ledger (:mod:`.request_ledger`), read once for the batch: a request with a final
+   record is replayed (its stored outcome published again, identical) and not applied again.
+5. On a final receive, a provisional dead letter goes to the ledger first, so a crash from
+   here on still leaves the request a terminal record.
+6. Apply: an ensure (:mod:`.apply_ensure`) or a release (:mod:`.apply_release`). An ensure
+   that needs a top-up first checks its parent against the upstream (:class:`.ParentLinks`):
+   a parent that is not the child's real parent makes the message invalid (to the DLQ with
+   reason ``parentMismatch``, outcome ``invalid``), before any transfer, reclaim or
+   unmetered shortcut.
+7. A terminal result, or a failure a retry cannot fix (:mod:`.final_receive`), completes the
    record through :func:`_finish`; a failure a retry could fix raises, so Powertools fails the
    record and SQS redelivers it, after recording the terminal outcome when this is the final
    receive.
-6. LEDGER SEAM, when terminal: :func:`_finish` is the one place a terminal outcome is reached
-   here (the other is a skipped final receive in :mod:`.finish_batch`); both go through
-   :meth:`.OutcomeBook.record`, where a ledger stores the outcome once.
+8. Every terminal outcome goes through :meth:`.OutcomeBook.record`, which stores it in the
+   ledger once before it is announced.
 """
 
 from __future__ import annotations
 
-from ..domain.errors import AllocationError, UpstreamError
+from dataclasses import replace
+
+from ..domain.errors import AllocationError, OutOfTimeError, UpstreamError
+from ..domain.ledger import LedgerConflictError, LedgerUnavailableError
 from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
+from ..domain.parent_links import ParentMismatchError
 from .apply_ensure import apply_ensure
 from .apply_release import apply_release
 from .batch_plan import BatchMessage
 from .dead_letter import dead_letter
 from .final_receive import final_receive_outcome, terminal_failure
 from .invocation import Invocation
-from .outcomes import ReleaseIncompleteError, error_code
+from .outcomes import ReleaseIncompleteError, build_outcome, error_code
+from .request_ledger import mark_final_receive
+
+
+class DuplicateRequestError(Exception):
+    """An earlier record with this request id did not complete; this one comes back with it."""
+
+    code = "duplicateRequestPending"
 
 
 def handle_message(inv: Invocation, message_id: str) -> None:
@@ -44,8 +61,23 @@ def handle_message(inv: Invocation, message_id: str) -> None:
     if request is None:
         dead_letter(inv, message)
         return
+    if message.duplicate_of is not None:
+        _follow_first_copy(inv, message.duplicate_of)
+        return
+    replayed = inv.ledger.replay(request.request_id)
+    if replayed is not None:
+        inv.book.record(message_id, replayed, replayed=True)
+        return
     try:
+        inv.ledger.check_available()
+        if inv.ledger.ledger is not None and inv.is_final_receive(message.receive_count):
+            if not inv.has_time_to_call_aws():
+                raise OutOfTimeError()
+            mark_final_receive(inv.ledger, request, message.receive_count)
         outcome = _apply(inv, message, request)
+    except ParentMismatchError as exc:
+        _refuse_parent(inv, message, request, exc)
+        return
     except Exception as exc:
         terminal = terminal_failure(request, exc, message.receive_count)
         if terminal is None:
@@ -64,10 +96,30 @@ def _apply(
 
 
 def _finish(inv: Invocation, message: BatchMessage, outcome: AllocationOutcome) -> None:
-    """The ledger seam when terminal: the request's outcome, recorded once."""
+    """The request's terminal outcome: stored once in the ledger, then reported."""
+    held = inv.book.record(message.message_id, outcome)
     _forget_park(inv, outcome.request_id)
-    inv.observer.completed(outcome)
-    inv.book.record(message.message_id, outcome)
+    inv.observer.completed(held)
+
+
+def _refuse_parent(
+    inv: Invocation,
+    message: BatchMessage,
+    request: EnsureRequest | ReleaseRequest,
+    exc: ParentMismatchError,
+) -> None:
+    # Invalid like a malformed message (to the DLQ with its reason), but its request id is
+    # real, so its service also hears back: an ``invalid`` outcome, stored and announced.
+    dead_letter(inv, replace(message, invalid_reason=str(exc)))
+    outcome = build_outcome(request, "invalid", message.receive_count, error_code=exc.code)
+    _finish(inv, message, outcome.model_copy(update={"dead_lettered": True}))
+
+
+def _follow_first_copy(inv: Invocation, first_message_id: str) -> None:
+    # One request, two records: the first one's outcome is the request's. Complete with it
+    # when it has one; otherwise fail, so this copy comes back with it (never applied twice).
+    if not any(message_id == first_message_id for message_id, _ in inv.book.entries):
+        raise DuplicateRequestError(first_message_id)
 
 
 def _forget_park(inv: Invocation, request_id: str) -> None:
@@ -87,7 +139,14 @@ def _note_retry(
     inv.observer.will_retry(
         error_code(exc),
         final_receive=final_receive,
-        expected=isinstance(exc, AllocationError | ReleaseIncompleteError | UpstreamError),
+        expected=isinstance(
+            exc,
+            AllocationError
+            | ReleaseIncompleteError
+            | UpstreamError
+            | LedgerUnavailableError
+            | LedgerConflictError,
+        ),
         error=exc,
     )
     if final_receive:

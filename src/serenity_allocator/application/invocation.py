@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 
 from ..domain.allocation import EnsureResult
 from ..domain.ceiling import NO_CEILING, Ceiling
+from ..domain.ledger import RequestLedger
 from ..domain.model import Blocks
+from ..domain.parent_links import ParentLinks
 from ..domain.pool_watch import PoolLowWarning, PoolWatch
 from ..domain.ports import AllocationObserver, Clock, Sleeper, WorkspaceGateway
 from ..domain.transfer import TransferContext, TransferPolicy
@@ -15,6 +17,7 @@ from .attempt_observer import AttemptObserver
 from .batch_plan import BatchPlan, InboundMessage, plan_batch
 from .outcomes import OutcomeBook
 from .ports import DeadLetterSink, OutcomeSink, ReleaseEnqueuer, WorkerObserver
+from .request_ledger import LedgerView, read_ledger
 
 PUBLISH_CHUNK = 10
 """Outcomes per publish call (PutEvents takes at most 10 entries)."""
@@ -55,6 +58,10 @@ class WorkerPorts:
     pool_watch: PoolWatch | None = None
     parked: set[str] = field(default_factory=set)
     """Request ids this container parked for sibling reclaim (labels the later outcome)."""
+    ledger: RequestLedger | None = None
+    """The request ledger (None: replays are applied again, as before the ledger)."""
+    parent_links: ParentLinks | None = None
+    """Verifies an ensure's parent against the upstream (None: the message is trusted)."""
 
 
 @dataclass
@@ -77,6 +84,8 @@ class Invocation:
     pool_warnings: list[PoolLowWarning] = field(default_factory=list)
     handled: set[str] = field(default_factory=set)
     """Message ids Powertools handed over (the others were skipped behind a failed group)."""
+    ledger: LedgerView = field(default_factory=LedgerView)
+    """The batch's ledger records, read once before applying."""
 
     def attempt_observer(self) -> AttemptObserver:
         """A fresh observer for one ensure attempt (its verdicts held until committed)."""
@@ -116,6 +125,12 @@ def start_batch(
     (one AWS call per chunk), so the outcomes of applied requests can always be announced.
     """
     plan = plan_batch(inbound, dynamic_allocation=config.dynamic_allocation)
+    ledger = read_ledger(
+        ports.ledger, (m.request.request_id for m in plan.messages.values() if m.request)
+    )
+    settled = frozenset(rid for rid in ledger.entries if ledger.replay(rid) is not None)
+    if settled:  # replayed requests join no coalesced run
+        plan = plan_batch(inbound, dynamic_allocation=config.dynamic_allocation, settled=settled)
     chunks = -(-len(plan.order) // PUBLISH_CHUNK) if ports.outcomes is not None else 0
     return Invocation(
         config=config,
@@ -124,4 +139,6 @@ def start_batch(
         plan=plan,
         deadline=finish_deadline - chunks * config.aws_call_budget_s,
         finish_deadline=finish_deadline,
+        ledger=ledger,
+        book=OutcomeBook(ledger=ledger),
     )

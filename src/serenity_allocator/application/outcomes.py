@@ -9,10 +9,14 @@ docstring).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..domain.errors import AllocationError, UpstreamError
 from ..domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus, ReleaseRequest
 from ..domain.model import Totals
+
+if TYPE_CHECKING:
+    from .request_ledger import LedgerView
 
 
 class ReleaseIncompleteError(Exception):
@@ -65,10 +69,25 @@ class OutcomeBook:
     """The invocation's terminal outcomes, in the order they were reached."""
 
     entries: list[tuple[str, AllocationOutcome]] = field(default_factory=list)
+    ledger: LedgerView | None = None
+    """Where a terminal outcome is stored once, before it is announced."""
 
-    def record(self, message_id: str, outcome: AllocationOutcome) -> None:
-        """Record the terminal outcome of the request carried by ``message_id``."""
+    def record(
+        self, message_id: str, outcome: AllocationOutcome, *, replayed: bool = False
+    ) -> AllocationOutcome:
+        """Record the terminal outcome of the request carried by ``message_id``.
+
+        The ledger stores it first (a replayed outcome is already stored), so what is
+        published is always what the ledger holds; the recorded outcome is returned.
+
+        Raises:
+            LedgerUnavailableError: a completed request's outcome could not be stored (the
+                record fails and comes back; nothing is published for it).
+        """
+        if self.ledger is not None and not replayed:
+            outcome = self.ledger.store(outcome)
         self.entries.append((message_id, outcome))
+        return outcome
 
     def __len__(self) -> int:
         return len(self.entries)

@@ -16,6 +16,7 @@ from .errors import (
     WorkspaceBusyError,
 )
 from .model import DEFAULT_BLOCKS, AiResources, Blocks, Dimension, Totals
+from .parent_links import ParentMismatchError
 from .ports import WorkspaceGateway
 from .resources import round_up_to_block
 from .transfer import SETTLE, TransferContext, TransferPolicy, apply_transfer
@@ -128,6 +129,7 @@ def ensure_headroom(
     policy: TransferPolicy,
     is_unmetered: Callable[[str], bool] | None = None,
     exact_fallback: bool = False,
+    is_parent_of: Callable[[str, str], bool] | None = None,
 ) -> EnsureResult:
     """Make sure the child can take ``need`` more units, topping it up from the pool if short.
 
@@ -140,11 +142,14 @@ def ensure_headroom(
             target above it is capped, only an exact need above it is refused.
         is_unmetered: when given and true for the parent, a needed top-up is skipped (the
             parent does not meter AI writes, so carving could only fail requests).
+        is_parent_of: when given, a needed top-up first checks ``parent_id`` is the child's
+            real parent (the hot path trusts nothing and moves nothing, so it skips this).
         exact_fallback: on pool exhaustion, retry once with the exact required totals (no
             block rounding) before rejecting.
 
     Raises:
         WiringError: a blank id, before any call.
+        ParentMismatchError: the parent is not the child's parent (no transfer).
         BrandAiLimitError: the exact need would pass the ceiling (no transfer).
         OrgPoolExhaustedError, WorkspaceBusyError, and the transfer's other errors.
     """
@@ -157,6 +162,11 @@ def ensure_headroom(
     if new_totals == before:
         ctx.observer.headroom_checked("hot-path")
         return EnsureResult(outcome="hot-path", before=before, after=before)
+
+    # Before anything that trusts the parent (the unmetered shortcut, the pool, a transfer,
+    # a reclaim): a parent that is not the child's real one makes the message invalid.
+    if is_parent_of is not None and not is_parent_of(parent_id, child_id):
+        raise ParentMismatchError()
 
     if is_unmetered is not None and is_unmetered(parent_id):
         ctx.observer.headroom_checked("unmetered")

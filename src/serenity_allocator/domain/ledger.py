@@ -71,8 +71,12 @@ class LedgerEntry(BaseModel):
 
     @property
     def was_announced_dead(self) -> bool:
-        """True when a published ``deadLettered`` outcome exists (a redrive must supersede it)."""
-        return self.state == "deadLettered" and not self.provisional
+        """True when an earlier life of the message ended in the DLQ: its redrive supersedes it.
+
+        Read before the current receive writes anything, so a provisional record here is one
+        whose final receive crashed (readers have seen it as dead-lettered).
+        """
+        return self.state == "deadLettered"
 
 
 class LedgerConflictError(Exception):

@@ -7,6 +7,9 @@ carving quota from it can only fail requests that would otherwise succeed
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from .model import WorkspaceRecord
 from .ports import Clock, WorkspaceGateway
 
 
@@ -28,8 +31,11 @@ class ParentMeteringCache:
         cached = self._entries.get(parent_id)
         if cached is not None and now - cached[0] < self._ttl_s:
             return cached[1]
-        family = self._gateway.list_family(parent_id)
+        return self.remember(parent_id, self._gateway.list_family(parent_id))
+
+    def remember(self, parent_id: str, family: Sequence[WorkspaceRecord]) -> bool:
+        """Learn the parent's metering from a family listing made elsewhere; return it."""
         record = next((r for r in family if r.id == parent_id), None)
         unmetered = record is not None and record.ai_limits_enabled is False
-        self._entries[parent_id] = (now, unmetered)
+        self._entries[parent_id] = (self._clock(), unmetered)
         return unmetered

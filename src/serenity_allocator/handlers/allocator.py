@@ -18,6 +18,7 @@ from ..adapters.observability import logger, metrics
 from ..application import finish_batch, handle_message
 from .allocator_runtime import AllocatorRuntime, build_runtime
 from .settings import AllocatorSettings
+from .sqs_event_shape import read_sqs_records
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
@@ -47,13 +48,21 @@ def lambda_handler(
     event: dict[str, Any], context: LambdaContext, runtime: AllocatorRuntime | None = None
 ) -> dict[str, Any]:
     """Apply one SQS FIFO batch; return the partial batch response."""
-    invocation = (runtime or get_runtime()).start(event.get("Records", []), context)
+    shape = read_sqs_records(event)
+    for problem in shape.problems:  # a hand-made event: say what is wrong, process the rest
+        logger.error("malformed SQS event", extra={"problem": problem})
+    if not shape.records:
+        return {"batchItemFailures": []}
+    invocation = (runtime or get_runtime()).start(shape.records, context)
 
     def record_handler(record: SQSRecord) -> None:
         handle_message(invocation, record.message_id)
 
     response = process_partial_response(
-        event=event, record_handler=record_handler, processor=processor, context=context
+        event={"Records": shape.records},
+        record_handler=record_handler,
+        processor=processor,
+        context=context,
     )
     failed = [str(item["itemIdentifier"]) for item in response.get("batchItemFailures", [])]
     return {

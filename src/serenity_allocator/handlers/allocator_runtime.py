@@ -24,8 +24,10 @@ from ..application import (
     WorkerPorts,
     start_batch,
 )
+from ..domain.ledger import RequestLedger
 from ..domain.metering import ParentMeteringCache
 from ..domain.model import Dimension
+from ..domain.parent_links import ParentLinks
 from ..domain.pool_watch import PoolWatch
 from ..domain.ports import Clock, Sleeper, WorkspaceGateway
 from ..domain.transfer import FAIL_FAST, SETTLE, TransferPolicy
@@ -52,16 +54,26 @@ class AllocatorRuntime:
     pool_watch: PoolWatch | None = None
     parked: set[str] = field(default_factory=set)
     """Request ids this container parked for sibling reclaim (labels the later outcome)."""
+    ledger: RequestLedger | None = None
+    """The request ledger (REQUEST_LEDGER_TABLE); None: replays are applied again."""
+    parent_links: ParentLinks | None = None
+    """Parent links seen upstream, cached for the container's life (links never change)."""
     attempt_budget_s: float = 15.0
     """Time reserved for one upstream call (the client's per-request timeout)."""
     aws_call_budget_s: float = AWS_CALL_BUDGET_S
-    """Time reserved for one AWS call, retries included (the clients' worst case)."""
+    """Time reserved for one AWS call, retries included (the clients' bounded worst case)."""
 
     def __post_init__(self) -> None:
         settings = self.settings
         if self.metering is None and settings.unmetered_check:
             self.metering = ParentMeteringCache(
                 self.gateway, self.clock, settings.unmetered_cache_ttl_s
+            )
+        if self.parent_links is None:
+            # One family listing answers both questions: the links and the parent's metering.
+            metering = self.metering
+            self.parent_links = ParentLinks(
+                self.gateway, on_listing=metering.remember if metering is not None else None
             )
         if self.pool_watch is None:
             self.pool_watch = PoolWatch(
@@ -117,6 +129,8 @@ class AllocatorRuntime:
             is_unmetered=metering.is_unmetered if metering is not None else None,
             pool_watch=self.pool_watch,
             parked=self.parked,
+            ledger=self.ledger,
+            parent_links=self.parent_links,
         )
 
     def start(self, records: Sequence[Mapping[str, object]], context: LambdaContext) -> Invocation:
@@ -164,6 +178,12 @@ def build_runtime(settings: AllocatorSettings) -> AllocatorRuntime:
         from ..adapters.sqs_producer import AllocationProducer
 
         runtime.producer = AllocationProducer(settings.queue_url, call_budget_s=aws_budget_s)
+    if settings.request_ledger_table:
+        from ..adapters.dynamodb_request_ledger import DynamoDbRequestLedger
+
+        runtime.ledger = DynamoDbRequestLedger(
+            settings.request_ledger_table, ttl_s=settings.request_ledger_ttl_days * 86400
+        )
     return runtime
 
 
@@ -184,13 +204,23 @@ def inbound_message(raw: Mapping[str, object]) -> InboundMessage:
     attributes = raw.get("attributes")
     if not isinstance(attributes, Mapping):
         attributes = {}
+    receive_count = _positive_int(attributes.get("ApproximateReceiveCount", 1))
     return InboundMessage(
+        shape_error=None
+        if receive_count is not None
+        else "attributes.ApproximateReceiveCount: not a positive integer",
         message_id=str(raw.get("messageId", "")),
         group_id=str(attributes.get("MessageGroupId") or ""),
         body=str(raw.get("body") or ""),
-        receive_count=int(str(attributes.get("ApproximateReceiveCount") or 1)),
+        receive_count=receive_count or 1,
         sent_timestamp_ms=_number(attributes.get("SentTimestamp")),
     )
+
+
+def _positive_int(value: object) -> int | None:
+    # SQS sends the count as a decimal string; a hand-made event may send anything.
+    text = str(value)
+    return int(text) if text.isascii() and text.isdigit() and int(text) > 0 else None
 
 
 def _number(value: object) -> float | None:

@@ -1,0 +1,63 @@
+"""Is the parent a message names the child's real parent? Asked of the upstream, cached.
+
+A message's ``parent_workspace_id`` is the pool a top-up carves from and whose metering decides
+the unmetered shortcut, so trusting it would let a message move another org's quota. The truth
+is the upstream's family listing (each record names its ``parent_id``). A child is created
+under its parent and the API has no operation that moves it (semrush-user-manager.md lists
+none), so a container caches every link it has seen, for its whole life.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from .model import WorkspaceRecord
+from .ports import WorkspaceGateway
+
+PARENT_MISMATCH = "parentMismatch"
+
+
+class ParentMismatchError(Exception):
+    """The message names a parent that is not the child's parent upstream: it is invalid."""
+
+    code = PARENT_MISMATCH
+
+    def __init__(self) -> None:
+        super().__init__(
+            f"{PARENT_MISMATCH}: parent_workspace_id is not the parent of workspace_id"
+        )
+
+
+class ParentLinks:
+    """Answers ``is_parent_of(parent, child)`` from family listings, caching every link seen.
+
+    Args:
+        gateway: Lists families.
+        on_listing: Told of every listing made (the metering cache learns from it, so one
+            call serves both questions).
+    """
+
+    def __init__(
+        self,
+        gateway: WorkspaceGateway,
+        on_listing: Callable[[str, Sequence[WorkspaceRecord]], object] | None = None,
+    ) -> None:
+        self._gateway = gateway
+        self._on_listing = on_listing
+        self._parent_of: dict[str, str | None] = {}
+
+    def is_parent_of(self, parent_id: str, child_id: str) -> bool:
+        """True only when the upstream lists ``child_id`` with ``parent_id`` as its parent.
+
+        A miss lists the claimed parent's family (one call) and caches every link in it; a
+        child absent from that family is not cached, so a child created later is found later.
+        """
+        if child_id == parent_id:
+            return False
+        if child_id not in self._parent_of:
+            family = self._gateway.list_family(parent_id)
+            for record in family:
+                self._parent_of[record.id] = record.parent_id
+            if self._on_listing is not None:
+                self._on_listing(parent_id, family)
+        return self._parent_of.get(child_id) == parent_id

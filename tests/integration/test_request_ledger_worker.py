@@ -1,0 +1,362 @@
+"""The worker with its request ledger, parent check and duplicate handling (moto + simulator).
+
+Each test reproduces a finding: a replay applied or announced differently, a release under-
+reported after a partial application, a trusted foreign parent, a request id applied twice in
+one batch, a request that ends in the DLQ without an outcome.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from serenity_allocator.adapters.dynamodb_request_ledger import DynamoDbRequestLedger
+from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
+from serenity_allocator.domain.model import AiResources, Totals
+from serenity_allocator.domain.ports import WorkspaceGateway
+from serenity_allocator.producer import OutcomeReader
+from serenity_tools.standins.resources import LocalResources, local_client
+from serenity_tools.standins.simulator import SimulatorServer
+from tests.conftest import OutcomeCapture
+from tests.integration.allocator_harness import (
+    AllocatorHarness,
+    allocator_harness,
+    api_calls,
+    totals_of,
+    transfer_bodies,
+    workspace,
+)
+
+MASTER = "ws-master"
+FOREIGN_MASTER = "ws-foreign-master"
+CHILD = "ws-child-a"
+SIBLING = "ws-child-b"
+POOL = (100, 10_000)
+
+
+@pytest.fixture
+def worker(
+    local_resources: LocalResources, sim: SimulatorServer, outcome_capture: OutcomeCapture
+) -> Iterator[AllocatorHarness]:
+    """The worker with the ledger table of the local stack."""
+    overrides = {"REQUEST_LEDGER_TABLE": local_resources.ledger_table}
+    with allocator_harness(local_resources, sim, overrides) as harness:
+        yield harness
+
+
+@pytest.fixture
+def ledger(local_resources: LocalResources) -> DynamoDbRequestLedger:
+    client = local_client("dynamodb", local_resources.endpoint_url)
+    return DynamoDbRequestLedger(local_resources.ledger_table, client)
+
+
+def _seed(sim: SimulatorServer, *children: dict[str, Any]) -> None:
+    sim.seed(
+        [
+            workspace(MASTER, projects=(0, POOL[0]), prompts=(0, POOL[1])),
+            {
+                **workspace(FOREIGN_MASTER, projects=(0, 50), prompts=(0, 5000)),
+                "limits_enabled": False,
+            },
+            *children,
+        ]
+    )
+
+
+def _child(workspace_id: str = CHILD, *, prompts: tuple[int, int]) -> dict[str, Any]:
+    return workspace(workspace_id, parent_id=MASTER, projects=(1, 1), prompts=prompts)
+
+
+class FailingOutcomeSink:
+    """An outcome bus that refuses every publish (PutEvents failing after the work was done)."""
+
+    def publish(self, outcomes: Any) -> None:
+        raise ConnectionError("outcome bus unreachable")
+
+    def publish_pool_low(self, detail: Any) -> None:
+        raise ConnectionError("outcome bus unreachable")
+
+
+def _apply_without_publishing(worker: AllocatorHarness) -> Any:
+    real = worker.runtime.outcomes
+    worker.runtime.outcomes = FailingOutcomeSink()
+    try:
+        invocation = worker.invoke()
+    finally:
+        worker.runtime.outcomes = real
+    assert invocation.failed == invocation.message_ids
+    worker.redeliver_failed(invocation)
+    return invocation
+
+
+def _ledger_outcome(ledger: DynamoDbRequestLedger, request_id: str) -> dict[str, Any]:
+    entry = ledger.get(request_id)
+    assert entry is not None and entry.outcome is not None
+    stored: dict[str, Any] = json.loads(entry.outcome.model_dump_json(exclude_none=True))
+    return stored
+
+
+# ---------------------------------------------------------------- replays
+
+
+def test_worker_release_replayed_after_a_failed_publish_reports_the_true_release(
+    worker: AllocatorHarness,
+    sim: SimulatorServer,
+    outcome_capture: OutcomeCapture,
+    ledger: DynamoDbRequestLedger,
+) -> None:
+    # Given a child holding 500 prompts of which 100 are used, and an outcome bus that fails
+    _seed(sim, _child(prompts=(100, 500)))
+    request_id = worker.producer.enqueue_release(CHILD)
+
+    # When the release transfers but its outcome cannot be published (the record fails)
+    _apply_without_publishing(worker)
+    assert totals_of(sim)[CHILD] == (1, 100)
+    assert ledger.get(request_id).intent is not None  # type: ignore[union-attr]
+
+    # And SQS redelivers it to a worker whose bus works
+    second = worker.invoke()
+
+    # Then the replay reports what the first delivery did: released 500 -> 100, one transfer
+    assert second.failed == []
+    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 1, "prompts": 100})]
+    [outcome] = outcome_capture.outcomes()
+    assert (outcome["request_id"], outcome["status"]) == (request_id, "released")
+    assert outcome["totals_before"] == {"projects": 1, "prompts": 500}
+    assert outcome["totals_after"] == {"projects": 1, "prompts": 100}
+    assert _ledger_outcome(ledger, request_id) == outcome
+
+
+def test_worker_replayed_ensure_is_not_applied_again_and_announces_the_stored_outcome(
+    worker: AllocatorHarness,
+    sim: SimulatorServer,
+    outcome_capture: OutcomeCapture,
+    ledger: DynamoDbRequestLedger,
+) -> None:
+    # Given an ensure that topped the child up, whose outcome is stored but was not published
+    _seed(sim, _child(prompts=(150, 200)))
+    request_id = worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 0, "prompts": 230})
+    _apply_without_publishing(worker)
+    stored = _ledger_outcome(ledger, request_id)
+    calls_after_first = len(api_calls(sim))
+
+    # When SQS redelivers it
+    second = worker.invoke()
+
+    # Then nothing is read or moved again and the outcome published is the stored one, as is
+    assert second.failed == []
+    assert len(api_calls(sim)) == calls_after_first
+    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 1, "prompts": 400})]
+    [outcome] = outcome_capture.outcomes()
+    assert outcome == stored
+    assert (outcome["status"], outcome["attempts"]) == ("topped-up", 1)
+
+
+def test_worker_without_a_ledger_table_applies_a_replay_again(
+    local_resources: LocalResources, sim: SimulatorServer, outcome_capture: OutcomeCapture
+) -> None:
+    # Given the worker with no ledger (REQUEST_LEDGER_TABLE unset: the documented opt-out)
+    with allocator_harness(local_resources, sim) as worker:
+        _seed(sim, _child(prompts=(100, 500)))
+        worker.producer.enqueue_release(CHILD)
+
+        # When a release's publish fails and it is redelivered
+        _apply_without_publishing(worker)
+        worker.invoke()
+
+    # Then the replay re-plans from the lowered child (what the ledger exists to prevent)
+    [outcome] = outcome_capture.outcomes()
+    assert outcome["status"] == "nothing-to-release"
+
+
+# ---------------------------------------------------------------- one request, two records
+
+
+def test_worker_applies_a_request_id_repeated_in_one_batch_once_with_one_outcome(
+    worker: AllocatorHarness, sim: SimulatorServer, outcome_capture: OutcomeCapture
+) -> None:
+    # Given two 300-prompt ensures with one request id, sent as two messages (distinct dedup ids)
+    _seed(sim, _child(prompts=(100, 100)))
+    body = json.dumps(
+        {
+            "kind": "ensure",
+            "request_id": "req-twice",
+            "workspace_id": CHILD,
+            "parent_workspace_id": MASTER,
+            "need": {"projects": 0, "prompts": 300},
+        }
+    )
+    worker.send_raw(body, group_id=CHILD, dedup_id="copy-1")
+    worker.send_raw(body, group_id=CHILD, dedup_id="copy-2")
+
+    # When one batch holds both
+    invocation = worker.invoke()
+
+    # Then the child rises for ONE need of 300 (100 used + 300 -> 400), with one outcome
+    assert len(invocation.message_ids) == 2
+    assert invocation.failed == []
+    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 1, "prompts": 400})]
+    outcomes = outcome_capture.outcomes()
+    assert [(o["request_id"], o["status"], o["coalesced"]) for o in outcomes] == [
+        ("req-twice", "topped-up", 1)
+    ]
+
+
+# ---------------------------------------------------------------- parent check
+
+
+def test_worker_refuses_an_ensure_naming_a_foreign_parent(
+    local_resources: LocalResources,
+    sim: SimulatorServer,
+    outcome_capture: OutcomeCapture,
+    ledger: DynamoDbRequestLedger,
+) -> None:
+    # Given a short child of MASTER, sibling reclaim on, and an ensure naming another org's
+    # unmetered master as its parent
+    overrides = {
+        "REQUEST_LEDGER_TABLE": local_resources.ledger_table,
+        "SERENITY_SIBLING_RECLAIM": "true",
+    }
+    _seed(sim, _child(prompts=(100, 100)), _child(SIBLING, prompts=(0, 900)))
+    with allocator_harness(local_resources, sim, overrides) as worker:
+        request_id = worker.producer.enqueue_ensure(
+            CHILD, FOREIGN_MASTER, {"projects": 0, "prompts": 300}
+        )
+
+        # When the worker handles it
+        invocation = worker.invoke()
+        dead = worker.drain_dlq()
+        queued_after = worker.receive()
+
+    # Then it is invalid: to the DLQ with reason parentMismatch, no transfer, no reclaim,
+    # no unmetered shortcut, and the service hears back with an invalid outcome
+    assert invocation.failed == []
+    assert transfer_bodies(sim) == []
+    assert [m["MessageAttributes"][REASON_ATTRIBUTE]["StringValue"] for m in dead] == [
+        "parentMismatch: parent_workspace_id is not the parent of workspace_id"
+    ]
+    assert queued_after == []
+    [outcome] = outcome_capture.outcomes()
+    assert (outcome["request_id"], outcome["status"], outcome["error_code"]) == (
+        request_id,
+        "invalid",
+        "parentMismatch",
+    )
+    assert outcome["dead_lettered"] is True
+    assert _ledger_outcome(ledger, request_id) == outcome
+
+
+def test_worker_checks_a_parent_once_per_container(
+    worker: AllocatorHarness, sim: SimulatorServer, outcome_capture: OutcomeCapture
+) -> None:
+    # Given two top-ups of one child in two invocations of one warm container
+    _seed(sim, _child(prompts=(100, 100)))
+    worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 0, "prompts": 100})
+    worker.invoke()
+    worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 0, "prompts": 300})
+
+    # When the second is handled
+    worker.invoke()
+
+    # Then the family was listed once (the first time), and both were topped up
+    assert [c["workspace_id"] for c in api_calls(sim, "family")] == [MASTER]
+    assert [o["status"] for o in outcome_capture.outcomes()] == ["topped-up", "topped-up"]
+
+
+# ---------------------------------------------------------------- the DLQ
+
+
+def _run_to_the_dlq(worker: AllocatorHarness) -> None:
+    for _ in range(worker.resources.max_receive_count):
+        invocation = worker.invoke()
+        assert invocation.failed == invocation.message_ids
+        worker.redeliver_failed(invocation)
+    assert worker.receive() == []  # the next receive moved it to the DLQ
+
+
+def test_worker_dead_letters_a_request_with_a_terminal_record_and_a_redrive_supersedes_it(
+    worker: AllocatorHarness,
+    sim: SimulatorServer,
+    outcome_capture: OutcomeCapture,
+    ledger: DynamoDbRequestLedger,
+) -> None:
+    # Given a zombie child whose ensure fails on every receive until the DLQ
+    _seed(sim, _child(prompts=(150, 200)))
+    sim.faults(stuck=[CHILD])
+    request_id = worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 0, "prompts": 230})
+    _run_to_the_dlq(worker)
+
+    # Then its terminal record and its outcome say dead-lettered, and the DLQ still holds it
+    [dead_outcome] = outcome_capture.outcomes()
+    assert (dead_outcome["status"], dead_outcome["error_code"]) == ("rejected", "workspaceBusy")
+    assert dead_outcome["dead_lettered"] is True
+    entry = ledger.get(request_id)
+    assert entry is not None and (entry.state, entry.provisional) == ("deadLettered", False)
+    assert _ledger_outcome(ledger, request_id) == dead_outcome
+    [dead] = worker.drain_dlq()
+
+    # When the child recovers and an operator redrives the message
+    sim.faults(stuck=[])
+    worker.send_raw(dead["Body"], group_id=CHILD, dedup_id="redrive-1")
+    worker.invoke()
+
+    # Then it is applied and its outcome supersedes the dead letter, explicitly
+    redriven = outcome_capture.outcomes()[-1]
+    assert (redriven["status"], redriven["supersedes"]) == ("topped-up", "deadLettered")
+    assert "dead_lettered" not in redriven
+    assert ledger.get(request_id).state == "final"  # type: ignore[union-attr]
+    assert _ledger_outcome(ledger, request_id) == redriven
+
+
+class CrashingGateway:
+    """The real gateway, except that a transfer kills the process (no except clause runs)."""
+
+    def __init__(self, inner: WorkspaceGateway) -> None:
+        self._inner = inner
+
+    def read_resources(self, workspace_id: str) -> AiResources:
+        return self._inner.read_resources(workspace_id)
+
+    def transfer(self, workspace_id: str, totals: Totals) -> None:
+        raise SystemExit("container killed mid-transfer")
+
+    def read_status(self, workspace_id: str) -> str:
+        return self._inner.read_status(workspace_id)
+
+    def list_family(self, parent_id: str) -> Any:
+        return self._inner.list_family(parent_id)
+
+
+def test_worker_final_receive_that_crashes_still_leaves_a_dead_lettered_record(
+    worker: AllocatorHarness,
+    sim: SimulatorServer,
+    outcome_capture: OutcomeCapture,
+    local_resources: LocalResources,
+) -> None:
+    # Given an ensure that failed on every receive but the last (a zombie child)
+    _seed(sim, _child(prompts=(150, 200)))
+    sim.faults(stuck=[CHILD])
+    request_id = worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 0, "prompts": 230})
+    for _ in range(worker.resources.max_receive_count - 1):
+        worker.redeliver_failed(worker.invoke())
+
+    # When the container dies during the final receive (nothing after the transfer runs)
+    worker.runtime.gateway = CrashingGateway(worker.runtime.gateway)
+    with pytest.raises(SystemExit):
+        worker.invoke()
+
+    # Then no outcome event went out, yet the ledger holds a terminal dead letter that a
+    # service reading it sees once that receive can no longer finish
+    assert outcome_capture.outcomes() == []
+    client = local_client("dynamodb", local_resources.endpoint_url)
+    reader = OutcomeReader(local_resources.ledger_table, client, wall_clock=lambda: 4e9)
+    outcome = reader.get_outcome(request_id)
+    assert outcome is not None
+    assert (outcome.status, outcome.error_code, outcome.dead_lettered) == (
+        "failed",
+        "finalReceiveUnfinished",
+        True,
+    )
