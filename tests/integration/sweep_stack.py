@@ -146,7 +146,7 @@ class SweepStack:
             FUNCTION_TIMEOUT_S,
             aws_request_id=request_id or f"req-{self.invocations}",
         )
-        result = lambda_handler(dict(payload), context, runtime=self.runtime)
+        result: dict[str, Any] = lambda_handler(dict(payload), context, runtime=self.runtime)
         self.results.append(result)
         return result
 

@@ -104,7 +104,7 @@ def test_run_sweep_batch_refused_run_releases_the_parents_it_claimed_first() -> 
             rig.store.objects[name] = held  # A's claim lands between B's read and B's write
         return original_load(name)
 
-    rig.store.load = racing_load  # type: ignore[method-assign]
+    rig.store.load = racing_load  # type: ignore[method-assign,assignment]
     with pytest.raises(ParentHeldError):
         rig.run(RUN_B, dry_run=False, parent_workspace_ids=[MASTER, OTHER_MASTER])
 

@@ -4,20 +4,30 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from serenity_allocator.domain.errors import UpstreamError
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.domain.sweep import RunInProgressError, SweepRefusedError
+from serenity_allocator.domain.sweep import (
+    RunInProgressError,
+    SweepAbandonRequest,
+    SweepRefusedError,
+    SweepRequest,
+)
 from serenity_allocator.handlers.settings import SweepSettings
 from serenity_allocator.handlers.sweep import (
     SweepPayloadError,
     SweepRuntime,
+    SweepUpstreamError,
     lambda_handler,
+    parse_sweep_payload,
     parse_sweep_request,
 )
 from tests.fakes import (
+    LIST_FAMILY,
     FakeClock,
     FakeLambdaContext,
     InMemoryCheckpointStore,
@@ -285,3 +295,68 @@ def test_lambda_handler_dry_run_emits_release_outcome_dry_run(
         values.extend(raw if isinstance(raw, list) else [raw])
         assert not {"k1", "k2", "k3", MASTER} & {str(v) for v in blob.values()}
     assert sum(values) == 3
+
+
+SWEEP_EVENTS = sorted((Path(__file__).parents[2] / "events").glob("sweep*.json"))
+
+
+@pytest.mark.parametrize("path", SWEEP_EVENTS, ids=[p.name for p in SWEEP_EVENTS])
+def test_parse_sweep_payload_accepts_every_sweep_event(path: Path) -> None:
+    # Given a payload shipped in events/ for `aws lambda invoke` and `sam local invoke`
+    event = json.loads(path.read_text(encoding="utf-8"))
+
+    # When the handler's edge reads it
+    request = parse_sweep_payload(event)
+
+    # Then it is the kind its name says
+    kind = SweepAbandonRequest if path.name == "sweep-abandon.json" else SweepRequest
+    assert type(request) is kind
+    assert len(SWEEP_EVENTS) == 4
+
+
+def test_parse_sweep_payload_abandon_with_a_stray_field_named() -> None:
+    # Given an abandon payload that also carries sweep fields / When read / Then refused
+    with pytest.raises(SweepPayloadError) as refused:
+        parse_sweep_payload({"abandon": True, "run_id": "rs-a", "parent_workspace_ids": [MASTER]})
+    assert str(refused.value) == (
+        "invalid abandon payload: parent_workspace_ids: Extra inputs are not permitted"
+    )
+
+
+def test_lambda_handler_abandon_payload_ends_the_run_and_frees_its_parent() -> None:
+    # Given an unfinished real run
+    sweep = _sweep(children=3)
+    first = sweep.invoke(
+        {"dry_run": False, "parent_workspace_ids": [MASTER], "run_id": "rs-a", "batch_size": 1}
+    )
+    assert first["done"] is False
+
+    # When the abandon payload names it
+    abandoned = sweep.invoke({"abandon": True, "run_id": "rs-a"})
+
+    # Then the result says what was freed, and a new run on the parent goes ahead
+    assert abandoned == {
+        "run_id": "rs-a",
+        "dry_run": False,
+        "abandoned": True,
+        "released_parents": [MASTER],
+        "processed": 1,
+        "total": 3,
+        "checkpoint": "memory://checkpoints/rs-a.json",
+    }
+    again = sweep.invoke({"dry_run": False, "parent_workspace_ids": [MASTER], "run_id": "rs-b"})
+    assert again["done"] is True
+
+
+def test_lambda_handler_upstream_failure_while_listing_carries_no_body() -> None:
+    # Given a family listing refused with a body that a secret could be echoed in
+    sweep = _sweep()
+    sweep.gateway.script_errors(
+        LIST_FAMILY, MASTER, [UpstreamError(403, "echo: tok-unit-never-used", "list_family")]
+    )
+
+    # When a sweep is invoked / Then the error names the status and operation only
+    with pytest.raises(SweepUpstreamError) as failed:
+        sweep.invoke({"parent_workspace_ids": [MASTER]})
+    assert "tok-unit" not in str(failed.value) and "echo" not in str(failed.value)
+    assert (failed.value.status, failed.value.operation) == (403, "list_family")
