@@ -21,6 +21,7 @@ EXPECTED_CHECKS = (
     "5 headroom after ensure",
     "DLQ contents",
     "writes after ensure accepted",
+    "guarded writes refused only when the pool was short",
     "broker: one holder per group",
     "broker: FIFO delivery order",
 )

@@ -33,6 +33,11 @@ from serenity_tools.verification.invariants import (
     check_terminal_outcomes,
 )
 from serenity_tools.verification.replays import ReplayCauses, explain_replays
+from serenity_tools.verification.write_path import (
+    INVARIANT_NAME,
+    WriteRecord,
+    check_guarded_writes,
+)
 from serenity_tools.verification.writes import MeteredWrites
 
 Request = EnsureRequest | ReleaseRequest
@@ -76,6 +81,8 @@ class RunRecord:
     expected_invalid: int = 0
     strict_transfers: bool = True
     writes: MeteredWrites | None = None
+    guarded_writes: Sequence[WriteRecord] | None = None
+    """The services' guarded writes on the write gate, when the run made them."""
     drained: bool = True
 
     @cached_property
@@ -175,6 +182,13 @@ def writes_accepted(run: RunRecord) -> InvariantResult:
     return run.writes.result()
 
 
+def guarded_writes_fit_the_pool(run: RunRecord) -> InvariantResult:
+    """No guarded write ended refused while its org pool had room for it."""
+    if run.guarded_writes is None:
+        return InvariantResult(INVARIANT_NAME, True, "no guarded writes made")
+    return check_guarded_writes(run.guarded_writes)
+
+
 def queue_drained(run: RunRecord) -> InvariantResult:
     """The queue emptied within the run's budget."""
     detail = "queue empty, nothing in flight" if run.drained else "the queue did not drain in time"
@@ -212,6 +226,7 @@ DEMO_CHECKS: list[Check] = [
     *CORE_CHECKS,
     dead_letters,
     writes_accepted,
+    guarded_writes_fit_the_pool,
     *BROKER_CHECKS,
     queue_drained,
 ]

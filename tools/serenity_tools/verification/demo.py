@@ -9,8 +9,11 @@
    (one coalescable burst of ensures for one child; releases between ensures for others) and
    one malformed message from a "legacy" sender. The consumers drain it through the real
    handler.
-3. The services make the writes their ensures prepared for (metered by the simulator, which
-   refuses a write past the total with the disguised 405).
+3. The services make the writes their ensures prepared for on the simulator's write gate, the
+   way the README tells them to: one ``WriteGuard`` per request, front the ensure, wrap the
+   write. The gate refuses a write past the total with the disguised 405 and enforces a top-up
+   ``enforcement_lag_ms`` late (shortened from the upstream's ~9 s, never 0), so some writes
+   need a retry; the report says how many and how long they waited.
 4. Run the Sweep handler (in this process, like a Lambda invocation) as a dry run, then for
    real, and drain the releases it enqueued.
 5. Print the pool and the changed children before and after, the outcomes by kind and status,
@@ -41,6 +44,7 @@ from typing import Any, TextIO
 from serenity_allocator.adapters.sqs_producer import AllocationProducer, build_ensure, build_release
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest
 from serenity_allocator.domain.model import DEFAULT_BLOCKS
+from serenity_allocator.write_guard import GuardPolicy
 from serenity_tools.standins.consumer_pool import ConsumerPool
 from serenity_tools.standins.lambda_context import LocalLambdaContext
 from serenity_tools.standins.resources import local_client
@@ -60,7 +64,16 @@ from serenity_tools.verification.reports import (
 )
 from serenity_tools.verification.seeding import seed_child, usage
 from serenity_tools.verification.tables import format_table
-from serenity_tools.verification.writes import meter_writes
+from serenity_tools.verification.write_path import (
+    GateClient,
+    GuardedServiceWriter,
+    RecordingEnqueuer,
+    WriteRecord,
+    as_metered_writes,
+    simulator_ai_reader,
+    summarize_writes,
+    write_after_ensures,
+)
 
 MASTER_ID = "org-demo"
 POOL_PROJECTS = 200
@@ -90,6 +103,10 @@ class DemoConfig:
     max_receive_count: int = 5
     """The redrive policy's maxReceiveCount (template: 5); the zombie takes that many receives."""
     seed: int = 7
+    enforcement_lag_ms: float = 1500.0
+    """The write gate's lag behind a transfer (upstream ~9 s; shortened so the demo is quick)."""
+    write_retry_interval_s: float = 0.6
+    """The guard's pause between attempts: three of them span the shortened lag."""
     drain_timeout_s: float = 300.0
     """A budget, not an expectation: the drain usually takes seconds."""
     work_dir: Path | None = None
@@ -100,6 +117,8 @@ class DemoConfig:
             raise ValueError(f"the demo needs at least {len(_SPECIAL_KINDS) + 2} children")
         if self.consumers < 1 or self.producers < 1:
             raise ValueError("the demo needs at least one consumer and one producer")
+        if self.enforcement_lag_ms <= 0:
+            raise ValueError("the demo's write gate must lag transfers (enforcement_lag_ms > 0)")
 
 
 # -- the org ------------------------------------------------------------------------------------
@@ -225,6 +244,23 @@ def send_malformed(stack: LocalStack) -> None:
     )
 
 
+def guarded_writes(
+    config: DemoConfig, stack: LocalStack, plans: Mapping[str, Sequence[Request]]
+) -> tuple[list[WriteRecord], list[EnsureRequest]]:
+    """The services write through their guards; return the writes and the ensures they sent."""
+    enqueuer = RecordingEnqueuer(
+        AllocationProducer(stack.resources.queue_url, local_client("sqs", stack.moto.endpoint_url))
+    )
+    gate = GateClient(stack.simulator.write_url, stack.env()["SEMRUSH_TOKEN"])
+    policy = GuardPolicy(interval_s=config.write_retry_interval_s, deadline_s=30.0)
+    writer = GuardedServiceWriter(gate, enqueuer, simulator_ai_reader(stack.simulator.dump), policy)
+    try:
+        records = write_after_ensures(writer, plans, stack.outcomes.outcomes())
+    finally:
+        gate.close()
+    return records, enqueuer.requests
+
+
 # -- the sweep ----------------------------------------------------------------------------------
 
 
@@ -317,7 +353,10 @@ def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say:
     rng = random.Random(config.seed)
     kinds = plan_children(config, rng)
     stack.simulator.seed(seed_workspaces(kinds, rng))
-    stack.simulator.faults(stuck=[c for c, k in kinds.items() if k == "zombie"])
+    stack.simulator.faults(
+        stuck=[c for c, k in kinds.items() if k == "zombie"],
+        enforcement_lag_ms=config.enforcement_lag_ms,
+    )
     before = workspaces_by_id(stack.simulator.dump()["workspaces"])
     clock.lap("stack up + seed")
 
@@ -335,8 +374,11 @@ def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say:
     clock.lap("enqueue")
     drained = pool.wait_drained(stack.queue_depth, timeout_s=config.drain_timeout_s)
     clock.lap("drain")
-    writes = meter_writes(stack, plans, stack.outcomes.outcomes())
-    clock.lap("services write (metered)")
+    guarded, guard_requests = guarded_writes(config, stack, plans)
+    requests += guard_requests
+    say(summarize_writes(guarded).line())
+    drained = pool.wait_drained(stack.queue_depth, timeout_s=config.drain_timeout_s) and drained
+    clock.lap("services write (guarded)")
 
     say("sweep: dry run, then a real run ...")
     sweep_log = stack.work_dir / "sweep.stdout.log"
@@ -365,7 +407,8 @@ def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say:
             r.request_id for r in requests if kinds.get(r.workspace_id) == "zombie"
         ),
         expected_invalid=1,
-        writes=writes,
+        writes=as_metered_writes(guarded),
+        guarded_writes=guarded,
         drained=drained,
     )
     return _Drained(record, kinds, pool, dry, real, sweep_log)
@@ -466,6 +509,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-receive-count", type=int, default=defaults.max_receive_count)
     parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument(
+        "--enforcement-lag-ms",
+        type=float,
+        default=defaults.enforcement_lag_ms,
+        help="the write gate's lag behind a transfer (> 0)",
+    )
     parser.add_argument("--drain-timeout-s", type=float, default=defaults.drain_timeout_s)
     parser.add_argument("--work-dir", type=Path, default=None, help="traces and logs")
     parser.add_argument(
@@ -487,6 +536,7 @@ def run(args: argparse.Namespace) -> int:
             visibility_timeout_s=args.visibility_timeout_s,
             max_receive_count=args.max_receive_count,
             seed=args.seed,
+            enforcement_lag_ms=args.enforcement_lag_ms,
             drain_timeout_s=args.drain_timeout_s,
             work_dir=args.work_dir,
             fifo_safe_broker=not args.stock_moto,

@@ -17,14 +17,18 @@ Reusable by the demo, the harness and the bench:
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
+from serenity_allocator.adapters.sqs_producer import build_ensure
 from serenity_allocator.domain.allocation import ensure_headroom
 from serenity_allocator.domain.errors import AllocationError, UpstreamError
+from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from serenity_allocator.domain.model import Totals
 from serenity_allocator.domain.ports import Clock, WorkspaceGateway
 from serenity_allocator.domain.transfer import FAIL_FAST, TransferContext
@@ -38,6 +42,10 @@ from serenity_allocator.write_guard import (
     WriteQuotaExhaustedError,
 )
 from serenity_tools.verification.invariants import InvariantResult, invariant_result
+from serenity_tools.verification.writes import APPLIED_STATUSES, MeteredWrites
+
+if TYPE_CHECKING:
+    from serenity_allocator.adapters.sqs_producer import AllocationProducer
 
 WriteSite = Literal["prompts", "project"]
 AiReader = Callable[[str], Mapping[str, Mapping[str, int]]]
@@ -351,3 +359,79 @@ def percentile(sorted_values: Sequence[float], pct: float) -> float:
         return 0.0
     rank = max(1, math.ceil(pct / 100.0 * len(sorted_values)))
     return float(sorted_values[rank - 1])
+
+
+@dataclass
+class RecordingEnqueuer:
+    """The real producer, remembering every ensure the guards enqueued (for the run's checks)."""
+
+    producer: AllocationProducer
+    requests: list[EnsureRequest] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def enqueue_ensure(
+        self,
+        workspace_id: str,
+        parent_workspace_id: str,
+        need: Totals | Mapping[str, int] | None = None,
+        *,
+        include_drafted: bool = False,
+        ceiling: Mapping[str, int] | None = None,
+        org_id: str | None = None,
+        brand_id: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """Build, send and remember one ensure."""
+        request = build_ensure(
+            workspace_id,
+            parent_workspace_id,
+            need,
+            include_drafted=include_drafted,
+            ceiling=ceiling,
+            org_id=org_id,
+            brand_id=brand_id,
+            request_id=request_id,
+        )
+        self.producer.enqueue_many([request])
+        with self._lock:
+            self.requests.append(request)
+        return request.request_id
+
+
+def write_after_ensures(
+    writer: GuardedServiceWriter,
+    plans: Mapping[str, Sequence[EnsureRequest | ReleaseRequest]],
+    outcomes: Sequence[AllocationOutcome],
+    *,
+    workers: int = 8,
+) -> list[WriteRecord]:
+    """Each child's service now makes the write its last applied ensure prepared for, guarded.
+
+    Prompts are one batch of the ensure's prompts; projects one request per project. Children
+    write in parallel (``workers`` threads), each child's writes in order.
+    """
+    applied = {
+        o.request_id for o in outcomes if o.kind == "ensure" and o.status in APPLIED_STATUSES
+    }
+    jobs: list[EnsureRequest] = []
+    for plan in plans.values():
+        ensures = [r for r in plan if isinstance(r, EnsureRequest) and r.request_id in applied]
+        if ensures:
+            jobs.append(ensures[-1])
+
+    def write(ensure: EnsureRequest) -> list[WriteRecord]:
+        child, parent = ensure.workspace_id, ensure.parent_workspace_id
+        done = []
+        if ensure.need.prompts:
+            done.append(writer.write_prompts(child, parent, ensure.need.prompts))
+        done += [writer.create_project(child, parent) for _ in range(ensure.need.projects)]
+        return done
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        return [record for records in pool.map(write, jobs) for record in records]
+
+
+def as_metered_writes(records: Sequence[WriteRecord]) -> MeteredWrites:
+    """The guarded writes in the shape of the "writes after ensure accepted" check."""
+    refused = tuple(sorted({r.workspace_id for r in records if r.outcome == "exhausted"}))
+    return MeteredWrites(sum(1 for r in records if r.outcome != "exhausted"), refused)
