@@ -83,7 +83,8 @@ class OutcomePublisher:
     def publish(self, outcomes: Sequence[AllocationOutcome]) -> None:
         """Publish one ``serenity.allocation.outcome`` event per outcome, 10 per PutEvents.
 
-        Every chunk is attempted; entries EventBridge fails are retried once.
+        Every chunk is attempted; entries EventBridge refuses in a call that answered are sent
+        once more.
 
         Raises:
             OutcomePublishError: Some outcomes were not published (lists their request ids).
@@ -125,17 +126,22 @@ class OutcomePublisher:
     def _put_with_one_retry(
         self, entries: list[PutEventsRequestEntryTypeDef]
     ) -> tuple[list[int], str]:
-        """PutEvents, then once more for the failed entries; return (failed indexes, reason)."""
+        """PutEvents, then once more for the entries it refused; return (failed indexes, reason).
+
+        Only entries of a call that answered are sent again; a call that failed as a whole
+        (after the client's own bounded retries) is not repeated.
+        """
         pending = list(range(len(entries)))
         reason = ""
         for _attempt in range(2):
             try:
                 response = self._client().put_events(Entries=[entries[index] for index in pending])
             except (ClientError, BotoCoreError) as exc:
-                # botocore has already retried throttling and connection errors by now.
+                # botocore has already retried throttling and connection errors within the
+                # client's bounded budget; a call of our own on top would double it.
                 reason = _reason(exc)
                 _log.warning("PutEvents failed", extra={"entries": len(pending), "code": reason})
-                continue
+                return pending, reason
             if not response.get("FailedEntryCount"):
                 return [], ""
             # Result entries line up with request entries; a failed one carries an ErrorCode.

@@ -1,0 +1,94 @@
+"""A small delaying HTTP proxy on loopback, in front of the moto server: a slow AWS endpoint.
+
+Point one service's endpoint variable (``AWS_ENDPOINT_URL_SQS``, ``..._EVENTBRIDGE``) at it.
+Every request is forwarded to moto unchanged; the requests a rule picks are held back
+first, as a slow or overloaded regional endpoint would. A held request is still forwarded when
+its client has given up (a real endpoint may also complete a request its caller abandoned).
+"""
+
+from __future__ import annotations
+
+import http.client
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+HoldRule = Callable[[Mapping[str, str], bytes], bool]
+"""(request headers with lower-case names, request body) -> hold this request back?"""
+
+_HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "host"})
+
+
+def target_is(operation: str, *, body_contains: str = "") -> HoldRule:
+    """Hold JSON-protocol calls of ``operation`` (``AmazonSQS.SendMessage``...) whose body
+    contains ``body_contains``."""
+
+    def rule(headers: Mapping[str, str], body: bytes) -> bool:
+        return headers.get("x-amz-target", "") == operation and body_contains.encode() in body
+
+    return rule
+
+
+class SlowProxy:
+    """The running proxy: its URL and the operations it held back."""
+
+    def __init__(self, server: ThreadingHTTPServer, delays: list[str]) -> None:
+        self._server = server
+        self.held: list[str] = delays
+
+    @property
+    def url(self) -> str:
+        """The proxy's endpoint URL."""
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+
+@contextmanager
+def slow_proxy(upstream: str, delay_s: float, rule: HoldRule) -> Iterator[SlowProxy]:
+    """Run a proxy to ``upstream`` that holds requests matching ``rule`` for ``delay_s``."""
+    target = urlsplit(upstream)
+    held: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            headers = {name.lower(): value for name, value in self.headers.items()}
+            if rule(headers, body):
+                held.append(headers.get("x-amz-target", self.path))
+                time.sleep(delay_s)
+            connection = http.client.HTTPConnection(target.hostname or "", target.port, timeout=30)
+            try:
+                forwarded = {k: v for k, v in headers.items() if k not in _HOP_BY_HOP}
+                connection.request("POST", self.path, body=body, headers=forwarded)
+                answer = connection.getresponse()
+                status, answer_headers, payload = answer.status, answer.getheaders(), answer.read()
+            except OSError:  # moto already stopped (a request held past the end of its test)
+                status, answer_headers, payload = 502, [], b""
+            finally:
+                connection.close()
+            try:
+                self.send_response(status)
+                for name, value in answer_headers:
+                    if name.lower() not in _HOP_BY_HOP | {"content-length"}:
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+            except OSError:
+                pass  # the client timed out and left; the upstream still got the request
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield SlowProxy(server, held)
+    finally:
+        server.shutdown()
+        server.server_close()

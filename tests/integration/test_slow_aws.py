@@ -1,0 +1,135 @@
+"""The worker under a slow AWS endpoint: a delaying proxy in front of moto, on loopback.
+
+Every AWS call the worker makes has bounded timeouts and retries sized to the function, and is
+only started when its worst case still fits the invocation. So a slow DLQ or a slow event bus
+costs the records that needed it, never the whole batch, and the invocation ends in time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from serenity_allocator.handlers.allocator import lambda_handler
+from serenity_tools.standins.lambda_context import LocalLambdaContext
+from serenity_tools.standins.resources import LocalResources
+from serenity_tools.standins.simulator import SimulatorServer
+from tests.conftest import OutcomeCapture
+from tests.integration.allocator_harness import (
+    FUNCTION_NAME,
+    AllocatorHarness,
+    allocator_harness,
+    workspace,
+)
+from tests.integration.slow_aws_proxy import SlowProxy, slow_proxy, target_is
+from tests.integration.sqs_events import build_sqs_event, failed_ids, receive_messages
+
+MASTER = "ws-slow-master"
+CHILDREN = ("ws-slow-a", "ws-slow-b")
+HOLD_S = 4.0
+"""How long the proxy holds a slow call: longer than any call the worker may wait for."""
+SEMRUSH_TIMEOUT_S = 2.0
+"""One outside call's budget: an AWS call then gets one attempt of 0.5 s connect + 1.5 s read."""
+SHORT_FUNCTION_S = 6.0
+SAFETY_MARGIN_MS = 500
+
+
+def _seed_roomy_children(sim: SimulatorServer) -> None:
+    # Every child already holds room for the ensures below: the hot path, one read each.
+    sim.seed(
+        [
+            workspace(MASTER, projects=(0, 100), prompts=(0, 10_000)),
+            *(
+                workspace(child, parent_id=MASTER, projects=(1, 1), prompts=(100, 500))
+                for child in CHILDREN
+            ),
+        ]
+    )
+
+
+@pytest.fixture
+def slow_dlq(
+    local_resources: LocalResources, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[SlowProxy]:
+    """SQS through the proxy; SendMessage to the DLQ held for HOLD_S."""
+    dlq_name = local_resources.dlq_url.rsplit("/", 1)[-1]
+    rule = target_is("AmazonSQS.SendMessage", body_contains=dlq_name)
+    with slow_proxy(local_resources.endpoint_url, HOLD_S, rule) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SQS", proxy.url)
+        yield proxy
+
+
+@pytest.fixture
+def slow_bus(
+    local_resources: LocalResources, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[SlowProxy]:
+    """EventBridge through the proxy; every PutEvents held for HOLD_S."""
+    rule = target_is("AWSEvents.PutEvents")
+    with slow_proxy(local_resources.endpoint_url, HOLD_S, rule) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_EVENTBRIDGE", proxy.url)
+        yield proxy
+
+
+@pytest.fixture
+def worker(
+    local_resources: LocalResources, sim: SimulatorServer, outcome_capture: OutcomeCapture
+) -> Iterator[AllocatorHarness]:
+    """The production runtime with a 2 s per-call budget."""
+    with allocator_harness(
+        local_resources,
+        sim,
+        {"SEMRUSH_TIMEOUT_S": str(SEMRUSH_TIMEOUT_S), "SAFETY_MARGIN_MS": str(SAFETY_MARGIN_MS)},
+    ) as harness:
+        yield harness
+
+
+def test_slow_dlq_fails_only_the_invalid_record_and_the_batch_completes(
+    worker: AllocatorHarness,
+    sim: SimulatorServer,
+    slow_dlq: SlowProxy,
+    outcome_capture: OutcomeCapture,
+) -> None:
+    # Given a valid ensure and an invalid message in another group, and a DLQ that answers
+    # only after HOLD_S
+    _seed_roomy_children(sim)
+    request_id = worker.producer.enqueue_ensure(CHILDREN[0], MASTER, {"prompts": 10})
+    invalid_id = worker.send_raw("{not json", group_id=CHILDREN[1], dedup_id="d-slow-invalid")
+
+    # When the batch runs
+    started = time.monotonic()
+    invocation = worker.invoke()
+    elapsed = time.monotonic() - started
+
+    # Then only the invalid record failed (its DLQ send timed out after one bounded attempt)
+    # and it comes back; the ensure completed and its outcome went out
+    assert invocation.failed == [invalid_id]
+    assert [(o["request_id"], o["status"]) for o in outcome_capture.outcomes()] == [
+        (request_id, "hot-path")
+    ]
+    assert slow_dlq.held == ["AmazonSQS.SendMessage"]
+    # ... and the invocation waited one bounded call, not botocore's 60 s read timeout
+    assert elapsed < HOLD_S
+
+
+def test_slow_bus_fails_the_records_early_and_ends_before_the_timeout(
+    worker: AllocatorHarness, sim: SimulatorServer, slow_bus: SlowProxy
+) -> None:
+    # Given two hot-path ensures in two groups, an event bus that answers only after HOLD_S,
+    # and a function with SHORT_FUNCTION_S to live
+    _seed_roomy_children(sim)
+    for child in CHILDREN:
+        worker.producer.enqueue_ensure(child, MASTER, {"prompts": 10})
+    messages = receive_messages(worker.sqs, worker.resources.queue_url)
+    event = build_sqs_event(messages, queue_arn=worker.resources.queue_arn, region="us-east-1")
+    context = LocalLambdaContext(FUNCTION_NAME, SHORT_FUNCTION_S)
+
+    # When the batch runs
+    response = lambda_handler(event, context, runtime=worker.runtime)
+
+    # Then the invocation returned with time to spare (no function timeout, which would bring
+    # the whole batch back) and failed exactly the records whose outcome was not published
+    assert context.get_remaining_time_in_millis() > SAFETY_MARGIN_MS
+    assert sorted(failed_ids(response)) == sorted(m["MessageId"] for m in messages)
+    assert slow_bus.held == ["AWSEvents.PutEvents"]
