@@ -12,15 +12,16 @@ import argparse
 import csv
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from serenity_tools import cli
 from serenity_allocator.domain.model import Totals
 from serenity_allocator.domain.sweep import SweepCounts, SweepItem, SweepResult
-from serenity_tools.operator import sweep_cli
+from serenity_tools import cli
+from serenity_tools.operator import sweep_cli, sweep_invokers
 from serenity_tools.operator.sweep_cli import (
     LambdaInvoker,
     LocalInvoker,
@@ -275,6 +276,8 @@ def test_cli_csv_report_has_one_row_per_child_with_flat_totals(tmp_path: Path) -
         "units_returned_prompts": "300",
         "error_code": "",
         "request_id": "",
+        "attempt": "1",
+        "final": "True",
     }
     assert (rows[3]["outcome"], rows[3]["error_code"], rows[3]["target_prompts"]) == (
         "skipped-not-created",
@@ -614,7 +617,7 @@ def test_state_machine_invoker_aborted_execution_ends_on_its_last_result() -> No
     ],
 )
 def test_history_events_without_a_sweep_result_are_ignored(event: dict[str, Any]) -> None:
-    assert sweep_cli._result_of_event(event) is None
+    assert sweep_invokers.result_of_event(event) is None
 
 
 def test_history_lambda_function_succeeded_event_carries_the_result_itself() -> None:
@@ -622,4 +625,84 @@ def test_history_lambda_function_succeeded_event_carries_the_result_itself() -> 
         "type": "LambdaFunctionSucceeded",
         "lambdaFunctionSucceededEventDetails": {"output": json.dumps(THREE_BATCHES[2])},
     }
-    assert sweep_cli._result_of_event(event) == THREE_BATCHES[2]
+    assert sweep_invokers.result_of_event(event) == THREE_BATCHES[2]
+
+
+def test_cli_report_and_summary_list_every_target_that_ended_failed(tmp_path: Path) -> None:
+    # Given a run that finished with one child failed after its last attempt
+    final = result(
+        [item("c2", "expected-error", error_code="workspaceBusy", attempt=3)],
+        processed=2,
+        total=2,
+        would_release=1,
+        expected_errors=1,
+    )
+    final["failed"] = [
+        {
+            "workspace_id": "c2",
+            "parent_workspace_id": "m1",
+            "error_code": "workspaceBusy",
+            "attempts": 3,
+        }
+    ]
+    report = tmp_path / "run.json"
+
+    # When the CLI drives it with a JSON report
+    code, out, _ = run_cli(
+        ["--parent", "m1", "--dry-run", *TARGET, "--report", str(report)], ScriptedInvoker([final])
+    )
+
+    # Then the summary names the failed child and why, and the report lists it
+    assert code == 0
+    assert re.search(r"^failed c2\s+workspaceBusy after 3 attempt\(s\)$", out, re.MULTILINE), out
+    document = json.loads(report.read_text(encoding="utf-8"))
+    assert document["failed"] == final["failed"]
+    assert document["failed_listed_all"] is True
+
+
+def test_cli_abandon_sends_the_abandon_payload_once_and_says_what_was_freed() -> None:
+    # Given the function's answer to an abandon
+    answer = {
+        "run_id": RUN_ID,
+        "dry_run": False,
+        "abandoned": True,
+        "released_parents": ["m1", "m2"],
+        "processed": 4,
+        "total": 9,
+        "checkpoint": f"s3://bucket/sweep/{RUN_ID}.json",
+    }
+    invoker = ScriptedInvoker([answer])
+
+    # When the operator abandons the run
+    code, out, _ = run_cli(
+        ["--abandon", "--run-id", RUN_ID, "--reason", "superseded", *TARGET], invoker
+    )
+
+    # Then exactly one abandon payload went out and the output says what was freed
+    assert code == 0
+    assert invoker.payloads == [{"abandon": True, "run_id": RUN_ID, "reason": "superseded"}]
+    assert out.splitlines() == [
+        f"run {RUN_ID} abandoned; parents freed: m1, m2",
+        f"checkpoint kept at s3://bucket/sweep/{RUN_ID}.json",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--abandon", *TARGET], "--run-id (payload field run_id)"),
+        (["--abandon", "--run-id", RUN_ID, "--parent", "m1", *TARGET], "not a sweep's flags"),
+        (
+            ["--abandon", "--run-id", RUN_ID, "--state-machine-arn", "arn:aws:states:x"],
+            "use --function-name or --local",
+        ),
+    ],
+    ids=["no-run-id", "sweep-flags", "state-machine"],
+)
+def test_cli_abandon_refuses_bad_flags_before_any_invocation(argv: list[str], message: str) -> None:
+    # Given an abandon with a missing or stray flag / When run / Then exit 2, nothing invoked
+    invoker = ScriptedInvoker([])
+    code, _, err = run_cli(argv, invoker if "--state-machine-arn" not in argv else None)
+    assert code == 2
+    assert message in err
+    assert invoker.payloads == []

@@ -23,30 +23,51 @@ interrupted (the run resumes with ``--run-id``).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import json
 import os
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from pydantic import ValidationError
 
-from serenity_allocator.domain.sweep import SweepCounts, SweepRequest
+from serenity_allocator.domain.sweep import SweepAbandonRequest, SweepCounts, SweepRequest
+
+from .sweep_invokers import (
+    LAMBDA_MAX_TIMEOUT_S,
+    LOCAL_FUNCTION_NAME,
+    LambdaInvoker,
+    LocalInvoker,
+    StateMachineInvoker,
+    SweepInvocationError,
+    SweepInvoker,
+)
+
+__all__ = [
+    "LAMBDA_MAX_TIMEOUT_S",
+    "LOCAL_FUNCTION_NAME",
+    "LambdaInvoker",
+    "LocalInvoker",
+    "ProgressDisplay",
+    "StateMachineInvoker",
+    "SweepCliError",
+    "SweepInvocationError",
+    "SweepInvoker",
+    "SweepRun",
+    "build_payload",
+    "configure",
+    "drive_sweep",
+    "execute",
+    "format_summary",
+    "run",
+    "write_report",
+]
 
 if TYPE_CHECKING:
-    from aws_lambda_powertools.utilities.typing import LambdaContext
-    from mypy_boto3_lambda import LambdaClient
-    from mypy_boto3_stepfunctions import SFNClient
-
-LAMBDA_MAX_TIMEOUT_S = 900.0
-"""Lambda's ceiling, the Sweep function's Timeout in template.yaml, and a local batch's budget."""
-
-LOCAL_FUNCTION_NAME = "SweepFunction"
+    pass
 
 MAX_STALLED_BATCHES = 3
 """Batches in a row that process nothing (too little time left to start a target) before the
@@ -60,11 +81,16 @@ FIELD_FLAGS: dict[str, str] = {
     "rate_limit_ms": "--rate-limit-ms",
     "max_consecutive_errors": "--max-consecutive-errors",
     "batch_size": "--batch-size",
+    "max_attempts": "--max-attempts",
+    "rate_limit_backoff_s": "--rate-limit-backoff-s",
     "run_id": "--run-id",
     "floor": "--floor-projects/--floor-prompts",
     "allow_when_disabled": "--allow-when-disabled",
 }
 """Which flag sets which payload field (for error messages)."""
+
+FAILED_SHOWN = 20
+"""Failed targets the summary names one by one (the report lists them all)."""
 
 COUNT_NAMES = tuple(SweepCounts.model_fields)
 """The run's counters, in the order the domain declares them."""
@@ -81,264 +107,13 @@ REPORT_COLUMNS = (
     "units_returned_prompts",
     "error_code",
     "request_id",
+    "attempt",
+    "final",
 )
-
-_RESULT_KEYS = ("run_id", "done", "aborted", "processed", "total", "counts", "items")
 
 
 class SweepCliError(ValueError):
     """A flag or the configuration is unusable; nothing was invoked."""
-
-
-class SweepInvocationError(Exception):
-    """One invocation failed (a function error, a failed execution, a malformed result).
-
-    Attributes:
-        payload: Lambda's error shape: ``{"errorType": ..., "errorMessage": ...}`` and whatever
-            else the function returned (``stackTrace``...).
-    """
-
-    def __init__(self, payload: Mapping[str, Any]) -> None:
-        self.payload = dict(payload)
-        super().__init__(
-            f"{self.payload.get('errorType', 'Error')}: {self.payload.get('errorMessage', '')}"
-        )
-
-
-class SweepInvoker(Protocol):
-    """Runs the next batch of a sweep run and returns the handler's result."""
-
-    def invoke(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """Run (or wait for) the next batch described by ``payload``; return its result.
-
-        Raises:
-            SweepInvocationError: The batch failed without a result.
-        """
-        ...
-
-
-# ---------------------------------------------------------------- the invokers
-
-
-class LambdaInvoker:
-    """Invokes the deployed Sweep function synchronously, one batch per call.
-
-    Args:
-        function_name: The function's name or ARN.
-        client: A ready Lambda client; otherwise one is built with a read timeout longer than
-            the function's and no retries (a retried invoke would race the first one and be
-            refused as "already in progress").
-    """
-
-    def __init__(self, function_name: str, client: LambdaClient | None = None) -> None:
-        self._function_name = function_name
-        self._client = client
-
-    def _lambda(self) -> LambdaClient:
-        if self._client is None:
-            import boto3
-            from botocore.config import Config
-
-            self._client = boto3.client(
-                "lambda",
-                config=Config(
-                    read_timeout=int(LAMBDA_MAX_TIMEOUT_S) + 60,
-                    connect_timeout=10,
-                    retries={"total_max_attempts": 1},
-                ),
-            )
-        return self._client
-
-    def invoke(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """Invoke once (RequestResponse) and return the function's result."""
-        response = self._lambda().invoke(
-            FunctionName=self._function_name,
-            InvocationType="RequestResponse",
-            Payload=json.dumps(payload).encode("utf-8"),
-        )
-        raw = response["Payload"].read()
-        try:
-            body: Any = json.loads(raw) if raw else None
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            body = raw.decode("utf-8", errors="replace")
-        if response.get("FunctionError"):
-            if isinstance(body, dict):
-                raise SweepInvocationError(body)
-            raise SweepInvocationError(
-                {"errorType": response["FunctionError"], "errorMessage": str(body)}
-            )
-        return _checked_result(body)
-
-
-class StateMachineInvoker:
-    """Starts the sweep state machine once and hands back each batch result it produces.
-
-    The first :meth:`invoke` starts the execution with the payload as its input; every call
-    then polls the execution history until the next Lambda result appears and returns it (the
-    state machine, not this loop, decides when to invoke again).
-
-    Args:
-        state_machine_arn: The sweep state machine.
-        client: A ready Step Functions client; otherwise ``boto3.client("stepfunctions")``.
-        poll_interval_s: Seconds between polls of a running execution.
-        sleep: Sleeps between polls; injected so tests never wait.
-        notify: Told about the execution once it is started (its ARN), for the operator.
-    """
-
-    def __init__(
-        self,
-        state_machine_arn: str,
-        client: SFNClient | None = None,
-        *,
-        poll_interval_s: float = 5.0,
-        sleep: Callable[[float], None] = time.sleep,
-        notify: Callable[[str], None] | None = None,
-    ) -> None:
-        self._state_machine_arn = state_machine_arn
-        self._client = client
-        self._poll_interval_s = poll_interval_s
-        self._sleep = sleep
-        self._notify = notify
-        self.execution_arn: str | None = None
-        self._returned = 0
-
-    def _sfn(self) -> SFNClient:
-        if self._client is None:
-            import boto3
-
-            self._client = boto3.client("stepfunctions")
-        return self._client
-
-    def invoke(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """Start the execution (first call), then wait for its next batch result.
-
-        Later calls ignore ``payload``: the state machine feeds the run id back itself.
-        """
-        client = self._sfn()
-        if self.execution_arn is None:
-            started = client.start_execution(
-                stateMachineArn=self._state_machine_arn, input=json.dumps(payload)
-            )
-            self.execution_arn = started["executionArn"]
-            if self._notify is not None:
-                self._notify(f"started execution {self.execution_arn}")
-        while True:
-            # Status first, history second: once the status is final the history is complete.
-            described = client.describe_execution(executionArn=self.execution_arn)
-            results = self._batch_results()
-            if len(results) > self._returned:
-                self._returned += 1
-                return results[self._returned - 1]
-            status = described["status"]
-            if status != "RUNNING":
-                raise SweepInvocationError(
-                    {
-                        "errorType": described.get("error") or f"Execution{status.title()}",
-                        "errorMessage": described.get("cause")
-                        or f"the execution ended {status} without a further batch result",
-                        "executionArn": self.execution_arn,
-                    }
-                )
-            self._sleep(self._poll_interval_s)
-
-    def _batch_results(self) -> list[dict[str, Any]]:
-        """Every sweep result in the history so far, oldest first."""
-        assert self.execution_arn is not None
-        results: list[dict[str, Any]] = []
-        token: str | None = None
-        while True:
-            page = (
-                self._sfn().get_execution_history(
-                    executionArn=self.execution_arn, maxResults=1000, nextToken=token
-                )
-                if token
-                else self._sfn().get_execution_history(
-                    executionArn=self.execution_arn, maxResults=1000
-                )
-            )
-            for event in page["events"]:
-                result = _result_of_event(event)
-                if result is not None:
-                    results.append(result)
-            token = page.get("nextToken")
-            if not token:
-                return results
-
-
-def _result_of_event(event: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The sweep result a history event carries, if any.
-
-    ``TaskSucceeded`` of the ``lambda:invoke`` integration holds the invoke response (the
-    result is its ``Payload``); ``LambdaFunctionSucceeded`` (a plain function ARN as the
-    Resource) holds the result itself.
-    """
-    details = event.get("taskSucceededEventDetails") or event.get(
-        "lambdaFunctionSucceededEventDetails"
-    )
-    if not details or not isinstance(details.get("output"), str):
-        return None
-    try:
-        output = json.loads(details["output"])
-    except json.JSONDecodeError:
-        return None
-    if isinstance(output, dict) and isinstance(output.get("Payload"), dict):
-        output = output["Payload"]
-    if isinstance(output, dict) and all(key in output for key in _RESULT_KEYS):
-        return output
-    return None
-
-
-class LocalInvoker:
-    """Calls the Sweep handler in this process, as Lambda would, one batch per call.
-
-    Args:
-        handler: ``(event, context) -> result``; by default the Sweep handler configured from
-            the current environment.
-        timeout_s: The context's budget (the deployed function's Timeout).
-        clock: Drives the context's countdown.
-    """
-
-    def __init__(
-        self,
-        handler: Callable[[dict[str, Any], LambdaContext], dict[str, Any]] | None = None,
-        *,
-        timeout_s: float = LAMBDA_MAX_TIMEOUT_S,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._handler = handler
-        self._timeout_s = timeout_s
-        self._clock = clock
-
-    def invoke(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """Call the handler with a fresh context (a new request id, like a new invocation)."""
-        from serenity_tools.standins.lambda_context import LocalLambdaContext
-
-        handler = self._handler
-        if handler is None:
-            from serenity_allocator.handlers.sweep import lambda_handler
-
-            handler = lambda_handler
-        context = LocalLambdaContext(LOCAL_FUNCTION_NAME, self._timeout_s, self._clock)
-        try:
-            # The handler's logs and EMF lines go to stderr, so stdout carries only the summary
-            # table, as it does when the function runs remotely.
-            with contextlib.redirect_stdout(sys.stderr):
-                result = handler(payload, context)
-        except Exception as exc:
-            # Lambda's error shape; the message is the exception's own (never holds a secret).
-            raise SweepInvocationError(
-                {"errorType": type(exc).__name__, "errorMessage": str(exc)}
-            ) from exc
-        return _checked_result(result)
-
-
-def _checked_result(body: Any) -> dict[str, Any]:
-    if not isinstance(body, dict) or not all(key in body for key in _RESULT_KEYS):
-        shown = json.dumps(body, default=str)[:200]
-        raise SweepInvocationError(
-            {"errorType": "InvalidSweepResult", "errorMessage": f"not a sweep result: {shown}"}
-        )
-    return body
 
 
 # ---------------------------------------------------------------- the loop
@@ -373,6 +148,11 @@ class SweepRun:
         if self.last is not None and "dry_run" in self.last:
             return bool(self.last["dry_run"])
         return bool(self.payload.get("dry_run", True))
+
+    @property
+    def failed(self) -> list[dict[str, Any]]:
+        """Every target that ended failed, and why (from the latest result)."""
+        return list((self.last or {}).get("failed") or [])
 
     @property
     def counts(self) -> dict[str, int]:
@@ -525,6 +305,15 @@ def format_summary(run: SweepRun) -> str:
         rows.append(("error", f"{run.error.get('errorType')}: {run.error.get('errorMessage')}"))
     rows.append(("processed", f"{last.get('processed', 0)} / {last.get('total', '?')}"))
     rows += [(name, str(value)) for name, value in run.counts.items()]
+    rows += [
+        (
+            f"failed {target['workspace_id']}",
+            f"{target['error_code']} after {target['attempts']} attempt(s)",
+        )
+        for target in run.failed[:FAILED_SHOWN]
+    ]
+    if len(run.failed) > FAILED_SHOWN:
+        rows.append(("failed (more)", f"{len(run.failed) - FAILED_SHOWN} more in the report"))
     if last.get("checkpoint"):
         rows.append(("checkpoint", str(last["checkpoint"])))
     width = max(len(label) for label, _ in rows)
@@ -535,7 +324,15 @@ def format_summary(run: SweepRun) -> str:
 
 def _flat_item(item: Mapping[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {column: "" for column in REPORT_COLUMNS}
-    for key in ("workspace_id", "parent_workspace_id", "outcome", "error_code", "request_id"):
+    for key in (
+        "workspace_id",
+        "parent_workspace_id",
+        "outcome",
+        "error_code",
+        "request_id",
+        "attempt",
+        "final",
+    ):
         value = item.get(key)
         row[key] = "" if value is None else value
     for key in ("before", "target", "units_returned"):
@@ -570,6 +367,8 @@ def write_report(path: Path, run: SweepRun) -> None:
         "checkpoint": last.get("checkpoint"),
         "invocations": len(run.results),
         "error": run.error,
+        "failed": run.failed,
+        "failed_listed_all": last.get("failed_listed_all", True),
         "items": run.items,
     }
     path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
@@ -606,7 +405,8 @@ def build_payload(args: argparse.Namespace) -> dict[str, Any]:
     workspaces = _split_ids(args.workspaces)
     if workspaces is not None:
         payload["workspace_ids"] = workspaces
-    for name in ("limit", "rate_limit_ms", "max_consecutive_errors", "batch_size", "run_id"):
+    numbers = ("limit", "rate_limit_ms", "max_consecutive_errors", "batch_size", "max_attempts")
+    for name in (*numbers, "rate_limit_backoff_s", "run_id"):
         value = getattr(args, name)
         if value is not None:
             payload[name] = value
@@ -616,8 +416,28 @@ def build_payload(args: argparse.Namespace) -> dict[str, Any]:
         payload["floor"] = {"projects": args.floor_projects, "prompts": args.floor_prompts}
     if args.allow_when_disabled:
         payload["allow_when_disabled"] = True
+    _validate(SweepRequest, payload)
+    return payload
+
+
+def build_abandon_payload(args: argparse.Namespace) -> dict[str, Any]:
+    """The abandon payload ``--abandon --run-id ID [--reason TEXT]`` describes, validated.
+
+    Raises:
+        SweepCliError: No run id, or a flag that only a sweep takes.
+    """
+    if args.parents or args.workspaces or args.dry_run:
+        raise SweepCliError("--abandon takes --run-id (and --reason) only, not a sweep's flags")
+    payload: dict[str, Any] = {"abandon": True, "run_id": args.run_id}
+    if args.reason is not None:
+        payload["reason"] = args.reason
+    _validate(SweepAbandonRequest, payload)
+    return payload
+
+
+def _validate(model: type[SweepRequest] | type[SweepAbandonRequest], payload: Any) -> None:
     try:
-        SweepRequest.model_validate(payload)
+        model.model_validate(payload)
     except ValidationError as exc:
         problems = []
         for error in exc.errors(include_url=False, include_input=False):
@@ -626,7 +446,6 @@ def build_payload(args: argparse.Namespace) -> dict[str, Any]:
             where = f"{flag} (payload field {location})" if flag else f"payload field {location}"
             problems.append(f"{where}: {error['msg']}")
         raise SweepCliError("invalid sweep flags: " + "; ".join(problems)) from None
-    return payload
 
 
 def _report_path(value: str | None) -> Path | None:
@@ -646,9 +465,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--parent",
         dest="parents",
         action="append",
-        required=True,
         metavar="ID",
-        help="master workspace (org pool) to sweep; repeat or comma-separate for several",
+        help="master workspace (org pool) to sweep; repeat or comma-separate for several "
+        "(required, except with --abandon)",
     )
     parser.add_argument(
         "--workspace",
@@ -665,12 +484,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
         ("--rate-limit-ms", "pause between two targets (default 300)"),
         ("--max-consecutive-errors", "abort after N unexpected errors in a row (default 5)"),
         ("--batch-size", "at most N children per invocation (default 25)"),
+        ("--max-attempts", "attempts per child before it ends failed (default 3)"),
+        ("--rate-limit-backoff-s", "seconds one child may back off 429s (default 60)"),
         ("--floor-projects", "lowest projects total to keep (with --floor-prompts)"),
         ("--floor-prompts", "lowest prompts total to keep (with --floor-projects)"),
     )
     for flag, help_text in numbers:
         parser.add_argument(flag, type=_int_or_text, metavar="N", help=help_text)
     parser.add_argument("--run-id", help="resume this run (absent: a new run)")
+    parser.add_argument(
+        "--abandon",
+        action="store_true",
+        help="end the unfinished run --run-id for good and free its parents (one invocation)",
+    )
+    parser.add_argument("--reason", help="why the run is abandoned (with --abandon)")
     parser.add_argument(
         "--allow-when-disabled",
         action="store_true",
@@ -731,6 +558,8 @@ def execute(
     """
     out = stdout or sys.stdout
     err = stderr or sys.stderr
+    if args.abandon:
+        return _abandon(args, invoker, out, err)
     try:
         payload = build_payload(args)
         report = _report_path(args.report)
@@ -759,6 +588,29 @@ def execute(
     if sweep.run_id and not sweep.done:
         print(f"sweep: resume with --run-id {sweep.run_id}", file=err)
     return 130 if sweep.interrupted else 1
+
+
+def _abandon(
+    args: argparse.Namespace, invoker: SweepInvoker | None, out: TextIO, err: TextIO
+) -> int:
+    """Send the abandon payload once; print what was freed."""
+    try:
+        payload = build_abandon_payload(args)
+        if args.state_machine_arn and invoker is None:
+            raise SweepCliError("--abandon invokes the function: use --function-name or --local")
+        chosen = invoker or _invoker(args, err)
+    except SweepCliError as exc:
+        print(f"sweep: {exc}", file=err)
+        return 2
+    try:
+        result = chosen.invoke(payload)
+    except SweepInvocationError as exc:
+        print("sweep: abandon failed:", json.dumps(exc.payload, default=str), file=err)
+        return 1
+    freed = ", ".join(result.get("released_parents") or []) or "none"
+    print(f"run {result['run_id']} abandoned; parents freed: {freed}", file=out)
+    print(f"checkpoint kept at {result.get('checkpoint')}", file=out)
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
