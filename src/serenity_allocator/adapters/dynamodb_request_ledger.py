@@ -26,7 +26,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..domain.ledger import (
@@ -36,6 +35,7 @@ from ..domain.ledger import (
     ReleaseIntent,
 )
 from ..domain.messages import AllocationOutcome
+from .aws_clients import AWS_CALL_BUDGET_S, LazyClient, dynamodb_client
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -43,13 +43,6 @@ if TYPE_CHECKING:
 
 DEFAULT_TTL_S = 30 * 24 * 3600
 """Thirty days: longer than the DLQ's 14-day retention, so a redrive still finds its record."""
-
-LEDGER_CLIENT_CONFIG = Config(
-    connect_timeout=2,
-    read_timeout=3,
-    retries={"mode": "standard", "max_attempts": 3},
-)
-"""At most ~3 x 5 s per call with backoff: a ledger call never outlives the Allocator's margin."""
 
 _MAX_BATCH_GET_KEYS = 100  # BatchGetItem's per-call limit
 
@@ -72,8 +65,9 @@ class DynamoDbRequestLedger:
     Args:
         table_name: The ledger table (``REQUEST_LEDGER_TABLE``).
         client: An optional ready DynamoDB client; otherwise one is built on first use with
-            bounded timeouts and retries (:data:`LEDGER_CLIENT_CONFIG`), honouring
+            bounded timeouts and retries (:func:`.aws_clients.dynamodb_client`), honouring
             ``AWS_ENDPOINT_URL``.
+        call_budget_s: The longest one call may take, retries included (sizes the client).
         ttl_s: How long a record lives after its last write.
         wall_clock: Epoch seconds (injected so tests control expiry).
     """
@@ -85,11 +79,12 @@ class DynamoDbRequestLedger:
         *,
         ttl_s: int = DEFAULT_TTL_S,
         wall_clock: Callable[[], float] = time.time,
+        call_budget_s: float = AWS_CALL_BUDGET_S,
     ) -> None:
         if not table_name.strip():
             raise ValueError("the request ledger table name is blank")
         self._table = table_name
-        self._client_instance = client
+        self._dynamodb = LazyClient(lambda: dynamodb_client(call_budget_s), client)
         self._ttl_s = ttl_s
         self._wall_clock = wall_clock
 
@@ -99,11 +94,7 @@ class DynamoDbRequestLedger:
         return self._table
 
     def _client(self) -> DynamoDBClient:
-        if self._client_instance is None:
-            import boto3
-
-            self._client_instance = boto3.client("dynamodb", config=LEDGER_CLIENT_CONFIG)
-        return self._client_instance
+        return self._dynamodb.get()
 
     # -- reads -------------------------------------------------------------------------------
 

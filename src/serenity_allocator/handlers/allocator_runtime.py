@@ -182,7 +182,9 @@ def build_runtime(settings: AllocatorSettings) -> AllocatorRuntime:
         from ..adapters.dynamodb_request_ledger import DynamoDbRequestLedger
 
         runtime.ledger = DynamoDbRequestLedger(
-            settings.request_ledger_table, ttl_s=settings.request_ledger_ttl_days * 86400
+            settings.request_ledger_table,
+            ttl_s=settings.request_ledger_ttl_days * 86400,
+            call_budget_s=aws_budget_s,
         )
     return runtime
 
