@@ -10,21 +10,27 @@ tests/integration/test_sweep_security.py.
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
 import logging
 import socket
 import sys
+import traceback
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 import pytest
 from cfnlint.decode import cfn_yaml  # type: ignore[import-untyped]
 
 from serenity_allocator.adapters.observability import logger
+from serenity_allocator.adapters.semrush_client import SemrushClient
+from serenity_allocator.adapters.token_provider import StaticTokenProvider
+from serenity_allocator.domain.errors import UpstreamError
 from serenity_tools.standins.resources import LocalResources, local_client
 from serenity_tools.standins.simulator import (
     API_PREFIX,
@@ -43,7 +49,27 @@ from tests.integration.allocator_harness import (
     workspace,
 )
 
-CANARY = "tok-SECRET-canary-123"
+# "/", "+" and "=" change under URL-encoding and "/" under PHP-style JSON escaping, so every
+# encoded echo below differs from the token as sent.
+CANARY = "tok/SECRET+canary=123"
+_URL_ENCODED = quote(CANARY, safe="")
+_JSON_ESCAPED = json.dumps(CANARY)[1:-1].replace("/", "\\/")  # as PHP's json_encode sends it
+
+# Each way an upstream may echo the bearer back, exactly as it appears in the answer's body.
+ECHOES = {
+    "as sent": CANARY,
+    "url-encoded": _URL_ENCODED,
+    "url-encoded, lower-case hex": _URL_ENCODED.replace("%2F", "%2f").replace("%2B", "%2b"),
+    "form-encoded": quote_plus(CANARY),
+    "json-escaped": _JSON_ESCAPED,
+    "json in a json string": json.dumps(_JSON_ESCAPED)[1:-1].replace("/", "\\/"),
+    "base64 (basic auth)": base64.b64encode(f"svc:{CANARY}".encode()).decode("ascii"),
+}
+# The body is text as the upstream sent it (the escapes above are already in place); short
+# labels keep the whole redacted body inside the error's 200-character excerpt.
+ECHO_BODY = "Not authenticated. " + " ".join(
+    f"[{i}:{form}]" for i, form in enumerate(ECHOES.values())
+)
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 
 MASTER = "ws-sec-master"
@@ -88,7 +114,7 @@ def _seed(sim: SimulatorServer) -> None:
                 "count": 2,
                 "op": "read_resources",
                 "workspace_id": ECHOED,
-                "body": {"detail": f"Not authenticated: Bearer {CANARY}"},
+                "body": ECHO_BODY,
             }
         ],
     )
@@ -185,8 +211,44 @@ def test_security_token_never_leaks_from_a_full_worker_batch(
 
         # Then every path ran, and the token appears on no channel
         _assert_batch_really_ran(worker, invocations, said)
-    leaks = sorted(channel for channel, text in said.items() if CANARY in text)
+    leaks = sorted(
+        (channel, form)
+        for channel, text in said.items()
+        for form, echoed in ECHOES.items()
+        if echoed in text
+    )
     assert leaks == []
+
+
+def test_security_upstream_error_carries_no_echo_of_the_token_in_any_encoding(
+    sim: SimulatorServer,
+) -> None:
+    # Given an upstream that answers a read with a body echoing the bearer in every encoding
+    sim.seed([workspace(ECHOED, projects=(0, 1), prompts=(0, 100))])
+    sim.set_auth([CANARY])
+    sim.faults(
+        fail_next=[
+            {"status": 400, "op": "read_resources", "workspace_id": ECHOED, "body": ECHO_BODY}
+        ]
+    )
+
+    # When the client reads through it
+    with (
+        SemrushClient(sim.origin, StaticTokenProvider(CANARY)) as client,
+        pytest.raises(UpstreamError) as raised,
+    ):
+        client.read_resources(ECHOED)
+
+    # Then the message, repr and traceback keep the body's shape but none of the echoes
+    error = raised.value
+    said = str(error) + repr(error) + "".join(traceback.format_exception(error))
+    # (the whole body made it into the message: one marker per echo, the last one included;
+    # of a base64 echo only the characters that also encode its neighbours remain)
+    assert str(error).count("***") == len(ECHOES)
+    assert f"[{len(ECHOES) - 1}:" in str(error)
+    assert [name for name, echoed in ECHOES.items() if echoed in said] == []
+    # And the raw body is still there for the classifiers (never logged)
+    assert error.body == ECHO_BODY
 
 
 # ---------------------------------------------------------------- encryption at rest

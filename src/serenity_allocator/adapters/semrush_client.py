@@ -31,6 +31,7 @@ from serenity_allocator.domain.errors import (
 from serenity_allocator.domain.model import AiResources, Totals, WorkspaceRecord
 from serenity_allocator.domain.resources import parse_ai_resources
 
+from .secret_redaction import redact_secret
 from .semrush_origin import (
     API_PATH,
     ConfigurationError,
@@ -331,7 +332,7 @@ class SemrushClient:
                 status,
                 response.text,
                 op.name,
-                shown=_redact(response.text, token),
+                shown=redact_secret(response.text, token),
                 retry_after_s=_retry_after_s(response.headers.get("Retry-After")),
             )
 
@@ -372,11 +373,6 @@ def _retry_after_s(value: str | None) -> float | None:
     if not math.isfinite(seconds) or seconds < 0:
         return None
     return seconds
-
-
-def _redact(text: str, token: str) -> str:
-    # Defence in depth: an upstream that echoed the request must not put the token in an error.
-    return text.replace(token, "***") if token else text
 
 
 def _workspace_record(item: Any, operation: str) -> WorkspaceRecord:

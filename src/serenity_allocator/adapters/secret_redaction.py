@@ -1,0 +1,98 @@
+r"""Remove a secret from text we are about to log or store, in every form an echo may take.
+
+An upstream that echoes the request can return the bearer token as sent, URL-encoded (a query
+or form echo, ``%2F`` or ``%2f``, ``+`` for a space), JSON-escaped (``\/``, ``\"``, ``\uXXXX``),
+base64-encoded (a ``Basic`` header or a debug dump, at any byte offset inside a longer blob) or
+hex-dumped. Replacing only the exact token lets the encoded echoes through; this module builds
+every such form once per secret and replaces them all.
+
+Use it on text only: classifiers read the RAW body (a redacted copy may stop saying what it
+said), and only what is logged, raised or stored passes through here.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from functools import lru_cache
+from typing import Final
+from urllib.parse import quote, quote_plus
+
+REDACTED: Final = "***"
+"""What a removed secret reads as."""
+
+_PERCENT_ESCAPE = re.compile(r"%([0-9A-F])([0-9A-F])")
+# A base64 core shorter than this could match ordinary text by chance.
+_MIN_BASE64_CORE = 8
+_URLSAFE = str.maketrans("+/", "-_")
+
+
+def _url_forms(secret: str) -> set[str]:
+    once = {quote(secret, safe=""), quote(secret), quote_plus(secret), quote_plus(secret, safe="")}
+    twice = {quote(form, safe="") for form in once}  # a URL inside a URL
+    return once | twice
+
+
+def _json_escapes(text: str) -> set[str]:
+    forms = {json.dumps(text)[1:-1], json.dumps(text, ensure_ascii=False)[1:-1]}
+    # Some encoders (PHP's json_encode among them) also escape "/" as "\/".
+    return forms | {form.replace("/", r"\/") for form in forms}
+
+
+def _json_forms(secret: str) -> set[str]:
+    once = _json_escapes(secret)
+    twice = {form for inner in once for form in _json_escapes(inner)}  # JSON in a JSON string
+    return once | twice
+
+
+def _base64_forms(secret: str) -> set[str]:
+    """The base64 characters that depend on the secret alone, at each of the 3 byte offsets."""
+    raw = secret.encode("utf-8")
+    forms: set[str] = set()
+    for offset in range(3):
+        encoded = base64.b64encode(b"\0" * offset + raw).decode("ascii")
+        whole_groups = (offset + len(raw)) // 3
+        # Skip the group that mixes in the bytes before the secret, and the last partial group
+        # (it depends on the bytes after it).
+        core = encoded[4 if offset else 0 : 4 * whole_groups]
+        if len(core) >= _MIN_BASE64_CORE:
+            forms.add(core)
+    # On its own, the whole encoding (its last group is the secret's too), padded or not.
+    whole = base64.b64encode(raw).decode("ascii")
+    forms |= {whole, whole.rstrip("=")}
+    return forms | {form.translate(_URLSAFE) for form in forms}
+
+
+def _pattern_piece(form: str) -> str:
+    # Percent-escapes match in either case (%2F and %2f); everything else literally.
+    escaped = re.escape(form)
+    return _PERCENT_ESCAPE.sub(lambda m: f"%[{m[1]}{m[1].lower()}][{m[2]}{m[2].lower()}]", escaped)
+
+
+@lru_cache(maxsize=8)
+def _secret_pattern(secret: str) -> re.Pattern[str]:
+    forms = {secret, secret.encode("utf-8").hex(), secret.encode("utf-8").hex().upper()}
+    forms |= _url_forms(secret) | _json_forms(secret) | _base64_forms(secret)
+    # Longest first: an encoded form may contain a shorter one (never leave half of it).
+    ordered = sorted((form for form in forms if form), key=len, reverse=True)
+    return re.compile("|".join(_pattern_piece(form) for form in ordered))
+
+
+def redact_secret(text: str, secret: str | None) -> str:
+    r"""Return ``text`` with ``secret`` replaced by ``***`` in every form an echo may take.
+
+    Covers the secret as is, URL-encoded (once or twice, either hex case, ``+`` or ``%20`` for
+    a space), JSON-escaped (with or without ``\/`` and ``\uXXXX``, once or as JSON inside a
+    JSON string), base64 and base64url at any byte offset, and hex.
+
+    Args:
+        text: Text about to be logged, raised or stored (an upstream body, an error message).
+        secret: The secret; ``None`` or empty leaves ``text`` unchanged.
+
+    Returns:
+        The text without any recognisable form of the secret.
+    """
+    if not secret or not text:
+        return text
+    return _secret_pattern(secret).sub(REDACTED, text)
