@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -360,3 +361,33 @@ def test_lambda_handler_upstream_failure_while_listing_carries_no_body() -> None
         sweep.invoke({"parent_workspace_ids": [MASTER]})
     assert "tok-unit" not in str(failed.value) and "echo" not in str(failed.value)
     assert (failed.value.status, failed.value.operation) == (403, "list_family")
+
+
+def test_operator_docs_invoke_only_sweep_payloads_that_exist_and_validate() -> None:
+    # Given the README and the sweep runbook, which show `aws lambda invoke --payload file://...`
+    root = Path(__file__).parents[2]
+    docs = {name: (root / name).read_text(encoding="utf-8") for name in DOCS_WITH_INVOKE}
+
+    # When every events/ payload they pass is read by the handler's edge
+    referenced = {
+        name: re.findall(r"file://(events/[\w.-]+\.json)", text) for name, text in docs.items()
+    }
+
+    # Then each doc shows at least one, and each one exists and validates
+    assert all(referenced.values()), referenced
+    for path in {p for paths in referenced.values() for p in paths}:
+        parse_sweep_payload(json.loads((root / path).read_text(encoding="utf-8")))
+    # And the runbook explains every refusal an operator can meet
+    runbook = docs["docs/runbooks/sweep.md"]
+    for error in (
+        "ParentHeldError",
+        "RunInProgressError",
+        "CheckpointCorruptError",
+        "SweepRefusedError",
+        "SweepUpstreamError",
+        "SweepPayloadError",
+    ):
+        assert error in runbook, error
+
+
+DOCS_WITH_INVOKE = ("README.md", "docs/runbooks/sweep.md")
