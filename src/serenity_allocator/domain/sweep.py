@@ -266,17 +266,18 @@ def _open_run(request: SweepRequest, run_id: str, env: SweepEnvironment) -> _Run
     """Load or start the run, check it is sound and this payload's, and take its lease."""
     name = checkpoint_name(run_id, request.dry_run)
     stored = env.store.load(name)
-    families = _families(request, env)
+    # Every refusal comes before the first upstream call.
     if stored is None:
         _refuse_other_kind(request, run_id, env)
         if not request.dry_run:
             # Read-only first: a refused concurrent run writes nothing.
             claim_parents(env.store, run_id, request.parent_workspace_ids, check_only=True)
-        checkpoint = _new_checkpoint(request, run_id, families)
+        checkpoint = _new_checkpoint(request, run_id, _families(request, env))
         expected: str | None = None
     else:
         checkpoint = _resumed_checkpoint(request, run_id, name, stored, env)
-        _verify_targets(checkpoint, families, name, request.limit)
+        if checkpoint.state == "open":
+            _verify_targets(checkpoint, _families(request, env), name, request.limit)
         expected = stored.etag
     checkpoint.lease_owner, checkpoint.lease_until = env.invocation_id, env.lease_until
     try:
