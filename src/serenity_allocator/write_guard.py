@@ -5,6 +5,7 @@ write over quota with a disguised 405 (a bare HTML page); prompts are metered cu
 the write (``used + drafted + batch``); and the gateway enforces a top-up about 9 s after it.
 The upstream's answer to the lag is to retry the write with backoff (3 attempts, 3 s apart,
 bounded by one per-request deadline), calling ensure once per recovery, not per attempt.
+Our ensure is queued, so the default policy retries once more (see :class:`GuardPolicy`).
 
 A service makes one :class:`WriteGuard` per incoming request and workspace::
 
@@ -141,13 +142,18 @@ class EmfQuotaRetryRecorder:
 class GuardPolicy:
     """How long a guarded write keeps trying after the disguised 405.
 
+    The upstream advises 3 retries 3 s apart, which spans the ~9 s lag when the ensure runs
+    synchronously before the write. Ours is queued, so the top-up lands a queue latency later:
+    4 retries (12 s) span the lag plus up to 3 s of queue latency (docs/benchmarks/writes.md:
+    with 3 retries one write in eight still ended refused with the pool having room).
+
     Attributes:
-        retries: Retries after the first attempt (the upstream's advice: 3).
-        interval_s: Pause before each retry (3 s: three pauses span the ~9 s enforcement lag).
+        retries: Retries after the first attempt.
+        interval_s: Pause before each retry.
         deadline_s: One budget per incoming request, shared by every write the guard wraps.
     """
 
-    retries: int = 3
+    retries: int = 4
     interval_s: float = 3.0
     deadline_s: float = 20.0
 

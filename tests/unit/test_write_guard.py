@@ -174,11 +174,11 @@ def test_write_guard_exhausts_when_the_lag_outlasts_the_retries(
     with pytest.raises(WriteQuotaExhaustedError) as raised:
         guard.write(prompts_writer(http, 50), need={"prompts": 50}, site="prompts")
 
-    # Then 1 + 3 attempts, one ensure, and the exhausted outcome with the attempts made
-    assert (raised.value.attempts, raised.value.waited_s) == (4, 9.0)
+    # Then 1 + 4 attempts, one ensure, and the exhausted outcome with the attempts made
+    assert (raised.value.attempts, raised.value.waited_s) == (5, 12.0)
     assert raised.value.answer.status_code == 405
     assert len(allocator.ensures) == 1
-    assert recorder.outcomes == [("exhausted", 4, "prompts")]
+    assert recorder.outcomes == [("exhausted", 5, "prompts")]
 
 
 def test_write_guard_deadline_is_shared_by_every_write_of_the_request(

@@ -102,7 +102,7 @@ def test_guarded_service_writer_refusal_on_a_short_pool_is_not_a_violation(
 def test_check_guarded_writes_flags_a_refusal_the_lag_caused(
     sim: SimulatorServer, writer: GuardedServiceWriter
 ) -> None:
-    # Given a gate lagging 20 s, longer than the guard's 9 s of retries
+    # Given a gate lagging 20 s, longer than the guard's 12 s of retries
     seed(sim, pool_prompts=1000, child_prompts=(100, 100))
     sim.faults(enforcement_lag_ms=20_000)
 
@@ -114,7 +114,7 @@ def test_check_guarded_writes_flags_a_refusal_the_lag_caused(
     result = check_guarded_writes(writer.records)
     assert not result.passed
     assert result.violations == (
-        "c1 prompts x50: refused after 4 attempts (9.0 s), short -50, pool free 900",
+        "c1 prompts x50: refused after 5 attempts (12.0 s), short -50, pool free 900",
     )
 
 

@@ -242,7 +242,8 @@ class InProcessAllocator:
     """Applies ensures with the real use case over real HTTP, after a queue latency.
 
     An ensure enqueued at ``t`` is applied by the first :meth:`pump` at or after
-    ``t + latency_s`` on ``clock``; :meth:`sleep` advances a fake clock and pumps, so a guard
+    ``t + latency_s`` on ``clock`` (a child's due ensures coalesced into one call);
+    :meth:`sleep` advances a fake clock and pumps, so a guard
     given it waits in simulated time. Outcomes are kept in :attr:`applied`.
     """
 
@@ -275,11 +276,19 @@ class InProcessAllocator:
         return request_id or f"in-process-{self.enqueued}"
 
     def pump(self) -> None:
-        """Apply every ensure that is due, in the order enqueued."""
+        """Apply every ensure that is due; one child's due ensures as one call (coalesced).
+
+        The worker coalesces a child's consecutive ensures in a batch the same way: the sum of
+        the needs, drafts counted when any asked.
+        """
         now = self.clock()
         due = [entry for entry in self.pending if entry[0] <= now]
         self.pending = [entry for entry in self.pending if entry[0] > now]
+        runs: dict[tuple[str, str], tuple[Totals, bool]] = {}
         for _, child, parent, need, include_drafted in due:
+            total, drafted = runs.get((child, parent), (Totals(), False))
+            runs[(child, parent)] = (total.plus(need), drafted or include_drafted)
+        for (child, parent), (need, include_drafted) in runs.items():
             ctx = TransferContext(clock=self.clock, sleep=self.advance)
             try:
                 result = ensure_headroom(
