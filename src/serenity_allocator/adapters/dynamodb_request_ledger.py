@@ -23,7 +23,7 @@ after another sees its writes. Decision and alternatives: docs/decisions/0009-re
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -118,7 +118,7 @@ class DynamoDbRequestLedger:
                 except (ClientError, BotoCoreError) as exc:
                     raise LedgerUnavailableError(_reason(exc)) from exc
                 for item in response.get("Responses", {}).get(self._table, []):
-                    entry = _entry(item)
+                    entry = item_to_entry(item)
                     entries[entry.request_id] = entry
                 # Unprocessed keys come back under throttling; the client's retries pace us.
                 unprocessed = response.get("UnprocessedKeys", {}).get(self._table)
@@ -138,7 +138,7 @@ class DynamoDbRequestLedger:
         except (ClientError, BotoCoreError) as exc:
             raise LedgerUnavailableError(_reason(exc)) from exc
         item = response.get("Item")
-        return None if item is None else _entry(item)
+        return None if item is None else item_to_entry(item)
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -227,7 +227,8 @@ class DynamoDbRequestLedger:
         return True
 
 
-def _entry(item: dict[str, Any]) -> LedgerEntry:
+def item_to_entry(item: Mapping[str, Any]) -> LedgerEntry:
+    """A ledger item (DynamoDB's attribute-value shape) as the domain's entry."""
     outcome = item.get("outcome", {}).get("S")
     intent = item.get("intent", {}).get("S")
     return LedgerEntry(

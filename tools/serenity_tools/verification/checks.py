@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
+from serenity_allocator.domain.ledger import LedgerEntry
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from serenity_tools.standins.stack import DeadLetter
 from serenity_tools.verification.invariants import (
@@ -32,6 +33,7 @@ from serenity_tools.verification.invariants import (
     check_order,
     check_terminal_outcomes,
 )
+from serenity_tools.verification.ledger_check import check_ledger
 from serenity_tools.verification.replays import ReplayCauses, explain_replays
 from serenity_tools.verification.write_path import (
     INVARIANT_NAME,
@@ -84,6 +86,8 @@ class RunRecord:
     guarded_writes: Sequence[WriteRecord] | None = None
     """The services' guarded writes on the write gate, when the run made them."""
     drained: bool = True
+    ledger: Mapping[str, LedgerEntry] | None = None
+    """The request ledger table at the end, by request id (None: the run had no ledger)."""
 
     @cached_property
     def replays(self) -> ReplayCauses:
@@ -160,6 +164,13 @@ def headroom(run: RunRecord) -> InvariantResult:
     return check_headroom(run.requests, run.outcomes, run.before)
 
 
+def ledger_records(run: RunRecord) -> InvariantResult:
+    """6. Exactly one terminal ledger record per request; every outcome equals its record."""
+    if run.ledger is None:
+        return InvariantResult("6 ledger", True, "no ledger in this run")
+    return check_ledger(run.requests, run.outcomes, run.ledger, run.dead_lettered)
+
+
 def group_exclusivity(run: RunRecord) -> InvariantResult:
     """BROKER: no message group held by two consumers at once."""
     return check_group_exclusivity(run.events, run.visibility_timeout_s)
@@ -216,8 +227,15 @@ def check_dead_letters(
     return InvariantResult("DLQ contents", True, detail)
 
 
-CORE_CHECKS: tuple[Check, ...] = (conservation, bounds, terminal_outcomes, order, headroom)
-"""Invariants 1-5."""
+CORE_CHECKS: tuple[Check, ...] = (
+    conservation,
+    bounds,
+    terminal_outcomes,
+    order,
+    headroom,
+    ledger_records,
+)
+"""Invariants 1-6."""
 
 BROKER_CHECKS: tuple[Check, ...] = (group_exclusivity, fifo_delivery)
 """What the broker must do for the invariants to mean anything."""

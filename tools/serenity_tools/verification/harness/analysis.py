@@ -48,6 +48,7 @@ def run_record(
         expected_dead=frozenset(expected_dead),
         strict_transfers=strict_transfers,
         drained=run.drained,
+        ledger=run.ledger,
     )
 
 

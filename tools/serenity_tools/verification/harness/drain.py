@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from serenity_allocator.adapters.eventbridge_outcomes import POOL_LOW_DETAIL_TYPE
 from serenity_allocator.adapters.sqs_producer import AllocationProducer
+from serenity_allocator.domain.ledger import LedgerEntry
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from serenity_tools.standins.consumer import DEFAULT_HANDLER, CrashPlan
 from serenity_tools.standins.consumer_pool import ConsumerPool, QueueDepth, queue_depth
@@ -24,6 +25,7 @@ from serenity_tools.verification.harness.worker_releases import (
 )
 from serenity_tools.verification.harness.workload import Request, Workload
 from serenity_tools.verification.invariants import InvariantResult, workspaces_by_id
+from serenity_tools.verification.ledger_check import read_ledger_table
 from serenity_tools.verification.writes import meter_writes
 
 if TYPE_CHECKING:
@@ -142,6 +144,8 @@ class DrainedRun:
     """Consumer processes that ended by SIGKILL (crash points, function timeouts)."""
     visibility_timeout_s: int
     max_receive_count: int
+    ledger: dict[str, LedgerEntry] | None = None
+    """The request ledger table after the drain, by request id."""
 
 
 def drain_workload(
@@ -232,6 +236,7 @@ def drain_workload(
         killed=sum(1 for p in pool.processes if p.process.returncode == -signal.SIGKILL),
         visibility_timeout_s=stack.visibility_timeout_s,
         max_receive_count=stack.resources.max_receive_count,
+        ledger=read_ledger_table(stack.resources),
     )
 
 

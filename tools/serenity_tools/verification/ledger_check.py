@@ -1,0 +1,80 @@
+"""Invariant 6, the request ledger: one terminal record per request, outcomes equal to it.
+
+Exactly one terminal record per request, and every outcome event published equals its
+request's ledger record (docs/decisions/0009-request-ledger.md).
+
+A published ``dead_lettered`` outcome may differ from the record only when a redrive replaced
+it explicitly (the record's outcome says ``supersedes: deadLettered``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from serenity_allocator.domain.ledger import LedgerEntry
+from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
+from serenity_tools.standins.resources import local_client
+from serenity_tools.verification.invariants import InvariantResult, invariant_result
+
+if TYPE_CHECKING:
+    from serenity_tools.standins.resources import LocalResources
+
+INVARIANT_NAME = "6 ledger: one terminal record, outcomes equal it"
+
+
+def read_ledger_table(resources: LocalResources) -> dict[str, LedgerEntry]:
+    """Every item of the local ledger table, by request id (a Scan: local tooling only)."""
+    from serenity_allocator.adapters.dynamodb_request_ledger import item_to_entry
+
+    dynamodb: Any = local_client("dynamodb", resources.endpoint_url)
+    entries: dict[str, LedgerEntry] = {}
+    for page in dynamodb.get_paginator("scan").paginate(
+        TableName=resources.ledger_table, ConsistentRead=True
+    ):
+        for item in page.get("Items", []):
+            entry = item_to_entry(item)
+            entries[entry.request_id] = entry
+    return entries
+
+
+def check_ledger(
+    requests: Iterable[EnsureRequest | ReleaseRequest],
+    outcomes: Sequence[AllocationOutcome],
+    ledger: Mapping[str, LedgerEntry],
+    dead_lettered: Collection[str] = (),
+) -> InvariantResult:
+    """Exactly one terminal record per request; every published outcome equals its record.
+
+    Args:
+        requests: The valid requests enqueued.
+        outcomes: Every outcome event published, in order.
+        ledger: The ledger table at the end of the run, by request id.
+        dead_lettered: Request ids found in the DLQ (their record must say so).
+    """
+    violations: list[str] = []
+    request_ids = list(dict.fromkeys(r.request_id for r in requests))
+    for request_id in request_ids:
+        entry = ledger.get(request_id)
+        if entry is None or not entry.is_terminal or entry.outcome is None:
+            state = "no record" if entry is None else f"state {entry.state}"
+            violations.append(f"{request_id}: {state}, not one terminal record")
+        elif request_id in dead_lettered and entry.state != "deadLettered":
+            violations.append(f"{request_id}: in the DLQ but its record is {entry.state}")
+    for outcome in outcomes:
+        entry = ledger.get(outcome.request_id)
+        held = entry.outcome if entry is not None else None
+        if held == outcome:
+            continue
+        if outcome.dead_lettered and held is not None and held.supersedes == "deadLettered":
+            continue  # a redrive replaced the dead letter, explicitly
+        violations.append(
+            f"{outcome.request_id}: published {outcome.status}/{outcome.error_code}"
+            f" but the ledger holds "
+            + (f"{held.status}/{held.error_code}" if held is not None else "nothing")
+        )
+    covered = (
+        f"{len(request_ids)} requests with one terminal record each; "
+        f"{len(outcomes)} outcome events equal their record"
+    )
+    return invariant_result(INVARIANT_NAME, violations, covered)
