@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 COV_FLOOR ?= 88
 
-.PHONY: demo test lint format typecheck cfn-lint scan pytest bench build deploy clean
+.PHONY: demo test lint format typecheck cfn-lint scan pytest bench build deploy clean stress
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH" >&2; exit 1; }
@@ -48,6 +48,11 @@ scan: $(SCAN_STAMP)
 
 pytest: $(STAMP)
 	$(BIN)/pytest --cov --cov-report=term --cov-fail-under=$(COV_FLOOR)
+
+# The demo and harness scenarios while one CPU-bound process per core keeps the machine busy
+# (started and stopped by the command itself); prints every invariant table and a summary.
+stress: $(STAMP)
+	$(BIN)/python -m serenity_tools.verification.stress
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run

@@ -133,47 +133,59 @@ def check_bounds(
     """
     name = "2 bounds (used, ceiling, floor)"
     by_id = {request.request_id: request for request in requests}
-    violations: list[str] = []
     children = _children(after, parent_id)
-    for child in children:
-        if child["id"] in metered_below_used:
-            continue
-        for dim in DIMENSIONS:
-            total, used = _dim(child, dim, "total"), _dim(child, dim, "used")
-            if total < used:
-                violations.append(f"{child['id']} {dim} total {total} < used {used}")
+    violations = _below_used(children, metered_below_used)
     ceilings = floors = 0
     for outcome in first_outcomes(outcomes).values():
         request = by_id.get(outcome.request_id)
-        before, result = outcome.totals_before, outcome.totals_after
         if isinstance(request, EnsureRequest) and request.ceiling is not None:
             ceilings += 1
-        if request is None or before is None or result is None:
-            continue
-        if isinstance(request, EnsureRequest) and request.ceiling is not None:
-            for dim in DIMENSIONS:
-                raised = getattr(result, dim) > getattr(before, dim)
-                if raised and getattr(result, dim) > getattr(request.ceiling, dim):
-                    violations.append(
-                        f"{outcome.request_id} raised {request.workspace_id} {dim} to "
-                        f"{getattr(result, dim)} past ceiling {getattr(request.ceiling, dim)}"
-                    )
+            violations += _past_ceiling(outcome, request)
         if isinstance(request, ReleaseRequest) and outcome.status == "released":
             floors += 1
-            floor = request.floor or default_floor
-            for dim in DIMENSIONS:
-                lowered = getattr(result, dim) < getattr(before, dim)
-                if lowered and getattr(result, dim) < getattr(floor, dim):
-                    violations.append(
-                        f"{outcome.request_id} lowered {request.workspace_id} {dim} to "
-                        f"{getattr(result, dim)} below floor {getattr(floor, dim)}"
-                    )
+            violations += _below_floor(outcome, request, request.floor or default_floor)
     return invariant_result(
         name,
         violations,
         f"{len(children)} children total >= used; {ceilings} ceilinged ensures; "
         f"{floors} releases above floor",
     )
+
+
+def _below_used(
+    children: Iterable[Mapping[str, Any]], metered_below_used: Collection[str]
+) -> list[str]:
+    return [
+        f"{child['id']} {dim} total {_dim(child, dim, 'total')} < used {_dim(child, dim, 'used')}"
+        for child in children
+        if child["id"] not in metered_below_used
+        for dim in DIMENSIONS
+        if _dim(child, dim, "total") < _dim(child, dim, "used")
+    ]
+
+
+def _past_ceiling(outcome: AllocationOutcome, request: EnsureRequest) -> list[str]:
+    before, result, ceiling = outcome.totals_before, outcome.totals_after, request.ceiling
+    if before is None or result is None or ceiling is None:
+        return []
+    return [
+        f"{outcome.request_id} raised {request.workspace_id} {dim} to "
+        f"{getattr(result, dim)} past ceiling {getattr(ceiling, dim)}"
+        for dim in DIMENSIONS
+        if getattr(before, dim) < getattr(result, dim) > getattr(ceiling, dim)
+    ]
+
+
+def _below_floor(outcome: AllocationOutcome, request: ReleaseRequest, floor: Totals) -> list[str]:
+    before, result = outcome.totals_before, outcome.totals_after
+    if before is None or result is None:
+        return []
+    return [
+        f"{outcome.request_id} lowered {request.workspace_id} {dim} to "
+        f"{getattr(result, dim)} below floor {getattr(floor, dim)}"
+        for dim in DIMENSIONS
+        if getattr(before, dim) > getattr(result, dim) < getattr(floor, dim)
+    ]
 
 
 # -- 3. exactly one terminal outcome --------------------------------------------------------------
@@ -415,6 +427,20 @@ def check_group_exclusivity(
     is real.
     """
     name = "broker: one holder per group"
+    intervals = _holds(events, visibility_timeout_s)
+    violations: list[str] = []
+    for group, spans in intervals.items():
+        violations += _overlaps(group, spans)
+    holds = sum(len(spans) for spans in intervals.values())
+    return invariant_result(
+        name, violations, f"{holds} holds of {len(intervals)} groups, no overlap"
+    )
+
+
+def _holds(
+    events: Iterable[Mapping[str, Any]], visibility_timeout_s: float
+) -> dict[str, list[tuple[float, float, str]]]:
+    """Per group, (start, end, holder) of every hold: receive to release, or to the timeout."""
     intervals: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
     open_batches: dict[tuple[Any, Any], Mapping[str, Any]] = {}
     for event in sorted(events, key=lambda e: float(e.get("t", 0.0))):
@@ -431,24 +457,22 @@ def check_group_exclusivity(
         until = float(received.get("t_req", received["t"])) + visibility_timeout_s
         for group in received.get("groups", {}):
             intervals[group].append((float(received["t"]), until, holder))
+    return intervals
 
+
+def _overlaps(group: str, spans: list[tuple[float, float, str]]) -> list[str]:
+    spans = sorted(spans)
     violations: list[str] = []
-    holds = 0
-    for group, spans in intervals.items():
-        spans.sort()
-        holds += len(spans)
-        held_until, holder = spans[0][1], spans[0][2]
-        for start, end, who in spans[1:]:
-            if start < held_until:
-                violations.append(
-                    f"group {group}: {who} received it at {start:.3f} while {holder} held it "
-                    f"until {held_until:.3f}"
-                )
-            if end > held_until:
-                held_until, holder = end, who
-    return invariant_result(
-        name, violations, f"{holds} holds of {len(intervals)} groups, no overlap"
-    )
+    held_until, holder = spans[0][1], spans[0][2]
+    for start, end, who in spans[1:]:
+        if start < held_until:
+            violations.append(
+                f"group {group}: {who} received it at {start:.3f} while {holder} held it "
+                f"until {held_until:.3f}"
+            )
+        if end > held_until:
+            held_until, holder = end, who
+    return violations
 
 
 def check_fifo_delivery(
@@ -464,44 +488,61 @@ def check_fifo_delivery(
     absence from a later receive is not counted against the broker.
     """
     name = "broker: FIFO delivery order"
-    order: dict[str, list[str]] = defaultdict(list)
-    for request in requests:
-        order[request.workspace_id].append(request.request_id)
-    known = {request.request_id for request in requests}
-    finished: set[str] = set()
-    uncertain: set[str] = set()
-    open_batches: dict[tuple[Any, Any], Mapping[str, Any]] = {}
-    violations: list[str] = []
-    receives = 0
+    replay = _FifoReplay(requests, max_receive_count)
     for event in sorted(events, key=lambda e: float(e.get("t", 0.0))):
-        key = (event.get("pid"), event.get("batch"))
         if event.get("ev") == "receive":
-            receives += 1
-            delivered: dict[str, list[str]] = defaultdict(list)
-            for message in event.get("msgs", []):
-                rid = message.get("request_id")
-                if rid in known:
-                    delivered[str(message.get("group"))].append(rid)
-            _forget_dead_holders(open_batches, set(delivered), uncertain)
-            open_batches[key] = event
-            for group, rids in delivered.items():
-                uncertain.difference_update(rids)
-                pending = [r for r in order[group] if r not in finished and r not in uncertain]
-                if rids != pending[: len(rids)]:
-                    violations.append(
-                        f"group {group}: consumer {event.get('consumer')} got "
-                        f"{_short(rids)} while {_short(pending[: len(rids)])} were due"
-                    )
-        elif event.get("ev") == "release" and key in open_batches:
-            received = open_batches.pop(key)
-            deleted = set(event.get("deleted", []))
-            for message in received.get("msgs", []):
-                final = int(message.get("receive_count", 0)) >= max_receive_count
-                if message.get("id") in deleted or final:
-                    finished.add(str(message.get("request_id")))
+            replay.receive(event)
+        elif event.get("ev") == "release":
+            replay.release(event)
     return invariant_result(
-        name, violations, f"{receives} receives delivered groups in enqueue order"
+        name, replay.violations, f"{replay.receives} receives delivered groups in enqueue order"
     )
+
+
+class _FifoReplay:
+    """Replays the receives and releases against each group's enqueue order."""
+
+    def __init__(self, requests: Sequence[Request], max_receive_count: int) -> None:
+        self.order: dict[str, list[str]] = defaultdict(list)
+        for request in requests:
+            self.order[request.workspace_id].append(request.request_id)
+        self.known = {request.request_id for request in requests}
+        self.max_receive_count = max_receive_count
+        self.finished: set[str] = set()
+        self.uncertain: set[str] = set()
+        self.open_batches: dict[tuple[Any, Any], Mapping[str, Any]] = {}
+        self.violations: list[str] = []
+        self.receives = 0
+
+    def receive(self, event: Mapping[str, Any]) -> None:
+        self.receives += 1
+        delivered: dict[str, list[str]] = defaultdict(list)
+        for message in event.get("msgs", []):
+            rid = message.get("request_id")
+            if rid in self.known:
+                delivered[str(message.get("group"))].append(rid)
+        _forget_dead_holders(self.open_batches, set(delivered), self.uncertain)
+        self.open_batches[(event.get("pid"), event.get("batch"))] = event
+        for group, rids in delivered.items():
+            self.uncertain.difference_update(rids)
+            pending = [
+                r for r in self.order[group] if r not in self.finished and r not in self.uncertain
+            ]
+            if rids != pending[: len(rids)]:
+                self.violations.append(
+                    f"group {group}: consumer {event.get('consumer')} got "
+                    f"{_short(rids)} while {_short(pending[: len(rids)])} were due"
+                )
+
+    def release(self, event: Mapping[str, Any]) -> None:
+        received = self.open_batches.pop((event.get("pid"), event.get("batch")), None)
+        if received is None:
+            return
+        deleted = set(event.get("deleted", []))
+        for message in received.get("msgs", []):
+            final = int(message.get("receive_count", 0)) >= self.max_receive_count
+            if message.get("id") in deleted or final:
+                self.finished.add(str(message.get("request_id")))
 
 
 def _forget_dead_holders(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -119,38 +119,82 @@ def _poison_base(draws: Draws, poison_id: str) -> dict[str, Any]:
     }
 
 
+class _Raw(str):
+    """A body sent as is, not JSON-encoded (not JSON, truncated JSON)."""
+
+
+def _not_json(draws: Draws, base: dict[str, Any]) -> Any:
+    return _Raw(draws.choice(("<html>", "ensure ", "{", "'")) + draws.text(60))
+
+
+def _truncated_json(draws: Draws, base: dict[str, Any]) -> Any:
+    text = json.dumps(base, ensure_ascii=False)
+    return _Raw(text[: draws.integer(1, len(text) - 1)])
+
+
+def _json_not_object(draws: Draws, base: dict[str, Any]) -> Any:
+    return draws.choice(
+        ([draws.integer(-9, 9)], draws.text(20), None, draws.integer(-99, 99), True)
+    )
+
+
+def _missing_field(draws: Draws, base: dict[str, Any]) -> Any:
+    body = dict(base)
+    del body[draws.choice([key for key in base if key != "version"])]
+    return body
+
+
+def _wrong_type(draws: Draws, base: dict[str, Any]) -> Any:
+    key = draws.choice(sorted(base))
+    value = draws.choice((draws.integer(-5, 5), draws.text(10), None, [1], {"a": 1}, 1.5, True))
+    return {**base, key: value}
+
+
+def _unknown_field(draws: Draws, base: dict[str, Any]) -> Any:
+    return {**base, draws.choice(("extra", "Kind", "need2", "priority")): draws.text(10)}
+
+
+def _bad_kind(draws: Draws, base: dict[str, Any]) -> Any:
+    return {**base, "kind": draws.text(12)}
+
+
+def _bad_version(draws: Draws, base: dict[str, Any]) -> Any:
+    return {**base, "version": draws.choice((0, 2, "1", 1.5, None))}
+
+
+def _negative_number(draws: Draws, base: dict[str, Any]) -> Any:
+    if base["kind"] == "ensure":
+        return {**base, "need": {**base["need"], "prompts": -draws.integer(1, 1000)}}
+    return {**base, "floor": {"projects": -draws.integer(1, 5), "prompts": 0}}
+
+
+def _blank_or_long_id(draws: Draws, base: dict[str, Any]) -> Any:
+    return {**base, "workspace_id": draws.choice(("", "   ", "x" * 129))}
+
+
+def _group_mismatch(draws: Draws, base: dict[str, Any]) -> Any:
+    return dict(base)  # a valid body; its MessageGroupId names another child
+
+
+_POISON_BODIES: dict[str, Callable[[Draws, dict[str, Any]], Any]] = {
+    "not-json": _not_json,
+    "truncated-json": _truncated_json,
+    "json-not-object": _json_not_object,
+    "missing-field": _missing_field,
+    "wrong-type": _wrong_type,
+    "unknown-field": _unknown_field,
+    "bad-kind": _bad_kind,
+    "bad-version": _bad_version,
+    "negative-number": _negative_number,
+    "blank-or-long-id": _blank_or_long_id,
+    "group-mismatch": _group_mismatch,
+}
+"""How each of :data:`POISON_KINDS` spoils a valid body."""
+
+
 def _poison_body(kind: str, draws: Draws, base: dict[str, Any]) -> str:
-    body: Any = dict(base)
-    if kind == "not-json":
-        return draws.choice(("<html>", "ensure ", "{", "'")) + draws.text(60)
-    if kind == "truncated-json":
-        text = json.dumps(base, ensure_ascii=False)
-        return text[: draws.integer(1, len(text) - 1)]
-    if kind == "json-not-object":
-        body = draws.choice(
-            ([draws.integer(-9, 9)], draws.text(20), None, draws.integer(-99, 99), True)
-        )
-    elif kind == "missing-field":
-        del body[draws.choice([key for key in base if key != "version"])]
-    elif kind == "wrong-type":
-        key = draws.choice(sorted(base))
-        body[key] = draws.choice(
-            (draws.integer(-5, 5), draws.text(10), None, [1], {"a": 1}, 1.5, True)
-        )
-    elif kind == "unknown-field":
-        body[draws.choice(("extra", "Kind", "need2", "priority"))] = draws.text(10)
-    elif kind == "bad-kind":
-        body["kind"] = draws.text(12)
-    elif kind == "bad-version":
-        body["version"] = draws.choice((0, 2, "1", 1.5, None))
-    elif kind == "negative-number":
-        if body["kind"] == "ensure":
-            body["need"] = {**body["need"], "prompts": -draws.integer(1, 1000)}
-        else:
-            body["floor"] = {"projects": -draws.integer(1, 5), "prompts": 0}
-    elif kind == "blank-or-long-id":
-        body["workspace_id"] = draws.choice(("", "   ", "x" * 129))
-    return json.dumps(body, ensure_ascii=False)
+    body = _POISON_BODIES[kind](draws, base)
+    return str(body) if isinstance(body, _Raw) else json.dumps(body, ensure_ascii=False)
 
 
 def poison_messages(draws: Draws, count: int, valid_groups: Sequence[str]) -> list[PoisonMessage]:
