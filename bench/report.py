@@ -610,6 +610,14 @@ def readme(results: dict[str, Any], plots: list[str]) -> str:
     sweep = _ok(results, "sweep")
     lines += _sweep_table(sweep) if sweep else [_missing(results, "sweep")]
     lines += ["", *image("sweep.png")]
+
+    lines += ["## 6. Metered writes under the enforcement lag", ""]
+    lines.append(
+        "No guard, the upstream's inline style and our WriteGuard on one write workload: "
+        "see [writes.md](writes.md)."
+        if _ok(results, "writes")
+        else _missing(results, "writes")
+    )
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -26,7 +26,7 @@ from .common import note
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results.json"
 DOCS = ROOT / "docs" / "benchmarks"
-SECTIONS = ("calls", "overhead", "throughput", "coldstart", "sweep")
+SECTIONS = ("calls", "overhead", "throughput", "coldstart", "sweep", "writes")
 
 
 def _commit() -> str:
@@ -83,6 +83,12 @@ def _sweep() -> dict[str, Any]:
     return sweep_rate.measure()
 
 
+def _writes() -> dict[str, Any]:
+    from . import writes
+
+    return writes.measure()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run, write, report; 0 when every selected measurement ran (targets met or not)."""
     parser = argparse.ArgumentParser(description="serenity-allocator benchmarks")
@@ -111,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         "throughput": _throughput(args.e2e_messages),
         "coldstart": _coldstart,
         "sweep": _sweep,
+        "writes": _writes,
     }
     started = time.monotonic()
     failed = False
@@ -145,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     written = plots.write_all(results, DOCS)
     (DOCS / "README.md").write_text(report.readme(results, written), encoding="utf-8")
     (DOCS / "scale.md").write_text(report.scale(results, args.semrush_rps), encoding="utf-8")
+    if "error" not in results.get("writes", {"error": "not run"}):
+        from . import writes
+
+        (DOCS / "writes.md").write_text(writes.markdown(results["writes"]), encoding="utf-8")
     note(f"wrote {RESULTS.relative_to(ROOT)}, docs/benchmarks/ ({len(written)} plots)")
     for row in results["summary"]:
         flag = "met" if row["met"] else "NOT met"

@@ -1,0 +1,305 @@
+"""Measurement: metered writes under the enforcement lag, three ways a service can write.
+
+A realistic write workload on the simulator's write gate (bursts of prompt batches with drafts
+pending, a project created now and then), over real HTTP, on a simulated clock (the gate's
+9 s lag, the guard's pauses and the queue latency cost no real time):
+
+- ``no guard``: the old contract as documented before: enqueue an ensure (drafts not counted,
+  the old default) and write at once; a refusal is final (the old classifier never matched it).
+- ``inline``: the upstream's inline style: a synchronous ensure (the real use case, in the
+  request path) before every write, then the write; on the disguised 405 one more ensure and
+  3 retries 3 s apart.
+- ``guard``: :class:`~serenity_allocator.producer.WriteGuard`: one front per request sized on the
+  whole burst (drafts counted), queued (``queue_latency_s``) and coalesced per child like the
+  worker does, every write wrapped (one ensure per recovery). Run with the guard's default
+  policy (4 retries 3 s apart) and, for comparison, with the upstream's 3 retries.
+
+Reported per style: writes, writes refused at the end, upstream calls per write (User Manager
+calls plus write-gate attempts, from the simulator's call log) and the extra ones beyond the
+write itself, and the added write latency (p50/p95 over all writes, and over the writes that
+waited) that the lag causes. The pool always has room, so every refusal is avoidable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from serenity_allocator.adapters.semrush_client import SemrushClient
+from serenity_allocator.adapters.token_provider import StaticTokenProvider
+from serenity_allocator.domain.allocation import ensure_headroom
+from serenity_allocator.domain.classify import is_metered_quota
+from serenity_allocator.domain.errors import AllocationError
+from serenity_allocator.domain.model import Totals
+from serenity_allocator.domain.transfer import FAIL_FAST, TransferContext
+from serenity_allocator.write_guard import GuardPolicy, WriteGuard, WriteQuotaExhaustedError
+from serenity_tools.standins.simulator import SimulatorServer, SimulatorState, start_simulator
+from serenity_tools.verification.write_path import GateClient, InProcessAllocator, percentile
+
+from .common import BENCH_TOKEN, note, ratio
+
+MASTER = "bench-org"
+GATE_OPS = frozenset({"write_prompts", "create_project"})
+
+
+class SimClock:
+    """Simulated monotonic seconds shared by the simulator, the allocator and the services."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += max(0.0, seconds)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One incoming request of a service: a burst of prompt batches, or one project."""
+
+    at: float
+    child: str
+    prompts: tuple[int, ...]
+    project: bool
+
+
+def workload(children: int, requests: int, seed: int) -> list[Request]:
+    """Requests over simulated time: ~1 per second across the org, 85 % prompt bursts."""
+    rng = random.Random(seed)
+    at, out = 0.0, []
+    for _ in range(requests):
+        at += rng.expovariate(1.0)
+        child = f"brand-{rng.randrange(children):02d}"
+        if rng.random() < 0.15:
+            out.append(Request(at, child, (), True))
+        else:
+            burst = tuple(rng.randint(10, 60) for _ in range(rng.randint(1, 4)))
+            out.append(Request(at, child, burst, False))
+    return out
+
+
+def seed_org(sim: SimulatorServer, children: int, seed: int) -> None:
+    """Tight children (used + drafted == total) with drafts pending, under a roomy pool."""
+    rng = random.Random(seed)
+    workspaces: list[dict[str, Any]] = [
+        {"id": MASTER, "ai": {"projects": {"used": 0, "total": 10_000},
+                              "prompts": {"used": 0, "total": 1_000_000}}}
+    ]  # fmt: skip
+    for index in range(children):
+        used, drafted = rng.choice((100, 200, 300)), rng.choice((0, 20, 50))
+        workspaces.append(
+            {"id": f"brand-{index:02d}", "parent_id": MASTER, "ai": {
+                "projects": {"used": 1, "total": 1},
+                "prompts": {"used": used, "drafted": drafted, "total": used + drafted}}}
+        )  # fmt: skip
+    sim.seed(workspaces)
+
+
+@dataclass
+class Outcome:
+    """One logical write: did it end refused, how long did the lag make it wait."""
+
+    refused: bool
+    waited_s: float
+
+
+class _Run:
+    """One style's run: the simulator, the allocator, the gate client on one simulated clock."""
+
+    def __init__(self, sim: SimulatorServer, clock: SimClock, queue_latency_s: float) -> None:
+        self.sim, self.clock = sim, clock
+        self.client = SemrushClient(
+            sim.origin, StaticTokenProvider(BENCH_TOKEN), max_retries=0, sleep=clock.advance
+        )
+        self.allocator = InProcessAllocator(
+            self.client, clock, clock.advance, latency_s=queue_latency_s
+        )
+        self.gate = GateClient(sim.write_url, BENCH_TOKEN)
+        self.outcomes: list[Outcome] = []
+
+    def close(self) -> None:
+        self.client.close()
+        self.gate.close()
+
+    def writes(self, request: Request) -> list[tuple[dict[str, int], Callable[[], httpx.Response]]]:
+        child = request.child
+        if request.project:
+            return [({"projects": 1}, lambda: self.gate.create_project(child))]
+        return [
+            ({"prompts": n}, lambda n=n: self.gate.write_prompts(child, n))  # type: ignore[misc]
+            for n in request.prompts
+        ]
+
+    def ensure_now(self, child: str, need: dict[str, int]) -> None:
+        ctx = TransferContext(clock=self.clock, sleep=self.clock.advance)
+        with contextlib.suppress(AllocationError):  # the write will tell
+            ensure_headroom(
+                self.client, child, MASTER, Totals(**need), ctx,
+                include_drafted=True, policy=FAIL_FAST,
+            )  # fmt: skip
+
+
+def _no_guard(run: _Run, request: Request) -> None:
+    for need, call in run.writes(request):
+        run.allocator.enqueue_ensure(request.child, MASTER, need, include_drafted=False)
+        answer = call()
+        run.outcomes.append(Outcome(answer.status_code >= 400, 0.0))
+
+
+def _inline(run: _Run, request: Request) -> None:
+    for need, call in run.writes(request):
+        run.ensure_now(request.child, need)
+        answer, waited = call(), 0.0
+        if is_metered_quota(answer.status_code, answer.text):
+            run.ensure_now(request.child, need)  # once per recovery
+            for _ in range(3):
+                run.clock.advance(3.0)
+                waited += 3.0
+                answer = call()
+                if not is_metered_quota(answer.status_code, answer.text):
+                    break
+        run.outcomes.append(Outcome(answer.status_code >= 400, waited))
+
+
+def _guarded(policy: GuardPolicy) -> Callable[[_Run, Request], None]:
+    def style(run: _Run, request: Request) -> None:
+        guard = WriteGuard(
+            run.allocator, request.child, MASTER, policy=policy,
+            clock=run.clock, sleep=run.allocator.sleep,
+        )  # fmt: skip
+        writes = run.writes(request)
+        burst = Totals()
+        for need, _ in writes:
+            burst = burst.plus(Totals(**need))
+        guard.front(burst)
+        for need, call in writes:
+            try:
+                guard.write(call, need=need, site="bench")
+                report = guard.history[-1]
+                run.outcomes.append(Outcome(report.outcome == "failed", report.waited_s))
+            except WriteQuotaExhaustedError as exc:
+                run.outcomes.append(Outcome(True, exc.waited_s))
+
+    return style
+
+
+def _measure_style(
+    style: Callable[[_Run, Request], None],
+    requests: list[Request],
+    *,
+    children: int,
+    seed: int,
+    queue_latency_s: float,
+) -> dict[str, Any]:
+    clock = SimClock()
+    state = SimulatorState(accepted_tokens=[BENCH_TOKEN], clock=clock, sleep=clock.advance)
+    with start_simulator(state=state) as sim:
+        seed_org(sim, children, seed)
+        sim.clear_calls()
+        run = _Run(sim, clock, queue_latency_s)
+        try:
+            for request in requests:
+                run.clock.now = max(run.clock.now, 1_000.0 + request.at)
+                run.allocator.pump()
+                style(run, request)
+            run.clock.advance(queue_latency_s)
+            run.allocator.pump()
+            calls = sim.calls()
+        finally:
+            run.close()
+    return _numbers(run.outcomes, calls, run.allocator.enqueued)
+
+
+def _numbers(outcomes: list[Outcome], calls: list[dict[str, Any]], ensures: int) -> dict[str, Any]:
+    writes = len(outcomes)
+    waits = sorted(o.waited_s for o in outcomes)
+    waited = [w for w in waits if w > 0]
+    api = sum(1 for c in calls if c["op"] not in GATE_OPS)
+    gate = sum(1 for c in calls if c["op"] in GATE_OPS)
+    return {
+        "writes": writes,
+        "refused": sum(1 for o in outcomes if o.refused),
+        "queued_ensures": ensures,
+        "user_manager_calls": api,
+        "write_attempts": gate,
+        "calls_per_write": ratio(api + gate, writes),
+        "extra_calls_per_write": ratio(api + gate - writes, writes),
+        "writes_that_waited": len(waited),
+        "added_latency_p50_s": percentile(waits, 50),
+        "added_latency_p95_s": percentile(waits, 95),
+        "waited_p50_s": percentile(waited, 50),
+        "waited_p95_s": percentile(waited, 95),
+    }
+
+
+def measure(
+    *, children: int = 20, requests: int = 400, seed: int = 11, queue_latency_s: float = 1.0
+) -> dict[str, Any]:
+    """Run every style on the same workload; return the numbers per style."""
+    plan = workload(children, requests, seed)
+    styles: dict[str, Callable[[_Run, Request], None]] = {
+        "no guard": _no_guard,
+        "inline": _inline,
+        "guard": _guarded(GuardPolicy()),
+        "guard, upstream's 3 retries": _guarded(GuardPolicy(retries=3)),
+    }
+    results: dict[str, Any] = {
+        "workload": {
+            "children": children,
+            "requests": requests,
+            "queue_latency_s": queue_latency_s,
+            "enforcement_lag_s": 9.0,
+            "guard_policy": vars(GuardPolicy()),
+        }
+    }
+    for name, style in styles.items():
+        note(f"writes: {name}")
+        results[name] = _measure_style(
+            style, plan, children=children, seed=seed, queue_latency_s=queue_latency_s
+        )
+    return results
+
+
+def markdown(section: dict[str, Any]) -> str:
+    """docs/benchmarks/writes.md from the section's numbers."""
+    work = section["workload"]
+    styles = [name for name in section if name not in ("workload", "seconds", "error")]
+    header = (
+        "| style | writes | refused | calls/write | extra calls/write | waited | "
+        "latency p50 / p95 (all) | p50 / p95 (waited) |"
+    )
+    rows = [header, "|" + " --- |" * 8]
+    for name in styles:
+        n = section[name]
+        rows.append(
+            f"| {name} | {n['writes']} | {n['refused']} | {n['calls_per_write']} | "
+            f"{n['extra_calls_per_write']} | {n['writes_that_waited']} | "
+            f"{n['added_latency_p50_s']:.0f} s / {n['added_latency_p95_s']:.0f} s | "
+            f"{n['waited_p50_s']:.0f} s / {n['waited_p95_s']:.0f} s |"
+        )
+    return "\n".join(
+        [
+            "# Metered writes under the enforcement lag",
+            "",
+            "Generated by `make bench` (`bench/writes.py`); see its docstring for the styles.",
+            f"{work['requests']} requests on {work['children']} tight children with drafts "
+            f"pending (85 % bursts of 1-4 prompt batches of 10-60, 15 % one project), one org "
+            f"pool with room, the gate's lag {work['enforcement_lag_s']:.0f} s, a queued "
+            f"ensure applied {work['queue_latency_s']:.1f} s after it is sent, all on a "
+            "simulated clock over real HTTP to the simulator.",
+            "",
+            *rows,
+            "",
+            "Calls are the simulator's call log: User Manager reads and transfers plus every "
+            "write-gate attempt. Latency is the time a write spent waiting for the gate (0 for "
+            "a write accepted first time).",
+            "",
+        ]
+    )
