@@ -7,8 +7,8 @@ stops; S3 answers 409 ConditionalRequestConflict when two conditional writes rac
 key, which means the same. Either way the stored checkpoint is always one complete JSON
 document: a PUT replaces the object atomically.
 
-The S3 client is built on first use with plain ``boto3.client("s3")``, so the endpoint follows
-``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_S3``.
+The S3 client is built on first use with bounded timeouts and retries (:mod:`.aws_clients`);
+the endpoint follows ``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_S3``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..domain.sweep_model import CheckpointCorruptError, StaleCheckpointError, StoredCheckpoint
+from .aws_clients import LazyClient, s3_client
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -81,23 +82,11 @@ class S3CheckpointStore:
             raise ValueError("the checkpoint bucket name is blank")
         self._bucket = bucket
         self._prefix = prefix
-        self._s3 = s3
+        # The bounded client's worst case (16 s) fits a sweep target's 20 s budget.
+        self._s3: LazyClient[S3Client] = LazyClient(s3_client, s3)
 
     def _client(self) -> S3Client:
-        if self._s3 is None:
-            import boto3
-            from botocore.config import Config
-
-            # A checkpoint call must fit a sweep invocation's per-target budget (20 s).
-            self._s3 = boto3.client(
-                "s3",
-                config=Config(
-                    connect_timeout=3,
-                    read_timeout=5,
-                    retries={"mode": "standard", "total_max_attempts": 3},
-                ),
-            )
-        return self._s3
+        return self._s3.get()
 
     def key(self, name: str) -> str:
         """The object key of a document (a run's checkpoint or a parent's claim)."""
