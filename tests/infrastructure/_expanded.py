@@ -9,7 +9,6 @@ produce for a stack in a fixed account and region, so a test can read an ARN as 
 from __future__ import annotations
 
 import json
-import os
 from functools import cache
 from typing import Any
 
@@ -50,24 +49,21 @@ _ARN_FORMAT = {
 }
 
 
-class _NoManagedPolicyLookup:
-    """The translator asks IAM for managed policy ARNs only for names it does not know."""
-
-    def load(self) -> dict[str, str]:
-        return {}
-
-
 @cache
 def _expanded_json() -> str:
-    from samtranslator.translator.transform import transform
+    from boto3.session import Session
+    from samtranslator.parser.parser import Parser
+    from samtranslator.translator.translator import Translator
 
     template = load_template()
     for resource in template["Resources"].values():
         if resource["Type"] == "AWS::Serverless::Function":
             # The translator wants an uploaded artifact (what `sam package` puts there).
             resource["Properties"]["CodeUri"] = "s3://artifacts/src.zip"
-    os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
-    expanded = transform(template, {}, _NoManagedPolicyLookup())
+    # A session of its own for the region (no process-wide AWS_DEFAULT_REGION); IAM is asked
+    # for managed policy ARNs only for names the translator does not know: none, here.
+    translator = Translator(None, Parser(), boto_session=Session(region_name=REGION))
+    expanded = translator.translate(template, parameter_values={}, get_managed_policy_map=dict)
     return json.dumps(expanded)
 
 
