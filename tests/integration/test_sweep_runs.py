@@ -16,6 +16,7 @@ import pytest
 from serenity_allocator.domain.sweep import CheckpointCorruptError, ParentHeldError
 from serenity_allocator.handlers.sweep import SweepPayloadError
 from serenity_tools.standins.resources import LocalResources
+from tests.infrastructure._template import load_template
 from tests.integration.sweep_stack import (
     EXPECTED,
     MASTER,
@@ -182,3 +183,12 @@ def test_sweep_lease_far_in_the_future_is_corrupt_not_a_lock_forever(stack: Swee
     # When resumed / Then it is reported corrupt (not "in progress" until 2036)
     with pytest.raises(CheckpointCorruptError, match="lease lies beyond"):
         stack.invoke(payload(dry_run=True, run_id=RUN_A))
+
+
+def test_sweep_bucket_keeps_every_checkpoint_version() -> None:
+    # Given the deployed template / Then the sweep bucket is versioned, so an overwritten
+    # (or tampered) checkpoint's earlier versions survive for the runbook's restore
+    bucket = load_template()["Resources"]["SweepBucket"]["Properties"]
+    assert bucket["VersioningConfiguration"] == {"Status": "Enabled"}
+    rules = bucket["LifecycleConfiguration"]["Rules"]
+    assert [r["NoncurrentVersionExpiration"]["NoncurrentDays"] for r in rules] == [90]
