@@ -327,3 +327,18 @@ def test_run_sweep_batch_dry_checkpoint_flipped_to_real_is_corrupt() -> None:
     with pytest.raises(SweepRefusedError, match="is a dry run"):
         rig.run(dry_run=False, invocation_id="inv-3")
     assert rig.enqueuer.releases == []
+
+
+def test_run_sweep_batch_child_id_outside_the_alphabet_refused_naming_the_field() -> None:
+    # Given an upstream that lists a child whose id the sweep cannot carry
+    rig = Rig(surplus_family(1))
+    rig.gateway.add_child("bad id", MASTER, total=Totals(projects=1, prompts=900))
+
+    # When a run starts / Then it is refused with our message, not a raw validation error
+    with pytest.raises(SweepRefusedError) as refused:
+        rig.run(dry_run=True)
+    assert str(refused.value) == (
+        "the upstream listed children the sweep cannot take: targets.1.0: String should match "
+        "pattern '^[A-Za-z0-9_-]{1,128}$'"
+    )
+    assert rig.store.saves == []

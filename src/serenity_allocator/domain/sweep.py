@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from pydantic import ValidationError
+
 from .allocation import release_surplus
 from .classify import is_rate_limited
 from .errors import AllocationError, RateLimitedError, UpstreamError, UpstreamUnavailableError
@@ -48,6 +50,7 @@ from .sweep_model import (
     SweepResult,
     TargetFailure,
     checkpoint_name,
+    describe_validation_error,
     parse_checkpoint,
     payload_sha256,
 )
@@ -306,14 +309,20 @@ def _refuse_other_kind(request: SweepRequest, run_id: str, env: SweepEnvironment
 def _new_checkpoint(
     request: SweepRequest, run_id: str, families: dict[str, list[str]]
 ) -> SweepCheckpoint:
-    return SweepCheckpoint(
-        run_id=run_id,
-        dry_run=request.dry_run,
-        parent_workspace_ids=list(request.parent_workspace_ids),
-        workspace_ids=None if request.workspace_ids is None else list(request.workspace_ids),
-        payload_sha256=payload_sha256(request),
-        targets=_list_targets(request, families),
-    )
+    try:
+        return SweepCheckpoint(
+            run_id=run_id,
+            dry_run=request.dry_run,
+            parent_workspace_ids=list(request.parent_workspace_ids),
+            workspace_ids=None if request.workspace_ids is None else list(request.workspace_ids),
+            payload_sha256=payload_sha256(request),
+            targets=_list_targets(request, families),
+        )
+    except ValidationError as exc:
+        # Only the upstream's listing can break it (the payload was validated at the edge).
+        raise SweepRefusedError(
+            f"the upstream listed children the sweep cannot take: {describe_validation_error(exc)}"
+        ) from None
 
 
 def _resumed_checkpoint(
