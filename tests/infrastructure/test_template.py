@@ -189,10 +189,14 @@ def test_environment_carries_the_contract_variables(template: dict[str, Any]) ->
         "MAX_RECEIVE_COUNT",
         "OUTCOME_BUS_NAME",
         "REQUEST_LEDGER_TABLE",
+        "SERENITY_BRAND_AI_CEILING_PROJECTS",
+        "SERENITY_BRAND_AI_CEILING_PROMPTS",
     }
     assert set(sweep) == common | {"SWEEP_BUCKET", "QUEUE_URL"}
     assert allocator["OUTCOME_BUS_NAME"] == {"Ref": "OutcomeBus"}
     assert allocator["REQUEST_LEDGER_TABLE"] == {"Ref": "RequestLedgerTable"}
+    assert allocator["SERENITY_BRAND_AI_CEILING_PROJECTS"] == {"Ref": "BrandAiCeilingProjects"}
+    assert allocator["SERENITY_BRAND_AI_CEILING_PROMPTS"] == {"Ref": "BrandAiCeilingPrompts"}
     assert allocator["DLQ_URL"] == {"Ref": DLQ}
     assert sweep["SWEEP_BUCKET"] == {"Ref": "SweepBucket"}
     # And no token-shaped variable is ever deployed (the secret id only)
