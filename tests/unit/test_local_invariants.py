@@ -19,7 +19,7 @@ from serenity_tools.verification.invariants import (
     check_terminal_outcomes,
     workspaces_by_id,
 )
-from serenity_tools.verification.replays import explain_replays
+from serenity_tools.verification.replays import explain_replays, explained_table
 
 
 def _ws(
@@ -176,11 +176,30 @@ def test_explain_replays_names_dead_consumers_and_failed_deletes_only() -> None:
     assert causes.by_request == {
         "r2": "consumer 2 died: function_timeout",
         "r3": "consumer 2 died: function_timeout",
-        "r4": "consumer 3 died: killed inside the handler (no trace line)",
+        "r4": "consumer 3 died: SIGKILL inside the handler, no trace line",
         "r6": "delete failed",
     }
     assert causes.interrupted_groups == {"g2", "g3", "g4"}
     assert causes.interrupted_batches == 2
+
+
+def test_explained_table_counts_replays_per_cause() -> None:
+    # Given three explained replays, two of one cause (which holds parentheses itself)
+    lines = [
+        "r1: 2 outcomes (consumer 1 died: function_timeout)",
+        "r2: 2 outcomes (consumer 2 died: x (y))",
+        "r3: 3 outcomes (consumer 2 died: x (y))",
+    ]
+
+    # When they are tabled
+    table = explained_table(lines)
+
+    # Then each cause is counted once with its number, then the requests are listed
+    rows = [line.rstrip() for line in table.splitlines()]
+    assert rows[0] == "Explained replays (3: not violations)"
+    assert any(r.startswith("consumer 2 died: x (y)") and r.endswith(" 2") for r in rows)
+    assert any(r.startswith("consumer 1 died: function_timeout") and r.endswith(" 1") for r in rows)
+    assert sum(1 for r in rows if r.startswith("r")) == 3
 
 
 def test_check_order_accepts_an_unreported_transfer_only_for_an_interrupted_child() -> None:

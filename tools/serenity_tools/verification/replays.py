@@ -63,7 +63,7 @@ def explain_replays(events: Iterable[Mapping[str, Any]]) -> ReplayCauses:
         consumer = f"consumer {receive.get('consumer')}"
         if release is None:
             interrupted += 1
-            why = crashed_at.get(key[0], "killed inside the handler (no trace line)")
+            why = crashed_at.get(key[0], "SIGKILL inside the handler, no trace line")
             groups.update(str(m.get("group")) for m in receive.get("msgs", []))
             _blame(causes, receive, None, f"{consumer} died: {why}")
         else:
@@ -80,10 +80,16 @@ def _blame(
             causes.setdefault(rid, why)
 
 
+def _cause(line: str) -> str:
+    # "<request>: <n> outcomes (<cause>)": the cause may hold parentheses itself.
+    _, _, cause = line.partition(" outcomes (")
+    return cause.removesuffix(")") or line
+
+
 def explained_table(explained: Iterable[str], title: str = "Explained replays") -> str:
     """The explained replays: a count per cause, then the first requests with theirs."""
     lines = list(explained)
-    why = Counter(line.rsplit("(", 1)[-1].rstrip(")") for line in lines)
+    why = Counter(_cause(line) for line in lines)
     rows: list[list[object]] = [[cause, count] for cause, count in why.most_common()]
     rows += [[line, ""] for line in lines[:_MAX_ROWS]]
     more = f", first {_MAX_ROWS} listed" if len(lines) > _MAX_ROWS else ""
