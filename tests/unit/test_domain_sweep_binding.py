@@ -18,7 +18,7 @@ from serenity_allocator.domain.sweep import (
 )
 from serenity_allocator.domain.sweep_model import checkpoint_name, parent_claim_name
 from tests.fakes import LIST_FAMILY, READ_STATUS
-from tests.unit.sweep_rig import MASTER, OTHER_MASTER, POOL, RUN, Rig, surplus_family
+from tests.unit.sweep_rig import EPOCH, MASTER, OTHER_MASTER, POOL, RUN, Rig, surplus_family
 
 RUN_B = "rs-unit-2"
 
@@ -342,3 +342,18 @@ def test_run_sweep_batch_child_id_outside_the_alphabet_refused_naming_the_field(
         "pattern '^[A-Za-z0-9_-]{1,128}$'"
     )
     assert rig.store.saves == []
+
+
+def test_run_sweep_batch_lease_is_capped_at_the_longest_invocation() -> None:
+    # Given an environment that claims a lease a day long (a misconfigured deadline)
+    rig = Rig(surplus_family(2))
+    leases: list[float] = []
+
+    def look(item: Any) -> None:
+        leases.append(rig.store.body(RUN)["lease_until"])
+
+    # When an invocation works on the run
+    rig.run(dry_run=False, batch_size=1, budget_s=86_400, on_item=look)
+
+    # Then the lease it held was no longer than Lambda's longest invocation plus a minute
+    assert leases == [EPOCH + 960.0]

@@ -282,7 +282,9 @@ def _open_run(request: SweepRequest, run_id: str, env: SweepEnvironment) -> _Run
         if checkpoint.state == "open":
             _verify_targets(checkpoint, _families(request, env), name, request.limit)
         expected = stored.etag
-    checkpoint.lease_owner, checkpoint.lease_until = env.invocation_id, env.lease_until
+    # Capped, so this invocation never writes a lease the next reader would call corrupt.
+    lease_until = min(env.lease_until, env.wall_clock() + env.max_lease_s)
+    checkpoint.lease_owner, checkpoint.lease_until = env.invocation_id, lease_until
     try:
         etag = env.store.save(name, checkpoint.model_dump(mode="json"), expected_etag=expected)
     except StaleCheckpointError as exc:
