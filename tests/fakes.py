@@ -94,9 +94,9 @@ class RecordingObserver:
         """Record."""
         self.calls.append(("headroom_checked", (outcome,)))
 
-    def topped_up(self, path: str, latency_ms: float) -> None:
+    def transfer_timed(self, path: str, latency_ms: float) -> None:
         """Record."""
-        self.calls.append(("topped_up", (path, latency_ms)))
+        self.calls.append(("transfer_timed", (path, latency_ms)))
 
     def pool_checked(self, parent_id: str, pool: AiResources) -> None:
         """Record."""
@@ -110,9 +110,9 @@ class RecordingObserver:
         """Record."""
         self.calls.append(("not_ready_retry", ()))
 
-    def release_finished(self, reason: str) -> None:
+    def release_finished(self, outcome: str) -> None:
         """Record."""
-        self.calls.append(("release_finished", (reason,)))
+        self.calls.append(("release_finished", (outcome,)))
 
     def tight_pool_fallback(self, result: str) -> None:
         """Record."""

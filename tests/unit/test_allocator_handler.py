@@ -730,7 +730,7 @@ def test_lambda_handler_every_record_busy_returns_all_failures_instead_of_raisin
     assert _failures(response) == ["m1", "m2"]
 
 
-def test_lambda_handler_release_busy_fails_the_item() -> None:
+def test_lambda_handler_release_busy_fails_the_item(capsys: pytest.CaptureFixture[str]) -> None:
     # Given a child with surplus that stays busy through the settle policy's retries
     worker = _worker(_family(("c1", Totals(projects=1, prompts=900), FULL)))
     worker.gateway.script_not_ready("c1", 10)
@@ -738,6 +738,11 @@ def test_lambda_handler_release_busy_fails_the_item() -> None:
     # When a release arrives / Then it is retried later (never dropped)
     assert _failures(worker.invoke(_release("m1", "c1"))) == ["m1"]
     assert worker.gateway.totals_of("c1") == Totals(projects=1, prompts=900)
+
+    # ... and the stuck child counts toward the busy alarm, as an ensure's would
+    _, data = _emf(capsys)
+    assert _total(data, "AllocationRejection", "workspaceBusy") == 1
+    assert _total(data, "ReleaseOutcome", "error") == 1
 
 
 # ==== unmetered parents =====================================================================
@@ -860,6 +865,8 @@ def test_lambda_handler_sibling_reclaim_parks_then_serves_after_releases(
     assert _total(data, "SiblingReclaim", "enqueued") == 2
     assert _total(data, "SiblingReclaim", "parked") == 1
     assert _total(data, "SiblingReclaim", "served") == 1
+    # ... and the park was a wait, not a rejection: the request was served in the end
+    assert _total(data, "AllocationRejection", "orgPoolExhausted") == 0
 
 
 def test_lambda_handler_sibling_reclaim_rejects_after_max_parks(
@@ -878,6 +885,8 @@ def test_lambda_handler_sibling_reclaim_rejects_after_max_parks(
     assert worker.producer is not None and len(worker.producer.batches) == 2
     _, data = _emf(capsys)
     assert _total(data, "SiblingReclaim", "exhausted") == 1
+    # ... and one rejection, for the receive that ended rejected (not for the two parks)
+    assert _total(data, "AllocationRejection", "orgPoolExhausted") == 1
 
 
 def test_lambda_handler_parked_on_final_receive_records_pool_exhausted() -> None:
@@ -1113,7 +1122,8 @@ def test_lambda_handler_emf_matches_the_catalog_and_carries_no_ids(
         "QueueLagMs",
     } <= seen
     assert _total(data, "HeadroomCheck", "hot-path") == 1
-    assert _total(data, "HeadroomCheck", "topped-up") == 1
+    # a top-up is counted when attempted: c-top's combined one and c-busy's refused one
+    assert _total(data, "HeadroomCheck", "topped-up") == 2
     assert _total(data, "AllocationRejection", "brandAiLimit") == 1
     assert _total(data, "AllocationRejection", "workspaceBusy") == 1
     assert _total(data, "ReleaseOutcome", "released") == 1

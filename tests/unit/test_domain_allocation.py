@@ -370,7 +370,7 @@ def test_ensure_headroom_top_up_returns_outcome_before_and_after() -> None:
     assert not result.used_exact_fallback
     assert gateway.totals_of(MASTER) == Totals(projects=49, prompts=9_900)
     assert observer.args_of("headroom_checked") == [("topped-up",)]
-    assert observer.args_of("topped_up") == [("fail-fast", 0.0)]
+    assert observer.args_of("transfer_timed") == [("fail-fast", 0.0)]
 
 
 def test_ensure_headroom_exact_fallback_saves_a_tight_pool() -> None:
@@ -729,17 +729,19 @@ def _script_never_settles(gateway: InMemoryGateway) -> None:
 
 
 @pytest.mark.parametrize(
-    ("script", "error_code"),
+    ("script", "error_code", "rejections"),
     [
-        (_script_busy, "workspaceBusy"),
-        (_script_pool_exhausted, "orgPoolExhausted"),
-        (_script_rate_limited, "rateLimited"),
-        (_script_unavailable, "upstreamUnavailable"),
-        (_script_never_settles, "settleTimeout"),
+        (_script_busy, "workspaceBusy", [("workspaceBusy",)]),
+        (_script_pool_exhausted, "orgPoolExhausted", [("orgPoolExhausted",)]),
+        (_script_rate_limited, "rateLimited", []),
+        (_script_unavailable, "upstreamUnavailable", []),
+        (_script_never_settles, "settleTimeout", []),
     ],
 )
 def test_release_surplus_expected_failure_is_an_error_outcome_with_a_typed_code(
-    script: Callable[[InMemoryGateway], None], error_code: str
+    script: Callable[[InMemoryGateway], None],
+    error_code: str,
+    rejections: list[tuple[str]],
 ) -> None:
     # Given a child with surplus and an expected upstream failure
     gateway = _family(child_total=Totals(projects=5, prompts=800))
@@ -754,6 +756,8 @@ def test_release_surplus_expected_failure_is_an_error_outcome_with_a_typed_code(
     assert result.error_code == error_code
     assert result.plan is not None and result.plan.would_release
     assert observer.args_of("release_finished") == [("error",)]
+    # ... and a busy child or a dry pool is a rejection on the release path too
+    assert observer.args_of("rejected") == rejections
 
 
 @pytest.mark.parametrize(
@@ -773,6 +777,38 @@ def test_release_surplus_unexpected_error_propagates(op: str, error: Exception) 
     with pytest.raises(type(error)) as raised:
         release_surplus(gateway, CHILD, transfer_context(FakeClock()))
     assert raised.value is error
+
+
+@pytest.mark.parametrize(
+    ("op", "error"),
+    [
+        (TRANSFER, UpstreamError(500, "Internal Server Error", TRANSFER)),
+        (READ_STATUS, UpstreamError(500, "Internal Server Error", READ_STATUS)),
+    ],
+)
+def test_release_surplus_uncoded_failure_of_the_transfer_still_reports_an_error_outcome(
+    op: str, error: Exception
+) -> None:
+    # Given a release whose transfer (or its settle poll) fails with no error code
+    gateway = _family(child_total=Totals(projects=5, prompts=800))
+    gateway.script_errors(op, CHILD, [error])
+    observer = RecordingObserver()
+
+    # When releasing / Then the error propagates, and the release was still counted as one
+    with pytest.raises(type(error)):
+        release_surplus(gateway, CHILD, transfer_context(FakeClock(), observer))
+    assert observer.args_of("release_finished") == [("error",)]
+
+
+def test_release_surplus_dry_run_with_nothing_to_release_reports_its_natural_outcome() -> None:
+    # Given a child already at the floor
+    gateway = _family(child_total=Totals(projects=1, prompts=100))
+    observer = RecordingObserver()
+
+    # When dry-running / Then the preview counts as what a real release would report
+    result = release_surplus(gateway, CHILD, transfer_context(FakeClock(), observer), dry_run=True)
+    assert result.outcome == "dry-run"
+    assert observer.args_of("release_finished") == [("nothing-to-release",)]
 
 
 def test_release_surplus_blank_id_raises_wiring_error_before_any_call() -> None:

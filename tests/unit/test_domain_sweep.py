@@ -91,13 +91,19 @@ def test_run_sweep_batch_dry_run_reports_exact_targets() -> None:
     assert items["c4"].target == Totals(projects=1, prompts=400)
 
 
-def test_run_sweep_batch_dry_run_records_release_outcome_dry_run() -> None:
+def test_run_sweep_batch_dry_run_records_each_preview_natural_outcome() -> None:
     # Given a family / When the sweep runs dry
     rig = Rig(mixed_family())
     rig.run(dry_run=True)
 
-    # Then every previewed child is visible as a dry-run release outcome (the zombie is not)
-    assert rig.observer.args_of("release_finished") == [("dry-run",)] * 4
+    # Then every previewed child is visible (the zombie is not): dry-run where a real release
+    # would release, its natural outcome where it would not (c2 sits at the floor)
+    assert rig.observer.args_of("release_finished") == [
+        ("dry-run",),
+        ("nothing-to-release",),
+        ("dry-run",),
+        ("dry-run",),
+    ]
 
 
 def test_run_sweep_batch_real_run_records_no_dry_run_outcome() -> None:

@@ -139,7 +139,7 @@ def test_apply_transfer_settle_status_never_created_is_settle_timeout(
         apply_transfer(gateway, CHILD, RAISED, SETTLE, transfer_context(clock, observer))
     assert gateway.calls_of(READ_STATUS) == [CHILD] * 12
     assert clock.sleeps == [1.0] * 11
-    assert "topped_up" not in observer.names()
+    assert observer.args_of("transfer_timed") == [("settle", 0.0)]  # the call, not the polls
 
 
 def test_apply_transfer_deadline_too_close_is_out_of_time_before_any_call(
@@ -171,7 +171,7 @@ def test_apply_transfer_never_sleeps_past_the_deadline(
     assert sum(clock.sleeps) <= slack_s
 
 
-def test_apply_transfer_reports_path_and_latency_on_success(clock: FakeClock) -> None:
+def test_apply_transfer_times_every_call_without_sleeps_or_polls(clock: FakeClock) -> None:
     # Given a gateway where each call takes 0.25 s
     gateway = InMemoryGateway(clock=clock, latency_s=0.25)
     gateway.add_master(MASTER, total=Totals(projects=10, prompts=1_000))
@@ -179,11 +179,22 @@ def test_apply_transfer_reports_path_and_latency_on_success(clock: FakeClock) ->
     gateway.script_not_ready(CHILD, transfers=1)
     observer = RecordingObserver()
 
-    # When sent on the settle path (2 transfers, 1 s sleep, 1 poll)
+    # When sent on the settle path (a refused transfer, 1 s sleep, the accepted one, 1 poll)
     apply_transfer(gateway, CHILD, RAISED, SETTLE, transfer_context(clock, observer))
 
-    # Then one success event on the settle path, measuring the whole call in milliseconds
-    assert observer.args_of("topped_up") == [("settle", pytest.approx(1_750.0))]
+    # Then both calls were timed, the refused one too, each without the sleep or the poll
+    assert observer.args_of("transfer_timed") == [("settle", 250.0), ("settle", 250.0)]
+
+
+def test_apply_transfer_times_a_refused_call(gateway: InMemoryGateway, clock: FakeClock) -> None:
+    # Given a pool that refuses the transfer
+    gateway.script_errors(TRANSFER, CHILD, [pool_exhausted()])
+    observer = RecordingObserver()
+
+    # When sent fail-fast / Then it is refused, and the call was still timed on its path
+    with pytest.raises(OrgPoolExhaustedError):
+        apply_transfer(gateway, CHILD, RAISED, FAIL_FAST, transfer_context(clock, observer))
+    assert observer.args_of("transfer_timed") == [("fail-fast", 0.0)]
 
 
 def test_apply_transfer_pool_exhausted_is_terminal(

@@ -282,7 +282,7 @@ def test_lambda_handler_dry_run_emits_release_outcome_dry_run(
     # When invoked
     sweep.invoke({"dry_run": True, "parent_workspace_ids": [MASTER]})
 
-    # Then the printed EMF counts three ReleaseOutcome{Reason=dry-run}, without ids
+    # Then the printed EMF counts three ReleaseOutcome{Outcome=dry-run}, without ids
     values = []
     for line in capsys.readouterr().out.splitlines():
         if not line.startswith("{"):
@@ -290,7 +290,7 @@ def test_lambda_handler_dry_run_emits_release_outcome_dry_run(
         blob = json.loads(line)
         if "_aws" not in blob or "ReleaseOutcome" not in blob:
             continue
-        assert blob["Reason"] == "dry-run"
+        assert blob["Outcome"] == "dry-run"
         assert blob["Environment"] == "unit"
         raw = blob["ReleaseOutcome"]
         values.extend(raw if isinstance(raw, list) else [raw])

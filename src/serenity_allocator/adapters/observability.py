@@ -72,7 +72,7 @@ METRIC_CATALOG: dict[str, MetricSpec] = {
     "NotReadyRetry": MetricSpec("Count"),
     "ReleaseOutcome": MetricSpec(
         "Count",
-        "Reason",
+        "Outcome",
         ("released", "nothing-to-release", "requires-decommission", "error", "dry-run"),
     ),
     "MeteredQuotaClassifier": MetricSpec("Count", "Matched", ("true", "false")),
@@ -149,8 +149,8 @@ class MetricsObserver:
         """Count one headroom check by outcome (the hot-path ratio)."""
         self._recorder.record("HeadroomCheck", dimension_value=outcome)
 
-    def topped_up(self, path: str, latency_ms: float) -> None:
-        """Record the latency of a successful transfer on its path."""
+    def transfer_timed(self, path: str, latency_ms: float) -> None:
+        """Record the latency of one transfer call (accepted or refused) on its path."""
         self._recorder.record("TopUpLatencyMs", latency_ms, dimension_value=path)
 
     def pool_checked(self, parent_id: str, pool: AiResources) -> None:
@@ -180,9 +180,9 @@ class MetricsObserver:
         """Count one not-ready retry."""
         self._recorder.record("NotReadyRetry")
 
-    def release_finished(self, reason: str) -> None:
+    def release_finished(self, outcome: str) -> None:
         """Count one release outcome."""
-        self._recorder.record("ReleaseOutcome", dimension_value=reason)
+        self._recorder.record("ReleaseOutcome", dimension_value=outcome)
 
     def tight_pool_fallback(self, result: str) -> None:
         """Count one exact-totals fallback by result."""

@@ -39,9 +39,9 @@ class AttemptObserver:
         """Pass on: a headroom check happened whatever the request's fate."""
         self.sink.headroom_checked(outcome)
 
-    def topped_up(self, path: str, latency_ms: float) -> None:
-        """Pass on: the transfer happened."""
-        self.sink.topped_up(path, latency_ms)
+    def transfer_timed(self, path: str, latency_ms: float) -> None:
+        """Pass on: the transfer call happened."""
+        self.sink.transfer_timed(path, latency_ms)
 
     def pool_checked(self, parent_id: str, pool: AiResources) -> None:
         """Pass on, and feed the pool early warning."""
@@ -55,9 +55,9 @@ class AttemptObserver:
         """Pass on: the retry happened."""
         self.sink.not_ready_retry()
 
-    def release_finished(self, reason: str) -> None:
+    def release_finished(self, outcome: str) -> None:
         """Pass on (an ensure never releases; kept for the port)."""
-        self.sink.release_finished(reason)
+        self.sink.release_finished(outcome)
 
     def rejected(self, reason: str) -> None:
         """Hold: a rejection counts only if the attempt's result stands."""

@@ -181,6 +181,9 @@ def ensure_headroom(
     pool = gateway.read_resources(parent_id)
     ctx.observer.pool_checked(parent_id, pool)
 
+    # Counted when attempted, not when it succeeds: the hot-path ratio must show the top-ups
+    # a dry pool refuses.
+    ctx.observer.headroom_checked("topped-up")
     used_fallback = False
     try:
         attempts = _transfer_recording_rejections(gateway, child_id, new_totals, policy, ctx)
@@ -204,7 +207,6 @@ def ensure_headroom(
         ctx.observer.tight_pool_fallback("saved")
         new_totals, used_fallback = exact, True
 
-    ctx.observer.headroom_checked("topped-up")
     return EnsureResult(
         outcome="topped-up",
         before=before,
@@ -290,16 +292,38 @@ def release_surplus(
     plan = plan_release(gateway.read_resources(child_id), floor or blocks.as_totals(), blocks)
     if dry_run:
         result = ReleaseResult(outcome="dry-run", plan=plan)
-    elif not plan.would_release:
+        # A preview counts what a real release would report: dry-run only when it would
+        # release, so a sweep preview's nothing-to-release children are not counted as work.
+        ctx.observer.release_finished("dry-run" if plan.would_release else plan.natural_outcome)
+        return result
+    if not plan.would_release:
         result = ReleaseResult(outcome=plan.natural_outcome, plan=plan)
     else:
         if before_transfer is not None:
             before_transfer(plan)
-        try:
-            attempts = apply_transfer(gateway, child_id, plan.target, policy, ctx)
-        except AllocationError as exc:
-            result = ReleaseResult(outcome="error", plan=plan, error_code=exc.code)
-        else:
-            result = ReleaseResult(outcome="released", plan=plan, attempts=attempts)
+        result = _transfer_release(gateway, child_id, plan, policy, ctx)
     ctx.observer.release_finished(result.outcome)
     return result
+
+
+def _transfer_release(
+    gateway: WorkspaceGateway,
+    child_id: str,
+    plan: ReleasePlan,
+    policy: TransferPolicy,
+    ctx: TransferContext,
+) -> ReleaseResult:
+    try:
+        attempts = apply_transfer(gateway, child_id, plan.target, policy, ctx)
+    except AllocationError as exc:
+        if exc.code in _RELEASE_REJECTIONS:
+            # A stuck child refuses releases too; the busy alarm must see it.
+            ctx.observer.rejected(exc.code)
+        return ReleaseResult(outcome="error", plan=plan, error_code=exc.code)
+    except Exception:
+        ctx.observer.release_finished("error")  # an uncoded failure is still a failed release
+        raise
+    return ReleaseResult(outcome="released", plan=plan, attempts=attempts)
+
+
+_RELEASE_REJECTIONS = frozenset({WorkspaceBusyError.code, OrgPoolExhaustedError.code})

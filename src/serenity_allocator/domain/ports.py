@@ -50,8 +50,11 @@ class AllocationObserver(Protocol):
         """One ensure finished the headroom check (``hot-path``, ``topped-up``, ...)."""
         ...
 
-    def topped_up(self, path: str, latency_ms: float) -> None:
-        """A transfer succeeded on a path (``fail-fast`` or ``settle``) after ``latency_ms``."""
+    def transfer_timed(self, path: str, latency_ms: float) -> None:
+        """One transfer call on a path (``fail-fast`` or ``settle``) ended after ``latency_ms``.
+
+        Accepted or refused alike; the call alone (no retry sleep, no settle poll).
+        """
         ...
 
     def pool_checked(self, parent_id: str, pool: AiResources) -> None:
@@ -66,8 +69,8 @@ class AllocationObserver(Protocol):
         """A transfer met ``workspace not ready`` and will be retried."""
         ...
 
-    def release_finished(self, reason: str) -> None:
-        """A release ended with ``reason`` (released, nothing-to-release, ...)."""
+    def release_finished(self, outcome: str) -> None:
+        """A release ended with ``outcome`` (released, nothing-to-release, ...)."""
         ...
 
     def tight_pool_fallback(self, result: str) -> None:
@@ -81,7 +84,7 @@ class NullObserver:
     def headroom_checked(self, outcome: str) -> None:
         """Ignore."""
 
-    def topped_up(self, path: str, latency_ms: float) -> None:
+    def transfer_timed(self, path: str, latency_ms: float) -> None:
         """Ignore."""
 
     def pool_checked(self, parent_id: str, pool: AiResources) -> None:
@@ -93,7 +96,7 @@ class NullObserver:
     def not_ready_retry(self) -> None:
         """Ignore."""
 
-    def release_finished(self, reason: str) -> None:
+    def release_finished(self, outcome: str) -> None:
         """Ignore."""
 
     def tight_pool_fallback(self, result: str) -> None:

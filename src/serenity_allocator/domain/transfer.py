@@ -93,14 +93,13 @@ def apply_transfer(
         RateLimitedError: the client's own 429 retries were exhausted.
         UpstreamError: anything else, unchanged.
     """
-    started = ctx.clock()
     attempt = 0
     while True:
         attempt += 1
         if not ctx.has_time_for(policy.attempt_budget_s):
             raise OutOfTimeError()
         try:
-            gateway.transfer(workspace_id, totals)
+            _timed_transfer(gateway, workspace_id, totals, policy, ctx)
             break
         except UpstreamError as exc:
             if is_pool_exhausted(exc.status, exc.body):
@@ -117,8 +116,23 @@ def apply_transfer(
             ctx.observer.not_ready_retry()
             ctx.sleep(backoff)
     _wait_until_created(gateway, workspace_id, policy, ctx)
-    ctx.observer.topped_up(policy.path, (ctx.clock() - started) * 1000.0)
     return attempt
+
+
+def _timed_transfer(
+    gateway: WorkspaceGateway,
+    workspace_id: str,
+    totals: Totals,
+    policy: TransferPolicy,
+    ctx: TransferContext,
+) -> None:
+    # Every call is timed, refused ones too, and only the call: a latency that hid refusals or
+    # included retry sleeps would flatter the path exactly when the pool runs dry.
+    started = ctx.clock()
+    try:
+        gateway.transfer(workspace_id, totals)
+    finally:
+        ctx.observer.transfer_timed(policy.path, (ctx.clock() - started) * 1000.0)
 
 
 def _wait_until_created(
