@@ -13,7 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from serenity_allocator.domain.sweep import CheckpointCorruptError, ParentHeldError
+from serenity_allocator.domain.sweep import (
+    CheckpointCorruptError,
+    ParentHeldError,
+    SweepRefusedError,
+)
 from serenity_allocator.handlers.sweep import SweepPayloadError
 from serenity_tools.standins.resources import LocalResources
 from tests.infrastructure._template import load_template
@@ -21,6 +25,7 @@ from tests.integration.sweep_stack import (
     EXPECTED,
     MASTER,
     OTHER_CHILD,
+    OTHER_MASTER,
     SweepStack,
     groups_of,
     payload,
@@ -192,3 +197,84 @@ def test_sweep_bucket_keeps_every_checkpoint_version() -> None:
     assert bucket["VersioningConfiguration"] == {"Status": "Enabled"}
     rules = bucket["LifecycleConfiguration"]["Rules"]
     assert [r["NoncurrentVersionExpiration"]["NoncurrentDays"] for r in rules] == [90]
+
+
+def _processed_stranger(body: dict[str, Any]) -> None:
+    body["processed"].append("c-stranger")
+    body["counts"]["enqueued"] += 1
+
+
+def _foreign_run_id(body: dict[str, Any]) -> None:
+    body["run_id"] = "rs-someone-else"
+
+
+def _malformed_target(body: dict[str, Any]) -> None:
+    body["targets"][2] = {"child": "c-lean"}
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        (_processed_stranger, "processed: "),
+        (_foreign_run_id, "it belongs to another run"),
+        (_malformed_target, "targets.2: "),
+    ],
+    ids=["processed-non-target", "foreign-run-id", "malformed-target"],
+)
+def test_sweep_tampered_real_checkpoint_is_corrupt_and_nothing_enqueued(
+    stack: SweepStack, edit: Any, problem: str
+) -> None:
+    # Given an unfinished real run whose S3 checkpoint was edited
+    stack.invoke(payload(dry_run=False, run_id=RUN_A, batch_size=1))
+    stack.queued()
+    body = stack.checkpoint(RUN_A)
+    edit(body)
+    body["lease_owner"], body["lease_until"] = None, None
+    _put_checkpoint(stack, RUN_A, body)
+
+    # When resumed / Then refused as corrupt, naming the problem, and nothing enqueued
+    with pytest.raises(CheckpointCorruptError, match=problem):
+        stack.invoke(payload(dry_run=False, run_id=RUN_A))
+    assert groups_of(stack.queued()) == Counter()
+
+
+def test_sweep_checkpoint_copied_under_another_run_id_drives_nothing(stack: SweepStack) -> None:
+    # Given run A's checkpoint copied to run B's key
+    stack.invoke(payload(dry_run=False, run_id=RUN_A, batch_size=1))
+    stack.queued()
+    _put_checkpoint(stack, RUN_B, stack.checkpoint(RUN_A))
+
+    # When run B is invoked / Then the copy is refused as corrupt and nothing is enqueued
+    with pytest.raises(CheckpointCorruptError, match="another run"):
+        stack.invoke(payload(dry_run=False, run_id=RUN_B))
+    assert groups_of(stack.queued()) == Counter()
+
+
+def test_sweep_dry_checkpoint_flipped_to_real_never_runs_for_real(stack: SweepStack) -> None:
+    # Given an unfinished dry run whose checkpoint was flipped to dry_run=false
+    stack.invoke(payload(dry_run=True, run_id=RUN_A, batch_size=2))
+    body = stack.checkpoint(RUN_A, dry_run=True)
+    body["dry_run"], body["lease_owner"], body["lease_until"] = False, None, None
+    stack.s3.put_object(
+        Bucket=stack.resources.bucket, Key=f"sweep/dry/{RUN_A}.json", Body=json.dumps(body).encode()
+    )
+
+    # When resumed as a dry run, or as a real run / Then neither goes on, nothing is enqueued
+    with pytest.raises(CheckpointCorruptError, match="another run"):
+        stack.invoke(payload(dry_run=True, run_id=RUN_A))
+    with pytest.raises(SweepRefusedError, match="is a dry run"):
+        stack.invoke(payload(dry_run=False, run_id=RUN_A))
+    assert stack.queued() == []
+
+
+def test_sweep_resume_with_other_parents_is_refused(stack: SweepStack) -> None:
+    # Given an unfinished real run on m1
+    stack.invoke(payload(dry_run=False, run_id=RUN_A, batch_size=1))
+    stack.queued()
+
+    # When it is resumed naming m1 and m2 / Then refused, and nothing more is enqueued
+    with pytest.raises(SweepRefusedError, match="started with another payload"):
+        stack.invoke(
+            payload(dry_run=False, run_id=RUN_A, parent_workspace_ids=[MASTER, OTHER_MASTER])
+        )
+    assert groups_of(stack.queued()) == Counter()
