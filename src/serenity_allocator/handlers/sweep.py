@@ -2,7 +2,8 @@
 
 Invoked by an operator (dry run first) or by the state machine that loops it until ``done``.
 The payload is validated before any upstream call; the result is the state machine's input for
-its Choice (``done``, ``aborted``, ``counts.unexpected_errors``).
+its Choice (``done``, ``aborted``, ``counts.unexpected_errors``). A payload with an ``abandon``
+key (``{"abandon": true, "run_id": ...}``) ends that run for good instead (runbook: sweep.md).
 """
 
 from __future__ import annotations
