@@ -209,7 +209,7 @@ def test_worker_ensure_busy_until_final_receive_gets_terminal_outcome_then_dlq(
     [outcome] = outcome_capture.outcomes()
     assert outcome["request_id"] == request_id
     assert (outcome["status"], outcome["error_code"]) == ("rejected", "workspaceBusy")
-    assert outcome["attempts"] == max_receives
+    assert outcome["receive_count"] == max_receives
     assert len(api_calls(sim, "transfer")) == max_receives * per_invocation
     assert totals_of(sim)[CHILD] == (1, 200)
 
@@ -478,7 +478,7 @@ def test_worker_redelivers_a_failed_group_in_its_original_order(
         (200, 300),  # then the release, down to its floor
     ]
     outcomes = {o["request_id"]: o for o in outcome_capture.outcomes()}
-    assert (outcomes[ensure]["status"], outcomes[ensure]["attempts"]) == ("topped-up", 2)
+    assert (outcomes[ensure]["status"], outcomes[ensure]["receive_count"]) == ("topped-up", 2)
     assert outcomes[release]["status"] == "released"
     assert totals_of(sim)[CHILD] == (1, 300)
 
@@ -526,7 +526,7 @@ def test_worker_publishes_one_outcome_event_per_completed_request(
         "status": "topped-up",
         "totals_before": {"projects": 1, "prompts": 200},
         "totals_after": {"projects": 1, "prompts": 400},
-        "attempts": 1,
+        "receive_count": 1,
         "coalesced": 1,
         "org_id": "org-1",
         "brand_id": "brand-1",

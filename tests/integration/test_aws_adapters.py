@@ -548,7 +548,7 @@ def _outcome(index: int) -> AllocationOutcome:
         status="topped-up",
         totals_before=Totals(projects=1, prompts=100),
         totals_after=Totals(projects=1, prompts=300),
-        attempts=1,
+        receive_count=1,
     )
 
 

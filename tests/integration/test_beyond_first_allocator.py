@@ -433,7 +433,7 @@ def test_worker_sibling_reclaim_that_frees_nothing_rejects_after_max_parks(
     # Then the ensure was parked on each of its first max_parks receives and rejected on the
     # next one: a terminal outcome, once, and the message is gone from the queue
     ensure_outcomes = [o for o in outcome_capture.outcomes() if o["request_id"] == request_id]
-    assert [(o["status"], o["error_code"], o["attempts"]) for o in ensure_outcomes] == [
+    assert [(o["status"], o["error_code"], o["receive_count"]) for o in ensure_outcomes] == [
         ("rejected", "orgPoolExhausted", max_parks + 1)
     ]
     reclaim = Counter(result for _, result in _emf(capsys, "SiblingReclaim"))

@@ -42,7 +42,7 @@ def _outcome(**fields: Any) -> AllocationOutcome:
         "status": "topped-up",
         "totals_before": Totals(projects=1, prompts=100),
         "totals_after": Totals(projects=1, prompts=400),
-        "attempts": 1,
+        "receive_count": 1,
     }
     values.update(fields)
     return AllocationOutcome(**values)

@@ -28,7 +28,7 @@ def _outcome(request_id: str = "req-1", **fields: Any) -> AllocationOutcome:
         "status": "released",
         "totals_before": Totals(projects=3, prompts=500),
         "totals_after": Totals(projects=1, prompts=100),
-        "attempts": 1,
+        "receive_count": 1,
     }
     values.update(fields)
     return AllocationOutcome(**values)
@@ -59,7 +59,7 @@ def test_request_ledger_stores_a_terminal_outcome_once(ledger: DynamoDbRequestLe
     assert ledger.store_outcome(first) == first
 
     # When a second delivery tries to store a different outcome for the same request
-    held = ledger.store_outcome(_outcome(status="nothing-to-release", attempts=2))
+    held = ledger.store_outcome(_outcome(status="nothing-to-release", receive_count=2))
 
     # Then the ledger keeps and returns the first one
     assert held == first
@@ -104,7 +104,9 @@ def test_request_ledger_redrive_supersedes_a_dead_letter_and_keeps_it(
     ledger: DynamoDbRequestLedger, dynamodb: Any, local_resources: LocalResources
 ) -> None:
     # Given a request that ended in the DLQ with a published dead-lettered outcome
-    dead = _outcome(status="failed", error_code="workspaceBusy", attempts=5, dead_lettered=True)
+    dead = _outcome(
+        status="failed", error_code="workspaceBusy", receive_count=5, dead_lettered=True
+    )
     ledger.store_outcome(dead, dead_lettered=True)
     entry = ledger.lookup(["req-1"])["req-1"]
     assert (entry.state, entry.was_announced_dead, entry.is_replayable) == (
@@ -114,7 +116,7 @@ def test_request_ledger_redrive_supersedes_a_dead_letter_and_keeps_it(
     )
 
     # When an operator's redrive completes it
-    redriven = _outcome(attempts=1, supersedes="deadLettered")
+    redriven = _outcome(receive_count=1, supersedes="deadLettered")
     held = ledger.store_outcome(redriven)
 
     # Then the redrive's outcome is the record, and the dead letter it replaced is kept
@@ -152,7 +154,7 @@ def test_request_ledger_final_outcome_replaces_its_own_provisional_dead_letter(
     assert (entry.state, entry.provisional, entry.is_replayable) == ("deadLettered", True, False)
 
     # When that receive completes
-    done = _outcome(attempts=5)
+    done = _outcome(receive_count=5)
     held = ledger.store_outcome(done)
 
     # Then its outcome replaces the provisional record

@@ -152,7 +152,7 @@ def test_worker_replayed_ensure_is_not_applied_again_and_announces_the_stored_ou
     assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 1, "prompts": 400})]
     [outcome] = outcome_capture.outcomes()
     assert outcome == stored
-    assert (outcome["status"], outcome["attempts"]) == ("topped-up", 1)
+    assert (outcome["status"], outcome["receive_count"]) == ("topped-up", 1)
 
 
 def test_worker_without_a_ledger_table_applies_a_replay_again(

@@ -241,7 +241,7 @@ def test_lambda_handler_hot_path_is_exactly_one_gateway_call() -> None:
     assert worker.gateway.calls == [(READ_RESOURCES, "c1")]
     assert response == {"batchItemFailures": []}
     outcome = worker.outcome("req-m1")
-    assert (outcome.status, outcome.kind, outcome.attempts) == ("hot-path", "ensure", 1)
+    assert (outcome.status, outcome.kind, outcome.receive_count) == ("hot-path", "ensure", 1)
     assert outcome.totals_before == outcome.totals_after == Totals(projects=1, prompts=500)
 
 
@@ -396,7 +396,7 @@ def test_lambda_handler_busy_on_final_receive_records_outcome_and_still_fails() 
     # Then its terminal outcome is published AND it still fails, so SQS moves it to the DLQ
     assert _failures(response) == ["m1"]
     outcome = worker.outcome("req-m1")
-    assert (outcome.status, outcome.error_code, outcome.attempts) == (
+    assert (outcome.status, outcome.error_code, outcome.receive_count) == (
         "rejected",
         "workspaceBusy",
         MAX_RECEIVE_COUNT,
@@ -419,7 +419,7 @@ def test_lambda_handler_final_receive_skipped_behind_its_group_gets_a_terminal_o
     assert _failures(response) == ["m1", "m2"]
     assert worker.outcomes.by_request().keys() == {"req-m2"}
     outcome = worker.outcome("req-m2")
-    assert (outcome.status, outcome.error_code, outcome.attempts) == (
+    assert (outcome.status, outcome.error_code, outcome.receive_count) == (
         "failed",
         "groupBlocked",
         MAX_RECEIVE_COUNT,

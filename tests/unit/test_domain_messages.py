@@ -8,7 +8,12 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest, parse_request
+from serenity_allocator.domain.messages import (
+    AllocationOutcome,
+    EnsureRequest,
+    ReleaseRequest,
+    parse_request,
+)
 
 
 def _ensure(**overrides: Any) -> dict[str, Any]:
@@ -162,3 +167,16 @@ def test_parse_request_missing_kind_is_rejected_naming_it() -> None:
 def test_parse_request_unknown_version_is_rejected_naming_it() -> None:
     # Given a body from a future contract version / When parsed / Then rejected at "version"
     assert _rejection_locs(_release(version=2)) == [("release", "version")]
+
+
+def test_allocation_outcome_reads_a_stored_outcome_under_its_former_field_name() -> None:
+    # Given an outcome stored (in the ledger) before the receive count was named for what it is
+    stored = (
+        '{"request_id": "r1", "kind": "ensure", "workspace_id": "c1", "status": "hot-path",'
+        ' "attempts": 3}'
+    )
+
+    # When it is read back / Then the receive count is carried over, under its new name only
+    outcome = AllocationOutcome.model_validate_json(stored)
+    assert outcome.receive_count == 3
+    assert "attempts" not in outcome.model_dump()

@@ -46,7 +46,7 @@ def build_outcome(
         error_code=error_code,
         totals_before=before,
         totals_after=after,
-        attempts=receive_count,
+        receive_count=receive_count,
         coalesced=coalesced,
         source=request.source if isinstance(request, ReleaseRequest) else None,
         run_id=request.run_id if isinstance(request, ReleaseRequest) else None,

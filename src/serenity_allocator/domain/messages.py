@@ -18,6 +18,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 from pydantic_core import InitErrorDetails
 
@@ -175,7 +176,7 @@ class AllocationOutcome(BaseModel):
     error_code: str | None = None
     totals_before: Totals | None = None
     totals_after: Totals | None = None
-    attempts: int = 0
+    receive_count: int = 0
     """SQS receive count of the message when it completed (1 = first delivery)."""
     coalesced: int = 1
     """How many ensures this result served (1 when not coalesced)."""
@@ -188,3 +189,12 @@ class AllocationOutcome(BaseModel):
     absent otherwise, so outcome events of completed requests keep their shape."""
     supersedes: Literal["deadLettered"] | None = None
     """Set on the outcome of a redriven request: it replaces the earlier dead-lettered one."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_legacy_receive_count(cls, data: object) -> object:
+        # Outcomes stored before ``receive_count`` was named for what it is carry ``attempts``.
+        if isinstance(data, dict) and "attempts" in data and "receive_count" not in data:
+            data = {**data, "receive_count": data["attempts"]}
+            del data["attempts"]
+        return data

@@ -70,7 +70,7 @@ def check_bounded_attempts(
         ),
         default=0,
     )
-    attempts = max((o.attempts for o in outcomes), default=0)
+    attempts = max((o.receive_count for o in outcomes), default=0)
     dead = max((letter.receive_count for letter in letters), default=0)
     violations = [
         f"{what} {value} > MAX_RECEIVE_COUNT {max_receive_count}"
