@@ -7,7 +7,6 @@ fail-safe when malformed.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -123,11 +122,10 @@ def test_worker_malformed_backstop_is_logged_once_and_not_enforced(
     local_resources: LocalResources,
     sim: SimulatorServer,
     outcome_capture: OutcomeCapture,
-    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     # Given a typo in the projects backstop ("5o00" must not become 5)
     _seed(sim, projects=(1, 1), prompts=(100, 100))
-    capsys.readouterr()
     overrides = {"SERENITY_BRAND_AI_CEILING_PROJECTS": "5o00"}
     with allocator_harness(local_resources, sim, overrides) as w:
         w.producer.enqueue_ensure(CHILD, MASTER, {"projects": 9})
@@ -137,11 +135,11 @@ def test_worker_malformed_backstop_is_logged_once_and_not_enforced(
 
     # Then the top-up goes through, and the cold start logged the ignored variable once
     assert totals_of(sim)[CHILD] == (10, 100)
-    logged = [
-        json.loads(line) for line in capsys.readouterr().out.splitlines() if '"level"' in line
-    ]
-    backstop = [entry for entry in logged if "ceiling backstop" in str(entry.get("message"))]
+    backstop = [r for r in caplog.records if "ceiling backstop" in r.getMessage()]
     assert len(backstop) == 1
-    assert backstop[0]["level"] == "WARNING"
-    assert backstop[0]["ignored"] == ["SERENITY_BRAND_AI_CEILING_PROJECTS"]
-    assert (backstop[0]["projects"], backstop[0]["prompts"]) == ("not enforced", "not enforced")
+    assert backstop[0].levelname == "WARNING"
+    assert backstop[0].__dict__["ignored"] == ["SERENITY_BRAND_AI_CEILING_PROJECTS"]
+    assert (backstop[0].__dict__["projects"], backstop[0].__dict__["prompts"]) == (
+        "not enforced",
+        "not enforced",
+    )
