@@ -126,6 +126,11 @@ def summary_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "met": package["met"],
             }
         )
+    ledger = _ok(results, "ledger")
+    if ledger:
+        from .ledger import summary_rows as ledger_rows
+
+        rows += ledger_rows(ledger)
     sweep = _ok(results, "sweep")
     if sweep:
         r0 = sweep["rows"]["dry_200_latency0"]
@@ -618,6 +623,9 @@ def readme(results: dict[str, Any], plots: list[str]) -> str:
         if _ok(results, "writes")
         else _missing(results, "writes")
     )
+    from .ledger import markdown as ledger_markdown
+
+    lines += ["", *ledger_markdown(_ok(results, "ledger"))]
     return "\n".join(lines).rstrip() + "\n"
 
 

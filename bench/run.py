@@ -26,7 +26,7 @@ from .common import note
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results.json"
 DOCS = ROOT / "docs" / "benchmarks"
-SECTIONS = ("calls", "overhead", "throughput", "coldstart", "sweep", "writes")
+SECTIONS = ("calls", "overhead", "throughput", "coldstart", "sweep", "writes", "ledger")
 
 
 def _commit() -> str:
@@ -89,6 +89,12 @@ def _writes() -> dict[str, Any]:
     return writes.measure()
 
 
+def _ledger() -> dict[str, Any]:
+    from . import ledger
+
+    return ledger.measure()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run, write, report; 0 when every selected measurement ran (targets met or not)."""
     parser = argparse.ArgumentParser(description="serenity-allocator benchmarks")
@@ -118,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         "coldstart": _coldstart,
         "sweep": _sweep,
         "writes": _writes,
+        "ledger": _ledger,
     }
     started = time.monotonic()
     failed = False
