@@ -16,6 +16,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from serenity_tools.verification.harness.config import HarnessConfig
 from serenity_tools.verification.harness.drain import local_stack
 from serenity_tools.verification.harness.results import ScenarioResult
 from serenity_tools.verification.harness.workload import SWEPT_KINDS, plan_org
-from serenity_tools.verification.invariants import invariant_result
+from serenity_tools.verification.invariants import InvariantResult, invariant_result
 
 SWEEP_CRASH_POINTS = ("after-enqueue", "before-checkpoint-write", "after-checkpoint-write")
 _SWEEP_TIMEOUT_S = 900.0
@@ -134,6 +135,122 @@ def _checkpoint_problems(store: Any, run_id: str) -> list[str]:
     return [f"checkpoint lists {child} as processed twice" for child in dupes]
 
 
+@dataclass
+class _SweepDriver:
+    """Invokes the sweep until it is done, crashing it at armed points and resuming it."""
+
+    invoker: Any
+    payload: dict[str, Any]
+    trigger: SweepCrashTrigger
+    store: Any
+    wall: ManualWallClock
+    rng: random.Random
+    crashes_wanted: int
+    problems: list[str] = field(default_factory=list)
+    refused: int = 0
+    probes: int = 0
+    invocations: int = 0
+    final: dict[str, Any] | None = None
+
+    @property
+    def run_id(self) -> str:
+        return str(self.payload["run_id"])
+
+    def drive(self) -> None:
+        """Invoke (crashing as armed) until done, failed, or out of invocations."""
+        from serenity_tools.operator.sweep_cli import drive_sweep
+
+        for _ in range(self.crashes_wanted * 3 + 10):
+            self._arm_next()
+            self.invocations += 1
+            try:
+                sweep = drive_sweep(self.invoker, self.payload)
+            except SimulatedCrash:
+                self._after_crash()
+                continue
+            if sweep.error is not None:
+                self.problems.append(f"sweep failed: {sweep.error}")
+                return
+            self.final = sweep.last
+            if sweep.done:
+                return
+        self.problems.append(f"the sweep did not finish in {self.invocations} invocations")
+
+    def _arm_next(self) -> None:
+        fired = len(self.trigger.fired)
+        if fired < self.crashes_wanted:
+            point = SWEEP_CRASH_POINTS[fired % len(SWEEP_CRASH_POINTS)]
+            self.trigger.arm(point, self.rng.randint(1, 3))
+
+    def _after_crash(self) -> None:
+        from serenity_tools.operator.sweep_cli import drive_sweep
+
+        self.problems += _checkpoint_problems(self.store, self.run_id)
+        stored = self.store.load(self.run_id)
+        lease_until = stored.body.get("lease_until") if stored is not None else None
+        if lease_until is not None and lease_until > self.wall():
+            # Resuming at once must be refused: the dead invocation's lease holds.
+            self.trigger.disarm()
+            self.probes += 1
+            probe = drive_sweep(self.invoker, self.payload)
+            self.refused += int((probe.error or {}).get("errorType") == "RunInProgressError")
+        self.wall.advance(_SWEEP_TIMEOUT_S + 1)  # the lease ends at the dead one's deadline
+
+
+def _enqueue_violations(
+    per_child: Counter[str], expected: set[str], final: Mapping[str, Any] | None
+) -> list[str]:
+    twice = sorted(child for child, n in per_child.items() if n > 1)
+    violations = [f"{child}: {per_child[child]} release messages" for child in twice]
+    if set(per_child) != expected:
+        violations.append(
+            f"released {len(per_child)} children, expected the {len(expected)} with surplus"
+        )
+    counts = (final or {}).get("counts", {})
+    if counts.get("enqueued") != len(per_child):
+        violations.append(
+            f"the run counts {counts.get('enqueued')} enqueued, the queue holds {len(per_child)}"
+        )
+    return violations
+
+
+def _sweep_checks(
+    driver: _SweepDriver,
+    enqueuer: CountingEnqueuer,
+    per_child: Counter[str],
+    expected: set[str],
+    processed: list[str],
+) -> list[InvariantResult]:
+    fired = Counter(driver.trigger.fired)
+    crashes = len(driver.trigger.fired)
+    return [
+        invariant_result(
+            "no child enqueued twice",
+            _enqueue_violations(per_child, expected, driver.final),
+            f"{len(per_child)} children, one release message each; "
+            f"{sum(n - 1 for n in enqueuer.sent.values() if n > 1)} re-sends deduplicated",
+        ),
+        invariant_result(
+            "checkpoint never corrupted",
+            driver.problems,
+            f"read after each of {crashes} crashes and at the end: parses, "
+            f"{len(processed)} processed, no duplicates",
+        ),
+        invariant_result(
+            "resume refused while the lease holds",
+            []
+            if driver.refused == driver.probes
+            else [f"{driver.probes - driver.refused} immediate resumes accepted"],
+            f"{driver.refused} of {driver.probes} immediate resumes refused (RunInProgressError)",
+        ),
+        invariant_result(
+            "crashes injected",
+            [] if crashes >= min(3, driver.crashes_wanted) else ["fewer than 3 crashes"],
+            f"{crashes} crashes: " + ", ".join(f"{p} {n}" for p, n in sorted(fired.items())),
+        ),
+    ]
+
+
 def run_sweep_crash(config: HarnessConfig) -> ScenarioResult:
     """Scenario 6: kill the sweep between targets and around its checkpoint; resume by run id.
 
@@ -146,24 +263,20 @@ def run_sweep_crash(config: HarnessConfig) -> ScenarioResult:
 
     from serenity_allocator.handlers.settings import SweepSettings
     from serenity_allocator.handlers.sweep import build_sweep_runtime, lambda_handler
-    from serenity_tools.operator.sweep_cli import LocalInvoker, drive_sweep
+    from serenity_tools.operator.sweep_cli import LocalInvoker
 
     started = time.monotonic()
     rng = random.Random(config.seed)
     org = plan_org(config.children, rng)
     expected = {child for child, kind in org.kinds.items() if kind in SWEPT_KINDS}
-    crashes_wanted = max(3, config.children // 4)
-    run_id = f"harness-{config.seed}-{uuid.uuid4().hex[:6]}"
     payload: dict[str, Any] = {
         "parent_workspace_ids": list(org.masters),
         "dry_run": False,
         "rate_limit_ms": 0,
         "batch_size": max(5, config.children // 3),
-        "run_id": run_id,
+        "run_id": f"harness-{config.seed}-{uuid.uuid4().hex[:6]}",
     }
     trigger = SweepCrashTrigger()
-    problems: list[str] = []
-    refused = probes = invocations = 0
     with local_stack(config, "sweep-crash") as stack, stack.activated():
         stack.simulator.seed(list(org.workspaces))
         runtime = build_sweep_runtime(SweepSettings.from_env(os.environ))
@@ -174,87 +287,26 @@ def run_sweep_crash(config: HarnessConfig) -> ScenarioResult:
         enqueuer = CountingEnqueuer(runtime.enqueuer, trigger)
         runtime.enqueuer = enqueuer
         invoker = LocalInvoker(partial(lambda_handler, runtime=runtime), timeout_s=_SWEEP_TIMEOUT_S)
-        final: dict[str, Any] | None = None
+        driver = _SweepDriver(
+            invoker, payload, trigger, inner_store, wall, rng, max(3, config.children // 4)
+        )
         with _handler_output(stack.work_dir / "sweep.stdout.log"):
-            for _ in range(crashes_wanted * 3 + 10):
-                if len(trigger.fired) < crashes_wanted:
-                    point = SWEEP_CRASH_POINTS[len(trigger.fired) % len(SWEEP_CRASH_POINTS)]
-                    trigger.arm(point, rng.randint(1, 3))
-                invocations += 1
-                try:
-                    sweep = drive_sweep(invoker, payload)
-                except SimulatedCrash:
-                    problems += _checkpoint_problems(inner_store, run_id)
-                    stored = inner_store.load(run_id)
-                    lease_until = stored.body.get("lease_until") if stored is not None else None
-                    if lease_until is not None and lease_until > wall():
-                        # Resuming at once must be refused: the dead invocation's lease holds.
-                        trigger.disarm()
-                        probes += 1
-                        probe = drive_sweep(invoker, payload)
-                        refused += int((probe.error or {}).get("errorType") == "RunInProgressError")
-                    wall.advance(_SWEEP_TIMEOUT_S + 1)  # the lease ends at the dead one's deadline
-                    continue
-                if sweep.error is not None:
-                    problems.append(f"sweep failed: {sweep.error}")
-                    break
-                final = sweep.last
-                if sweep.done:
-                    break
-            else:
-                problems.append(f"the sweep did not finish in {invocations} invocations")
-        problems += _checkpoint_problems(inner_store, run_id)
-        stored = inner_store.load(run_id)
+            driver.drive()
+        driver.problems += _checkpoint_problems(inner_store, driver.run_id)
+        stored = inner_store.load(driver.run_id)
         messages = stack.drain_queue(stack.resources.queue_url)
 
     per_child = Counter(m.get("Attributes", {}).get("MessageGroupId", "") for m in messages)
-    twice = sorted(child for child, n in per_child.items() if n > 1)
-    checkpoint = stored.body if stored is not None else {}
-    counts = (final or {}).get("counts", {})
-    enqueue_violations = [f"{child}: {per_child[child]} release messages" for child in twice]
-    if set(per_child) != expected:
-        enqueue_violations.append(
-            f"released {len(per_child)} children, expected the {len(expected)} with surplus"
-        )
-    if counts.get("enqueued") != len(per_child):
-        enqueue_violations.append(
-            f"the run counts {counts.get('enqueued')} enqueued, the queue holds {len(per_child)}"
-        )
-    processed = checkpoint.get("processed", [])
+    processed = (stored.body if stored is not None else {}).get("processed", [])
     if sorted(processed) != sorted(org.kinds):
-        problems.append(f"processed {len(processed)} of {len(org.kinds)} targets")
-    fired = Counter(trigger.fired)
-    checks = [
-        invariant_result(
-            "no child enqueued twice",
-            enqueue_violations,
-            f"{len(per_child)} children, one release message each; "
-            f"{sum(n - 1 for n in enqueuer.sent.values() if n > 1)} re-sends deduplicated",
-        ),
-        invariant_result(
-            "checkpoint never corrupted",
-            problems,
-            f"read after each of {len(trigger.fired)} crashes and at the end: parses, "
-            f"{len(processed)} processed, no duplicates",
-        ),
-        invariant_result(
-            "resume refused while the lease holds",
-            [] if refused == probes else [f"{probes - refused} immediate resumes accepted"],
-            f"{refused} of {probes} immediate resumes refused (RunInProgressError)",
-        ),
-        invariant_result(
-            "crashes injected",
-            [] if len(trigger.fired) >= min(3, crashes_wanted) else ["fewer than 3 crashes"],
-            f"{len(trigger.fired)} crashes: "
-            + ", ".join(f"{point} {n}" for point, n in sorted(fired.items())),
-        ),
-    ]
+        driver.problems.append(f"processed {len(processed)} of {len(org.kinds)} targets")
+    checks = _sweep_checks(driver, enqueuer, per_child, expected, processed)
     numbers = {
         "targets": len(org.kinds),
         "children with surplus": len(expected),
-        "invocations": invocations,
+        "invocations": driver.invocations,
         **{f"crashes {p}": n for p, n in sorted(Counter(trigger.fired).items())},
-        "immediate resumes refused": refused,
+        "immediate resumes refused": driver.refused,
         "release sends": sum(enqueuer.sent.values()),
         "release messages in the queue": len(messages),
     }

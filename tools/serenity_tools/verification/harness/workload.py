@@ -71,24 +71,12 @@ def _child_seed(child_id: str, kind: str, parent_id: str, rng: random.Random) ->
     return {**seeded, "title": f"{kind} brand {child_id}"}
 
 
-def plan_org(
-    children: int, rng: random.Random, *, tight_pool: bool = True, zombie: bool = False
-) -> Org:
-    """Seed three pools: roomy metered, unmetered, and (optionally) tight with idle donors.
-
-    Args:
-        children: Total children over the pools (at least :data:`MIN_CHILDREN`).
-        rng: Source of the usage draws.
-        tight_pool: Include the tight pool (exercises the fallback, sibling reclaim and the
-            early warning; its parked ensures wait out visibility timeouts).
-        zombie: Make one child of the main pool a zombie stuck ``not ready``.
-    """
+def _pool_plan(children: int, tight_pool: bool, zombie: bool) -> list[tuple[str, str]]:
+    """(pool, kind) of each child, in seed order."""
     unmetered = max(1, children // 20)
     tight_active = max(2, children // 20) if tight_pool else 0
     donors = max(3, tight_active // 2) if tight_pool else 0
     main = children - unmetered - tight_active - donors
-    kinds: dict[str, str] = {}
-    parents: dict[str, str] = {}
     plan = [
         *((MAIN_POOL, _MAIN_KINDS[i % len(_MAIN_KINDS)]) for i in range(main)),
         *((UNMETERED_POOL, "unmetered") for _ in range(unmetered)),
@@ -97,13 +85,12 @@ def plan_org(
     ]
     if zombie:
         plan[0] = (MAIN_POOL, "zombie")
-    seeded: list[dict[str, Any]] = []
-    for index, (parent, kind) in enumerate(plan):
-        child_id = f"c{index:04d}"
-        kinds[child_id], parents[child_id] = kind, parent
-        seeded.append(_child_seed(child_id, kind, parent, rng))
-    active_main = sum(1 for c, k in kinds.items() if parents[c] == MAIN_POOL and k != "idle")
-    masters = [
+    return plan
+
+
+def _masters(active_main: int, tight_pool: bool) -> list[dict[str, Any]]:
+    """The pools: roomy metered, unmetered, and (optionally) tight."""
+    masters: list[dict[str, Any]] = [
         {
             "id": MAIN_POOL,
             "title": "Harness org (roomy)",
@@ -135,6 +122,31 @@ def plan_org(
                 "ai": {"projects": usage(0, 10), "prompts": usage(100, 230)},
             }
         )
+    return masters
+
+
+def plan_org(
+    children: int, rng: random.Random, *, tight_pool: bool = True, zombie: bool = False
+) -> Org:
+    """Seed three pools: roomy metered, unmetered, and (optionally) tight with idle donors.
+
+    Args:
+        children: Total children over the pools (at least :data:`MIN_CHILDREN`).
+        rng: Source of the usage draws.
+        tight_pool: Include the tight pool (exercises the fallback, sibling reclaim and the
+            early warning; its parked ensures come back after the local retry delay).
+        zombie: Make one child of the main pool a zombie stuck ``not ready``.
+    """
+    plan = _pool_plan(children, tight_pool, zombie)
+    kinds: dict[str, str] = {}
+    parents: dict[str, str] = {}
+    seeded: list[dict[str, Any]] = []
+    for index, (parent, kind) in enumerate(plan):
+        child_id = f"c{index:04d}"
+        kinds[child_id], parents[child_id] = kind, parent
+        seeded.append(_child_seed(child_id, kind, parent, rng))
+    active_main = sum(1 for c, k in kinds.items() if parents[c] == MAIN_POOL and k != "idle")
+    masters = _masters(active_main, tight_pool)
     return Org(tuple([*masters, *seeded]), kinds, parents)
 
 
@@ -206,14 +218,7 @@ def plan_workload(
     zombie two; the rest is spread over the roomy and unmetered children.
     """
     org = plan_org(children, rng, tight_pool=tight_pool, zombie=zombie)
-    plans: dict[str, list[Request]] = {}
-    for child in org.children_of("pool-tight"):
-        plans[child] = [_ensure(child, TIGHT_POOL, rng.choice((120, 150, 230))) for _ in range(2)]
-    for child in org.children_of("ceiling"):
-        ceiling = {"projects": 5, "prompts": 600}
-        plans[child] = [_ensure(child, MAIN_POOL, 300, ceiling=ceiling)]
-    for child in org.children_of("zombie"):
-        plans[child] = [_ensure(child, MAIN_POOL, 50), _ensure(child, MAIN_POOL, 100)]
+    plans = _fixed_plans(org, rng)
     active = [c for c, kind in org.kinds.items() if kind in _ACTIVE_KINDS]
     budget = max(0, requests - sum(map(len, plans.values())))
     counts = Counter({child: budget // len(active) for child in active})
@@ -224,23 +229,44 @@ def plan_workload(
             plans[child] = _child_sequence(
                 child, org.kinds[child], org.parents[child], counts[child], rng
             )
-    # Round-robin over the children (tight pool first, so its parks start early), each child's
-    # units in order: a child's enqueue order is its plan's order.
+    return Workload(org, _round_robin(org, plans, rng))
+
+
+def _fixed_plans(org: Org, rng: random.Random) -> dict[str, list[Request]]:
+    """The children whose requests are fixed by their kind: tight pool, ceiling, zombie."""
+    plans: dict[str, list[Request]] = {}
+    for child in org.children_of("pool-tight"):
+        plans[child] = [_ensure(child, TIGHT_POOL, rng.choice((120, 150, 230))) for _ in range(2)]
+    for child in org.children_of("ceiling"):
+        ceiling = {"projects": 5, "prompts": 600}
+        plans[child] = [_ensure(child, MAIN_POOL, 300, ceiling=ceiling)]
+    for child in org.children_of("zombie"):
+        plans[child] = [_ensure(child, MAIN_POOL, 50), _ensure(child, MAIN_POOL, 100)]
+    return plans
+
+
+def _units_of(requests: list[Request], is_burst: bool) -> list[tuple[Request, ...]]:
+    if not is_burst:
+        return [(request,) for request in requests]
+    return [tuple(requests[i : i + _BURST_UNIT]) for i in range(0, len(requests), _BURST_UNIT)]
+
+
+def _round_robin(
+    org: Org, plans: Mapping[str, list[Request]], rng: random.Random
+) -> tuple[tuple[Request, ...], ...]:
+    """Send units round-robin over the children, each child's in its plan's order.
+
+    The tight pool goes first, so its parks start early.
+    """
     order = [c for c in plans if org.kinds[c] == "pool-tight"]
     rest = [c for c in plans if org.kinds[c] != "pool-tight"]
     rng.shuffle(rest)
     pending = {
-        child: [
-            tuple(plans[child][i : i + _BURST_UNIT])
-            for i in range(0, len(plans[child]), _BURST_UNIT)
-        ]
-        if org.kinds[child] == "burst"
-        else [(request,) for request in plans[child]]
-        for child in [*order, *rest]
+        child: _units_of(plans[child], org.kinds[child] == "burst") for child in [*order, *rest]
     }
     units: list[tuple[Request, ...]] = []
     while any(pending.values()):
         for queue in pending.values():
             if queue:
                 units.append(queue.pop(0))
-    return Workload(org, tuple(units))
+    return tuple(units)
