@@ -260,7 +260,12 @@ def test_real_template_allocator_resolves_like_sam_with_the_local_env_file() -> 
     assert bare.environment["MAX_RECEIVE_COUNT"] == "5"
     assert bare.environment["SERENITY_DYNAMIC_ALLOCATION"] == "false"
     assert bare.environment["ENVIRONMENT"] == "dev"
-    assert set(bare.left_out) == {"QUEUE_URL", "DLQ_URL", "OUTCOME_BUS_NAME"}
+    assert set(bare.left_out) == {
+        "QUEUE_URL",
+        "DLQ_URL",
+        "OUTCOME_BUS_NAME",
+        "REQUEST_LEDGER_TABLE",
+    }
     # And env.json turns it into a local configuration with nothing left out
     assert local.environment["SEMRUSH_BASE_URL"] == "http://127.0.0.1:8765"
     assert local.environment["SERENITY_DYNAMIC_ALLOCATION"] == "true"

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeGuard, cast
 
 import yaml
 
@@ -150,12 +150,13 @@ class IntrinsicResolver:
             return [item for item in items if item is not NO_VALUE]
         if not isinstance(value, dict):
             return value
-        if len(value) == 1:
-            ((key, argument),) = value.items()
-            if key == "Ref":
-                return self._ref(argument)
-            if key.startswith("Fn::"):
-                return self._function(key, argument)
+        intrinsic = _intrinsic(value)
+        if intrinsic is None:
+            return self._resolve_map(value)
+        key, argument = intrinsic
+        return self._ref(argument) if key == "Ref" else self._function(key, argument)
+
+    def _resolve_map(self, value: Mapping[str, Any]) -> dict[str, Any]:
         resolved = {key: self.resolve(item) for key, item in value.items()}
         return {key: item for key, item in resolved.items() if item is not NO_VALUE}
 
@@ -235,18 +236,28 @@ class IntrinsicResolver:
         if not isinstance(expression, dict) or len(expression) != 1:
             raise TemplateError(f"malformed condition {expression!r}")
         ((key, argument),) = expression.items()
-        if key == "Condition":
-            return self.is_true(argument)
-        if key == "Fn::Equals":
-            left, right = (_scalar_string(self.resolve(part)) for part in argument)
-            return left == right
-        if key == "Fn::Not":
-            return not self._condition(argument[0])
-        if key == "Fn::And":
-            return all(self._condition(part) for part in argument)
-        if key == "Fn::Or":
-            return any(self._condition(part) for part in argument)
-        raise TemplateError(f"unsupported condition function {key}")
+        functions: dict[str, Callable[[Any], bool]] = {
+            "Condition": self.is_true,
+            "Fn::Equals": self._equals,
+            "Fn::Not": lambda parts: not self._condition(parts[0]),
+            "Fn::And": lambda parts: all(self._condition(part) for part in parts),
+            "Fn::Or": lambda parts: any(self._condition(part) for part in parts),
+        }
+        if key not in functions:
+            raise TemplateError(f"unsupported condition function {key}")
+        return functions[key](argument)
+
+    def _equals(self, argument: Any) -> bool:
+        left, right = (_scalar_string(self.resolve(part)) for part in argument)
+        return left == right
+
+
+def _intrinsic(value: Mapping[str, Any]) -> tuple[str, Any] | None:
+    """``(key, argument)`` when ``value`` is one intrinsic (``Ref``, ``Fn::...``); else None."""
+    if len(value) != 1:
+        return None
+    ((key, argument),) = value.items()
+    return (key, argument) if key == "Ref" or key.startswith("Fn::") else None
 
 
 def _scalar_string(value: Any) -> str:
@@ -327,54 +338,86 @@ def function_config(
     Raises:
         TemplateError: No such function, or an unusable Handler/Timeout/override.
     """
-    resource = (template.get("Resources") or {}).get(logical_id)
-    if not isinstance(resource, dict) or resource.get("Type") not in _FUNCTION_TYPES:
-        functions = sorted(
-            name
-            for name, item in (template.get("Resources") or {}).items()
-            if isinstance(item, dict) and item.get("Type") in _FUNCTION_TYPES
-        )
+    properties = _function_properties(template, logical_id)
+    resolver = IntrinsicResolver(template, parameter_values(template, parameter_overrides or {}))
+    scalars = {
+        name: _resolved_scalar(resolver, properties.get(name), name) or default
+        for name, default in _SCALAR_PROPERTIES.items()
+    }
+    handler = scalars["Handler"]
+    if "." not in handler:
+        raise TemplateError(f"{logical_id}: Handler must be 'module.function', got {handler!r}")
+    code_uri = properties.get("CodeUri")
+    environment, left_out = _resolved_environment(resolver, properties)
+    _overlay_env_vars(environment, left_out, env_vars or {}, ("Parameters", logical_id))
+    return FunctionConfig(
+        logical_id=logical_id,
+        handler=handler,
+        timeout_s=int(scalars["Timeout"]),
+        memory_mb=int(scalars["MemorySize"]),
+        code_dir=template_dir / code_uri if isinstance(code_uri, str) else template_dir,
+        environment=environment,
+        left_out=tuple(left_out),
+    )
+
+
+_SCALAR_PROPERTIES: dict[str, str] = {
+    "Handler": "",
+    "Timeout": str(SAM_DEFAULT_TIMEOUT_S),
+    "MemorySize": str(SAM_DEFAULT_MEMORY_MB),
+}
+"""The scalar properties a local run reads, with SAM's value when the template sets none."""
+
+
+def _function_properties(template: Mapping[str, Any], logical_id: str) -> dict[str, Any]:
+    """The function's properties with SAM's Globals merged in (a plain Lambda has none)."""
+    resources: Mapping[str, Any] = template.get("Resources") or {}
+    resource = resources.get(logical_id)
+    if not _is_function(resource):
+        functions = sorted(name for name, item in resources.items() if _is_function(item))
         raise TemplateError(f"no function {logical_id!r} in the template; functions: {functions}")
     properties: dict[str, Any] = dict(resource.get("Properties") or {})
-    if resource["Type"] == "AWS::Serverless::Function":
-        globals_function = (template.get("Globals") or {}).get("Function") or {}
-        properties = _merge_globals(globals_function, properties)
+    if resource["Type"] != "AWS::Serverless::Function":
+        return properties
+    globals_function = (template.get("Globals") or {}).get("Function") or {}
+    merged: dict[str, Any] = _merge_globals(globals_function, properties)
+    return merged
 
-    resolver = IntrinsicResolver(template, parameter_values(template, parameter_overrides or {}))
-    handler = _resolved_scalar(resolver, properties.get("Handler"), "Handler")
-    if not handler or "." not in handler:
-        raise TemplateError(f"{logical_id}: Handler must be 'module.function', got {handler!r}")
-    timeout_s = int(_resolved_scalar(resolver, properties.get("Timeout"), "Timeout") or 0)
-    memory_mb = int(_resolved_scalar(resolver, properties.get("MemorySize"), "MemorySize") or 0)
-    code_uri = properties.get("CodeUri")
-    code_dir = template_dir / code_uri if isinstance(code_uri, str) else template_dir
 
+def _is_function(resource: object) -> TypeGuard[dict[str, Any]]:
+    return isinstance(resource, dict) and resource.get("Type") in _FUNCTION_TYPES
+
+
+def _resolved_environment(
+    resolver: IntrinsicResolver, properties: Mapping[str, Any]
+) -> tuple[dict[str, str], list[str]]:
+    """The Environment's variables as strings, and those that need a deployed stack."""
     environment: dict[str, str] = {}
     left_out: list[str] = []
     variables = (properties.get("Environment") or {}).get("Variables") or {}
     for name, raw in variables.items():
         try:
             value = resolver.resolve(raw)
-            if value is NO_VALUE:
-                continue
-            environment[name] = _scalar_string(value)
         except UnresolvableError:
             left_out.append(name)
-    for section in ("Parameters", logical_id):
-        for name, value in (env_vars or {}).get(section, {}).items():
+            continue
+        if value is not NO_VALUE:
+            environment[name] = _scalar_string(value)
+    return environment, left_out
+
+
+def _overlay_env_vars(
+    environment: dict[str, str],
+    left_out: list[str],
+    env_vars: Mapping[str, Mapping[str, str]],
+    sections: Sequence[str],
+) -> None:
+    """Apply the env-vars file's sections in order; a value given there is no longer left out."""
+    for section in sections:
+        for name, value in env_vars.get(section, {}).items():
             environment[name] = value
             if name in left_out:
                 left_out.remove(name)
-
-    return FunctionConfig(
-        logical_id=logical_id,
-        handler=handler,
-        timeout_s=timeout_s or SAM_DEFAULT_TIMEOUT_S,
-        memory_mb=memory_mb or SAM_DEFAULT_MEMORY_MB,
-        code_dir=code_dir,
-        environment=environment,
-        left_out=tuple(left_out),
-    )
 
 
 def _resolved_scalar(resolver: IntrinsicResolver, value: Any, what: str) -> str | None:
