@@ -33,10 +33,9 @@ def apply_ensure(
     if not inv.config.dynamic_allocation:
         inv.observer.disabled_noop()
         return build_outcome(request, "disabled", receive_count)
-    run = inv.plan.runs.get(message.message_id)
-    combined = run is not None and len(run.members) > 1 and not run.split
+    run = _combined_run(inv, message.message_id)
     try:
-        if run is not None and combined:
+        if run is not None:
             result = _apply_run(inv, run, message.message_id, receive_count)
         else:
             result = _apply_one(inv, request, receive_count)
@@ -53,8 +52,16 @@ def apply_ensure(
         before=result.before,
         after=result.after,
         # Re-read split: a leader whose combined call was refused was served on its own.
-        coalesced=len(run.members) if run is not None and combined and not run.split else 1,
+        coalesced=len(run.members) if run is not None and not run.split else 1,
     )
+
+
+def _combined_run(inv: Invocation, message_id: str) -> EnsureRun | None:
+    """The run this message belongs to, when one combined call serves several requests."""
+    run = inv.plan.runs.get(message_id)
+    if run is None or len(run.members) < 2 or run.split:
+        return None
+    return run
 
 
 def _apply_run(
