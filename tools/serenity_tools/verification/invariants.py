@@ -217,29 +217,49 @@ def check_terminal_outcomes(
     name = "3 one terminal outcome or DLQ"
     counts = Counter(outcome.request_id for outcome in outcomes)
     known = {request.request_id for request in requests}
-    violations: list[str] = []
-    lost = [rid for rid in known if counts[rid] == 0 and rid not in dead_lettered]
-    violations += [f"{rid}: no outcome and not in the DLQ" for rid in sorted(lost)]
+    violations = _lost(known, counts, dead_lettered)
     replayed = sorted(rid for rid in known if counts[rid] > 1)
-    causes = replay_causes or {}
+    explained, unexplained = _split_replays(replayed, counts, replay_causes or {})
+    violations += [] if allow_replays else unexplained
+    covered = _terminal_coverage(known, counts, dead_lettered, len(replayed), len(explained))
+    result = invariant_result(name, violations, covered)
+    return replace(result, explained=tuple(explained))
+
+
+def _lost(known: set[str], counts: Counter[str], dead_lettered: Collection[str]) -> list[str]:
+    lost = sorted(rid for rid in known if counts[rid] == 0 and rid not in dead_lettered)
+    return [f"{rid}: no outcome and not in the DLQ" for rid in lost]
+
+
+def _terminal_coverage(
+    known: set[str],
+    counts: Counter[str],
+    dead_lettered: Collection[str],
+    replayed: int,
+    explained: int,
+) -> str:
+    with_outcome = sum(1 for rid in known if counts[rid] > 0)
+    in_dlq = len(known & set(dead_lettered))
+    unknown = len(set(counts) - known)
+    return (
+        f"{len(known)} requests: {with_outcome} with an outcome, {in_dlq} in the DLQ, "
+        f"{replayed} replayed ({explained} explained), {unknown} outcomes of other requests"
+    )
+
+
+def _split_replays(
+    replayed: Sequence[str], counts: Mapping[str, int], causes: Mapping[str, str]
+) -> tuple[list[str], list[str]]:
+    """(explained, unexplained) lines for the replayed request ids."""
     explained = [
         f"{rid}: {counts[rid]} outcomes ({causes[rid]})" for rid in replayed if rid in causes
     ]
-    unexplained = [rid for rid in replayed if rid not in causes]
-    if not allow_replays:
-        violations += [
-            f"{rid}: {counts[rid]} outcomes, no crash or timeout explains it" for rid in unexplained
-        ]
-    unknown = sorted(set(counts) - known)
-    with_outcome = sum(1 for rid in known if counts[rid] > 0)
-    in_dlq = len(known & set(dead_lettered))
-    covered = (
-        f"{len(known)} requests: {with_outcome} with an outcome, {in_dlq} in the DLQ, "
-        f"{len(replayed)} replayed ({len(explained)} explained), "
-        f"{len(unknown)} outcomes of other requests"
-    )
-    result = invariant_result(name, violations, covered)
-    return replace(result, explained=tuple(explained))
+    unexplained = [
+        f"{rid}: {counts[rid]} outcomes, no crash or timeout explains it"
+        for rid in replayed
+        if rid not in causes
+    ]
+    return explained, unexplained
 
 
 # -- 4. order per child ---------------------------------------------------------------------------
@@ -276,47 +296,57 @@ def check_order(
     for request in requests:
         enqueued[request.workspace_id].append(request.request_id)
     known = {request.request_id for request in requests}
-    first = first_outcomes(outcomes)
     applied: dict[str, list[AllocationOutcome]] = defaultdict(list)
-    for outcome in first.values():
+    for outcome in first_outcomes(outcomes).values():
         if outcome.request_id in known:
             applied[outcome.workspace_id].append(outcome)
-
+    transfers = transfer_sequences(calls, before)
     violations: list[str] = []
     for child, outcome_list in applied.items():
-        order = [outcome.request_id for outcome in outcome_list]
-        expected = [rid for rid in enqueued[child] if rid in set(order)]
-        if order != expected:
-            position = next(
-                (i for i, (a, b) in enumerate(zip(order, expected, strict=False)) if a != b),
-                min(len(order), len(expected)) - 1,
-            )
-            violations.append(
-                f"{child}: outcome #{position + 1} is {order[position]}, enqueue order says "
-                f"{expected[position]}"
-            )
-
-    transfers = transfer_sequences(calls, before)
-    checked = 0
-    for child, outcome_list in applied.items():
-        reported = _reported_changes(outcome_list)
-        applied_totals = transfers.get(child, [])
-        checked += 1
-        agrees = (
-            reported == applied_totals
-            if strict_transfers and child not in lenient_children
-            else _is_subsequence(reported, applied_totals)
-        )
-        if not agrees:
-            violations.append(
-                f"{child}: outcomes report totals {_fmt_seq(reported)}, simulator applied "
-                f"{_fmt_seq(applied_totals)}"
-            )
+        violations += _outcome_order(child, outcome_list, enqueued[child])
+        strict = strict_transfers and child not in lenient_children
+        violations += _transfer_order(child, outcome_list, transfers.get(child, []), strict)
     return invariant_result(
         name,
         violations,
-        f"{checked} children: outcome order = enqueue order, reported totals = applied transfers",
+        f"{len(applied)} children: outcome order = enqueue order, reported totals = applied "
+        "transfers",
     )
+
+
+def _outcome_order(
+    child: str, outcome_list: Sequence[AllocationOutcome], enqueued: Sequence[str]
+) -> list[str]:
+    order = [outcome.request_id for outcome in outcome_list]
+    expected = [rid for rid in enqueued if rid in set(order)]
+    if order == expected:
+        return []
+    position = next(
+        (i for i, (a, b) in enumerate(zip(order, expected, strict=False)) if a != b),
+        min(len(order), len(expected)) - 1,
+    )
+    return [
+        f"{child}: outcome #{position + 1} is {order[position]}, enqueue order says "
+        f"{expected[position]}"
+    ]
+
+
+def _transfer_order(
+    child: str,
+    outcome_list: Sequence[AllocationOutcome],
+    applied_totals: Sequence[tuple[int, int]],
+    strict: bool,
+) -> list[str]:
+    reported = _reported_changes(outcome_list)
+    agrees = (
+        reported == list(applied_totals) if strict else _is_subsequence(reported, applied_totals)
+    )
+    if agrees:
+        return []
+    return [
+        f"{child}: outcomes report totals {_fmt_seq(reported)}, simulator applied "
+        f"{_fmt_seq(applied_totals)}"
+    ]
 
 
 def transfer_sequences(
@@ -332,17 +362,21 @@ def transfer_sequences(
         if child not in state:
             start = before.get(child, {})
             state[child] = {dim: _dim(start, dim, "total") for dim in DIMENSIONS}
-        body = call.get("body") or {}
-        sent = (body.get("resources") or {}).get("ai") or {}
-        for dim in DIMENSIONS:
-            value = sent.get(dim)
-            if isinstance(value, int) and value != 0:
-                state[child][dim] = value
+        state[child].update(_sent_totals(call))
         totals = (state[child]["projects"], state[child]["prompts"])
         # A re-sent absolute transfer (a retry after a lost response) moves nothing.
         if not sequences[child] or sequences[child][-1] != totals:
             sequences[child].append(totals)
     return sequences
+
+
+def _sent_totals(call: Mapping[str, Any]) -> dict[str, int]:
+    """The absolute totals a transfer call set (a 0 keeps that dimension)."""
+    body = call.get("body") or {}
+    sent = (body.get("resources") or {}).get("ai") or {}
+    return {
+        dim: sent[dim] for dim in DIMENSIONS if isinstance(sent.get(dim), int) and sent[dim] != 0
+    }
 
 
 def _reported_changes(outcome_list: Sequence[AllocationOutcome]) -> list[tuple[int, int]]:
