@@ -50,14 +50,7 @@ def handle_message(inv: Invocation, message_id: str) -> None:
     message = inv.plan.message(message_id)
     inv.handled.add(message_id)
     request = message.request
-    inv.observer.message_started(
-        message_id,
-        request.workspace_id if request else message.group_id,
-        request.request_id if request else None,
-        request.kind if request else None,
-        message.receive_count,
-    )
-    _report_queue_lag(inv, message)
+    _report_start(inv, message)
     if request is None:
         dead_letter(inv, message)
         return
@@ -70,10 +63,7 @@ def handle_message(inv: Invocation, message_id: str) -> None:
         return
     try:
         inv.ledger.check_available()
-        if inv.ledger.ledger is not None and inv.is_final_receive(message.receive_count):
-            if not inv.has_time_to_call_aws():
-                raise OutOfTimeError()
-            mark_final_receive(inv.ledger, request, message.receive_count)
+        _mark_final_receive(inv, message, request)
         outcome = _apply(inv, message, request)
     except ParentMismatchError as exc:
         _refuse_parent(inv, message, request, exc)
@@ -85,6 +75,29 @@ def handle_message(inv: Invocation, message_id: str) -> None:
             raise
         outcome = terminal
     _finish(inv, message, outcome)
+
+
+def _report_start(inv: Invocation, message: BatchMessage) -> None:
+    request = message.request
+    inv.observer.message_started(
+        message.message_id,
+        request.workspace_id if request else message.group_id,
+        request.request_id if request else None,
+        request.kind if request else None,
+        message.receive_count,
+    )
+    _report_queue_lag(inv, message)
+
+
+def _mark_final_receive(
+    inv: Invocation, message: BatchMessage, request: EnsureRequest | ReleaseRequest
+) -> None:
+    # A provisional dead letter first, so a crash from here on still leaves a terminal record.
+    if inv.ledger.ledger is None or not inv.is_final_receive(message.receive_count):
+        return
+    if not inv.has_time_to_call_aws():
+        raise OutOfTimeError()
+    mark_final_receive(inv.ledger, request, message.receive_count)
 
 
 def _apply(
