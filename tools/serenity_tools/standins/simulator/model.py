@@ -382,3 +382,59 @@ def _default_fault_body(status: int) -> Any:
 
 def _format_retry_after(seconds: float) -> str:
     return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
+
+
+def _parse_usage_body(body: Any) -> tuple[str, dict[str, dict[str, int]]]:
+    """``/__usage``: ``(workspace id, {dim: {"used"?, "drafted"?}})``; a 400 naming the field."""
+    body = _object(body, "body")
+    workspace_id = body.get("id")
+    if not isinstance(workspace_id, str) or not workspace_id:
+        raise _bad_request("id must be a non-empty string")
+    unknown = set(body) - {"id", *DIMENSIONS}
+    if unknown:
+        raise _bad_request(f"unknown keys: {', '.join(sorted(unknown))}")
+    changes: dict[str, dict[str, int]] = {}
+    for dim in (d for d in DIMENSIONS if d in body):
+        values = _object(body[dim], dim)
+        extra = set(values) - {"used", "drafted"}
+        if extra:
+            raise _bad_request(f"{dim} has unknown keys: {', '.join(sorted(extra))}")
+        changes[dim] = {key: _count(values[key], f"{dim}.{key}") for key in values}
+    return workspace_id, changes
+
+
+_FAULT_NUMBERS = ("latency_ms", "not_ready_ms", "timeout_hold_ms", "enforcement_lag_ms")
+
+
+def _parse_fault_updates(body: Any) -> dict[str, Any]:
+    """``/__faults``: the validated updates (only the keys given); a 400 naming the field."""
+    body = _object(body, "body")
+    unknown = set(body) - FAULT_KEYS
+    if unknown:
+        raise _bad_request(f"unknown fault keys: {', '.join(sorted(unknown))}")
+    parsers: dict[str, Any] = {
+        **{key: (lambda value, key=key: _number(value, key)) for key in _FAULT_NUMBERS},
+        "error_rate": _parse_error_rate,
+        "stuck": _parse_stuck,
+        "seed": _parse_seed,
+        "fail_next": _parse_fail_next,
+        "not_ready_next": _parse_not_ready_next,
+    }
+    return {key: parsers[key](value) for key, value in body.items()}
+
+
+def _parse_stuck(raw: Any) -> set[str]:
+    if not isinstance(raw, list) or not all(isinstance(i, str) for i in raw):
+        raise _bad_request("stuck must be a list of workspace ids")
+    return set(raw)
+
+
+def _parse_seed(raw: Any) -> int | None:
+    if raw is not None and (isinstance(raw, bool) or not isinstance(raw, int)):
+        raise _bad_request("seed must be an integer or null")
+    return raw
+
+
+def _parse_not_ready_next(raw: Any) -> dict[str, int]:
+    entries = _object(raw, "not_ready_next")
+    return {str(key): _count(value, f"not_ready_next.{key}") for key, value in entries.items()}

@@ -22,7 +22,6 @@ from .model import (
     DEFAULT_TIMEOUT_HOLD_MS,
     DIMENSIONS,
     ERROR_RATE_KINDS,
-    FAULT_KEYS,
     MSG_INSUFFICIENT,
     MSG_INVALID_ACCESS,
     MSG_NOT_AUTHENTICATED,
@@ -54,9 +53,9 @@ from .model import (
     _number,
     _object,
     _parse_ai_request,
-    _parse_error_rate,
-    _parse_fail_next,
+    _parse_fault_updates,
     _parse_json_body,
+    _parse_usage_body,
     _Usage,
     _Workspace,
 )
@@ -206,22 +205,7 @@ class SimulatorState:
             SimulatorRequestError: 400 malformed, 404 unknown id.
             QuotaRefusedError: a metered workspace would go over (served as the disguised 405).
         """
-        body = _object(body, "body")
-        workspace_id = body.get("id")
-        if not isinstance(workspace_id, str) or not workspace_id:
-            raise _bad_request("id must be a non-empty string")
-        unknown = set(body) - {"id", *DIMENSIONS}
-        if unknown:
-            raise _bad_request(f"unknown keys: {', '.join(sorted(unknown))}")
-        changes: dict[str, dict[str, int]] = {}
-        for dim in DIMENSIONS:
-            if dim not in body:
-                continue
-            values = _object(body[dim], dim)
-            extra = set(values) - {"used", "drafted"}
-            if extra:
-                raise _bad_request(f"{dim} has unknown keys: {', '.join(sorted(extra))}")
-            changes[dim] = {key: _count(values[key], f"{dim}.{key}") for key in values}
+        workspace_id, changes = _parse_usage_body(body)
         with self._lock:
             workspace = self._workspaces.get(workspace_id)
             if workspace is None:
@@ -240,33 +224,7 @@ class SimulatorState:
 
     def set_faults(self, body: Any) -> dict[str, Any]:
         """Change the fault configuration (omitted keys keep their value); return all of it."""
-        body = _object(body, "body")
-        unknown = set(body) - FAULT_KEYS
-        if unknown:
-            raise _bad_request(f"unknown fault keys: {', '.join(sorted(unknown))}")
-        updates: dict[str, Any] = {}
-        for key in ("latency_ms", "not_ready_ms", "timeout_hold_ms", "enforcement_lag_ms"):
-            if key in body:
-                updates[key] = _number(body[key], key)
-        if "error_rate" in body:
-            updates["error_rate"] = _parse_error_rate(body["error_rate"])
-        if "stuck" in body:
-            stuck = body["stuck"]
-            if not isinstance(stuck, list) or not all(isinstance(i, str) for i in stuck):
-                raise _bad_request("stuck must be a list of workspace ids")
-            updates["stuck"] = set(stuck)
-        if "seed" in body:
-            seed = body["seed"]
-            if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-                raise _bad_request("seed must be an integer or null")
-            updates["seed"] = seed
-        if "fail_next" in body:
-            updates["fail_next"] = _parse_fail_next(body["fail_next"])
-        if "not_ready_next" in body:
-            raw = _object(body["not_ready_next"], "not_ready_next")
-            updates["not_ready_next"] = {
-                str(key): _count(value, f"not_ready_next.{key}") for key, value in raw.items()
-            }
+        updates = _parse_fault_updates(body)
         with self._lock:
             for key, value in updates.items():
                 setattr(self._faults, key, value)
@@ -399,6 +357,12 @@ class SimulatorState:
             return SimResponse(exc.status, {"message": exc.message}), 0.0
 
     def _injected_fault(self, op: str, workspace_id: str) -> tuple[SimResponse, float] | None:
+        scripted = self._scripted_fault(op, workspace_id)
+        if scripted is not None:
+            return scripted, 0.0
+        return self._random_fault(op)
+
+    def _scripted_fault(self, op: str, workspace_id: str) -> SimResponse | None:
         for rule in self._faults.fail_next:
             if rule.matches(op, workspace_id):
                 rule.count -= 1
@@ -408,28 +372,34 @@ class SimulatorState:
                 headers = {}
                 if rule.retry_after is not None:
                     headers["Retry-After"] = _format_retry_after(rule.retry_after)
-                return SimResponse(rule.status, body, headers), 0.0
+                return SimResponse(rule.status, body, headers)
+        return None
+
+    def _random_fault(self, op: str) -> tuple[SimResponse, float] | None:
         rates = self._faults.error_rate
         if not any(rates.values()):
             return None
+        # One seeded draw per request, against the cumulative rates in a fixed order.
         draw = self._rng.random()
         threshold = 0.0
         for kind in ERROR_RATE_KINDS:
             if kind == "not_ready" and op != OP_TRANSFER:
                 continue
             threshold += rates.get(kind, 0.0)
-            if draw >= threshold:
-                continue
-            if kind == "timeout":
-                hold_s = self._faults.timeout_hold_ms / 1000.0
-                return SimResponse(504, _DEFAULT_FAULT_BODIES[504]), hold_s
-            if kind == "5xx":
-                status = self._rng.choice((500, 502, 503))
-                return SimResponse(status, _DEFAULT_FAULT_BODIES[status]), 0.0
-            if kind == "429":
-                return SimResponse(429, _DEFAULT_FAULT_BODIES[429]), 0.0
-            return SimResponse(422, {"message": MSG_NOT_READY}), 0.0
+            if draw < threshold:
+                return self._fault_of_kind(kind)
         return None
+
+    def _fault_of_kind(self, kind: str) -> tuple[SimResponse, float]:
+        if kind == "timeout":
+            hold_s = self._faults.timeout_hold_ms / 1000.0
+            return SimResponse(504, _DEFAULT_FAULT_BODIES[504]), hold_s
+        if kind == "5xx":
+            status = self._rng.choice((500, 502, 503))
+            return SimResponse(status, _DEFAULT_FAULT_BODIES[status]), 0.0
+        if kind == "429":
+            return SimResponse(429, _DEFAULT_FAULT_BODIES[429]), 0.0
+        return SimResponse(422, {"message": MSG_NOT_READY}), 0.0
 
     def _get(self, workspace_id: str) -> _Workspace:
         workspace = self._workspaces.get(workspace_id)
