@@ -172,11 +172,7 @@ def ensure_headroom(
         ctx.observer.headroom_checked("unmetered")
         return EnsureResult(outcome="unmetered", before=before, after=before)
 
-    try:
-        new_totals = cap_to_ceiling(before, required, new_totals, ceiling)
-    except BrandAiLimitError:
-        ctx.observer.rejected(BrandAiLimitError.code)
-        raise
+    new_totals = _capped_to_ceiling(before, required, new_totals, ceiling, ctx)
 
     pool = gateway.read_resources(parent_id)
     ctx.observer.pool_checked(parent_id, pool)
@@ -184,7 +180,6 @@ def ensure_headroom(
     # Counted when attempted, not when it succeeds: the hot-path ratio must show the top-ups
     # a dry pool refuses.
     ctx.observer.headroom_checked("topped-up")
-    used_fallback = False
     try:
         attempts = _transfer_recording_rejections(gateway, child_id, new_totals, policy, ctx)
     except OrgPoolExhaustedError:
@@ -192,28 +187,53 @@ def ensure_headroom(
         if not exact_fallback or exact == new_totals:
             ctx.observer.rejected(OrgPoolExhaustedError.code)
             raise
+        attempts = _exact_fallback(gateway, child_id, pool, before, exact, policy, ctx)
+        return EnsureResult(
+            outcome="topped-up",
+            before=before,
+            after=exact,
+            attempts=attempts,
+            used_exact_fallback=True,
+        )
+    return EnsureResult(outcome="topped-up", before=before, after=new_totals, attempts=attempts)
+
+
+def _capped_to_ceiling(
+    before: Totals,
+    required: Totals,
+    planned: Totals,
+    ceiling: Ceiling | None,
+    ctx: TransferContext,
+) -> Totals:
+    try:
+        return cap_to_ceiling(before, required, planned, ceiling)
+    except BrandAiLimitError:
+        ctx.observer.rejected(BrandAiLimitError.code)
+        raise
+
+
+def _exact_fallback(
+    gateway: WorkspaceGateway,
+    child_id: str,
+    pool: AiResources,
+    before: Totals,
+    exact: Totals,
+    policy: TransferPolicy,
+    ctx: TransferContext,
+) -> int:
+    """Retry a refused block-rounded top-up once with the exact totals; re-raise if refused."""
+    try:
         if not _fits(pool, before, exact):
             # The pool read moments ago cannot cover even the exact raise: skip a transfer
             # that is all but sure to be refused (the read never blocks the first attempt).
-            ctx.observer.tight_pool_fallback("rejected")
-            ctx.observer.rejected(OrgPoolExhaustedError.code)
-            raise
-        try:
-            attempts = _transfer_recording_rejections(gateway, child_id, exact, policy, ctx)
-        except OrgPoolExhaustedError:
-            ctx.observer.tight_pool_fallback("rejected")
-            ctx.observer.rejected(OrgPoolExhaustedError.code)
-            raise
-        ctx.observer.tight_pool_fallback("saved")
-        new_totals, used_fallback = exact, True
-
-    return EnsureResult(
-        outcome="topped-up",
-        before=before,
-        after=new_totals,
-        attempts=attempts,
-        used_exact_fallback=used_fallback,
-    )
+            raise OrgPoolExhaustedError()
+        attempts = _transfer_recording_rejections(gateway, child_id, exact, policy, ctx)
+    except OrgPoolExhaustedError:
+        ctx.observer.tight_pool_fallback("rejected")
+        ctx.observer.rejected(OrgPoolExhaustedError.code)
+        raise
+    ctx.observer.tight_pool_fallback("saved")
+    return attempts
 
 
 def _fits(pool: AiResources, before: Totals, target: Totals) -> bool:

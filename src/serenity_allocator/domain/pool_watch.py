@@ -46,25 +46,13 @@ class PoolWatch:
         worst: PoolLowWarning | None = None
         for dim in Dimension:
             usage = pool.get(dim)
-            key = (parent_id, dim)
-            self._update_rate(key, now, usage.free)
+            self._update_rate((parent_id, dim), now, usage.free)
             if usage.total <= 0:
                 continue
             ratio = usage.free / usage.total
             if ratio >= self._threshold or (worst is not None and ratio >= worst.free_ratio):
                 continue
-            rate = self._rate.get(key)
-            worst = PoolLowWarning(
-                parent_workspace_id=parent_id,
-                dim=dim.value,
-                free=usage.free,
-                total=usage.total,
-                free_ratio=round(ratio, 4),
-                drain_units_per_hour=None if rate is None else round(rate * 3600, 2),
-                projected_seconds_to_exhaustion=(
-                    None if not rate or rate <= 0 else round(max(usage.free, 0) / rate, 1)
-                ),
-            )
+            worst = self._warning(parent_id, dim, usage.free, usage.total)
         if worst is None:
             return None
         last = self._warned_at.get(parent_id)
@@ -72,6 +60,20 @@ class PoolWatch:
             return None
         self._warned_at[parent_id] = now
         return worst
+
+    def _warning(self, parent_id: str, dim: Dimension, free: int, total: int) -> PoolLowWarning:
+        rate = self._rate.get((parent_id, dim))
+        return PoolLowWarning(
+            parent_workspace_id=parent_id,
+            dim=dim.value,
+            free=free,
+            total=total,
+            free_ratio=round(free / total, 4),
+            drain_units_per_hour=None if rate is None else round(rate * 3600, 2),
+            projected_seconds_to_exhaustion=(
+                None if not rate or rate <= 0 else round(max(free, 0) / rate, 1)
+            ),
+        )
 
     def _update_rate(self, key: tuple[str, Dimension], now: float, free: int) -> None:
         previous = self._last.get(key)
