@@ -54,7 +54,9 @@ def env_file(tmp_path: Path, local_resources: LocalResources, family: SimulatorS
         QUEUE_URL=local_resources.queue_url,
     )
     env["AllocatorFunction"].update(
-        DLQ_URL=local_resources.dlq_url, OUTCOME_BUS_NAME=local_resources.bus_name
+        DLQ_URL=local_resources.dlq_url,
+        OUTCOME_BUS_NAME=local_resources.bus_name,
+        REQUEST_LEDGER_TABLE=local_resources.ledger_table,
     )
     env["SweepFunction"].update(SWEEP_BUCKET=local_resources.bucket)
     path = tmp_path / "env.json"
