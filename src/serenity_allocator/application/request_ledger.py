@@ -15,9 +15,10 @@ The decision and what "exactly once" means: docs/decisions/0009-request-ledger.m
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from ..domain.errors import OutOfTimeError
 from ..domain.ledger import (
     LedgerEntry,
     LedgerUnavailableError,
@@ -41,6 +42,8 @@ class LedgerView:
     entries: dict[str, LedgerEntry] = field(default_factory=dict)
     error: LedgerUnavailableError | None = None
     """Set when the batch's lookup failed: every valid request then fails and comes back."""
+    has_time: Callable[[], bool] = lambda: True
+    """True while one ledger call, retries included, still fits the invocation."""
 
     def replay(self, request_id: str) -> AllocationOutcome | None:
         """The stored final outcome of ``request_id``, or None when it must be applied."""
@@ -92,9 +95,15 @@ def store_terminal(view: LedgerView, outcome: AllocationOutcome) -> AllocationOu
 
     Raises:
         LedgerUnavailableError: a completed request's outcome could not be stored.
+        OutOfTimeError: the write would not fit before the deadline (the record comes back).
     """
     if view.ledger is None:
         return outcome
+    if not view.has_time():
+        # Never let a write outlive the function (a timeout would replay the whole batch).
+        if outcome.dead_lettered:
+            return outcome
+        raise OutOfTimeError()
     entry = view.entries.get(outcome.request_id)
     if entry is not None and entry.was_announced_dead and not outcome.dead_lettered:
         outcome = outcome.model_copy(update={"supersedes": "deadLettered"})
@@ -141,9 +150,12 @@ def record_release_intent(
     Raises:
         LedgerConflictError: the request has a terminal record already.
         LedgerUnavailableError: the ledger could not be written (nothing was transferred).
+        OutOfTimeError: the write would not fit before the deadline (nothing was transferred).
     """
     if view.ledger is None:
         return
+    if not view.has_time():
+        raise OutOfTimeError()
     intent = ReleaseIntent(before=before, target=target)
     view.ledger.record_intent(request_id, intent)
     entry = view.entries.get(request_id)

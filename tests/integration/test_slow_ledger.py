@@ -1,0 +1,98 @@
+"""The worker under a slow request ledger: a delaying proxy in front of moto's DynamoDB.
+
+Every ledger write is bounded like every other AWS call, and is only started when its worst
+case still fits the invocation, so a slow ledger costs the records that needed it, never the
+whole batch, and the invocation ends before the function's timeout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from serenity_allocator.handlers.allocator import lambda_handler
+from serenity_tools.standins.lambda_context import LocalLambdaContext
+from serenity_tools.standins.resources import LocalResources
+from serenity_tools.standins.simulator import SimulatorServer
+from tests.conftest import OutcomeCapture
+from tests.integration.allocator_harness import (
+    FUNCTION_NAME,
+    AllocatorHarness,
+    allocator_harness,
+    workspace,
+)
+from tests.integration.slow_aws_proxy import SlowProxy, slow_proxy, target_is
+from tests.integration.sqs_events import build_sqs_event, failed_ids, receive_messages
+
+MASTER = "ws-ledger-master"
+CHILDREN = tuple(f"ws-ledger-{i}" for i in range(6))
+HOLD_S = 4.0
+"""How long the proxy holds a ledger write: longer than any call the worker may wait for."""
+SEMRUSH_TIMEOUT_S = 2.0
+"""One outside call's budget: a ledger call then gets one attempt of 0.5 s connect + 1.5 s read."""
+SHORT_FUNCTION_S = 8.0
+SAFETY_MARGIN_MS = 500
+
+
+@pytest.fixture
+def slow_ledger_writes(
+    local_resources: LocalResources, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[SlowProxy]:
+    """DynamoDB through the proxy; every UpdateItem held for HOLD_S (reads pass at once)."""
+    rule = target_is("DynamoDB_20120810.UpdateItem")
+    with slow_proxy(local_resources.endpoint_url, HOLD_S, rule) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", proxy.url)
+        yield proxy
+
+
+@pytest.fixture
+def worker(
+    local_resources: LocalResources, sim: SimulatorServer, outcome_capture: OutcomeCapture
+) -> Iterator[AllocatorHarness]:
+    """The production runtime with a ledger, a 2 s per-call budget and allocation off."""
+    overrides = {
+        "REQUEST_LEDGER_TABLE": local_resources.ledger_table,
+        "SEMRUSH_TIMEOUT_S": str(SEMRUSH_TIMEOUT_S),
+        "SAFETY_MARGIN_MS": str(SAFETY_MARGIN_MS),
+        # Kill switch off: an ensure completes with no upstream call, so nothing but the
+        # ledger's own deadline check stands between one slow write and the next.
+        "SERENITY_DYNAMIC_ALLOCATION": "false",
+    }
+    with allocator_harness(local_resources, sim, overrides) as harness:
+        yield harness
+
+
+def test_slow_ledger_fails_records_early_and_ends_before_the_timeout(
+    worker: AllocatorHarness,
+    sim: SimulatorServer,
+    slow_ledger_writes: SlowProxy,
+    outcome_capture: OutcomeCapture,
+) -> None:
+    # Given six ensures in six groups (each a "disabled" no-op, then one ledger write), a
+    # ledger whose writes answer only after HOLD_S, and a function with SHORT_FUNCTION_S to live
+    sim.seed(
+        [
+            workspace(MASTER, projects=(0, 100), prompts=(0, 10_000)),
+            *(
+                workspace(child, parent_id=MASTER, projects=(1, 1), prompts=(100, 500))
+                for child in CHILDREN
+            ),
+        ]
+    )
+    for child in CHILDREN:
+        worker.producer.enqueue_ensure(child, MASTER, {"prompts": 10})
+    messages = receive_messages(worker.sqs, worker.resources.queue_url)
+    assert len(messages) == len(CHILDREN)
+    event = build_sqs_event(messages, queue_arn=worker.resources.queue_arn, region="us-east-1")
+    context = LocalLambdaContext(FUNCTION_NAME, SHORT_FUNCTION_S)
+
+    # When the batch runs
+    response = lambda_handler(event, context, runtime=worker.runtime)
+
+    # Then the invocation returned with time to spare (six writes of 2 s each would not have
+    # fitted), every record failed for a retry, and no outcome went out unstored
+    assert context.get_remaining_time_in_millis() > SAFETY_MARGIN_MS
+    assert sorted(failed_ids(response)) == sorted(m["MessageId"] for m in messages)
+    assert 1 <= len(slow_ledger_writes.held) < len(CHILDREN)
+    assert outcome_capture.outcomes() == []
