@@ -50,19 +50,34 @@ def check_poison(
     outcomes: Sequence[AllocationOutcome],
 ) -> list[InvariantResult]:
     """Each poison message is in the DLQ with a reason, and none reached Semrush."""
+    return [_poison_dead_lettered(poison, letters), _poison_kept_away(poison, calls, outcomes)]
+
+
+def _poison_dead_lettered(
+    poison: Sequence[PoisonMessage], letters: Sequence[DeadLetter]
+) -> InvariantResult:
     wanted = Counter(p.body for p in poison)
     got = Counter(letter.body for letter in letters if letter.reason)
-    missing = wanted - got
-    no_reason = [letter for letter in letters if not letter.reason]
-    dead_violations = [f"not dead-lettered with a reason: {body[:40]!r}" for body in missing]
-    dead_violations += [f"dead letter without reason: {letter.body[:40]!r}" for letter in no_reason]
+    violations = [f"not dead-lettered with a reason: {body[:40]!r}" for body in wanted - got]
+    violations += [
+        f"dead letter without reason: {letter.body[:40]!r}"
+        for letter in letters
+        if not letter.reason
+    ]
     reasons = Counter((letter.reason or "").split(":")[0] for letter in letters)
-    dead = invariant_result(
+    return invariant_result(
         "poison dead-lettered with its reason",
-        dead_violations,
+        violations,
         f"{len(poison)} poison messages, each in the DLQ with a reason "
         f"({len(reasons)} distinct first fields)",
     )
+
+
+def _poison_kept_away(
+    poison: Sequence[PoisonMessage],
+    calls: Sequence[Mapping[str, Any]],
+    outcomes: Sequence[AllocationOutcome],
+) -> InvariantResult:
     poison_ids = {p.poison_id for p in poison}
     reached = [
         f"{c.get('op')} {c.get('workspace_id')}"
@@ -70,12 +85,11 @@ def check_poison(
         if c.get("workspace_id") in poison_ids
     ]
     reached += [f"outcome for {o.workspace_id}" for o in outcomes if o.workspace_id in poison_ids]
-    semrush = invariant_result(
+    return invariant_result(
         "poison never reached Semrush",
         reached,
         f"0 of {len(calls)} Semrush calls name a poison-only id",
     )
-    return [dead, semrush]
 
 
 def check_poison_delay(

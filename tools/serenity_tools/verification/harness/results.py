@@ -69,25 +69,13 @@ class ScenarioResult:
             rows = [[name, value] for name, value in self.numbers.items()]
             parts.append(format_table(["measure", "value"], rows, title="Numbers"))
         if self.observations:
-            rows = [
-                [r.name, "holds" if r.passed else "VIOLATED", len(r.violations), _clip(r.detail)]
-                for r in self.observations
-            ]
-            parts.append(
-                format_table(
-                    ["invariant", "on this queue", "violations", "detail"],
-                    rows,
-                    title="Invariants observed (reported, not required)",
-                )
-            )
+            parts.append(_observations_table(self.observations))
         explained = explained_lines([*self.checks, *self.observations])
         if explained:
             parts.append(explained_table(explained))
         parts.append(invariants_table(self.checks))
-        verdict = "PASS" if self.passed else "FAIL"
-        parts.append(f"{verdict}: {self.title} ({self.duration_s:.1f} s)")
-        broker = [c for c in self.checks if c.name.startswith("broker") and not c.passed]
-        if broker:
+        parts.append(f"{'PASS' if self.passed else 'FAIL'}: {self.title} ({self.duration_s:.1f} s)")
+        if any(c.name.startswith("broker") and not c.passed for c in self.checks):
             parts.append(
                 "  the BROKER broke FIFO order: an order violation above is the broker's, "
                 "not the allocator's"
@@ -119,6 +107,18 @@ class ScenarioResult:
             "checks": rows(self.checks),
             "observations": rows(self.observations),
         }
+
+
+def _observations_table(observations: Sequence[InvariantResult]) -> str:
+    rows = [
+        [r.name, "holds" if r.passed else "VIOLATED", len(r.violations), _clip(r.detail)]
+        for r in observations
+    ]
+    return format_table(
+        ["invariant", "on this queue", "violations", "detail"],
+        rows,
+        title="Invariants observed (reported, not required)",
+    )
 
 
 def _clip(text: str, width: int = 160) -> str:

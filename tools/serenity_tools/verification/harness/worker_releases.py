@@ -69,31 +69,45 @@ def with_worker_releases(
     """
     known = {request.request_id for request in requests}
     extra_source = {o.request_id: o for o in outcomes if o.request_id not in known}
-
-    def is_worker_release(rid: str) -> bool:
-        # The worker's own id scheme (allocator_worker._reclaim_request_id), or an outcome: a
-        # poison body may carry a request id too, but it never gets either.
-        return rid.startswith(WORKER_RELEASE_PREFIX) or rid in extra_source
-
     per_child: dict[str, list[Request]] = defaultdict(list)
     for request in requests:
         per_child[request.workspace_id].append(request)
     delivered = first_deliveries(events)
     merged: list[Request] = []
     for child in [*per_child, *(g for g in delivered if g not in per_child)]:
-        own = per_child.get(child, [])
-        position = {request.request_id: index for index, request in enumerate(own)}
-        taken = 0
-        for rid in delivered.get(child, []):
-            if rid in position:
-                merged.extend(own[taken : position[rid] + 1])
-                taken = max(taken, position[rid] + 1)
-            elif rid not in known and is_worker_release(rid):
-                outcome = extra_source.get(rid)
-                source = outcome.source if outcome and outcome.source else "reclaim"
-                merged.append(build_release(child, source=source, request_id=rid))
-        merged.extend(own[taken:])
+        merged += _merge_child(
+            child, per_child.get(child, []), delivered.get(child, []), known, extra_source
+        )
     return merged
+
+
+def _merge_child(
+    child: str,
+    own: Sequence[Request],
+    delivered: Sequence[str],
+    known: set[str],
+    extra_source: Mapping[str, AllocationOutcome],
+) -> list[Request]:
+    """One child's requests, its worker releases placed where the broker delivered them."""
+    position = {request.request_id: index for index, request in enumerate(own)}
+    merged: list[Request] = []
+    taken = 0
+    for rid in delivered:
+        if rid in position:
+            merged.extend(own[taken : position[rid] + 1])
+            taken = max(taken, position[rid] + 1)
+        elif rid not in known and _is_worker_release(rid, extra_source):
+            outcome = extra_source.get(rid)
+            source = outcome.source if outcome and outcome.source else "reclaim"
+            merged.append(build_release(child, source=source, request_id=rid))
+    merged.extend(own[taken:])
+    return merged
+
+
+def _is_worker_release(rid: str, extra_source: Mapping[str, AllocationOutcome]) -> bool:
+    # The worker's own id scheme (its reclaim request ids), or an outcome: a poison body may
+    # carry a request id too, but it never gets either.
+    return rid.startswith(WORKER_RELEASE_PREFIX) or rid in extra_source
 
 
 def reclaimed_children(requests: Sequence[Request]) -> set[str]:
