@@ -28,7 +28,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from serenity_tools.operator.build import pip_install_for_lambda, stage_artifact
+from serenity_tools.operator.build import pip_install_for_lambda, stage_artifact, tool_files_in
 
 from .common import median, note, ratio
 
@@ -286,13 +286,11 @@ def _zip_bytes(root: Path, scratch: Path) -> int:
     return archive.stat().st_size
 
 
-def _imports_yaml_outside_local() -> list[str]:
-    """Modules of serenity_allocator (outside local/) that import yaml."""
+def _product_modules_importing_yaml() -> list[str]:
+    """Modules of the product (serenity_allocator) that import yaml."""
     package = ROOT / "src" / "serenity_allocator"
     found = []
     for source in package.rglob("*.py"):
-        if "local" in source.relative_to(package).parts:
-            continue
         tree = ast.parse(source.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             names = (
@@ -343,13 +341,12 @@ def measure_package() -> dict[str, Any]:
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
             else:
                 groups[group] = groups.get(group, 0) + size
-        local_dir = target / "serenity_allocator" / "local"
-        local_bytes = _tree_bytes(local_dir) if local_dir.exists() else 0
+        tool_files = tool_files_in(target)
         total = sum(groups.values())
         zipped = _zip_bytes(target, scratch)
         layer = _layer_contents_mb(scratch)
     mb = 1024.0 * 1024.0
-    yaml_users = _imports_yaml_outside_local()
+    yaml_users = _product_modules_importing_yaml()
     layer_provided = ("aws_lambda_powertools", "pydantic", "pydantic_core")
     layer_bytes = sum(groups.get(name, 0) for name in layer_provided)
     return {
@@ -366,10 +363,9 @@ def measure_package() -> dict[str, Any]:
         "removed_runtime_provided_mb": {
             name: round(size / mb, 3) for name, size in removed.items()
         },
-        "serenity_allocator_local_mb": round(local_bytes / mb, 3),
-        "yaml_imported_outside_local": yaml_users,
+        "tool_files_in_artifact": tool_files,
+        "yaml_imported_by_product": yaml_users,
         "without_pyyaml_mb": round((total - groups.get("yaml", 0)) / mb, 2),
-        "without_pyyaml_and_local_mb": round((total - groups.get("yaml", 0) - local_bytes) / mb, 2),
         "with_powertools_layer_mb": round((total - layer_bytes) / mb, 2),
         "layer_provides_mb": layer,
         "layer_provides_total_mb": round(sum(layer.values()), 2) if layer else None,

@@ -19,6 +19,9 @@ from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 RUNTIME_PROVIDED = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3", "six")
+TOOL_PACKAGES = ("serenity_tools", "serenity_allocator/local", "tests", "bench")
+"""Paths that must never be in the artifact: the tools, the former in-product tool folder,
+the tests and the benchmarks."""
 
 
 @dataclass(frozen=True)
@@ -100,13 +103,29 @@ def stage_artifact(
     for name in RUNTIME_PROVIDED:
         for path in stage.glob(f"{name}*"):
             shutil.rmtree(path) if path.is_dir() else path.unlink()
+    copy_code_uri(stage)
+    return {p.name: _tree_size(p) for p in sorted(stage.iterdir())}
+
+
+def copy_code_uri(stage: Path, code_uri: Path = PROJECT_ROOT / "src") -> None:
+    """Copy the functions' ``CodeUri`` into ``stage`` as ``sam build`` does (no caches)."""
     shutil.copytree(
-        PROJECT_ROOT / "src",
+        code_uri,
         stage,
         dirs_exist_ok=True,
         ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"),
     )
-    return {p.name: _tree_size(p) for p in sorted(stage.iterdir())}
+
+
+def tool_files_in(stage: Path) -> list[str]:
+    """Every file of a tool package (:data:`TOOL_PACKAGES`) found in a staged artifact."""
+    return sorted(
+        str(file.relative_to(stage))
+        for package in TOOL_PACKAGES
+        if (stage / package).exists()
+        for file in (stage / package).rglob("*")
+        if file.is_file()
+    )
 
 
 def build_artifact(
