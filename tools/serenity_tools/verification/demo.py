@@ -44,7 +44,6 @@ from typing import Any, TextIO
 from serenity_allocator.adapters.sqs_producer import AllocationProducer, build_ensure, build_release
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest
 from serenity_allocator.domain.model import DEFAULT_BLOCKS
-from serenity_allocator.write_guard import GuardPolicy
 from serenity_tools.standins.consumer_pool import ConsumerPool
 from serenity_tools.standins.lambda_context import LocalLambdaContext
 from serenity_tools.standins.resources import local_client
@@ -66,14 +65,9 @@ from serenity_tools.verification.reports import (
 from serenity_tools.verification.seeding import seed_child, usage
 from serenity_tools.verification.tables import format_table
 from serenity_tools.verification.write_path import (
-    GateClient,
-    GuardedServiceWriter,
-    RecordingEnqueuer,
-    WriteRecord,
     as_metered_writes,
-    simulator_ai_reader,
+    guarded_service_writes,
     summarize_writes,
-    write_after_ensures,
 )
 
 MASTER_ID = "org-demo"
@@ -245,23 +239,6 @@ def send_malformed(stack: LocalStack) -> None:
     )
 
 
-def guarded_writes(
-    config: DemoConfig, stack: LocalStack, plans: Mapping[str, Sequence[Request]]
-) -> tuple[list[WriteRecord], list[EnsureRequest]]:
-    """The services write through their guards; return the writes and the ensures they sent."""
-    enqueuer = RecordingEnqueuer(
-        AllocationProducer(stack.resources.queue_url, local_client("sqs", stack.moto.endpoint_url))
-    )
-    gate = GateClient(stack.simulator.write_url, stack.env()["SEMRUSH_TOKEN"])
-    policy = GuardPolicy(interval_s=config.write_retry_interval_s, deadline_s=30.0)
-    writer = GuardedServiceWriter(gate, enqueuer, simulator_ai_reader(stack.simulator.dump), policy)
-    try:
-        records = write_after_ensures(writer, plans, stack.outcomes.outcomes())
-    finally:
-        gate.close()
-    return records, enqueuer.requests
-
-
 # -- the sweep ----------------------------------------------------------------------------------
 
 
@@ -375,7 +352,9 @@ def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say:
     clock.lap("enqueue")
     drained = pool.wait_drained(stack.queue_depth, timeout_s=config.drain_timeout_s)
     clock.lap("drain")
-    guarded, guard_requests = guarded_writes(config, stack, plans)
+    guarded, guard_requests = guarded_service_writes(
+        stack, plans, stack.outcomes.outcomes(), retry_interval_s=config.write_retry_interval_s
+    )
     requests += guard_requests
     say(summarize_writes(guarded).line())
     drained = pool.wait_drained(stack.queue_depth, timeout_s=config.drain_timeout_s) and drained

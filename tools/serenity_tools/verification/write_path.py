@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
-from serenity_allocator.adapters.sqs_producer import build_ensure
+from serenity_allocator.adapters.sqs_producer import AllocationProducer, build_ensure
 from serenity_allocator.domain.allocation import ensure_headroom
 from serenity_allocator.domain.errors import AllocationError, UpstreamError
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
@@ -45,7 +45,7 @@ from serenity_tools.verification.invariants import InvariantResult, invariant_re
 from serenity_tools.verification.writes import APPLIED_STATUSES, MeteredWrites
 
 if TYPE_CHECKING:
-    from serenity_allocator.adapters.sqs_producer import AllocationProducer
+    from serenity_tools.standins.stack import LocalStack
 
 WriteSite = Literal["prompts", "project"]
 AiReader = Callable[[str], Mapping[str, Mapping[str, int]]]
@@ -444,3 +444,31 @@ def as_metered_writes(records: Sequence[WriteRecord]) -> MeteredWrites:
     """The guarded writes in the shape of the "writes after ensure accepted" check."""
     refused = tuple(sorted({r.workspace_id for r in records if r.outcome == "exhausted"}))
     return MeteredWrites(sum(1 for r in records if r.outcome != "exhausted"), refused)
+
+
+def guarded_service_writes(
+    stack: LocalStack,
+    plans: Mapping[str, Sequence[EnsureRequest | ReleaseRequest]],
+    outcomes: Sequence[AllocationOutcome],
+    *,
+    retry_interval_s: float,
+    deadline_s: float = 30.0,
+) -> tuple[list[WriteRecord], list[EnsureRequest]]:
+    """On a local stack, the services write through their guards (:func:`write_after_ensures`).
+
+    The guards' ensures go through the real producer onto the stack's queue (consumers must be
+    running for a recovery to be served). Returns the writes and the ensures the guards sent.
+    """
+    from serenity_tools.standins.resources import local_client
+
+    enqueuer = RecordingEnqueuer(
+        AllocationProducer(stack.resources.queue_url, local_client("sqs", stack.moto.endpoint_url))
+    )
+    gate = GateClient(stack.simulator.write_url, stack.env()["SEMRUSH_TOKEN"])
+    policy = GuardPolicy(interval_s=retry_interval_s, deadline_s=deadline_s)
+    writer = GuardedServiceWriter(gate, enqueuer, simulator_ai_reader(stack.simulator.dump), policy)
+    try:
+        records = write_after_ensures(writer, plans, outcomes)
+    finally:
+        gate.close()
+    return records, enqueuer.requests

@@ -29,12 +29,13 @@ def run_concurrency(config: HarnessConfig) -> ScenarioResult:
     """Scenario 1: every invariant and broker check holds with C concurrent containers."""
     started = time.monotonic()
     workload = plan_workload(config.children, config.requests, random.Random(config.seed))
-    run, requests, writes = fifo_run(config, "concurrency", workload)
+    run, requests, writes = fifo_run(config, "concurrency", workload, guarded_writes=True)
     lost = count_lost_updates(requests, run.outcomes, run.calls, run.before)
     checks = [
         *invariant_checks(run_record(workload.org, requests, run)),
         check_no_lost_updates(lost),
         writes.result,
+        *([writes.guarded] if writes.guarded is not None else []),
         *drain_checks(run),
     ]
     numbers = {
@@ -42,4 +43,8 @@ def run_concurrency(config: HarnessConfig) -> ScenarioResult:
         "worker-enqueued releases (reclaim)": len(requests) - len(workload.requests),
         **feature_numbers(run),
     }
+    if writes.retried is not None:
+        numbers["guarded writes"] = writes.retried.writes
+        numbers["guarded writes retried"] = writes.retried.retried
+        numbers["retried write wait p95 (s)"] = writes.retried.wait_p95_s
     return finished("concurrency", config, started, checks, numbers, run)

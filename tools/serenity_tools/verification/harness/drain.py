@@ -26,6 +26,13 @@ from serenity_tools.verification.harness.worker_releases import (
 from serenity_tools.verification.harness.workload import Request, Workload
 from serenity_tools.verification.invariants import InvariantResult, workspaces_by_id
 from serenity_tools.verification.ledger_check import read_ledger_table
+from serenity_tools.verification.write_path import (
+    WritePathSummary,
+    as_metered_writes,
+    check_guarded_writes,
+    guarded_service_writes,
+    summarize_writes,
+)
 from serenity_tools.verification.writes import meter_writes
 
 if TYPE_CHECKING:
@@ -240,6 +247,49 @@ def drain_workload(
     )
 
 
+GUARDED_LAG_MS = 1500.0
+"""The write gate's lag in guarded runs (upstream ~9 s, shortened as in the demo; never 0)."""
+
+
+def services_write_guarded(
+    stack: LocalStack,
+    workload: Workload,
+    requests: Sequence[Request],
+    run: DrainedRun,
+    consumers: int,
+) -> MeteredWritesResult:
+    """Each child's service writes through its guard, consumers serving the guards' ensures.
+
+    The guards' ensures and their outcomes come after the run's record, so the drain's
+    invariants are unchanged; the write-path invariant covers this phase.
+    """
+    reclaimed = reclaimed_children(requests)
+    plans = {c: p for c, p in workload.plans.items() if c not in reclaimed}
+    stack.simulator.faults(enforcement_lag_ms=GUARDED_LAG_MS)
+    pool = stack.start_consumers(
+        consumers, crash=None, idle_sleep_s=0.1, queue=None, **dict(FEATURES_ON)
+    )
+    try:
+        records, _ = guarded_service_writes(
+            stack, plans, run.outcomes, retry_interval_s=GUARDED_LAG_MS / 1000.0 / 2.5
+        )
+        pool.wait_drained(lambda: queue_depth(stack.sqs, stack.resources.queue_url), timeout_s=120)
+    finally:
+        pool.stop()
+    writes = as_metered_writes(records)
+    skipped = len(set(workload.plans) & reclaimed)
+    result = writes.result()
+    if skipped:
+        result = replace(result, detail=f"{result.detail} ({skipped} reclaimed children skipped)")
+    return MeteredWritesResult(
+        result,
+        len(writes.refused),
+        skipped,
+        guarded=check_guarded_writes(records),
+        retried=summarize_writes(records),
+    )
+
+
 @contextlib.contextmanager
 def local_stack(
     config: HarnessConfig, name: str, *, visibility_timeout_s: int | None = None, **kwargs: Any
@@ -273,8 +323,14 @@ def fifo_run(
     faults: Mapping[str, Any] | None = None,
     not_ready_ms: float = 0.0,
     visibility_timeout_s: int | None = None,
+    guarded_writes: bool = False,
 ) -> tuple[DrainedRun, list[Request], MeteredWritesResult]:
-    """Seed, drain through the FIFO queue, and do the services' writes; return the run."""
+    """Seed, drain through the FIFO queue, and do the services' writes; return the run.
+
+    ``guarded_writes``: the services write through ``WriteGuard`` on the simulator's write gate
+    (lag :data:`GUARDED_LAG_MS`), with consumers serving the guards' ensures, instead of setting
+    usage directly.
+    """
     with local_stack(
         config, name, visibility_timeout_s=visibility_timeout_s, not_ready_ms=not_ready_ms
     ) as stack:
@@ -293,7 +349,10 @@ def fifo_run(
         if faults:
             stack.simulator.faults(error_rate={}, stuck=[])
         requests = with_worker_releases(workload.requests, run.events, run.outcomes)
-        writes = services_write(stack, workload, requests, run)
+        if guarded_writes:
+            writes = services_write_guarded(stack, workload, requests, run, config.consumers)
+        else:
+            writes = services_write(stack, workload, requests, run)
     return run, requests, writes
 
 
@@ -305,6 +364,9 @@ class MeteredWritesResult:
     refused: int
     skipped: int
     """Children left out: a sibling reclaim lowered them after their ensure, by design."""
+    guarded: InvariantResult | None = None
+    """With guarded writes: no guarded write refused while its pool had room."""
+    retried: WritePathSummary | None = None
 
 
 def services_write(
