@@ -49,16 +49,24 @@ def parse_emf(line: str) -> list[tuple[MetricKey, str, list[float]]]:
         return []
     found: list[tuple[MetricKey, str, list[float]]] = []
     for directive in blob["_aws"].get("CloudWatchMetrics", []):
-        dimension_sets: list[list[str]] = directive.get("Dimensions") or [[]]
-        own = [d for d in dimension_sets[0] if d not in COMMON_DIMENSIONS]
-        dimension = own[0] if own else None
-        value = str(blob.get(dimension)) if dimension else None
-        for metric in directive.get("Metrics", []):
-            name = metric.get("Name")
-            raw: Any = blob.get(name)
-            values = raw if isinstance(raw, list) else [raw]
-            numbers = [float(v) for v in values if isinstance(v, int | float)]
-            found.append((MetricKey(name, dimension, value), metric.get("Unit", "None"), numbers))
+        found += _directive_metrics(blob, directive)
+    return found
+
+
+def _directive_metrics(
+    blob: dict[str, Any], directive: dict[str, Any]
+) -> list[tuple[MetricKey, str, list[float]]]:
+    dimension_sets: list[list[str]] = directive.get("Dimensions") or [[]]
+    own = [d for d in dimension_sets[0] if d not in COMMON_DIMENSIONS]
+    dimension = own[0] if own else None
+    value = str(blob.get(dimension)) if dimension else None
+    found: list[tuple[MetricKey, str, list[float]]] = []
+    for metric in directive.get("Metrics", []):
+        name = metric.get("Name")
+        raw: Any = blob.get(name)
+        values = raw if isinstance(raw, list) else [raw]
+        numbers = [float(v) for v in values if isinstance(v, int | float)]
+        found.append((MetricKey(name, dimension, value), metric.get("Unit", "None"), numbers))
     return found
 
 

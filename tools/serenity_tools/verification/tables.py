@@ -36,26 +36,31 @@ def format_table(
     """
     raw = [list(row) for row in rows]
     cells = [[_cell(value) for value in row] for row in raw]
-    widths = [len(header) for header in headers]
-    for row in cells:
-        for index, text in enumerate(row):
-            widths[index] = max(widths[index], len(text))
-    numeric = [
-        bool(raw) and all(_is_number(row[index]) or row[index] is None for row in raw)
-        for index in range(len(headers))
-    ]
-
-    def line(values: Sequence[str], right: Sequence[bool]) -> str:
-        parts = [
-            text.rjust(widths[i]) if right[i] else text.ljust(widths[i])
-            for i, text in enumerate(values)
-        ]
-        return "  ".join(parts).rstrip()
-
+    widths = _widths(headers, cells)
+    numeric = [_is_numeric_column(raw, index) for index in range(len(headers))]
     out = [title] if title else []
-    out.append(line(list(headers), numeric))
+    out.append(_line(list(headers), widths, numeric))
     out.append("  ".join("-" * width for width in widths))
-    out.extend(line(row, numeric) for row in cells)
+    out.extend(_line(row, widths, numeric) for row in cells)
     if not cells:
         out.append("(none)")
     return "\n".join(out)
+
+
+def _widths(headers: Sequence[str], cells: Sequence[Sequence[str]]) -> list[int]:
+    return [
+        max([len(header), *(len(row[index]) for row in cells)])
+        for index, header in enumerate(headers)
+    ]
+
+
+def _is_numeric_column(raw: Sequence[Sequence[object]], index: int) -> bool:
+    return bool(raw) and all(_is_number(row[index]) or row[index] is None for row in raw)
+
+
+def _line(values: Sequence[str], widths: Sequence[int], right: Sequence[bool]) -> str:
+    parts = [
+        text.rjust(widths[i]) if right[i] else text.ljust(widths[i])
+        for i, text in enumerate(values)
+    ]
+    return "  ".join(parts).rstrip()
