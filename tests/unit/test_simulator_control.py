@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
+from serenity_allocator.adapters.semrush_payloads import parse_ai_resources
 from serenity_allocator.domain.classify import is_metered_quota, is_not_ready
-from serenity_allocator.domain.resources import parse_ai_resources
 from serenity_tools.standins.simulator import (
     DISGUISED_QUOTA_405,
     SimulatorControlError,

@@ -29,7 +29,6 @@ from serenity_allocator.domain.errors import (
     WiringError,
 )
 from serenity_allocator.domain.model import AiResources, Totals, WorkspaceRecord
-from serenity_allocator.domain.resources import parse_ai_resources
 
 from .secret_redaction import redact_secret
 from .semrush_origin import (
@@ -37,6 +36,7 @@ from .semrush_origin import (
     ConfigurationError,
     validate_base_url,
 )
+from .semrush_payloads import parse_ai_resources
 from .token_provider import TokenProvider
 
 MAX_RETRY_AFTER_S: Final = 10.0

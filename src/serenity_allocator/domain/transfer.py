@@ -29,8 +29,9 @@ class TransferPolicy(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    path: str
-    """Metric label: ``fail-fast`` (request path) or ``settle`` (release and sweep path)."""
+    name: str
+    """The policy's name, also the ``TopUpLatencyMs`` ``Path`` label: ``fail-fast`` (the
+    request path) or ``settle`` (the release and sweep path)."""
     not_ready_retries: int = Field(ge=0)
     """Retries after the first attempt when the child answers ``workspace not ready``."""
     retry_interval_s: float = Field(ge=0)
@@ -43,7 +44,7 @@ class TransferPolicy(BaseModel):
 
 
 FAIL_FAST = TransferPolicy(
-    path="fail-fast",
+    name="fail-fast",
     not_ready_retries=0,
     retry_interval_s=0.0,
     settle_poll_attempts=0,
@@ -52,7 +53,7 @@ FAIL_FAST = TransferPolicy(
 """Request path: exactly one attempt, never polls (the first allocator's rule)."""
 
 SETTLE = TransferPolicy(
-    path="settle",
+    name="settle",
     not_ready_retries=3,
     retry_interval_s=1.0,
     settle_poll_attempts=12,
@@ -132,7 +133,7 @@ def _timed_transfer(
     try:
         gateway.transfer(workspace_id, totals)
     finally:
-        ctx.observer.transfer_timed(policy.path, (ctx.clock() - started) * 1000.0)
+        ctx.observer.transfer_timed(policy.name, (ctx.clock() - started) * 1000.0)
 
 
 def _wait_until_created(
