@@ -19,7 +19,11 @@ from serenity_tools.verification.checks import (
 from serenity_tools.verification.emf import MetricTotal, count_metrics_in_files
 from serenity_tools.verification.harness.drain import DrainedRun
 from serenity_tools.verification.harness.workload import Org, Request
-from serenity_tools.verification.invariants import InvariantResult, transfer_sequences
+from serenity_tools.verification.invariants import (
+    InvariantResult,
+    first_outcomes,
+    transfer_sequences,
+)
 
 if TYPE_CHECKING:
     from serenity_tools.verification.emf import MetricKey
@@ -105,16 +109,14 @@ def count_lost_updates(
     """
     position = {request.request_id: index for index, request in enumerate(requests)}
     sequences = transfer_sequences(calls, before)
-    first: dict[str, AllocationOutcome] = {}
-    for outcome in outcomes:
-        first.setdefault(outcome.request_id, outcome)
-    stale = Counter[str]()
-    out_of_order = 0
-    violations: list[str] = []
     by_child: dict[str, list[AllocationOutcome]] = defaultdict(list)
-    for outcome in first.values():
+    for outcome in first_outcomes(outcomes).values():
         by_child[outcome.workspace_id].append(outcome)
+    stale = Counter[str]()
+    out_of_order: list[str] = []
+    stale_lines: list[str] = []
     for child, child_outcomes in by_child.items():
+        out_of_order += _out_of_order(child, child_outcomes, position)
         start = before.get(child, {}).get("ai", {})
         totals = [
             (
@@ -123,36 +125,69 @@ def count_lost_updates(
             ),
             *sequences.get(child, []),
         ]
-        matched = [False] * len(totals)
-        latest = -1
-        previous: tuple[tuple[int, int], tuple[int, int]] | None = None
-        for outcome in child_outcomes:
-            enqueued = position.get(outcome.request_id, -1)
-            if enqueued < latest:
-                out_of_order += 1
-                violations.append(f"{child}: {outcome.request_id[:8]} applied after a later one")
-            latest = max(latest, enqueued)
-            b, a = outcome.totals_before, outcome.totals_after
-            if b is None or a is None or b == a:
-                continue
-            change = ((b.projects, b.prompts), (a.projects, a.prompts))
-            if change == previous:  # coalesced members report their leader's transfer
-                continue
-            previous = change
-            index = next(
-                (i for i in range(1, len(totals)) if not matched[i] and totals[i] == change[1]),
-                None,
+        stale_lines += _stale_changes(child, child_outcomes, totals, stale)
+    return LostUpdates(
+        stale["ensure"], stale["release"], len(out_of_order), tuple(out_of_order + stale_lines)
+    )
+
+
+def _out_of_order(
+    child: str, child_outcomes: Sequence[AllocationOutcome], position: Mapping[str, int]
+) -> list[str]:
+    """An outcome applied after one of a LATER-enqueued request of the same child."""
+    violations: list[str] = []
+    latest = -1
+    for outcome in child_outcomes:
+        enqueued = position.get(outcome.request_id, -1)
+        if enqueued < latest:
+            violations.append(f"{child}: {outcome.request_id[:8]} applied after a later one")
+        latest = max(latest, enqueued)
+    return violations
+
+
+_Change = tuple[tuple[int, int], tuple[int, int]]
+
+
+def _changes(
+    child_outcomes: Sequence[AllocationOutcome],
+) -> list[tuple[AllocationOutcome, _Change]]:
+    """Each outcome that moved the child, once per transfer (coalesced members share one)."""
+    changes: list[tuple[AllocationOutcome, _Change]] = []
+    previous: _Change | None = None
+    for outcome in child_outcomes:
+        b, a = outcome.totals_before, outcome.totals_after
+        if b is None or a is None or b == a:
+            continue
+        change = ((b.projects, b.prompts), (a.projects, a.prompts))
+        if change != previous:  # coalesced members report their leader's transfer
+            changes.append((outcome, change))
+        previous = change
+    return changes
+
+
+def _stale_changes(
+    child: str,
+    child_outcomes: Sequence[AllocationOutcome],
+    totals: Sequence[tuple[int, int]],
+    stale: Counter[str],
+) -> list[str]:
+    """Changes computed from a read the child's totals had already moved past."""
+    matched = [False] * len(totals)
+    violations: list[str] = []
+    for outcome, (read, wrote) in _changes(child_outcomes):
+        index = next(
+            (i for i in range(1, len(totals)) if not matched[i] and totals[i] == wrote), None
+        )
+        if index is not None:
+            matched[index] = True
+        if index is None or totals[index - 1] != read:
+            stale[outcome.kind] += 1
+            violations.append(
+                f"{child}: {outcome.kind} {outcome.request_id[:8]} read "
+                f"{read[1]} prompts, set {wrote[1]}, but the total was "
+                f"{totals[index - 1][1] if index else 'already there'}"
             )
-            if index is not None:
-                matched[index] = True
-            if index is None or totals[index - 1] != change[0]:
-                stale[outcome.kind] += 1
-                violations.append(
-                    f"{child}: {outcome.kind} {outcome.request_id[:8]} read "
-                    f"{change[0][1]} prompts, set {change[1][1]}, but the total was "
-                    f"{totals[index - 1][1] if index else 'already there'}"
-                )
-    return LostUpdates(stale["ensure"], stale["release"], out_of_order, tuple(violations))
+    return violations
 
 
 def check_no_lost_updates(lost: LostUpdates) -> InvariantResult:
