@@ -105,8 +105,11 @@ class AllocationProducer:
             workspace_id: The child workspace that will write.
             parent_workspace_id: Its master workspace (the org pool).
             need: Units the write will consume (absent: zero, i.e. just the block headroom).
-            include_drafted: Count drafted units as used when sizing the top-up.
-            ceiling: Optional per-brand cap on the child's totals.
+            include_drafted: Count drafted units as used when sizing the top-up. The write gate
+                meters prompts on used + drafted + batch, so pass True before a prompt write
+                (``WriteGuard`` does by default); False stays the wire default for old senders.
+            ceiling: Optional per-brand cap on the child's totals; a dimension left out is not
+                enforced.
             org_id: Optional label carried into logs and outcomes.
             brand_id: Optional label carried into logs and outcomes.
             request_id: The idempotency key; a new UUID4 when absent.
