@@ -5,12 +5,10 @@ from __future__ import annotations
 import pytest
 
 from serenity_allocator.domain.classify import (
-    is_gone,
     is_metered_quota,
     is_not_ready,
     is_pool_exhausted,
     is_rate_limited,
-    is_server_error,
 )
 
 POOL_EXHAUSTED = '{"message": "insufficient available units in subscription"}'
@@ -88,17 +86,3 @@ def test_is_metered_quota_is_a_405_with_a_non_empty_non_json_body(
 def test_is_rate_limited_is_429(status: int, expected: bool) -> None:
     # Given a status / When classified / Then only 429 is rate limiting
     assert is_rate_limited(status, "Too Many Requests") is expected
-
-
-@pytest.mark.parametrize(("status", "expected"), [(404, True), (403, False), (410, False)])
-def test_is_gone_is_404(status: int, expected: bool) -> None:
-    # Given a status / When classified / Then only 404 is gone
-    assert is_gone(status, "not found") is expected
-
-
-@pytest.mark.parametrize(
-    ("status", "expected"), [(500, True), (503, True), (599, True), (499, False), (600, False)]
-)
-def test_is_server_error_is_5xx(status: int, expected: bool) -> None:
-    # Given a status / When classified / Then only 5xx is a server failure
-    assert is_server_error(status) is expected

@@ -29,8 +29,10 @@ from serenity_allocator.domain.errors import (
     WiringError,
 )
 from serenity_allocator.domain.model import AiResources, Totals, WorkspaceRecord
+from serenity_allocator.domain.transfer import CALL_BUDGET_S
 
 from .secret_redaction import redact_secret
+from .semrush_limits import MAX_RETRIES
 from .semrush_origin import (
     API_PATH,
     ConfigurationError,
@@ -118,8 +120,8 @@ class SemrushClient:
         token_provider: TokenProvider,
         http: httpx.Client | None = None,
         *,
-        timeout_s: float = 15.0,
-        max_retries: int = 3,
+        timeout_s: float = CALL_BUDGET_S,
+        max_retries: int = MAX_RETRIES,
         backoff_s: float = 0.5,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,

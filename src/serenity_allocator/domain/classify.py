@@ -48,16 +48,6 @@ def is_rate_limited(status: int, body: str = "") -> bool:
     return status == 429
 
 
-def is_gone(status: int, body: str = "") -> bool:
-    """404: the resource does not exist (any more)."""
-    return status == 404
-
-
-def is_server_error(status: int, body: str = "") -> bool:
-    """5xx: the upstream failed; a retry may succeed."""
-    return 500 <= status <= 599
-
-
 def _is_json_container(body: str) -> bool:
     try:
         parsed = json.loads(body)

@@ -23,6 +23,10 @@ from .errors import (
 from .model import Totals, WorkspaceStatus
 from .ports import AllocationObserver, Clock, NullObserver, Sleeper, WorkspaceGateway
 
+CALL_BUDGET_S = 15.0
+"""Time one upstream call may take: the Semrush client's per-request timeout
+(``SEMRUSH_TIMEOUT_S``), reserved before each transfer attempt. The one place it is written."""
+
 
 class TransferPolicy(BaseModel):
     """How hard one transfer tries before giving up."""
@@ -39,7 +43,7 @@ class TransferPolicy(BaseModel):
     settle_poll_attempts: int = Field(ge=0)
     """Status polls after a successful transfer until ``created``; 0 never polls."""
     settle_poll_interval_s: float = Field(ge=0)
-    attempt_budget_s: float = Field(default=15.0, ge=0)
+    attempt_budget_s: float = Field(default=CALL_BUDGET_S, ge=0)
     """Time one transfer call may take (the client's per-request timeout)."""
 
 

@@ -30,7 +30,7 @@ from ..domain.model import Dimension
 from ..domain.parent_links import ParentLinks
 from ..domain.pool_watch import PoolWatch
 from ..domain.ports import Clock, Sleeper, WorkspaceGateway
-from ..domain.transfer import FAIL_FAST, SETTLE, TransferPolicy
+from ..domain.transfer import CALL_BUDGET_S, FAIL_FAST, SETTLE, TransferPolicy
 from .settings import AllocatorSettings
 from .wiring import build_semrush_client, limit_gateway_time
 
@@ -58,7 +58,7 @@ class AllocatorRuntime:
     """The request ledger (REQUEST_LEDGER_TABLE); None: replays are applied again."""
     parent_links: ParentLinks | None = None
     """Parent links seen upstream, cached for the container's life (links never change)."""
-    attempt_budget_s: float = 15.0
+    attempt_budget_s: float = CALL_BUDGET_S
     """Time reserved for one upstream call (the client's per-request timeout)."""
     aws_call_budget_s: float = AWS_CALL_BUDGET_S
     """Time reserved for one AWS call, retries included (the clients' bounded worst case)."""

@@ -12,9 +12,11 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..adapters.semrush_limits import MAX_RETRIES
 from ..adapters.semrush_origin import is_loopback_origin, validate_base_url
 from ..domain.ceiling import Ceiling, parse_ceiling_value
 from ..domain.model import Blocks
+from ..domain.transfer import CALL_BUDGET_S
 
 
 class SettingsError(ValueError):
@@ -49,8 +51,8 @@ class SemrushSettings(_EnvModel):
     token_secret_id: str | None = Field(default=None, alias="SEMRUSH_TOKEN_SECRET_ID")
     token: str | None = Field(default=None, alias="SEMRUSH_TOKEN", repr=False)
     token_max_age_s: int = Field(default=300, ge=0, alias="SEMRUSH_TOKEN_MAX_AGE_S")
-    timeout_s: float = Field(default=15.0, gt=0, le=60, alias="SEMRUSH_TIMEOUT_S")
-    max_retries: int = Field(default=2, ge=0, le=5, alias="SEMRUSH_MAX_RETRIES")
+    timeout_s: float = Field(default=CALL_BUDGET_S, gt=0, le=60, alias="SEMRUSH_TIMEOUT_S")
+    max_retries: int = Field(default=MAX_RETRIES, ge=0, le=5, alias="SEMRUSH_MAX_RETRIES")
     """Client retries on 429/5xx/transport errors. With the defaults one call takes at most
     3 x 15 s + 1.5 s of backoff, inside the Allocator's 60 s timeout."""
 
