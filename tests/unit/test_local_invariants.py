@@ -109,6 +109,21 @@ def test_check_bounds_flags_child_below_used_ceiling_and_floor_breaches() -> Non
     )
 
 
+def test_check_bounds_partial_ceiling_caps_only_the_dimension_it_names() -> None:
+    # Given an ensure whose ceiling names prompts only, raising projects to 9 and prompts to 400
+    ensure = build_ensure("c", "m", {"projects": 8, "prompts": 50}, ceiling={"prompts": 300})
+    after = workspaces_by_id(
+        [_ws("m", None, (0, 10), (0, 1000)), _ws("c", "m", (1, 9), (200, 400))]
+    )
+    outcomes = [_outcome(ensure.request_id, "c", "topped-up", (1, 200), (9, 400))]
+
+    # When the bounds are checked
+    result = check_bounds(after, [ensure], outcomes, parent_id="m")
+
+    # Then only prompts is past its ceiling; projects is not capped at all (never at 0)
+    assert result.violations == (f"{ensure.request_id} raised c prompts to 400 past ceiling 300",)
+
+
 def test_check_terminal_outcomes_finds_lost_and_duplicated_requests() -> None:
     # Given three requests: one with two outcomes, one lost, one in the DLQ
     a, b, c = (build_ensure(w, "m") for w in ("a", "b", "c"))

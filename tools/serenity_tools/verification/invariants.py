@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
-from serenity_allocator.domain.model import DEFAULT_BLOCKS, Totals
+from serenity_allocator.domain.model import DEFAULT_BLOCKS, Dimension, Totals
 
 Request = EnsureRequest | ReleaseRequest
 Workspaces = Mapping[str, Mapping[str, Any]]
@@ -168,11 +168,13 @@ def _past_ceiling(outcome: AllocationOutcome, request: EnsureRequest) -> list[st
     before, result, ceiling = outcome.totals_before, outcome.totals_after, request.ceiling
     if before is None or result is None or ceiling is None:
         return []
+    # A dimension the ceiling leaves out is not enforced (never a cap of 0).
     return [
         f"{outcome.request_id} raised {request.workspace_id} {dim} to "
-        f"{getattr(result, dim)} past ceiling {getattr(ceiling, dim)}"
+        f"{getattr(result, dim)} past ceiling {limit}"
         for dim in DIMENSIONS
-        if getattr(before, dim) < getattr(result, dim) > getattr(ceiling, dim)
+        if (limit := ceiling.limit(Dimension(dim))) is not None
+        and getattr(before, dim) < getattr(result, dim) > limit
     ]
 
 
