@@ -309,8 +309,8 @@ def _reading(results: dict[str, Any]) -> list[str]:
             + httpx_note
             + "What a cold start really pays before its first upstream call is import + "
             f"wiring: allocator {imports['allocator_init']['init_x_boto3']}x, sweep "
-            f"{imports['sweep_init']['init_x_boto3']}x a bare boto3 import. Tracing stays "
-            f"opt-in: Tracer() alone added {imports['tracer']['extra_ms']} ms."
+            f"{imports['sweep_init']['init_x_boto3']}x a bare boto3 import. X-Ray tracing is "
+            f"not wired: Tracer() alone would add {imports['tracer']['extra_ms']} ms."
         )
         package = cold["package"]
         top = list(package["by_package_mb"].items())[:4]

@@ -45,7 +45,6 @@ def test_allocator_settings_minimal_environment_parses() -> None:
     assert settings.dynamic_allocation is False
     assert (settings.blocks.projects, settings.blocks.prompts) == (1, 100)
     assert settings.dlq_url is None and settings.outcome_bus_name is None
-    assert settings.tracing is False
 
 
 @pytest.mark.parametrize("name", ["SEMRUSH_BASE_URL", "ENVIRONMENT", "MAX_RECEIVE_COUNT"])
@@ -222,12 +221,6 @@ def test_allocator_settings_default_on_features_refuse_unknown_spellings() -> No
     for name in ("SERENITY_UNMETERED_CHECK", "SERENITY_TIGHT_POOL_FALLBACK"):
         refusal = _refusal(AllocatorSettings, _env(**{name: "False"}))
         assert name in refusal
-
-
-def test_allocator_settings_tracing_on_only_for_exact_true() -> None:
-    # Given SERENITY_TRACING spellings / When parsed / Then only "true" enables the Tracer
-    assert AllocatorSettings.from_env(_env(SERENITY_TRACING="true")).tracing is True
-    assert AllocatorSettings.from_env(_env(SERENITY_TRACING="1")).tracing is False
 
 
 def test_allocator_settings_blank_optional_urls_are_absent() -> None:

@@ -86,10 +86,9 @@ class CommonSettings(_EnvModel):
     dynamic_allocation: bool = Field(default=False, alias="SERENITY_DYNAMIC_ALLOCATION")
     block_projects: int = Field(default=1, ge=1, alias="BLOCK_PROJECTS")
     block_prompts: int = Field(default=100, ge=1, alias="BLOCK_PROMPTS")
-    tracing: bool = Field(default=False, alias="SERENITY_TRACING")
     semrush: SemrushSettings
 
-    @field_validator("dynamic_allocation", "tracing", mode="before")
+    @field_validator("dynamic_allocation", mode="before")
     @classmethod
     def _exact_true(cls, value: object) -> bool:
         return _is_on(value)
