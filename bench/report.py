@@ -155,6 +155,11 @@ def summary_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "met": sweep["targets"]["met_latency50"],
             }
         )
+    writes = _ok(results, "writes")
+    if writes and "targets" in writes:
+        from .writes import summary_rows as writes_rows
+
+        rows += writes_rows(writes)
     return rows
 
 
