@@ -1,4 +1,4 @@
-"""The sweep state machine: its definition is well formed and its loop does what issue 4 says.
+"""The sweep state machine: its definition is well formed and its loop runs the sweep to the end.
 
 cfn-lint checks the SAM resource's shape but not an inline ``AWS::Serverless::StateMachine``
 definition, so the definition is (1) linted by cfn-lint as the ``AWS::StepFunctions`` resource
@@ -325,7 +325,7 @@ def test_sweep_execution_ends_on_the_first_final_result(
     invoke = scripted([sweep_result(**result)])
     # When the execution runs
     execution = run_execution(definition, SWEEP_INPUT, invoke)
-    # Then it ends where issue 4 says, after exactly one invocation
+    # Then it ends in the state the sweep's result calls for, after exactly one invocation
     assert (execution.status, execution.end_state) == (expected_status, expected_end)
     assert len(execution.payloads) == 1
     assert execution.waits == 0

@@ -454,7 +454,7 @@ def test_dashboard_body_is_json_referencing_only_catalog_metrics(template: dict[
         assert dimensions["Environment"] == environment
         if spec.dimension:
             assert dimensions[spec.dimension] in spec.values, (title, metric)
-    # And the dashboard shows what operators need (issue 5)
+    # And the dashboard shows what operators need
     required = {
         ("SerenityAllocator", "HeadroomCheck"),
         ("SerenityAllocator", "TopUpLatencyMs"),

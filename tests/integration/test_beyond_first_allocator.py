@@ -1,4 +1,5 @@
-"""Beyond the first allocator (issue 8, ADR 0006) over real HTTP: moto FIFO + the simulator.
+"""Beyond the first allocator (ADR 0006: unmetered parents, the tight-pool fallback, sibling
+reclaim, the pool early warning) over real HTTP: moto FIFO + the simulator.
 
 Each feature runs through the real ``lambda_handler`` with the production runtime built by
 :mod:`tests.integration.allocator_harness`: unmetered parents make zero transfers, the

@@ -172,8 +172,8 @@ def test_allocator_settings_kill_switch_off_when_absent() -> None:
     assert AllocatorSettings.from_env(_env()).dynamic_allocation is False
 
 
-def test_allocator_settings_issue8_switches_default_as_documented() -> None:
-    # Given none of the issue-8 variables / When parsed
+def test_allocator_settings_feature_switches_default_as_documented() -> None:
+    # Given none of the feature switches (ADR 0006) / When parsed
     settings = AllocatorSettings.from_env(_env())
 
     # Then unmetered check and tight-pool fallback are on, sibling reclaim is off
@@ -186,7 +186,7 @@ def test_allocator_settings_issue8_switches_default_as_documented() -> None:
     assert (settings.pool_low_ratio, settings.pool_low_interval_s) == (0.1, 900.0)
 
 
-def test_allocator_settings_issue8_switches_turned_off_with_false() -> None:
+def test_allocator_settings_feature_switches_turned_off_with_false() -> None:
     # Given the default-on features explicitly off / When parsed / Then they are off
     settings = AllocatorSettings.from_env(
         _env(SERENITY_UNMETERED_CHECK="false", SERENITY_TIGHT_POOL_FALLBACK="false")
