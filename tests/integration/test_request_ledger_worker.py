@@ -25,6 +25,8 @@ from tests.integration.allocator_harness import (
     AllocatorHarness,
     allocator_harness,
     api_calls,
+    emf_blobs,
+    metric_values,
     totals_of,
     transfer_bodies,
     workspace,
@@ -92,6 +94,10 @@ def _apply_without_publishing(worker: AllocatorHarness) -> Any:
     return invocation
 
 
+def _dims(event: str) -> dict[str, str]:
+    return {"Environment": "integration", "Event": event, "service": "serenity-allocator"}
+
+
 def _ledger_outcome(ledger: DynamoDbRequestLedger, request_id: str) -> dict[str, Any]:
     entry = ledger.get(request_id)
     assert entry is not None and entry.outcome is not None
@@ -135,6 +141,7 @@ def test_worker_replayed_ensure_is_not_applied_again_and_announces_the_stored_ou
     sim: SimulatorServer,
     outcome_capture: OutcomeCapture,
     ledger: DynamoDbRequestLedger,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     # Given an ensure that topped the child up, whose outcome is stored but was not published
     _seed(sim, _child(prompts=(150, 200)))
@@ -153,6 +160,9 @@ def test_worker_replayed_ensure_is_not_applied_again_and_announces_the_stored_ou
     [outcome] = outcome_capture.outcomes()
     assert outcome == stored
     assert (outcome["status"], outcome["receive_count"]) == ("topped-up", 1)
+    # And the replay is counted as one (RequestLedger{Event=replayed})
+    blobs = emf_blobs(capsys.readouterr().out)
+    assert metric_values(blobs, "RequestLedger") == [(1.0, _dims("replayed"))]
 
 
 def test_worker_without_a_ledger_table_applies_a_replay_again(

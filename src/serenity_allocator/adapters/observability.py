@@ -82,6 +82,9 @@ METRIC_CATALOG: dict[str, MetricSpec] = {
     "DisabledNoop": MetricSpec("Count"),
     "TightPoolFallback": MetricSpec("Count", "Result", ("saved", "rejected")),
     "SiblingReclaim": MetricSpec("Count", "Result", ("enqueued", "parked", "served", "exhausted")),
+    "RequestLedger": MetricSpec(
+        "Count", "Event", ("replayed", "deadLettered", "superseded", "duplicate")
+    ),
 }
 
 
@@ -237,6 +240,11 @@ class WorkerReporter(MetricsObserver):
     def parked_for_reclaim(self, siblings: Sequence[str]) -> None:
         """Log which siblings an ensure is waiting for."""
         logger.info("ensure parked for sibling reclaim", extra={"siblings": list(siblings)})
+
+    def ledger_event(self, event: str) -> None:
+        """Count one request ledger event (``RequestLedger{Event}``) and log it."""
+        self._recorder.record("RequestLedger", dimension_value=event)
+        logger.info("request ledger", extra={"ledger_event": event})
 
     def completed(self, outcome: AllocationOutcome) -> None:
         """Log a request's terminal outcome."""

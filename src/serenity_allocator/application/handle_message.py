@@ -56,10 +56,12 @@ def handle_message(inv: Invocation, message_id: str) -> None:
         return
     if message.duplicate_of is not None:
         _follow_first_copy(inv, message.duplicate_of)
+        inv.observer.ledger_event("duplicate")
         return
     replayed = inv.ledger.replay(request.request_id)
     if replayed is not None:
         inv.book.record(message_id, replayed, replayed=True)
+        inv.observer.ledger_event("replayed")
         return
     try:
         inv.ledger.check_available()
@@ -113,6 +115,7 @@ def _finish(inv: Invocation, message: BatchMessage, outcome: AllocationOutcome) 
     held = inv.book.record(message.message_id, outcome)
     _forget_park(inv, outcome.request_id)
     inv.observer.completed(held)
+    _report_ledger(inv, held)
 
 
 def _refuse_parent(
@@ -133,6 +136,15 @@ def _follow_first_copy(inv: Invocation, first_message_id: str) -> None:
     # when it has one; otherwise fail, so this copy comes back with it (never applied twice).
     if not any(message_id == first_message_id for message_id, _ in inv.book.entries):
         raise DuplicateRequestError(first_message_id)
+
+
+def _report_ledger(inv: Invocation, outcome: AllocationOutcome) -> None:
+    if inv.ledger.ledger is None:
+        return
+    if outcome.dead_lettered:
+        inv.observer.ledger_event("deadLettered")
+    elif outcome.supersedes is not None:
+        inv.observer.ledger_event("superseded")
 
 
 def _forget_park(inv: Invocation, request_id: str) -> None:
@@ -165,9 +177,10 @@ def _note_retry(
     if final_receive:
         # Terminal outcome now; SQS's redrive then moves the message to the DLQ.
         _forget_park(inv, request.request_id)
-        inv.book.record(
+        held = inv.book.record(
             message.message_id, final_receive_outcome(request, exc, message.receive_count)
         )
+        _report_ledger(inv, held)
 
 
 def _report_queue_lag(inv: Invocation, message: BatchMessage) -> None:

@@ -95,6 +95,15 @@ class WorkerObserver(AllocationObserver, Protocol):
         """A request reached its terminal outcome."""
         ...
 
+    def ledger_event(self, event: str) -> None:
+        """A request ledger event happened to a request.
+
+        ``replayed``: a stored outcome published again, nothing applied; ``deadLettered``: a
+        terminal dead letter stored; ``superseded``: a redrive replaced a dead letter;
+        ``duplicate``: a second record of one request id in a batch, not applied.
+        """
+        ...
+
     def will_retry(
         self, error_code: str, *, final_receive: bool, expected: bool, error: Exception
     ) -> None:
