@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from ..domain.coalescing import EnsureRun, PlannedMessage, plan_ensure_runs
 from ..domain.messages import EnsureRequest, ReleaseRequest, parse_request
+from ..domain.validation import describe_validation_error
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,9 @@ def read_message(inbound: InboundMessage) -> BatchMessage:
     try:
         request = parse_request(inbound.body)
     except ValidationError as exc:
-        return BatchMessage(inbound, None, describe_validation(exc))
+        # The discriminator's tag (``ensure``/``release``) in a path adds nothing.
+        reason = describe_validation_error(exc, whole="body", skip=("ensure", "release"))
+        return BatchMessage(inbound, None, reason)
     if request.workspace_id != inbound.group_id:
         return BatchMessage(inbound, None, "MessageGroupId: must equal workspace_id")
     return BatchMessage(inbound, request)
@@ -120,16 +123,3 @@ def _mark_duplicates(messages: Sequence[BatchMessage]) -> dict[str, BatchMessage
             first_of[request.request_id] = read.message_id
         planned[read.message_id] = read
     return planned
-
-
-def describe_validation(exc: ValidationError) -> str:
-    """One line naming every field at fault (the DLQ reason)."""
-    problems = []
-    for err in exc.errors(include_url=False, include_input=False):
-        loc = [str(p) for p in err["loc"]]
-        if loc and loc[0] in ("ensure", "release"):  # the discriminator's tag adds nothing
-            loc = loc[1:]
-        if err["type"] == "json_invalid":
-            return f"body: not valid JSON ({err['msg']})"
-        problems.append(f"{'.'.join(loc) or 'body'}: {err['msg']}")
-    return "; ".join(problems)

@@ -50,11 +50,11 @@ from .sweep_model import (
     SweepResult,
     TargetFailure,
     checkpoint_name,
-    describe_validation_error,
     parse_checkpoint,
     payload_sha256,
 )
 from .transfer import TransferContext
+from .validation import describe_validation_error
 
 __all__ = [
     "CheckpointCorruptError",

@@ -23,10 +23,10 @@ from .sweep_model import (
     StaleCheckpointError,
     StoredCheckpoint,
     checkpoint_name,
-    describe_validation_error,
     parent_claim_name,
     parse_checkpoint,
 )
+from .validation import describe_validation_error
 
 
 def claim_parents(

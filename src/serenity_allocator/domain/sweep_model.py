@@ -32,6 +32,7 @@ from pydantic import (
 
 from .messages import WorkspaceId
 from .model import Totals
+from .validation import describe_validation_error
 
 RunId = Annotated[str, StringConstraints(strip_whitespace=True, pattern=r"^[A-Za-z0-9._-]{1,64}$")]
 Count = Annotated[int, Field(ge=0)]
@@ -241,14 +242,6 @@ def parse_checkpoint(body: Mapping[str, Any], name: str) -> SweepCheckpoint:
         return SweepCheckpoint.model_validate(body)
     except ValidationError as exc:
         raise CheckpointCorruptError(name, describe_validation_error(exc)) from None
-
-
-def describe_validation_error(exc: ValidationError) -> str:
-    """Every problem with its field path, never the offending value."""
-    return "; ".join(
-        f"{'.'.join(str(p) for p in err['loc']) or 'document'}: {err['msg']}"
-        for err in exc.errors(include_url=False, include_input=False, include_context=False)
-    )
 
 
 class ParentClaim(BaseModel):

@@ -17,6 +17,7 @@ from ..adapters.semrush_origin import is_loopback_origin, validate_base_url
 from ..domain.ceiling import Ceiling, parse_ceiling_value
 from ..domain.model import Blocks
 from ..domain.transfer import CALL_BUDGET_S
+from ..domain.validation import describe_validation_error
 
 
 class SettingsError(ValueError):
@@ -37,10 +38,7 @@ class _EnvModel(BaseModel):
         try:
             return cls.model_validate(dict(env))
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or 'environment'}: {err['msg']}"
-                for err in exc.errors(include_url=False, include_input=False)
-            )
+            problems = describe_validation_error(exc, whole="environment")
             raise SettingsError(f"invalid configuration: {problems}") from None
 
 

@@ -31,7 +31,7 @@ from ..domain.sweep import (
     abandon_sweep_run,
     run_sweep_batch,
 )
-from ..domain.sweep_model import describe_validation_error
+from ..domain.validation import describe_validation_error
 from .settings import SweepSettings
 from .wiring import build_semrush_client, limit_gateway_time
 
