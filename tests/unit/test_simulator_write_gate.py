@@ -346,3 +346,20 @@ def test_simulator_control_route_accepts_loopback_host_names(
 
     # Then it is served
     assert status == 200
+
+
+def test_simulator_cli_enforcement_lag_option_defaults_to_the_upstream_lag() -> None:
+    # Given the subcommand parser
+    import argparse
+
+    from serenity_tools.standins.simulator import configure
+
+    parser = argparse.ArgumentParser()
+    configure(parser)
+
+    # When parsed without and with --enforcement-lag-ms
+    default = parser.parse_args([])
+    shortened = parser.parse_args(["--enforcement-lag-ms", "1500"])
+
+    # Then the default is the upstream's 9 s and the option is taken
+    assert (default.enforcement_lag_ms, shortened.enforcement_lag_ms) == (9000.0, 1500.0)
