@@ -260,6 +260,8 @@ class WriteGuard:
 
         Raises:
             WriteQuotaExhaustedError: Still refused after the retries or the deadline.
+            EnqueueError: The recovery's ensure could not be enqueued (from the producer);
+                the write is not retried without it.
         """
         answer = call()
         if not is_metered_quota(answer.status_code, answer.text):
