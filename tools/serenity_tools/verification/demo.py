@@ -44,6 +44,7 @@ from typing import Any, TextIO
 from serenity_allocator.adapters.sqs_producer import AllocationProducer, build_ensure, build_release
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest
 from serenity_allocator.domain.model import DEFAULT_BLOCKS
+from serenity_allocator.write_guard import EmfQuotaRetryRecorder
 from serenity_tools.standins.consumer_pool import ConsumerPool
 from serenity_tools.standins.lambda_context import LocalLambdaContext
 from serenity_tools.standins.resources import local_client
@@ -80,6 +81,8 @@ _MAX_SWEEP_INVOCATIONS = 200
 _SPECIAL_KINDS = ("zombie", "ceiling", "burst", "greedy", "drafts", "drafts")
 _COMMON_KINDS = ("over", "tight", "over", "idle", "over", "tight")
 _BURST_SIZE = 8
+SERVICES_LOG = "services.stdout.log"
+"""The services' own EMF output (QuotaRetryOutcome from their write guards), in the work dir."""
 
 Request = EnsureRequest | ReleaseRequest
 
@@ -352,9 +355,17 @@ def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say:
     clock.lap("enqueue")
     drained = pool.wait_drained(stack.queue_depth, timeout_s=config.drain_timeout_s)
     clock.lap("drain")
-    guarded, guard_requests = guarded_service_writes(
-        stack, plans, stack.outcomes.outcomes(), retry_interval_s=config.write_retry_interval_s
-    )
+    # The services' QuotaRetryOutcome EMF goes to their own log, counted in the report.
+    with (stack.work_dir / SERVICES_LOG).open("a", encoding="utf-8") as services_log:
+        guarded, guard_requests = guarded_service_writes(
+            stack,
+            plans,
+            stack.outcomes.outcomes(),
+            retry_interval_s=config.write_retry_interval_s,
+            recorder=EmfQuotaRetryRecorder(
+                "local", service="demo-services", emit=lambda line: print(line, file=services_log)
+            ),
+        )
     requests += guard_requests
     say(summarize_writes(guarded).line())
     drained = pool.wait_drained(stack.queue_depth, timeout_s=config.drain_timeout_s) and drained
@@ -417,7 +428,7 @@ def _report(run: _Drained, results: Sequence[InvariantResult], clock: _Clock) ->
         outcomes_table(record.outcomes),
         sweep_table(run.dry, run.real),
         calls_table(record.calls),
-        metrics_table([*run.pool.stdout_paths, run.sweep_log]),
+        metrics_table([*run.pool.stdout_paths, run.sweep_log, run.sweep_log.parent / SERVICES_LOG]),
         dlq_table(record.letters),
         _consumers_table(run),
         format_table(

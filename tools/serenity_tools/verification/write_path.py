@@ -453,6 +453,7 @@ def guarded_service_writes(
     *,
     retry_interval_s: float,
     deadline_s: float = 30.0,
+    recorder: QuotaRetryRecorder | None = None,
 ) -> tuple[list[WriteRecord], list[EnsureRequest]]:
     """On a local stack, the services write through their guards (:func:`write_after_ensures`).
 
@@ -466,7 +467,13 @@ def guarded_service_writes(
     )
     gate = GateClient(stack.simulator.write_url, stack.env()["SEMRUSH_TOKEN"])
     policy = GuardPolicy(interval_s=retry_interval_s, deadline_s=deadline_s)
-    writer = GuardedServiceWriter(gate, enqueuer, simulator_ai_reader(stack.simulator.dump), policy)
+    writer = GuardedServiceWriter(
+        gate,
+        enqueuer,
+        simulator_ai_reader(stack.simulator.dump),
+        policy,
+        recorder or NullQuotaRetryRecorder(),
+    )
     try:
         records = write_after_ensures(writer, plans, outcomes)
     finally:
