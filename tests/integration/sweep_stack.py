@@ -196,6 +196,7 @@ def make_stack(
         settings.semrush.base_url,
         StaticTokenProvider(settings.semrush.token),
         timeout_s=settings.semrush.timeout_s,
+        max_retries=settings.semrush.max_retries,
         sleep=client_sleeps,
     )
     sleeps = RecordingSleep()

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from botocore.exceptions import ClientError, ReadTimeoutError
 
 from serenity_allocator.adapters import aws_clients
 from serenity_allocator.adapters.aws_clients import (
     AWS_CALL_BUDGET_S,
     CallTimeouts,
     LazyClient,
+    aws_error_code,
     call_timeouts,
     dynamodb_client,
     events_client,
@@ -118,3 +120,15 @@ def test_adapter_client_is_sized_to_its_call_budget() -> None:
     config = publisher._client().meta.config
     assert (config.connect_timeout, config.read_timeout) == (1.0, 3.0)
     assert config.retries == {"mode": "standard", "total_max_attempts": 1}
+
+
+def test_aws_error_code_reads_the_service_code_or_names_the_failure() -> None:
+    # Given a service error, a service error without a code, and a transport failure
+    throttled = ClientError({"Error": {"Code": "ThrottlingException"}}, "PutEvents")
+    uncoded = ClientError({"Error": {}}, "PutEvents")
+    timeout = ReadTimeoutError(endpoint_url="https://events.us-east-1.amazonaws.com")
+
+    # When each is mapped / Then the service's code, else the kind of failure
+    assert aws_error_code(throttled) == "ThrottlingException"
+    assert aws_error_code(uncoded) == "ClientError"
+    assert aws_error_code(timeout) == "ReadTimeoutError"

@@ -83,6 +83,16 @@ def client_config(budget_s: float = AWS_CALL_BUDGET_S) -> Config:
     )
 
 
+def aws_error_code(exc: Exception) -> str:
+    """The AWS error code of a boto3 failure (``ThrottlingException``...), else its kind."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        code = response.get("Error", {}).get("Code")
+        if code:
+            return str(code)
+    return type(exc).__name__
+
+
 class LazyClient(Generic[ClientT]):
     """A client built on first use (or the ready one a caller handed in), then reused.
 

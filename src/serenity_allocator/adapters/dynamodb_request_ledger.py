@@ -35,7 +35,7 @@ from ..domain.ledger import (
     ReleaseIntent,
 )
 from ..domain.messages import AllocationOutcome
-from .aws_clients import AWS_CALL_BUDGET_S, LazyClient, dynamodb_client
+from .aws_clients import AWS_CALL_BUDGET_S, LazyClient, aws_error_code, dynamodb_client
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -116,7 +116,7 @@ class DynamoDbRequestLedger:
                         RequestItems={self._table: {"Keys": keys, "ConsistentRead": True}}
                     )
                 except (ClientError, BotoCoreError) as exc:
-                    raise LedgerUnavailableError(_reason(exc)) from exc
+                    raise LedgerUnavailableError(aws_error_code(exc)) from exc
                 for item in response.get("Responses", {}).get(self._table, []):
                     entry = item_to_entry(item)
                     entries[entry.request_id] = entry
@@ -136,7 +136,7 @@ class DynamoDbRequestLedger:
                 TableName=self._table, Key={"request_id": {"S": request_id}}, ConsistentRead=True
             )
         except (ClientError, BotoCoreError) as exc:
-            raise LedgerUnavailableError(_reason(exc)) from exc
+            raise LedgerUnavailableError(aws_error_code(exc)) from exc
         item = response.get("Item")
         return None if item is None else item_to_entry(item)
 
@@ -219,11 +219,11 @@ class DynamoDbRequestLedger:
                 },
             )
         except ClientError as exc:
-            if _reason(exc) == "ConditionalCheckFailedException":
+            if aws_error_code(exc) == "ConditionalCheckFailedException":
                 return False
-            raise LedgerUnavailableError(_reason(exc)) from exc
+            raise LedgerUnavailableError(aws_error_code(exc)) from exc
         except BotoCoreError as exc:
-            raise LedgerUnavailableError(_reason(exc)) from exc
+            raise LedgerUnavailableError(aws_error_code(exc)) from exc
         return True
 
 
@@ -239,9 +239,3 @@ def item_to_entry(item: Mapping[str, Any]) -> LedgerEntry:
         provisional=bool(item.get("provisional", {}).get("BOOL", False)),
         updated_at=int(item["updated_at"]["N"]) if "updated_at" in item else None,
     )
-
-
-def _reason(exc: ClientError | BotoCoreError) -> str:
-    if isinstance(exc, ClientError):
-        return str(exc.response.get("Error", {}).get("Code") or "ClientError")
-    return type(exc).__name__

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..domain.messages import AllocationOutcome
-from .aws_clients import AWS_CALL_BUDGET_S, LazyClient, events_client
+from .aws_clients import AWS_CALL_BUDGET_S, LazyClient, aws_error_code, events_client
 
 if TYPE_CHECKING:
     from mypy_boto3_events import EventBridgeClient
@@ -139,7 +139,7 @@ class OutcomePublisher:
             except (ClientError, BotoCoreError) as exc:
                 # botocore has already retried throttling and connection errors within the
                 # client's bounded budget; a call of our own on top would double it.
-                reason = _reason(exc)
+                reason = aws_error_code(exc)
                 _log.warning("PutEvents failed", extra={"entries": len(pending), "code": reason})
                 return pending, reason
             if not response.get("FailedEntryCount"):
@@ -161,9 +161,3 @@ class OutcomePublisher:
                 "PutEvents entries failed", extra={"failed": len(pending), "codes": reason}
             )
         return pending, reason
-
-
-def _reason(exc: ClientError | BotoCoreError) -> str:
-    if isinstance(exc, ClientError):
-        return str(exc.response.get("Error", {}).get("Code") or "ClientError")
-    return type(exc).__name__

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..domain.sweep_model import CheckpointCorruptError, StaleCheckpointError, StoredCheckpoint
-from .aws_clients import LazyClient, s3_client
+from .aws_clients import LazyClient, aws_error_code, s3_client
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -110,10 +110,10 @@ class S3CheckpointStore:
             response = self._client().get_object(Bucket=self._bucket, Key=key)
             raw = response["Body"].read()
         except ClientError as exc:
-            if _error_code(exc) in {"NoSuchKey", "404"}:
+            if aws_error_code(exc) in {"NoSuchKey", "404"}:
                 return None
             raise CheckpointStoreError(
-                f"could not read the checkpoint ({_error_code(exc)})"
+                f"could not read the checkpoint ({aws_error_code(exc)})"
             ) from exc
         except BotoCoreError as exc:
             raise CheckpointStoreError("could not read the checkpoint") from exc
@@ -164,17 +164,13 @@ class S3CheckpointStore:
             if _is_conflict(exc):
                 raise S3PreconditionFailedError(name) from exc
             raise CheckpointStoreError(
-                f"could not write the checkpoint ({_error_code(exc)})"
+                f"could not write the checkpoint ({aws_error_code(exc)})"
             ) from exc
         except BotoCoreError as exc:
             raise CheckpointStoreError("could not write the checkpoint") from exc
         return response["ETag"]
 
 
-def _error_code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
 def _is_conflict(exc: ClientError) -> bool:
     status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    return _error_code(exc) in _CONFLICT_CODES or status in _CONFLICT_STATUSES
+    return aws_error_code(exc) in _CONFLICT_CODES or status in _CONFLICT_STATUSES

@@ -25,7 +25,7 @@ from pydantic_core import InitErrorDetails
 from ..domain import classify
 from ..domain.messages import EnsureRequest, ReleaseRequest
 from ..domain.model import Totals
-from .aws_clients import AWS_CALL_BUDGET_S, LazyClient, sqs_client
+from .aws_clients import AWS_CALL_BUDGET_S, LazyClient, aws_error_code, sqs_client
 from .sqs_limits import FIFO_ID_PATTERN, MAX_BATCH_ENTRIES, is_valid_fifo_id
 
 if TYPE_CHECKING:
@@ -225,7 +225,7 @@ class AllocationProducer:
                 MessageDeduplicationId=entry["MessageDeduplicationId"],
             )
         except (ClientError, BotoCoreError) as exc:
-            raise EnqueueError([request.request_id], _reason(exc)) from exc
+            raise EnqueueError([request.request_id], aws_error_code(exc)) from exc
 
     def _send_chunk(self, chunk: Sequence[AllocationRequestModel]) -> tuple[list[str], str]:
         """Send one batch, retry its failed entries once; return (still failed ids, reason)."""
@@ -241,7 +241,7 @@ class AllocationProducer:
                 )
             except (ClientError, BotoCoreError) as exc:
                 failed_ids = [chunk[int(entry_id)].request_id for entry_id in pending]
-                raise EnqueueError(failed_ids, _reason(exc)) from exc
+                raise EnqueueError(failed_ids, aws_error_code(exc)) from exc
             failed = response.get("Failed", [])
             if not failed:
                 return [], ""
@@ -391,9 +391,3 @@ def _entry(
         "MessageGroupId": request.workspace_id,
         "MessageDeduplicationId": request.request_id,
     }
-
-
-def _reason(exc: ClientError | BotoCoreError) -> str:
-    if isinstance(exc, ClientError):
-        return str(exc.response.get("Error", {}).get("Code") or "ClientError")
-    return type(exc).__name__
