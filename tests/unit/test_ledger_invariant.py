@@ -34,7 +34,8 @@ def test_check_ledger_passes_when_every_request_has_one_equal_record() -> None:
     result = check_ledger([ENSURE, RELEASE], [ensure, release, ensure], ledger)
     assert result.passed
     assert result.detail == (
-        "2 requests with one terminal record each; 3 outcome events equal their record"
+        "2 requests with one terminal record each (0 in the DLQ); "
+        "3 outcome events equal their record"
     )
 
 
@@ -76,10 +77,19 @@ def test_check_ledger_accepts_a_dead_letter_a_redrive_superseded() -> None:
     assert check_ledger([ENSURE], [dead, redriven], {"req-e": _final(redriven)}).passed
 
 
-def test_check_ledger_flags_a_dlq_request_whose_record_is_not_dead_lettered() -> None:
-    # Given a request found in the DLQ whose record says it completed
+def test_check_ledger_accepts_a_completed_request_whose_message_reached_the_dlq() -> None:
+    # Given a request that completed, whose message the DLQ got anyway (a crash after the
+    # handler, before the delete, on its final receive)
     done = _outcome("req-e")
 
-    # When checked / Then it is named
+    # When checked / Then its final record is its one terminal record
     result = check_ledger([ENSURE], [done], {"req-e": _final(done)}, dead_lettered={"req-e"})
-    assert result.violations == ("req-e: in the DLQ but its record is final",)
+    assert result.passed
+    assert result.detail.startswith("1 requests with one terminal record each (1 in the DLQ)")
+
+
+def test_check_ledger_flags_a_dlq_request_without_a_record() -> None:
+    # Given a request in the DLQ that no receive of ours ever recorded
+    # When checked / Then it is named
+    result = check_ledger([ENSURE], [], {}, dead_lettered={"req-e"})
+    assert result.violations == ("req-e: no record, not one terminal record",)

@@ -114,8 +114,9 @@ def _finish(inv: Invocation, message: BatchMessage, outcome: AllocationOutcome) 
     """The request's terminal outcome: stored once in the ledger, then reported."""
     held = inv.book.record(message.message_id, outcome)
     _forget_park(inv, outcome.request_id)
-    inv.observer.completed(held)
-    _report_ledger(inv, held)
+    if held is not None:
+        inv.observer.completed(held)
+        _report_ledger(inv, held)
 
 
 def _refuse_parent(
@@ -138,8 +139,8 @@ def _follow_first_copy(inv: Invocation, first_message_id: str) -> None:
         raise DuplicateRequestError(first_message_id)
 
 
-def _report_ledger(inv: Invocation, outcome: AllocationOutcome) -> None:
-    if inv.ledger.ledger is None:
+def _report_ledger(inv: Invocation, outcome: AllocationOutcome | None) -> None:
+    if outcome is None or inv.ledger.ledger is None:
         return
     if outcome.dead_lettered:
         inv.observer.ledger_event("deadLettered")

@@ -144,7 +144,9 @@ def start_batch(
         ledger=ledger,
         book=OutcomeBook(ledger=ledger),
     )
-    # A ledger write made while applying must leave the outcome publish its time; one made
-    # while finishing (a skipped final receive) needs only to end before the function does.
-    ledger.has_time = lambda: invocation.has_time_to_call_aws(finishing=invocation.finishing)
+    # A ledger write made while applying must leave the outcome publish its time; a dead
+    # letter, or a write made while finishing, needs only to end before the function does.
+    ledger.has_time = lambda finishing: invocation.has_time_to_call_aws(
+        finishing=finishing or invocation.finishing
+    )
     return invocation

@@ -74,18 +74,22 @@ class OutcomeBook:
 
     def record(
         self, message_id: str, outcome: AllocationOutcome, *, replayed: bool = False
-    ) -> AllocationOutcome:
+    ) -> AllocationOutcome | None:
         """Record the terminal outcome of the request carried by ``message_id``.
 
         The ledger stores it first (a replayed outcome is already stored), so what is
-        published is always what the ledger holds; the recorded outcome is returned.
+        published is always what the ledger holds; the recorded outcome is returned, or None
+        for a dead letter the ledger could not take (it is then not announced).
 
         Raises:
             LedgerUnavailableError: a completed request's outcome could not be stored (the
                 record fails and comes back; nothing is published for it).
         """
         if self.ledger is not None and not replayed:
-            outcome = self.ledger.store(outcome)
+            held = self.ledger.store(outcome)
+            if held is None:
+                return None
+            outcome = held
         self.entries.append((message_id, outcome))
         return outcome
 

@@ -42,8 +42,9 @@ class LedgerView:
     entries: dict[str, LedgerEntry] = field(default_factory=dict)
     error: LedgerUnavailableError | None = None
     """Set when the batch's lookup failed: every valid request then fails and comes back."""
-    has_time: Callable[[], bool] = lambda: True
-    """True while one ledger call, retries included, still fits the invocation."""
+    has_time: Callable[[bool], bool] = lambda _finishing: True
+    """True while one ledger call, retries included, still fits the invocation; the argument
+    asks for the finishing deadline (a dead letter may use the time kept for announcing)."""
 
     def replay(self, request_id: str) -> AllocationOutcome | None:
         """The stored final outcome of ``request_id``, or None when it must be applied."""
@@ -57,7 +58,7 @@ class LedgerView:
         entry = self.entries.get(request_id)
         return None if entry is None else entry.intent
 
-    def store(self, outcome: AllocationOutcome) -> AllocationOutcome:
+    def store(self, outcome: AllocationOutcome) -> AllocationOutcome | None:
         """Store a terminal outcome once (see :func:`store_terminal`)."""
         return store_terminal(self, outcome)
 
@@ -84,14 +85,14 @@ def read_ledger(ledger: RequestLedger | None, request_ids: Iterable[str]) -> Led
     return view
 
 
-def store_terminal(view: LedgerView, outcome: AllocationOutcome) -> AllocationOutcome:
+def store_terminal(view: LedgerView, outcome: AllocationOutcome) -> AllocationOutcome | None:
     """Store ``outcome`` once; return the outcome to publish (the ledger's, if one existed).
 
-    Called through :meth:`LedgerView.store` (by :meth:`.OutcomeBook.record`).
-
-    A dead-lettered outcome is still published when the ledger cannot take it: the message is
-    on its way to the DLQ and the service must hear back; any other outcome is not published
-    unstored (the request fails and comes back).
+    Called through :meth:`LedgerView.store` (by :meth:`.OutcomeBook.record`). Nothing is ever
+    published that the ledger does not hold: a dead-lettered outcome the ledger cannot take
+    returns None (not announced; the message is on its way to the DLQ, where the provisional
+    dead letter of its final receive, if written, stands); any other outcome raises (the
+    request fails and comes back).
 
     Raises:
         LedgerUnavailableError: a completed request's outcome could not be stored.
@@ -99,10 +100,11 @@ def store_terminal(view: LedgerView, outcome: AllocationOutcome) -> AllocationOu
     """
     if view.ledger is None:
         return outcome
-    if not view.has_time():
+    dead = bool(outcome.dead_lettered)
+    if not view.has_time(dead):
         # Never let a write outlive the function (a timeout would replay the whole batch).
-        if outcome.dead_lettered:
-            return outcome
+        if dead:
+            return None
         raise OutOfTimeError()
     entry = view.entries.get(outcome.request_id)
     if entry is not None and entry.was_announced_dead and not outcome.dead_lettered:
@@ -110,8 +112,8 @@ def store_terminal(view: LedgerView, outcome: AllocationOutcome) -> AllocationOu
     try:
         held = view.ledger.store_outcome(outcome, dead_lettered=bool(outcome.dead_lettered))
     except LedgerUnavailableError:
-        if outcome.dead_lettered:
-            return outcome
+        if dead:
+            return None
         raise
     view.entries[outcome.request_id] = LedgerEntry(
         request_id=outcome.request_id,
@@ -154,7 +156,7 @@ def record_release_intent(
     """
     if view.ledger is None:
         return
-    if not view.has_time():
+    if not view.has_time(False):
         raise OutOfTimeError()
     intent = ReleaseIntent(before=before, target=target)
     view.ledger.record_intent(request_id, intent)
