@@ -1,4 +1,4 @@
-"""Logging, metrics and (opt-in) tracing through Powertools: one instance of each, here.
+"""Logging and metrics through Powertools: one instance of each, here (no X-Ray: ADR 0008).
 
 Metrics follow the catalog below (docs/metrics.md). Every metric carries the ``service`` and
 ``Environment`` dimensions; some carry one more low-cardinality dimension of their own. Ids go
@@ -13,7 +13,7 @@ import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
@@ -22,9 +22,6 @@ from aws_lambda_powertools.metrics.base import MetricManager
 from ..domain.messages import AllocationOutcome
 from ..domain.model import AiResources, Dimension, Totals
 from ..domain.pool_watch import PoolLowWarning
-
-if TYPE_CHECKING:
-    from aws_lambda_powertools import Tracer
 
 NAMESPACE = "SerenityAllocator"
 SERVICE = "serenity-allocator"
@@ -38,17 +35,6 @@ warnings.filterwarnings("ignore", message="No application metrics to publish")
 
 logger = Logger(service=SERVICE)
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
-_tracer: Tracer | None = None
-
-
-def get_tracer() -> Tracer:
-    """The X-Ray Tracer, created on first use: creating it costs ~0.5 s, so tracing is opt-in."""
-    global _tracer  # noqa: PLW0603 - one Tracer per container, created lazily
-    if _tracer is None:
-        from aws_lambda_powertools import Tracer
-
-        _tracer = Tracer()
-    return _tracer
 
 
 @dataclass(frozen=True)
