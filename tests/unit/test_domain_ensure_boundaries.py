@@ -1,0 +1,233 @@
+"""ensure_headroom at its edges: drafted prompts, the ceiling's exact boundary, unenforced caps."""
+
+from __future__ import annotations
+
+import pytest
+
+from serenity_allocator.domain.allocation import ensure_headroom
+from serenity_allocator.domain.ceiling import Ceiling
+from serenity_allocator.domain.errors import BrandAiLimitError
+from serenity_allocator.domain.model import Totals
+from serenity_allocator.domain.transfer import FAIL_FAST
+from tests.fakes import (
+    READ_RESOURCES,
+    TRANSFER,
+    FakeClock,
+    InMemoryGateway,
+    RecordingObserver,
+    transfer_context,
+)
+
+MASTER = "master-1"
+CHILD = "child-1"
+POOL = Totals(projects=50, prompts=10_000)
+
+
+def _child(
+    total: Totals, used: Totals, drafted: Totals | None = None
+) -> tuple[InMemoryGateway, RecordingObserver]:
+    gateway = InMemoryGateway()
+    gateway.add_master(MASTER, total=POOL)
+    gateway.add_child(CHILD, MASTER, total=total, used=used, drafted=drafted)
+    return gateway, RecordingObserver()
+
+
+# ==== drafted prompts =======================================================================
+
+
+@pytest.mark.parametrize(
+    ("include_drafted", "outcome", "after"),
+    [
+        (False, "hot-path", Totals(projects=1, prompts=200)),
+        (True, "topped-up", Totals(projects=1, prompts=300)),
+    ],
+)
+def test_ensure_headroom_counts_drafted_prompts_only_when_asked(
+    include_drafted: bool, outcome: str, after: Totals
+) -> None:
+    # Given a child using 150 of 200 prompts with 30 more drafted
+    gateway, observer = _child(
+        Totals(projects=1, prompts=200),
+        used=Totals(projects=1, prompts=150),
+        drafted=Totals(prompts=30),
+    )
+
+    # When 30 more prompts are needed (180 fits; 150 + 30 drafted + 30 = 210 does not)
+    result = ensure_headroom(
+        gateway,
+        CHILD,
+        MASTER,
+        Totals(prompts=30),
+        transfer_context(FakeClock(), observer),
+        include_drafted=include_drafted,
+        policy=FAIL_FAST,
+    )
+
+    # Then drafted work only forces a top-up (to 210 in blocks of 100) when it is asked for
+    assert (result.outcome, result.after) == (outcome, after)
+    assert gateway.totals_of(CHILD) == after
+    assert observer.args_of("headroom_checked") == [(outcome,)]
+
+
+# ==== the ceiling's exact boundary ==========================================================
+
+
+def _ensure_prompts(
+    need: int, ceiling: Ceiling, *, total: int = 200, used: int = 200
+) -> tuple[InMemoryGateway, RecordingObserver, Totals]:
+    gateway, observer = _child(
+        Totals(projects=1, prompts=total), used=Totals(projects=1, prompts=used)
+    )
+    result = ensure_headroom(
+        gateway,
+        CHILD,
+        MASTER,
+        Totals(prompts=need),
+        transfer_context(FakeClock(), observer),
+        ceiling=ceiling,
+        policy=FAIL_FAST,
+    )
+    return gateway, observer, result.after
+
+
+@pytest.mark.parametrize(
+    ("limit", "after_prompts"),
+    [
+        (250, 250),  # the exact need (200 + 50) is the ceiling: topped up to it, not refused
+        (251, 251),  # the block-rounded 300 passes it: capped to the ceiling
+        (299, 299),
+        (300, 300),  # the block-rounded target is the ceiling: sent as planned
+        (301, 300),  # under the ceiling: the ceiling plays no part
+    ],
+)
+def test_ensure_headroom_need_at_or_under_the_ceiling_is_topped_up_to_at_most_it(
+    limit: int, after_prompts: int
+) -> None:
+    # Given a full child at 200 prompts and a prompts ceiling / When 50 more are needed
+    gateway, observer, after = _ensure_prompts(50, Ceiling(prompts=limit))
+
+    # Then one transfer to the block-rounded target held under the ceiling, nothing refused
+    assert after == Totals(projects=1, prompts=after_prompts)
+    assert gateway.transfers == [(CHILD, Totals(projects=1, prompts=after_prompts))]
+    assert observer.args_of("rejected") == []
+
+
+def test_ensure_headroom_need_one_over_the_ceiling_is_refused_without_transfer() -> None:
+    # Given a full child at 200 prompts under a ceiling of 249
+    gateway, observer = _child(
+        Totals(projects=1, prompts=200), used=Totals(projects=1, prompts=200)
+    )
+
+    # When 50 more are needed (exactly 250: one over)
+    with pytest.raises(BrandAiLimitError) as raised:
+        ensure_headroom(
+            gateway,
+            CHILD,
+            MASTER,
+            Totals(prompts=50),
+            transfer_context(FakeClock(), observer),
+            ceiling=Ceiling(prompts=249),
+            policy=FAIL_FAST,
+        )
+
+    # Then brandAiLimit names the exact need and the cap; only the child was read, nothing
+    # moved, the rejection counted once
+    assert (raised.value.dimension, raised.value.requested, raised.value.ceiling) == (
+        "prompts",
+        250,
+        249,
+    )
+    assert gateway.calls == [(READ_RESOURCES, CHILD)]
+    assert gateway.totals_of(CHILD) == Totals(projects=1, prompts=200)
+    assert observer.args_of("rejected") == [("brandAiLimit",)]
+
+
+@pytest.mark.parametrize("ceiling", [Ceiling(prompts=1_000), Ceiling(projects=0, prompts=1_000)])
+def test_ensure_headroom_dimension_the_ceiling_leaves_out_is_not_enforced(
+    ceiling: Ceiling,
+) -> None:
+    # Given a child using all of its 3 projects under a ceiling that caps prompts only (a
+    # projects value of 0 is "not enforced", never a cap of 0)
+    gateway, observer = _child(Totals(projects=3, prompts=200), used=Totals(projects=3, prompts=0))
+
+    # When 4 more projects are needed
+    result = ensure_headroom(
+        gateway,
+        CHILD,
+        MASTER,
+        Totals(projects=4),
+        transfer_context(FakeClock(), observer),
+        ceiling=ceiling,
+        policy=FAIL_FAST,
+    )
+
+    # Then projects rise to 7 and prompts keep their total
+    assert result.after == Totals(projects=7, prompts=200)
+    assert gateway.calls_of(TRANSFER) == [CHILD]
+    assert observer.args_of("rejected") == []
+
+
+def test_ensure_headroom_dimension_already_over_the_ceiling_is_kept_when_not_raised() -> None:
+    # Given a child holding 500 prompts (over a later-lowered ceiling of 300) and full projects
+    gateway, observer = _child(Totals(projects=1, prompts=500), used=Totals(projects=1, prompts=10))
+
+    # When one more project is needed
+    result = ensure_headroom(
+        gateway,
+        CHILD,
+        MASTER,
+        Totals(projects=1),
+        transfer_context(FakeClock(), observer),
+        ceiling=Ceiling(projects=5, prompts=300),
+        policy=FAIL_FAST,
+    )
+
+    # Then projects rise and prompts keep 500: a cap never lowers nor refuses what is not raised
+    assert result.after == Totals(projects=2, prompts=500)
+    assert gateway.transfers == [(CHILD, Totals(projects=2, prompts=500))]
+    assert observer.args_of("rejected") == []
+
+
+def test_ensure_headroom_projects_need_exactly_at_the_ceiling_is_served() -> None:
+    # Given a child using its one project under a projects ceiling of 2
+    gateway, observer = _child(Totals(projects=1, prompts=100), used=Totals(projects=1, prompts=0))
+
+    # When one more project is needed (exactly the ceiling)
+    result = ensure_headroom(
+        gateway,
+        CHILD,
+        MASTER,
+        Totals(projects=1),
+        transfer_context(FakeClock(), observer),
+        ceiling=Ceiling(projects=2),
+        policy=FAIL_FAST,
+    )
+
+    # Then it is served
+    assert result.after == Totals(projects=2, prompts=100)
+    assert gateway.totals_of(CHILD) == Totals(projects=2, prompts=100)
+
+
+def test_ensure_headroom_projects_need_one_over_the_ceiling_is_refused() -> None:
+    # Given a child using its one project under a projects ceiling of 1
+    gateway, observer = _child(Totals(projects=1, prompts=100), used=Totals(projects=1, prompts=0))
+
+    # When one more project is needed (one over)
+    with pytest.raises(BrandAiLimitError) as raised:
+        ensure_headroom(
+            gateway,
+            CHILD,
+            MASTER,
+            Totals(projects=1),
+            transfer_context(FakeClock(), observer),
+            ceiling=Ceiling(projects=1),
+            policy=FAIL_FAST,
+        )
+
+    # Then refused, naming projects, with nothing transferred
+    assert (raised.value.dimension, raised.value.requested, raised.value.ceiling) == (
+        "projects",
+        2,
+        1,
+    )
+    assert gateway.transfers == []
