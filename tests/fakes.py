@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -360,42 +360,6 @@ def transfer_context(
 
 
 # ==== Lambda, sweep and worker collaborators ===============================================
-
-
-class FakeLambdaContext:
-    """The Lambda context attributes handlers read, with a remaining time on a fake clock.
-
-    With a ``clock`` the remaining time counts down as the clock moves (the deadline is fixed at
-    construction); without one it stays at ``remaining_ms``.
-    """
-
-    def __init__(
-        self,
-        remaining_ms: int = 60_000,
-        *,
-        clock: Callable[[], float] | None = None,
-        function_name: str = "serenity-allocator-unit",
-        memory_limit_in_mb: int = 512,
-        aws_request_id: str = "00000000-0000-4000-8000-000000000001",
-    ) -> None:
-        self.function_name = function_name
-        self.function_version = "$LATEST"
-        self.memory_limit_in_mb = memory_limit_in_mb
-        self.invoked_function_arn = (
-            f"arn:aws:lambda:us-east-1:123456789012:function:{function_name}"
-        )
-        self.aws_request_id = aws_request_id
-        self.log_group_name = f"/aws/lambda/{function_name}"
-        self.log_stream_name = "unit/[$LATEST]0"
-        self._clock = clock
-        self._remaining_ms = remaining_ms
-        self._deadline = None if clock is None else clock() + remaining_ms / 1000.0
-
-    def get_remaining_time_in_millis(self) -> int:
-        """Milliseconds left (never negative)."""
-        if self._clock is None or self._deadline is None:
-            return self._remaining_ms
-        return max(0, int((self._deadline - self._clock()) * 1000))
 
 
 class SimulatedCrash(BaseException):

@@ -22,13 +22,13 @@ from serenity_allocator.domain.model import Totals
 from serenity_allocator.handlers.allocator import lambda_handler
 from serenity_allocator.handlers.allocator_runtime import AllocatorRuntime
 from serenity_allocator.handlers.settings import AllocatorSettings
+from serenity_tools.standins.lambda_context import LocalLambdaContext
 from tests.fakes import (
     LIST_FAMILY,
     READ_RESOURCES,
     READ_STATUS,
     TRANSFER,
     FakeClock,
-    FakeLambdaContext,
     InMemoryGateway,
     RecordingDeadLetters,
     RecordingEnqueuer,
@@ -50,6 +50,9 @@ BASE_ENV = {
     "SERENITY_DYNAMIC_ALLOCATION": "true",
 }
 QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/serenity-unit.fifo"
+FUNCTION_NAME = "serenity-allocator-unit"
+FUNCTION_TIMEOUT_MS = 60_000
+"""The template's Allocator timeout: a fresh invocation has this much time left."""
 FULL = Totals(projects=1, prompts=100)
 """A child at one block, using all of it."""
 
@@ -70,10 +73,8 @@ class Worker:
     responses: list[dict[str, Any]] = field(default_factory=list)
 
     def invoke(self, *records: dict[str, Any], remaining_ms: int | None = None) -> dict[str, Any]:
-        context = (
-            FakeLambdaContext()
-            if remaining_ms is None
-            else FakeLambdaContext(remaining_ms, clock=self.clock)
+        context = LocalLambdaContext(
+            FUNCTION_NAME, (remaining_ms or FUNCTION_TIMEOUT_MS) / 1000.0, self.clock
         )
         response: dict[str, Any] = lambda_handler(
             sqs_event(*records), context, runtime=self.runtime

@@ -27,10 +27,10 @@ from serenity_allocator.handlers.sweep import (
     parse_sweep_payload,
     parse_sweep_request,
 )
+from serenity_tools.standins.lambda_context import LocalLambdaContext
 from tests.fakes import (
     LIST_FAMILY,
     FakeClock,
-    FakeLambdaContext,
     InMemoryCheckpointStore,
     InMemoryGateway,
     RecordingEnqueuer,
@@ -84,10 +84,11 @@ class Sweep:
 
     def invoke(self, event: dict[str, Any], *, remaining_ms: int = 900_000) -> dict[str, Any]:
         self.invocations += 1
-        context = FakeLambdaContext(
-            remaining_ms,
-            clock=self.clock,
-            function_name="serenity-sweep-unit",
+        context = LocalLambdaContext(
+            "serenity-sweep-unit",
+            remaining_ms / 1000.0,
+            self.clock,
+            memory_limit_in_mb=512,
             aws_request_id=f"00000000-0000-4000-8000-{self.invocations:012d}",
         )
         result: dict[str, Any] = lambda_handler(event, context, runtime=self.runtime)
