@@ -83,8 +83,9 @@ def test_choose_reclaim_siblings_skips_self_parent_drafts_zombies_crumbs_grandch
     # Given the family / When choosing
     chosen = {workspace for workspace, _ in _choose(_family())}
 
-    # Then none of the ineligible ones is proposed
-    assert chosen.isdisjoint({CHILD, MASTER, "drafting", "zombie", "crumbs", "grandchild"})
+    # Then exactly the eligible ones: not the asker, the parent, the drafting sibling, the
+    # zombie, the one with crumbs nor the grandchild
+    assert chosen == {"big", "mid", "projects-only"}
 
 
 def test_choose_reclaim_siblings_never_reads_a_sibling_that_is_not_created() -> None:
@@ -92,9 +93,15 @@ def test_choose_reclaim_siblings_never_reads_a_sibling_that_is_not_created() -> 
     gateway = _family()
     _choose(gateway)
 
-    # Then its resources are never read (its status already disqualifies it), nor the asker's
-    assert "zombie" not in gateway.calls_of(READ_RESOURCES)
-    assert CHILD not in gateway.calls_of(READ_RESOURCES)
+    # Then exactly the created siblings' resources are read: never the zombie's (its status
+    # already disqualifies it), the asker's, the parent's nor the grandchild's
+    assert sorted(gateway.calls_of(READ_RESOURCES)) == [
+        "big",
+        "crumbs",
+        "drafting",
+        "mid",
+        "projects-only",
+    ]
 
 
 def test_choose_reclaim_siblings_nothing_to_give_returns_empty() -> None:
@@ -156,3 +163,10 @@ def test_choose_reclaim_siblings_never_below_floor_or_used(
                 assert remaining >= getattr(floor, dim_name)
                 assert remaining >= usage.used + usage.drafted
         assert candidate.units.prompts >= BLOCKS.prompts or candidate.units.projects >= 1
+    # and every sibling with at least one block to give is proposed (none of them drafts)
+    givers = set()
+    for index in range(len(siblings)):
+        returned = plan_release(gateway.read_resources(f"s{index}"), floor, BLOCKS).units_returned
+        if returned.prompts >= BLOCKS.prompts or returned.projects >= BLOCKS.projects:
+            givers.add(f"s{index}")
+    assert {candidate.workspace_id for candidate in chosen} == givers
