@@ -445,3 +445,50 @@ def test_patch_moto_fifo_redelivery_fixes_an_in_process_moto(
 
         # Then redelivery keeps FIFO order
         assert _redelivery_order(server.endpoint_url) == ["m0", "m1", "m2"]
+
+
+def _expiring_one_by_one(monkeypatch: pytest.MonkeyPatch, *, frozen: bool) -> list[list[str]]:
+    """Three in-flight messages of one group become visible a few clock readings apart while
+    moto's clock advances one millisecond per reading; receive twice (the second time with
+    all three long visible) and return what each receive delivered."""
+    from moto.core.utils import unix_time_millis
+    from moto.sqs import models
+    from moto.sqs.models import SQSBackend
+
+    from serenity_tools.standins import moto_fifo
+
+    monkeypatch.setattr(models, "unix_time_millis", unix_time_millis)
+    monkeypatch.setattr(SQSBackend, "receive_message", _unpatched(SQSBackend.receive_message))
+    if not frozen:  # the fix as it was: free the expired ones, but let the clock run
+        monkeypatch.setattr(moto_fifo, "_CLOCK", "unix_time")
+    moto_fifo.patch_moto_fifo_redelivery()
+    backend = SQSBackend("us-east-1", "123456789012")
+    backend.create_queue("order.fifo", FifoQueue="true", VisibilityTimeout="30")
+    for index in range(3):
+        backend.send_message("order.fifo", f"m{index}", group_id="g", deduplication_id=f"d{index}")
+    assert len(backend.receive_message("order.fifo", 10, 0, 30)) == 3
+    received = list(backend.get_queue("order.fifo")._messages)  # the broker's own, not copies
+    start = int(unix_time_millis()) + 60_000
+    ticks = iter(range(start, start + 1_000))
+    monkeypatch.setattr(models, "unix_time_millis", lambda *_: next(ticks))
+    for message, visible_at in zip(received, (0, start + 4, start + 5), strict=True):
+        message.visible_at = visible_at
+    first = backend.receive_message("order.fifo", 10, 0, 30)
+    for message in received:
+        message.visible_at = 0
+    second = backend.receive_message("order.fifo", 10, 0, 30)
+    return [[m.body for m in first], [m.body for m in second]]
+
+
+def test_fifo_fix_holds_the_clock_while_a_groups_messages_expire_one_by_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a group whose failed messages become visible again DURING one receive
+    # When it is received with the clock held still for the receive, and with it running
+    fixed = _expiring_one_by_one(monkeypatch, frozen=True)
+    running = _expiring_one_by_one(monkeypatch, frozen=False)
+
+    # Then the fixed broker waits for the group, then delivers it whole and in order; with
+    # the clock running, moto frees the late ones one by one and hands out the last alone
+    assert fixed == [[], ["m0", "m1", "m2"]]
+    assert running[0] == ["m2"]

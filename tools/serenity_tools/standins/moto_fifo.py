@@ -10,8 +10,13 @@ group, receive all three, let the visibility timeout pass, receive again: moto r
 ``[m2]``. Real SQS returns ``[m0, m1, m2]``.
 
 :func:`patch_moto_fifo_redelivery` frees every expired in-flight message of the queue BEFORE
-moto takes its snapshot, so the group is free and its messages come back in order. It changes
-nothing else (visibility, receive counts and the redrive to the DLQ are moto's).
+moto takes its snapshot, so the group is free and its messages come back in order. It also
+holds moto's clock still for the length of one receive: otherwise a message whose visibility
+ends DURING the receive (the group's messages expire a few milliseconds apart, and a busy
+machine stretches the receive) is freed by moto's own loop, one at a time, and the same bug
+delivers the group's last message first. Measured under ``make stress``: a group of three
+failed messages, the third delivered alone. It changes nothing else (visibility, receive
+counts and the redrive to the DLQ are moto's).
 
 The launchers in :mod:`.moto_server` apply it by default; ``fifo_fix=False`` keeps the stock
 broker available to show the violation.
@@ -23,6 +28,8 @@ import functools
 from typing import Any
 
 _PATCH_MARK = "_serenity_fifo_redelivery_fix"
+_CLOCK = "unix_time_millis"
+"""moto's SQS clock: message visibility is computed from it."""
 
 
 def patch_moto_fifo_redelivery() -> bool:
@@ -33,6 +40,7 @@ def patch_moto_fifo_redelivery() -> bool:
     Returns:
         True when the patch was installed now, False when it already was.
     """
+    from moto.sqs import models
     from moto.sqs.models import SQSBackend
 
     original = SQSBackend.receive_message
@@ -42,12 +50,27 @@ def patch_moto_fifo_redelivery() -> bool:
     @functools.wraps(original)
     def receive_message(self: Any, queue_name: str, *args: Any, **kwargs: Any) -> Any:
         queue = self.get_queue(queue_name)
-        if queue.fifo_queue:
+        if not queue.fifo_queue:
+            return original(self, queue_name, *args, **kwargs)
+        clock = getattr(models, _CLOCK)
+        now = clock()
+
+        def frozen(dt: Any = None) -> Any:
+            return now if dt is None else clock(dt)
+
+        # One instant for the whole receive (the server is single-threaded): what is visible
+        # when the snapshot is taken stays so, and nothing else becomes so half-way through.
+        # (A long poll then sees newly visible messages on its next receive only; the local
+        # consumers use short polling.)
+        setattr(models, _CLOCK, frozen)
+        try:
             # An in-flight message whose visibility timeout has passed no longer holds its
             # group; free them all before moto snapshots the groups in flight.
             for message in [m for m in queue.pending_messages if m.visible]:
                 queue.pending_messages.discard(message)
-        return original(self, queue_name, *args, **kwargs)
+            return original(self, queue_name, *args, **kwargs)
+        finally:
+            setattr(models, _CLOCK, clock)
 
     setattr(receive_message, _PATCH_MARK, True)
     SQSBackend.receive_message = receive_message  # type: ignore[method-assign]
