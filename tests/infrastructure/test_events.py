@@ -19,6 +19,7 @@ from aws_lambda_powertools.utilities.parser.models import SqsModel
 from pydantic import ValidationError
 
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest, parse_request
+from serenity_allocator.handlers.sweep import SweepRequest, parse_sweep_payload
 from tests.infrastructure._template import EVENTS_DIR, load_template
 
 SQS_EVENTS = sorted(p for p in EVENTS_DIR.glob("*.json") if "Records" in json.loads(p.read_text()))
@@ -133,18 +134,8 @@ def test_malformed_event_holds_one_of_each_invalid_message() -> None:
 # ---------------------------------------------------------------- sweep payloads
 
 
-def _sweep_request_model() -> Any:
-    try:
-        from serenity_allocator.handlers.sweep import SweepRequest
-    except ImportError:
-        pytest.skip("serenity_allocator.handlers.sweep.SweepRequest not written yet (lead)")
-    return SweepRequest
-
-
 @pytest.mark.parametrize("path", SWEEP_EVENTS, ids=_ids(SWEEP_EVENTS))
 def test_sweep_event_validates_against_the_sweep_payload_model(path: Path) -> None:
-    from serenity_allocator.handlers.sweep import SweepRequest, parse_sweep_payload
-
     request = parse_sweep_payload(_load(path))
     if isinstance(request, SweepRequest):
         assert request.parent_workspace_ids == ["ws-master-org1"]

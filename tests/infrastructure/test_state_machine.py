@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from serenity_allocator.domain.sweep import SweepResult
 from tests.infrastructure._template import RUNBOOKS_DIR, load_template
 
 STATE_MACHINE = "SweepStateMachine"
@@ -268,7 +269,7 @@ def sweep_result(
     processed: int = 25,
     remaining: int = 0,
 ) -> dict[str, Any]:
-    """A result as the Sweep handler returns it (built with its own model when available)."""
+    """A result as the Sweep handler returns it (built with its own model)."""
     counts = {"would_release": 0, "enqueued": processed, "unexpected_errors": unexpected_errors}
     fields: dict[str, Any] = {
         "run_id": run_id,
@@ -283,10 +284,6 @@ def sweep_result(
         "items": [],
         "checkpoint": f"s3://bucket/sweep/{run_id}.json",
     }
-    try:
-        from serenity_allocator.domain.sweep import SweepResult
-    except ImportError:  # the lead's model not there yet: the documented shape
-        return fields
     result: dict[str, Any] = SweepResult.model_validate(fields).model_dump(mode="json")
     return result
 
