@@ -16,6 +16,7 @@ from serenity_allocator.domain.errors import (
     UpstreamError,
     UpstreamUnavailableError,
     WorkspaceBusyError,
+    error_code_of,
 )
 
 # Codes other services and dashboards match on: changing one is a breaking change.
@@ -91,3 +92,19 @@ def test_upstream_error_carries_status_and_a_bounded_body() -> None:
     assert error.status == 500
     assert str(error).startswith("transfer: upstream answered 500: ")
     assert len(str(error)) < 300
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (WorkspaceBusyError(), "workspaceBusy"),
+        (UpstreamError(403, "forbidden", "read"), "upstream403"),
+        (KeyError("the bug"), "KeyError"),
+    ],
+)
+def test_error_code_of_is_the_typed_code_the_upstream_status_or_the_kind(
+    exc: Exception, expected: str
+) -> None:
+    # Given a typed error, an upstream answer and an unforeseen failure
+    # When each is given its code / Then one mapping serves outcomes, logs and sweep reports
+    assert error_code_of(exc) == expected

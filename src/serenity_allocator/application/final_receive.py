@@ -9,10 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..domain.errors import OrgPoolExhaustedError, ParkedForReclaimError, UpstreamError
+from ..domain.errors import (
+    OrgPoolExhaustedError,
+    ParkedForReclaimError,
+    UpstreamError,
+    error_code_of,
+)
 from ..domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus, ReleaseRequest
 from .batch_plan import BatchMessage
-from .outcomes import build_outcome, error_code
+from .outcomes import build_outcome
 
 TERMINAL_UPSTREAM_STATUSES = frozenset({400, 403, 404, 405, 409, 410, 413, 415})
 """Upstream answers a retry cannot fix: the request completes with a ``failed`` outcome."""
@@ -23,7 +28,7 @@ def terminal_failure(
 ) -> AllocationOutcome | None:
     """A ``failed`` outcome for an upstream answer a retry cannot fix; None when one could."""
     if isinstance(exc, UpstreamError) and exc.status in TERMINAL_UPSTREAM_STATUSES:
-        return build_outcome(request, "failed", receive_count, error_code=error_code(exc))
+        return build_outcome(request, "failed", receive_count, error_code=error_code_of(exc))
     return None
 
 
@@ -35,7 +40,7 @@ def final_receive_outcome(
     A busy child is a rejection (``workspaceBusy``); an ensure still parked for reclaim ends
     with the pool exhaustion it was waiting out; anything else is ``failed`` with its code.
     """
-    code = error_code(exc)
+    code = error_code_of(exc)
     status: OutcomeStatus = "rejected" if code == "workspaceBusy" else "failed"
     if isinstance(exc, ParkedForReclaimError):
         status, code = "rejected", OrgPoolExhaustedError.code

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..domain.errors import AllocationError, OutOfTimeError, UpstreamError
+from ..domain.errors import AllocationError, OutOfTimeError, UpstreamError, error_code_of
 from ..domain.ledger import LedgerConflictError, LedgerUnavailableError
 from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from ..domain.parent_links import ParentMismatchError
@@ -35,7 +35,7 @@ from .batch_plan import BatchMessage
 from .dead_letter import dead_letter
 from .final_receive import final_receive_outcome, terminal_failure
 from .invocation import Invocation
-from .outcomes import ReleaseIncompleteError, build_outcome, error_code
+from .outcomes import ReleaseIncompleteError, build_outcome
 from .request_ledger import mark_final_receive
 
 
@@ -163,7 +163,7 @@ def _note_retry(
 ) -> None:
     final_receive = inv.is_final_receive(message.receive_count)
     inv.observer.will_retry(
-        error_code(exc),
+        error_code_of(exc),
         final_receive=final_receive,
         expected=isinstance(
             exc,

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..domain.errors import AllocationError, UpstreamError
 from ..domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus, ReleaseRequest
 from ..domain.model import Totals
 
@@ -53,15 +52,6 @@ def build_outcome(
         org_id=request.org_id,
         brand_id=request.brand_id,
     )
-
-
-def error_code(exc: Exception) -> str:
-    """The stable code an outcome and the logs carry for a failure."""
-    if isinstance(exc, AllocationError | ReleaseIncompleteError):
-        return exc.code
-    if isinstance(exc, UpstreamError):
-        return f"upstream{exc.status}"
-    return type(exc).__name__
 
 
 @dataclass

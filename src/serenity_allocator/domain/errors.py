@@ -130,3 +130,17 @@ class ParkedForReclaimError(AllocationError):
     code = "parkedForReclaim"
     message = "waiting for surplus reclaimed from sibling workspaces"
     transient = True
+
+
+def error_code_of(exc: BaseException) -> str:
+    """The stable code a failure is reported under (outcomes, logs, sweep reports).
+
+    A typed error's ``code``; ``upstream<status>`` for an upstream answer; otherwise the
+    exception's kind (a bug or an unforeseen failure, named without its message).
+    """
+    code = getattr(exc, "code", None)
+    if isinstance(code, str) and code:
+        return code
+    if isinstance(exc, UpstreamError):
+        return f"upstream{exc.status}"
+    return type(exc).__name__

@@ -26,7 +26,13 @@ from pydantic import ValidationError
 
 from .allocation import release_surplus
 from .classify import is_rate_limited
-from .errors import AllocationError, RateLimitedError, UpstreamError, UpstreamUnavailableError
+from .errors import (
+    AllocationError,
+    RateLimitedError,
+    UpstreamError,
+    UpstreamUnavailableError,
+    error_code_of,
+)
 from .model import DEFAULT_BLOCKS, Blocks, Totals, WorkspaceStatus
 from .ports import AllocationObserver, Clock, NullObserver, Sleeper, WorkspaceGateway
 from .sweep_claims import claim_parents, release_parents
@@ -617,7 +623,7 @@ def _classify(exc: Exception) -> _Failure:
     code = expected_error_code(exc)
     if code is None:
         # No typed code: a degraded gateway or a bug. These abort a run.
-        return _Failure(_describe(exc), counts_toward_abort=True)
+        return _Failure(error_code_of(exc), counts_toward_abort=True)
     return _Failure(code, counts_toward_abort=False)
 
 
@@ -630,11 +636,3 @@ def expected_error_code(exc: Exception) -> str | None:
     if isinstance(exc, AllocationError):
         return exc.code
     return None
-
-
-def _describe(exc: Exception) -> str:
-    if isinstance(exc, AllocationError):
-        return exc.code
-    if isinstance(exc, UpstreamError):
-        return f"upstream{exc.status}"
-    return type(exc).__name__
