@@ -19,6 +19,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("serenity_tools.operator.sweep_cli", "run or follow a rightsizing sweep"),
     "harness": ("serenity_tools.verification.harness.cli", "run a reliability harness scenario"),
     "build": ("serenity_tools.operator.build", "build the deployable zip artifact"),
+    "dlq-audit": (
+        "serenity_tools.operator.dlq_audit",
+        "record a terminal dead letter for every request in the DLQ (leaves the DLQ as is)",
+    ),
     "message-schema": (
         "serenity_tools.operator.message_schema",
         "print or --write the JSON Schema of message v1",

@@ -38,6 +38,28 @@ def read_ledger_table(resources: LocalResources) -> dict[str, LedgerEntry]:
     return entries
 
 
+def audit_local_dead_letters(resources: LocalResources) -> int:
+    """Run the DLQ audit on the local stack, as an operator would; return how many it recorded.
+
+    The harness runs it after the drain and before it reads outcomes and the DLQ: a request
+    whose final receive died before our code ran has its terminal record only from the audit.
+    """
+    from serenity_allocator.adapters.dynamodb_request_ledger import DynamoDbRequestLedger
+    from serenity_allocator.adapters.eventbridge_outcomes import OutcomePublisher
+    from serenity_allocator.application.audit_dead_letters import audit_dead_letters
+    from serenity_tools.operator.dlq_audit import peek_dead_letters
+
+    letters = peek_dead_letters(local_client("sqs", resources.endpoint_url), resources.dlq_url)
+    report = audit_dead_letters(
+        letters,
+        DynamoDbRequestLedger(
+            resources.ledger_table, local_client("dynamodb", resources.endpoint_url)
+        ),
+        OutcomePublisher(resources.bus_name, events=local_client("events", resources.endpoint_url)),
+    )
+    return len(report.recorded)
+
+
 def check_ledger(
     requests: Iterable[EnsureRequest | ReleaseRequest],
     outcomes: Sequence[AllocationOutcome],

@@ -25,7 +25,10 @@ from serenity_tools.verification.harness.worker_releases import (
 )
 from serenity_tools.verification.harness.workload import Request, Workload
 from serenity_tools.verification.invariants import InvariantResult, workspaces_by_id
-from serenity_tools.verification.ledger_check import read_ledger_table
+from serenity_tools.verification.ledger_check import (
+    audit_local_dead_letters,
+    read_ledger_table,
+)
 from serenity_tools.verification.write_path import (
     WritePathSummary,
     as_metered_writes,
@@ -219,6 +222,9 @@ def drain_workload(
         pool.stop()
     duration = time.monotonic() - started
     dump = stack.simulator.dump()
+    # As an operator would on the DLQ alarm: requests whose last receive never ran our code
+    # get their terminal dead letter (and its outcome) before anything is read.
+    audit_local_dead_letters(stack.resources)
     outcomes = stack.outcomes.outcomes()
     events = read_trace_events(pool.trace_paths)
     letters = stack.read_dead_letters()
