@@ -268,6 +268,27 @@ def test_lambda_handler_top_up_in_one_transfer_rounded_to_block() -> None:
     assert worker.gateway.family_units(MASTER) == Totals(projects=51, prompts=10_100)
 
 
+def test_lambda_handler_include_drafted_from_the_message_sizes_the_top_up() -> None:
+    # Given two children using 50 of 100 prompts with 80 more drafted
+    gateway = _family()
+    for child in ("c1", "c2"):
+        gateway.add_child(
+            child,
+            MASTER,
+            total=Totals(projects=1, prompts=100),
+            used=Totals(projects=1, prompts=50),
+            drafted=Totals(projects=0, prompts=80),
+        )
+    worker = _worker(gateway)
+
+    # When one ensure counts the drafts and the other does not
+    worker.invoke(_ensure("m1", "c1", 10, include_drafted=True), _ensure("m2", "c2", 10))
+
+    # Then only the one that asked is topped up past its drafts
+    assert worker.gateway.transfers == [("c1", Totals(projects=1, prompts=200))]
+    assert [worker.outcome(r).status for r in ("req-m1", "req-m2")] == ["topped-up", "hot-path"]
+
+
 def test_lambda_handler_ceiling_rejects_with_brand_ai_limit_and_completes() -> None:
     # Given a child whose top-up would pass its brand ceiling
     worker = _worker(_family(("c1", FULL, FULL)))

@@ -286,7 +286,7 @@ def test_ensure_headroom_pool_exhausted_raises_and_reports_rejection() -> None:
     # Then refused as pool exhaustion, with nothing moved
     assert observer.args_of("rejected") == [("orgPoolExhausted",)]
     assert gateway.totals_of(CHILD) == Totals(projects=1, prompts=100)
-    assert "tight_pool_fallback" not in observer.names()
+    assert observer.names() == ["pool_checked", "headroom_checked", "transfer_timed", "rejected"]
 
 
 @pytest.mark.parametrize(
@@ -487,6 +487,39 @@ def test_ensure_headroom_unmetered_parent_skips_the_transfer() -> None:
     assert asked == [MASTER]
     assert gateway.calls_of(TRANSFER) == []
     assert result.before == result.after == Totals(projects=1, prompts=100)
+
+
+@pytest.mark.parametrize(
+    ("include_drafted", "outcome", "after"),
+    [
+        (False, "hot-path", Totals(projects=1, prompts=100)),
+        (True, "topped-up", Totals(projects=1, prompts=200)),
+    ],
+)
+def test_ensure_headroom_counts_drafts_only_when_asked(
+    include_drafted: bool, outcome: str, after: Totals
+) -> None:
+    # Given a child using 50 of 100 prompts with 80 more drafted
+    gateway = _family(
+        child_total=Totals(projects=1, prompts=100),
+        child_used=Totals(projects=1, prompts=50),
+        child_drafted=Totals(projects=0, prompts=80),
+    )
+
+    # When 10 prompts are ensured, with or without counting the drafts
+    result = ensure_headroom(
+        gateway,
+        CHILD,
+        MASTER,
+        Totals(prompts=10),
+        transfer_context(FakeClock()),
+        include_drafted=include_drafted,
+        policy=FAIL_FAST,
+    )
+
+    # Then 60 fit as they are; 140 (drafts counted) need the next whole block
+    assert (result.outcome, result.after) == (outcome, after)
+    assert gateway.totals_of(CHILD) == after
 
 
 def test_ensure_headroom_hot_path_does_not_consult_is_unmetered() -> None:
