@@ -71,7 +71,7 @@ def test_apply_transfer_fail_fast_not_ready_is_busy_at_once(
         apply_transfer(gateway, CHILD, RAISED, FAIL_FAST, transfer_context(clock, observer))
     assert gateway.calls == [(TRANSFER, CHILD)]
     assert clock.sleeps == []
-    assert "not_ready_retry" not in observer.names()
+    assert observer.names() == ["transfer_timed"]  # no not_ready_retry
 
 
 # ---- settle -------------------------------------------------------------------------------
