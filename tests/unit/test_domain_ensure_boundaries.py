@@ -1,4 +1,4 @@
-"""ensure_headroom at its edges: drafted prompts, the ceiling's exact boundary, unenforced caps."""
+"""ensure_headroom at the ceiling's edges: the exact boundary, unenforced or unraised caps."""
 
 from __future__ import annotations
 
@@ -30,43 +30,6 @@ def _child(
     gateway.add_master(MASTER, total=POOL)
     gateway.add_child(CHILD, MASTER, total=total, used=used, drafted=drafted)
     return gateway, RecordingObserver()
-
-
-# ==== drafted prompts =======================================================================
-
-
-@pytest.mark.parametrize(
-    ("include_drafted", "outcome", "after"),
-    [
-        (False, "hot-path", Totals(projects=1, prompts=200)),
-        (True, "topped-up", Totals(projects=1, prompts=300)),
-    ],
-)
-def test_ensure_headroom_counts_drafted_prompts_only_when_asked(
-    include_drafted: bool, outcome: str, after: Totals
-) -> None:
-    # Given a child using 150 of 200 prompts with 30 more drafted
-    gateway, observer = _child(
-        Totals(projects=1, prompts=200),
-        used=Totals(projects=1, prompts=150),
-        drafted=Totals(prompts=30),
-    )
-
-    # When 30 more prompts are needed (180 fits; 150 + 30 drafted + 30 = 210 does not)
-    result = ensure_headroom(
-        gateway,
-        CHILD,
-        MASTER,
-        Totals(prompts=30),
-        transfer_context(FakeClock(), observer),
-        include_drafted=include_drafted,
-        policy=FAIL_FAST,
-    )
-
-    # Then drafted work only forces a top-up (to 210 in blocks of 100) when it is asked for
-    assert (result.outcome, result.after) == (outcome, after)
-    assert gateway.totals_of(CHILD) == after
-    assert observer.args_of("headroom_checked") == [(outcome,)]
 
 
 # ==== the ceiling's exact boundary ==========================================================
