@@ -122,23 +122,21 @@ def parse_request(body: str) -> EnsureRequest | ReleaseRequest:
     try:
         return ALLOCATION_REQUEST.validate_json(body)
     except ValidationError as exc:
-        errors = exc.errors()
-        if not any(error["type"] in _TAG_ERRORS and not error["loc"] for error in errors):
+        tag_errors = [e for e in exc.errors() if e["type"] in _TAG_ERRORS and not e["loc"]]
+        if not tag_errors:
             raise
-        # pydantic reports a missing or unknown discriminator at the root (loc ``()``); put it
-        # on ``kind`` so every rejection names the field to fix.
+        # pydantic reports a missing or unknown discriminator as the union's one error, at the
+        # root (loc ``()``); put it on ``kind`` so every rejection names the field to fix.
         raise ValidationError.from_exception_data(
             exc.title,
             [
                 InitErrorDetails(
                     type=error["type"],
-                    loc=("kind",)
-                    if error["type"] in _TAG_ERRORS and not error["loc"]
-                    else error["loc"],
+                    loc=("kind",),
                     input=error["input"],
                     ctx=error.get("ctx", {}),
                 )
-                for error in errors
+                for error in tag_errors
             ],
             input_type="json",
         ) from None
