@@ -35,7 +35,7 @@ import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,31 +154,45 @@ def _ensure(child: str, prompts: int, projects: int = 0, **extra: Any) -> Ensure
     return build_ensure(child, MASTER_ID, {"projects": projects, "prompts": prompts}, **extra)
 
 
+def _plan_over(child: str, nth: int, rng: random.Random) -> list[Request]:
+    if nth % 2:
+        return [_ensure(child, 50)]
+    # A release between two ensures: applied in its place, so the second ensure tops the
+    # lowered child back up (order matters, and the checks verify it).
+    return [_ensure(child, 50), build_release(child), _ensure(child, 150, 1)]
+
+
+def _plan_tight(child: str, nth: int, rng: random.Random) -> list[Request]:
+    return [_ensure(child, rng.choice((50, 100, 250)), rng.choice((0, 1)))]
+
+
+def _plan_drafts(child: str, nth: int, rng: random.Random) -> list[Request]:
+    # The first counts its drafts (a top-up), the second does not (the hot path).
+    return [_ensure(child, 100, include_drafted=nth == 1)]
+
+
+_PLANS: dict[str, Callable[[str, int, random.Random], list[Request]]] = {
+    "over": _plan_over,
+    "tight": _plan_tight,
+    "drafts": _plan_drafts,
+    "zombie": lambda child, nth, rng: [_ensure(child, 50)],
+    "ceiling": lambda child, nth, rng: [
+        _ensure(child, 300, ceiling={"projects": 5, "prompts": 600})
+    ],
+    "burst": lambda child, nth, rng: [_ensure(child, 50) for _ in range(_BURST_SIZE)],
+    "greedy": lambda child, nth, rng: [_ensure(child, POOL_PROMPTS * 2)],
+}
+"""Per kind, the requests a child's service sends (``idle`` children send none)."""
+
+
 def plan_requests(kinds: Mapping[str, str], rng: random.Random) -> dict[str, list[Request]]:
     """Per child, the requests its service will send, in order."""
     plans: dict[str, list[Request]] = {}
     seen: Counter[str] = Counter()
     for child, kind in kinds.items():
         seen[kind] += 1
-        if kind == "over" and seen[kind] % 2:
-            plans[child] = [_ensure(child, 50)]
-        elif kind == "over":
-            # A release between two ensures: applied in its place, so the second ensure tops
-            # the lowered child back up (order matters, and the checks verify it).
-            plans[child] = [_ensure(child, 50), build_release(child), _ensure(child, 150, 1)]
-        elif kind == "tight":
-            plans[child] = [_ensure(child, rng.choice((50, 100, 250)), rng.choice((0, 1)))]
-        elif kind == "drafts":
-            # The first counts its drafts (a top-up), the second does not (the hot path).
-            plans[child] = [_ensure(child, 100, include_drafted=seen[kind] == 1)]
-        elif kind == "zombie":
-            plans[child] = [_ensure(child, 50)]
-        elif kind == "ceiling":
-            plans[child] = [_ensure(child, 300, ceiling={"projects": 5, "prompts": 600})]
-        elif kind == "burst":
-            plans[child] = [_ensure(child, 50) for _ in range(_BURST_SIZE)]
-        elif kind == "greedy":
-            plans[child] = [_ensure(child, POOL_PROMPTS * 2)]
+        if kind in _PLANS:
+            plans[child] = _PLANS[kind](child, seen[kind], rng)
     return plans
 
 
