@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from ..domain.ledger import RequestLedger
+from ..domain.ledger import LedgerEntry, RequestLedger
 from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest, parse_request
 from .outcomes import build_outcome
 from .ports import OutcomeSink
@@ -60,26 +60,14 @@ def audit_dead_letters(
             twice, so announce failures are the caller's to report.
     """
     audit = DeadLetterAudit()
-    requests: dict[str, tuple[EnsureRequest | ReleaseRequest, int]] = {}
-    for letter in letters:
-        request = _request(letter)
-        if request is None:
-            audit.invalid += 1
-            continue
-        requests.setdefault(request.request_id, (request, letter.receive_count))
+    requests = _valid_requests(letters, audit)
     entries = ledger.lookup(list(requests))
     for request_id, (request, receive_count) in requests.items():
         entry = entries.get(request_id)
         if entry is not None and entry.is_terminal and not entry.provisional:
             audit.already_terminal += 1
             continue
-        if entry is not None and entry.provisional and entry.outcome is not None:
-            # Its final receive died after leaving the provisional record: announce that one.
-            outcome = entry.outcome
-        else:
-            outcome = build_outcome(
-                request, "failed", receive_count, error_code=RECEIVES_EXHAUSTED
-            ).model_copy(update={"dead_lettered": True})
+        outcome = _dead_letter_outcome(entry, request, receive_count)
         held = ledger.store_outcome(outcome, dead_lettered=True)
         if held == outcome:
             audit.recorded.append(held)
@@ -90,6 +78,31 @@ def audit_dead_letters(
             outcomes.publish(audit.recorded[start : start + 10])
         audit.announced = True
     return audit
+
+
+def _valid_requests(
+    letters: Sequence[DeadLetterCopy], audit: DeadLetterAudit
+) -> dict[str, tuple[EnsureRequest | ReleaseRequest, int]]:
+    """The valid requests among the letters (first copy of each), counting the invalid ones."""
+    requests: dict[str, tuple[EnsureRequest | ReleaseRequest, int]] = {}
+    for letter in letters:
+        request = _request(letter)
+        if request is None:
+            audit.invalid += 1
+            continue
+        requests.setdefault(request.request_id, (request, letter.receive_count))
+    return requests
+
+
+def _dead_letter_outcome(
+    entry: LedgerEntry | None, request: EnsureRequest | ReleaseRequest, receive_count: int
+) -> AllocationOutcome:
+    if entry is not None and entry.provisional and entry.outcome is not None:
+        # Its final receive died after leaving the provisional record: announce that one.
+        return entry.outcome
+    return build_outcome(
+        request, "failed", receive_count, error_code=RECEIVES_EXHAUSTED
+    ).model_copy(update={"dead_lettered": True})
 
 
 def _request(letter: DeadLetterCopy) -> EnsureRequest | ReleaseRequest | None:
