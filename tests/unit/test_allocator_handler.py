@@ -328,6 +328,14 @@ def test_lambda_handler_pool_exhausted_rejects_and_completes(
     _, data = _emf(capsys)
     assert _total(data, "TightPoolFallback", "rejected") == 1
     assert _total(data, "AllocationRejection", "orgPoolExhausted") == 1
+    # ... and the refused top-up still counts as one attempted, with its one timed call, so
+    # the hot-path ratio and the latency show a dry pool
+    assert _total(data, "HeadroomCheck", "topped-up") == 1
+    assert [
+        len(d.values)
+        for d in data
+        if d.name == "TopUpLatencyMs" and d.dimensions["Path"] == "fail-fast"
+    ] == [1]
 
 
 def test_lambda_handler_tight_pool_fallback_saves_exact_need(
