@@ -1,14 +1,14 @@
-"""ensure_headroom at the ceiling's edges: the exact boundary, unenforced or unraised caps."""
+"""ensure_headroom and plan_release at their edges: exact fits, the ceiling's boundary, zeros."""
 
 from __future__ import annotations
 
 import pytest
 
-from serenity_allocator.domain.allocation import ensure_headroom
+from serenity_allocator.domain.allocation import ensure_headroom, plan_release, required_totals
 from serenity_allocator.domain.ceiling import Ceiling
-from serenity_allocator.domain.errors import BrandAiLimitError
-from serenity_allocator.domain.model import Totals
-from serenity_allocator.domain.transfer import FAIL_FAST
+from serenity_allocator.domain.errors import BrandAiLimitError, WiringError
+from serenity_allocator.domain.model import AiResources, Blocks, Dimension, DimensionUsage, Totals
+from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE
 from tests.fakes import (
     READ_RESOURCES,
     TRANSFER,
@@ -194,3 +194,127 @@ def test_ensure_headroom_projects_need_one_over_the_ceiling_is_refused() -> None
         1,
     )
     assert gateway.transfers == []
+
+
+# ==== exact fits, defaults and zeros ========================================================
+
+
+@pytest.mark.parametrize(
+    ("child_id", "parent_id", "field"), [(" ", MASTER, "child_id"), (CHILD, "", "parent_id")]
+)
+def test_ensure_headroom_blank_id_error_names_the_field(
+    child_id: str, parent_id: str, field: str
+) -> None:
+    # Given a blank id / When ensuring / Then the wiring error names the field that is blank
+    gateway, observer = _child(Totals(projects=1, prompts=100), used=Totals())
+    with pytest.raises(WiringError, match=f"^{field} must be a non-blank workspace id$"):
+        ensure_headroom(
+            gateway,
+            child_id,
+            parent_id,
+            Totals(prompts=1),
+            transfer_context(FakeClock(), observer),
+            policy=FAIL_FAST,
+        )
+
+
+def test_ensure_headroom_need_that_exactly_fills_an_odd_total_is_the_hot_path() -> None:
+    # Given a child holding 437 prompts (not a whole number of blocks), using 400
+    gateway, observer = _child(
+        Totals(projects=1, prompts=437), used=Totals(projects=1, prompts=400)
+    )
+
+    # When exactly the 37 left are needed
+    result = ensure_headroom(
+        gateway,
+        CHILD,
+        MASTER,
+        Totals(prompts=37),
+        transfer_context(FakeClock(), observer),
+        policy=FAIL_FAST,
+    )
+
+    # Then it fits as it is: no top-up to the next block
+    assert (result.outcome, result.after) == ("hot-path", Totals(projects=1, prompts=437))
+    assert gateway.transfers == []
+
+
+def test_ensure_headroom_ignores_drafted_prompts_by_default() -> None:
+    # Given a child using 50 of 100 prompts with 80 more drafted
+    gateway, observer = _child(
+        Totals(projects=1, prompts=100),
+        used=Totals(projects=1, prompts=50),
+        drafted=Totals(prompts=80),
+    )
+
+    # When 10 prompts are needed and include_drafted is not given
+    result = ensure_headroom(
+        gateway,
+        CHILD,
+        MASTER,
+        Totals(prompts=10),
+        transfer_context(FakeClock(), observer),
+        policy=FAIL_FAST,
+    )
+
+    # Then the drafts do not count: 60 of 100 fits
+    assert result.outcome == "hot-path"
+
+
+def test_ensure_headroom_top_up_reports_its_attempts() -> None:
+    # Given a full child that settles once (one 422 not ready) before taking the transfer
+    gateway, observer = _child(
+        Totals(projects=1, prompts=100), used=Totals(projects=1, prompts=100)
+    )
+    gateway.script_not_ready(CHILD, transfers=1)
+
+    # When 1 more prompt is needed under the settle policy
+    result = ensure_headroom(
+        gateway,
+        CHILD,
+        MASTER,
+        Totals(prompts=1),
+        transfer_context(FakeClock(), observer),
+        policy=SETTLE,
+    )
+
+    # Then the result says two transfers were sent
+    assert (result.outcome, result.attempts) == ("topped-up", 2)
+    assert gateway.calls_of(TRANSFER) == [CHILD, CHILD]
+
+
+def test_required_totals_of_an_idle_child_with_no_need_is_zero() -> None:
+    # Given a child that uses and drafts nothing / When nothing more is needed
+    child = AiResources(
+        projects=DimensionUsage(used=0, total=0), prompts=DimensionUsage(used=0, total=0)
+    )
+
+    # Then nothing is required (never a minimum of one)
+    assert required_totals(child, Totals(), include_drafted=True) == Totals(projects=0, prompts=0)
+
+
+def test_plan_release_dimension_already_at_zero_needs_no_decommission() -> None:
+    # Given a child holding no projects at all and 100 unused prompts, with a zero floor
+    child = AiResources(
+        projects=DimensionUsage(used=0, total=0), prompts=DimensionUsage(used=0, total=100)
+    )
+
+    # When planned
+    plan = plan_release(child, Totals(projects=0, prompts=0), Blocks())
+
+    # Then only prompts would go to zero (decommission); projects, already 0, are not reported
+    assert plan.requires_decommission == (Dimension.PROMPTS,)
+    assert plan.lowered == ()
+
+
+def test_plan_release_reports_drafted_units_of_both_dimensions() -> None:
+    # Given a child with drafts in both dimensions
+    child = AiResources(
+        projects=DimensionUsage(used=1, drafted=2, total=5),
+        prompts=DimensionUsage(used=100, drafted=30, total=500),
+    )
+
+    # When planned / Then the plan carries both drafted counts
+    assert plan_release(child, Totals(projects=1, prompts=100), Blocks()).drafted == Totals(
+        projects=2, prompts=30
+    )
