@@ -20,20 +20,26 @@ One module per use case:
 - :mod:`.attempt_observer`: verdict metrics (rejections, tight-pool fallback results) count
   only when the attempt's result stands, so a split coalesced run or a parked ensure is not a
   rejection.
+- :mod:`.request_ledger`: the request ledger as the worker uses it (ADR 0009).
+- :mod:`.audit_dead_letters`: a terminal record for valid requests found in the DLQ.
+- :mod:`.invocation`: the configuration, the ports, the two deadlines (applying, finishing)
+  and what one batch produced; :mod:`.outcomes` builds outcomes and records them.
 
-The per-request flow, and where a request ledger plugs in
----------------------------------------------------------
+The per-request flow, and where the request ledger sits
+-------------------------------------------------------
 ``handle_message`` takes one record: report it; dead-letter it if invalid; otherwise apply
 it and record its terminal outcome, or raise so SQS redelivers it (recording the terminal
-outcome first when this is its final receive). A ledger plugs in at two points and nowhere
+outcome first when this is its final receive). The ledger sits at these points and nowhere
 else:
 
-1. Before applying (``handle_message``, between validation and ``_apply``): look up a stored
-   terminal outcome by ``request_id``; when found, pass it to ``_finish`` unchanged and do not
-   apply the request again.
-2. When terminal (:meth:`.OutcomeBook.record`): every terminal outcome of the invocation enters
-   through this one method (a completed request, a final receive, a skipped final receive), so
-   a ledger stores it there, once.
+1. Before applying: the batch's request ids are read once (``start_batch``); in
+   ``handle_message`` a request with a final record is replayed (its stored outcome announced
+   again, unchanged) and not applied; a final receive leaves a provisional dead letter first.
+2. Inside a release (``apply_release``): the intent (before, target) is recorded just before
+   the transfer.
+3. When terminal (:meth:`.OutcomeBook.record`): every terminal outcome of the invocation enters
+   through this one method (a completed request, a final receive, a skipped final receive), and
+   the ledger stores it there, once, before it is announced.
 """
 
 from __future__ import annotations
