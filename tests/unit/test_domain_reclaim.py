@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from serenity_allocator.domain.allocation import plan_release
+from serenity_allocator.domain.errors import UpstreamError
 from serenity_allocator.domain.model import Blocks, Totals
 from serenity_allocator.domain.reclaim import choose_reclaim_siblings
 from tests.fakes import READ_RESOURCES, InMemoryGateway
@@ -170,3 +171,41 @@ def test_choose_reclaim_siblings_never_below_floor_or_used(
         if returned.prompts >= BLOCKS.prompts or returned.projects >= BLOCKS.projects:
             givers.add(f"s{index}")
     assert {candidate.workspace_id for candidate in chosen} == givers
+
+
+def test_choose_reclaim_siblings_keeps_looking_past_every_kind_of_skip() -> None:
+    # Given siblings that are each skipped for a different reason, listed BEFORE the one donor
+    gateway = InMemoryGateway()
+    gateway.add_master(MASTER, total=Totals())
+    gateway.add_child(CHILD, MASTER, total=FLOOR)
+    gateway.add_child("zombie", MASTER, total=Totals(projects=1, prompts=4_000), status="x")
+    gateway.add_child("unreadable", MASTER, total=Totals(projects=1, prompts=4_000))
+    gateway.script_errors(READ_RESOURCES, "unreadable", [UpstreamError(500, "boom", "read")])
+    gateway.add_child(
+        "drafting", MASTER, total=Totals(projects=1, prompts=3_000), drafted=Totals(prompts=10)
+    )
+    gateway.add_child(
+        "crumbs", MASTER, total=Totals(projects=1, prompts=150), used=Totals(projects=1, prompts=60)
+    )
+    gateway.add_child(
+        "donor", MASTER, total=Totals(projects=1, prompts=500), used=Totals(projects=1, prompts=50)
+    )
+
+    # When choosing / Then the donor listed last is still found
+    assert _choose(gateway) == [("donor", Totals(projects=0, prompts=400))]
+
+
+def test_choose_reclaim_siblings_exactly_one_block_to_give_is_enough() -> None:
+    # Given a sibling holding 200 prompts and using 100: exactly one block (100) to give
+    gateway = InMemoryGateway()
+    gateway.add_master(MASTER, total=Totals())
+    gateway.add_child(CHILD, MASTER, total=FLOOR)
+    gateway.add_child(
+        "one-block",
+        MASTER,
+        total=Totals(projects=1, prompts=200),
+        used=Totals(projects=1, prompts=100),
+    )
+
+    # When choosing / Then it is asked
+    assert _choose(gateway) == [("one-block", Totals(projects=0, prompts=100))]
