@@ -328,7 +328,10 @@ def run_ours(
     def process(batch: list[Any], statuses: dict[str, str]) -> set[str]:
         with silenced():
             response = lambda_handler(
-                lambda_event(batch), LocalLambdaContext("bench-allocator", 30.0), runtime
+                # The template's Allocator timeout: calls are budgeted against what is left.
+                lambda_event(batch),
+                LocalLambdaContext("bench-allocator", 60.0),
+                runtime,
             )
         for outcome in events.outcomes:
             statuses[outcome["request_id"]] = outcome["status"]
