@@ -330,11 +330,43 @@ class EventSourceConsumer:
         if not messages:
             return 0
         self.batches += 1
+        base = {"consumer": self.index, "pid": os.getpid(), "batch": self.batches}
+        groups = self._trace_receive(messages, base, requested_at, received_at)
+        chosen = self._injector.draw()
+        self._injector.crash_if(chosen, "before_handler")
+        failures, error = self._invoke(messages, chosen)
+        self._injector.crash_if(chosen, "after_handler_before_delete")
+        released_at = self.clock()
+        deleted, delete_failed = self._delete(
+            [message for message in messages if message["MessageId"] not in failures]
+        )
+        self._schedule_retry([message for message in messages if message["MessageId"] in failures])
+        self.trace.write(
+            {
+                "ev": "release",
+                **base,
+                "t": released_at,
+                "t_done": self.clock(),
+                "groups": list(groups),
+                "failures": [m["MessageId"] for m in messages if m["MessageId"] in failures],
+                "deleted": deleted,
+                "delete_failed": delete_failed,
+                "error": error,
+            }
+        )
+        return len(messages)
+
+    def _trace_receive(
+        self,
+        messages: Sequence[MessageTypeDef],
+        base: Mapping[str, Any],
+        requested_at: float,
+        received_at: float,
+    ) -> dict[str, list[str]]:
         described = [_describe(message) for message in messages]
         groups: dict[str, list[str]] = {}
         for item in described:
             groups.setdefault(item["group"], []).append(item["id"])
-        base = {"consumer": self.index, "pid": os.getpid(), "batch": self.batches}
         self.trace.write(
             {
                 "ev": "receive",
@@ -345,47 +377,27 @@ class EventSourceConsumer:
                 "msgs": described,
             }
         )
+        return groups
 
-        chosen = self._injector.draw()
-        self._injector.crash_if(chosen, "before_handler")
+    def _invoke(
+        self, messages: Sequence[MessageTypeDef], chosen: str | None
+    ) -> tuple[set[str], str | None]:
+        """Call the handler under the function timeout; return (failed ids, error name)."""
         batch_ids = [message["MessageId"] for message in messages]
-        error: str | None = None
         crash_timer = self._injector.arm_during_handler(chosen)
         watchdog = self._arm_watchdog()
         try:
             event = build_sqs_event(messages, queue_arn=self.queue_arn, region=self.region)
             context = LocalLambdaContext(self.function_name, self.function_timeout_s, self.clock)
-            response = self.handler(event, context)
-            failures = failed_message_ids(response, batch_ids)
+            return failed_message_ids(self.handler(event, context), batch_ids), None
         except Exception as exc:
             # A function error: the mapping deletes nothing and the batch comes back whole.
-            error = type(exc).__name__
             traceback.print_exc()
-            failures = set(batch_ids)
+            return set(batch_ids), type(exc).__name__
         finally:
             for timer in (crash_timer, watchdog):
                 if timer is not None:
                     timer.cancel()
-        self._injector.crash_if(chosen, "after_handler_before_delete")
-
-        released_at = self.clock()
-        to_delete = [message for message in messages if message["MessageId"] not in failures]
-        deleted, delete_failed = self._delete(to_delete)
-        self._schedule_retry([message for message in messages if message["MessageId"] in failures])
-        self.trace.write(
-            {
-                "ev": "release",
-                **base,
-                "t": released_at,
-                "t_done": self.clock(),
-                "groups": list(groups),
-                "failures": [mid for mid in batch_ids if mid in failures],
-                "deleted": deleted,
-                "delete_failed": delete_failed,
-                "error": error,
-            }
-        )
-        return len(messages)
 
     def _arm_watchdog(self) -> threading.Timer | None:
         if not self.kill_on_timeout:

@@ -396,8 +396,16 @@ class LocalStack:
                 ],
             )
 
-    def read_dead_letters(self, dlq_url: str | None = None) -> list[DeadLetter]:
-        """Read AND delete every message in the DLQ (or in ``dlq_url``, another DLQ on moto)."""
+    def read_dead_letters(
+        self, dlq_url: str | None = None, *, earlier_reads: int = 0
+    ) -> list[DeadLetter]:
+        """Read AND delete every message in the DLQ (or in ``dlq_url``, another DLQ on moto).
+
+        Args:
+            dlq_url: Another DLQ on moto (default: the allocation DLQ).
+            earlier_reads: Times each message was already received from the DLQ without being
+                deleted (an audit that peeks): each counted one receive, like this read.
+        """
         from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
 
         letters: list[DeadLetter] = []
@@ -413,8 +421,10 @@ class LocalStack:
                     body=message.get("Body", ""),
                     request_id=body_field(message.get("Body", ""), "request_id"),
                     reason=reason.get("StringValue"),
-                    # The DLQ read itself counted one more receive.
-                    receive_count=int(attributes.get("ApproximateReceiveCount", "1")) - 1,
+                    # The DLQ reads themselves counted one more receive each.
+                    receive_count=int(attributes.get("ApproximateReceiveCount", "1"))
+                    - 1
+                    - earlier_reads,
                 )
             )
         return letters
