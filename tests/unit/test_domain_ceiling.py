@@ -173,3 +173,8 @@ def test_cap_to_ceiling_never_refuses_a_need_that_fits_and_never_passes_the_cap(
 
     # Then the write fits and the cap holds
     assert required <= capped.prompts <= limit
+
+
+def test_parse_ceiling_value_one_is_the_smallest_enforced_cap() -> None:
+    # Given the smallest positive value / When parsed / Then it is enforced as 1
+    assert parse_ceiling_value("1") == 1

@@ -244,3 +244,29 @@ def test_apply_transfer_exhaustion_text_is_not_mistaken_for_not_ready(
     with pytest.raises(OrgPoolExhaustedError):
         apply_transfer(gateway, CHILD, RAISED, SETTLE, transfer_context(clock))
     assert clock.sleeps == []
+
+
+def test_transfer_context_work_that_ends_exactly_at_the_deadline_fits() -> None:
+    # Given a context whose deadline is 10 s away
+    clock = FakeClock()
+    ctx = transfer_context(clock, deadline=clock() + 10.0)
+
+    # When asked about 10 s and a little more / Then exactly 10 s fits, more does not
+    assert (ctx.has_time_for(10.0), ctx.has_time_for(10.001)) == (True, False)
+
+
+def test_apply_transfer_settle_polls_again_under_a_deadline_with_room(
+    gateway: InMemoryGateway, clock: FakeClock
+) -> None:
+    # Given a child that reads "not ready" once after the transfer, then "created"
+    gateway.script_statuses(CHILD, ["not ready", "created"])
+
+    # When sent on the release path with a deadline a minute away
+    attempts = apply_transfer(
+        gateway, CHILD, RAISED, SETTLE, transfer_context(clock, deadline=clock() + 60.0)
+    )
+
+    # Then one transfer, two status reads one poll interval apart
+    assert attempts == 1
+    assert gateway.calls == [(TRANSFER, CHILD), (READ_STATUS, CHILD), (READ_STATUS, CHILD)]
+    assert clock.sleeps == [SETTLE.settle_poll_interval_s]
