@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "invoke": ("serenity_tools.standins.invoke", "invoke a template function locally"),
     "sweep": ("serenity_tools.operator.sweep_cli", "run or follow a rightsizing sweep"),
     "harness": ("serenity_tools.verification.harness.cli", "run a reliability harness scenario"),
+    "stress": ("serenity_tools.verification.stress", "demo and harness with every core busy"),
     "build": ("serenity_tools.operator.build", "build the deployable zip artifact"),
     "dlq-audit": (
         "serenity_tools.operator.dlq_audit",
