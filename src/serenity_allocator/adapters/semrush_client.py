@@ -287,31 +287,10 @@ class SemrushClient:
         refreshed = False
         retry = 0
         while True:
-            left = self._time_left()
-            if left is not None and left <= 0:
-                raise OutOfTimeError()
-            try:
-                response = self._http.request(
-                    op.method,
-                    url,
-                    json=body,
-                    headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
-                    timeout=self._timeout
-                    if left is None
-                    else httpx.Timeout(min(self._timeout_s, left)),
-                )
-            except httpx.TransportError as exc:
-                delay = self._backoff_delay(retry)
-                if (
-                    retry < self._max_retries
-                    and (op.idempotent or isinstance(exc, _NOT_SENT_ERRORS))
-                    and self._fits(delay)
-                ):
-                    self._sleep(delay)
-                    retry += 1
-                    continue
-                # The cause is kept for the traceback; httpx's messages carry no URL or header.
-                raise UpstreamUnavailableError() from exc
+            response = self._attempt(op, url, body, token, retry)
+            if response is None:  # a transport failure, slept off: send again
+                retry += 1
+                continue
             status = response.status_code
             if 200 <= status <= 299:
                 return response
@@ -320,13 +299,8 @@ class SemrushClient:
                 refreshed = True
                 token = self._tokens.get_token(refresh=True)
                 continue
-            delay = self._retry_delay(response, retry)
-            if (
-                retry < self._max_retries
-                and self._is_retryable_status(op, status)
-                and self._fits(delay)
-            ):
-                self._sleep(delay)
+            retryable = self._is_retryable_status(op, status)
+            if self._slept_before_retry(retry, retryable, self._retry_delay(response, retry)):
                 retry += 1
                 continue
             # The domain classifies the raw answer; only the logged form is redacted.
@@ -337,6 +311,38 @@ class SemrushClient:
                 shown=redact_secret(response.text, token),
                 retry_after_s=_retry_after_s(response.headers.get("Retry-After")),
             )
+
+    def _attempt(
+        self, op: _Operation, url: str, body: dict[str, Any] | None, token: str, retry: int
+    ) -> httpx.Response | None:
+        """Send once within the time left; None when a transport failure may be retried."""
+        left = self._time_left()
+        if left is not None and left <= 0:
+            raise OutOfTimeError()
+        timeout = self._timeout if left is None else httpx.Timeout(min(self._timeout_s, left))
+        try:
+            return self._http.request(
+                op.method,
+                url,
+                json=body,
+                headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+                timeout=timeout,
+            )
+        except httpx.TransportError as exc:
+            # Only what the retry-safety table allows: a request that may have reached the
+            # upstream is sent again only when the operation is idempotent.
+            resendable = op.idempotent or isinstance(exc, _NOT_SENT_ERRORS)
+            if self._slept_before_retry(retry, resendable, self._backoff_delay(retry)):
+                return None
+            # The cause is kept for the traceback; httpx's messages carry no URL or header.
+            raise UpstreamUnavailableError() from exc
+
+    def _slept_before_retry(self, retry: int, allowed: bool, delay: float) -> bool:
+        """Sleep ``delay`` and say True when another attempt is allowed and still fits."""
+        if retry < self._max_retries and allowed and self._fits(delay):
+            self._sleep(delay)
+            return True
+        return False
 
     @staticmethod
     def _is_retryable_status(op: _Operation, status: int) -> bool:

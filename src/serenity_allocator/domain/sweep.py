@@ -199,17 +199,22 @@ def _process_batch(
         items.append(item)
         if env.on_item is not None:
             env.on_item(item)
-        if checkpoint.error_streak >= request.max_consecutive_errors:
-            checkpoint.aborted = (
-                f"{checkpoint.error_streak} consecutive failed attempts "
-                f"(last: {item.error_code or 'unknown'})"
-            )
-        if len(checkpoint.processed) == len(checkpoint.targets):
-            checkpoint.state = "done"  # every target has a terminal result
+        _note_progress(request, checkpoint, item)
         state.save()
         if checkpoint.aborted:
             break
     return items
+
+
+def _note_progress(request: SweepRequest, checkpoint: SweepCheckpoint, item: SweepItem) -> None:
+    """Abort after too many failed attempts in a row; done once every target is terminal."""
+    if checkpoint.error_streak >= request.max_consecutive_errors:
+        checkpoint.aborted = (
+            f"{checkpoint.error_streak} consecutive failed attempts "
+            f"(last: {item.error_code or 'unknown'})"
+        )
+    if len(checkpoint.processed) == len(checkpoint.targets):
+        checkpoint.state = "done"  # every target has a terminal result
 
 
 def _attempts(target: tuple[str, str], state: _RunState) -> int:
@@ -348,11 +353,7 @@ def _resumed_checkpoint(
     lease = checkpoint.lease_until
     if lease is not None and lease > now + env.max_lease_s:
         raise CheckpointCorruptError(name, "its lease lies beyond any invocation's deadline")
-    if (
-        checkpoint.parent_workspace_ids != list(request.parent_workspace_ids)
-        or checkpoint.workspace_ids != request.workspace_ids
-        or checkpoint.payload_sha256 != payload_sha256(request)
-    ):
+    if not _is_same_payload(checkpoint, request):
         raise SweepRefusedError(
             f"run {run_id!r} was started with another payload (parents, workspace_ids, limit "
             "or floor differ); resume it with its own payload or start a new run_id"
@@ -364,6 +365,14 @@ def _resumed_checkpoint(
     checkpoint.aborted = None  # resuming an aborted run is the operator's decision
     checkpoint.error_streak = 0
     return checkpoint
+
+
+def _is_same_payload(checkpoint: SweepCheckpoint, request: SweepRequest) -> bool:
+    return (
+        checkpoint.parent_workspace_ids == list(request.parent_workspace_ids)
+        and checkpoint.workspace_ids == request.workspace_ids
+        and checkpoint.payload_sha256 == payload_sha256(request)
+    )
 
 
 def _families(request: SweepRequest, env: SweepEnvironment) -> dict[str, list[str]]:
@@ -427,13 +436,7 @@ def abandon_sweep_run(request: SweepAbandonRequest, env: SweepEnvironment) -> Sw
         CheckpointCorruptError: its checkpoint cannot be read as one (restore a good version).
     """
     run_id = request.run_id
-    for dry_run in (False, True):
-        name = checkpoint_name(run_id, dry_run)
-        stored = env.store.load(name)
-        if stored is not None:
-            break
-    else:
-        raise SweepRefusedError(f"there is no run {run_id!r} to abandon")
+    name, stored, dry_run = _find_run_checkpoint(run_id, env)
     checkpoint = parse_checkpoint(stored.body, name)
     if checkpoint.run_id != run_id:
         raise CheckpointCorruptError(name, "it belongs to another run")
@@ -460,6 +463,16 @@ def abandon_sweep_run(request: SweepAbandonRequest, env: SweepEnvironment) -> Sw
         total=len(checkpoint.targets),
         checkpoint=env.store.location(name),
     )
+
+
+def _find_run_checkpoint(run_id: str, env: SweepEnvironment) -> tuple[str, StoredCheckpoint, bool]:
+    """The run's checkpoint, real or dry, with its name and whether it is a dry run."""
+    for dry_run in (False, True):
+        name = checkpoint_name(run_id, dry_run)
+        stored = env.store.load(name)
+        if stored is not None:
+            return name, stored, dry_run
+    raise SweepRefusedError(f"there is no run {run_id!r} to abandon")
 
 
 # ---------------------------------------------------------------- one target
