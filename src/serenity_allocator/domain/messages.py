@@ -34,8 +34,9 @@ WORKSPACE_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
 """The upstream's id alphabet. No '.', so an id can never be a '.' or '..' path segment (httpx
 collapses those), and no control, space or bidi characters can reach a URL path."""
 
-# Exact: no stripping, so the id checked is the id that becomes the URL segment and group id.
-WorkspaceId = Annotated[str, StringConstraints(pattern=WORKSPACE_ID_PATTERN)]
+# Surrounding whitespace is stripped first; the stripped id is checked and is the one used
+# (URL segment, group id), so nothing outside the alphabet ever reaches the upstream.
+WorkspaceId = Annotated[str, StringConstraints(strip_whitespace=True, pattern=WORKSPACE_ID_PATTERN)]
 RequestId = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128)]
 OptionalLabel = Annotated[
     str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128)
