@@ -1,0 +1,245 @@
+"""The worker's use cases honour their configuration and carry each request's identity.
+
+Through the Allocator handler, on in-memory fakes: configured blocks size top-ups, releases
+and the default release floor; the environment's ceiling backstop caps a top-up; an outcome
+carries the request's labels; a final receive's outcome is marked dead-lettered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from serenity_allocator.domain.messages import AllocationOutcome
+from serenity_allocator.domain.model import Totals
+from serenity_allocator.handlers.allocator import lambda_handler
+from serenity_allocator.handlers.allocator_runtime import AllocatorRuntime
+from serenity_allocator.handlers.settings import AllocatorSettings
+from serenity_tools.standins.lambda_context import LocalLambdaContext
+from tests.fakes import (
+    FakeClock,
+    InMemoryGateway,
+    RecordingDeadLetters,
+    RecordingOutcomes,
+    sqs_event,
+    sqs_record,
+)
+
+MASTER = "ws-master"
+MAX_RECEIVE_COUNT = 5
+ENV = {
+    "SEMRUSH_BASE_URL": "http://127.0.0.1:9",
+    "SEMRUSH_TOKEN": "tok-unit-never-used",
+    "ENVIRONMENT": "unit",
+    "MAX_RECEIVE_COUNT": str(MAX_RECEIVE_COUNT),
+    "SERENITY_DYNAMIC_ALLOCATION": "true",
+}
+WIDE_BLOCKS = {"BLOCK_PROJECTS": "2", "BLOCK_PROMPTS": "250"}
+"""Not the defaults (1 project, 100 prompts): a rule that ignored them would size by 100."""
+
+
+@dataclass
+class Rig:
+    """One container on fakes: its gateway, its published outcomes, one invoke per call."""
+
+    gateway: InMemoryGateway
+    outcomes: RecordingOutcomes
+    runtime: AllocatorRuntime
+    clock: FakeClock
+
+    def invoke(self, *records: dict[str, Any]) -> list[str]:
+        """Hand the records to the handler; return the failed message ids."""
+        context = LocalLambdaContext("serenity-allocator-unit", 60.0, self.clock)
+        response = lambda_handler(sqs_event(*records), context, runtime=self.runtime)
+        return [failure["itemIdentifier"] for failure in response["batchItemFailures"]]
+
+    def outcome(self, request_id: str) -> AllocationOutcome:
+        return self.outcomes.by_request()[request_id]
+
+
+def _rig(gateway: InMemoryGateway, **env: str) -> Rig:
+    clock = FakeClock()
+    outcomes = RecordingOutcomes()
+    runtime = AllocatorRuntime(
+        settings=AllocatorSettings.from_env({**ENV, **env}),
+        gateway=gateway,
+        dead_letters=RecordingDeadLetters(),
+        outcomes=outcomes,
+        clock=clock,
+        sleep=clock.sleep,
+    )
+    return Rig(gateway, outcomes, runtime, clock)
+
+
+def _family(*children: tuple[str, Totals, Totals]) -> InMemoryGateway:
+    gateway = InMemoryGateway()
+    gateway.add_master(MASTER, total=Totals(projects=50, prompts=10_000))
+    for child_id, total, used in children:
+        gateway.add_child(child_id, MASTER, total=total, used=used)
+    return gateway
+
+
+def _record(body: dict[str, Any], *, receive_count: int = 1) -> dict[str, Any]:
+    message_id = f"m-{body['request_id']}"
+    return sqs_record(
+        {"version": 1, **body},
+        message_id=message_id,
+        group_id=body["workspace_id"],
+        receive_count=receive_count,
+        dedup_id=body["request_id"],
+    )
+
+
+def _ensure(request_id: str, child: str, prompts: int, **fields: str) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "kind": "ensure",
+        "request_id": request_id,
+        "workspace_id": child,
+        "parent_workspace_id": MASTER,
+        "need": {"projects": 0, "prompts": prompts},
+        **fields,
+    }
+    return _record(body)
+
+
+def _release(
+    request_id: str, child: str, *, receive_count: int = 1, **fields: str
+) -> dict[str, Any]:
+    body = {"kind": "release", "request_id": request_id, "workspace_id": child, **fields}
+    return _record(body, receive_count=receive_count)
+
+
+# ==== configured blocks =====================================================================
+
+
+def test_worker_tops_up_in_the_configured_blocks() -> None:
+    # Given 250-prompt blocks and a child using all of its 100 prompts
+    rig = _rig(
+        _family(("c1", Totals(projects=1, prompts=100), Totals(projects=1, prompts=100))),
+        **WIDE_BLOCKS,
+    )
+
+    # When one more prompt is ensured
+    assert rig.invoke(_ensure("r1", "c1", 1)) == []
+
+    # Then the child rises to 101 rounded up to one 250-block, not to 200
+    assert rig.gateway.transfers == [("c1", Totals(projects=1, prompts=250))]
+    assert rig.outcome("r1").totals_after == Totals(projects=1, prompts=250)
+
+
+def test_worker_releases_to_the_configured_blocks_and_their_default_floor() -> None:
+    # Given 2-project, 250-prompt blocks; one child using 260 of 1000 prompts, one idle child
+    rig = _rig(
+        _family(
+            ("busy", Totals(projects=5, prompts=1_000), Totals(projects=1, prompts=260)),
+            ("idle", Totals(projects=5, prompts=1_000), Totals()),
+        ),
+        **WIDE_BLOCKS,
+    )
+
+    # When both are released with no floor in the message
+    assert rig.invoke(_release("r1", "busy"), _release("r2", "idle")) == []
+
+    # Then usage rounds up to 250-blocks (500) and the floor is one block each (2, 250)
+    assert rig.gateway.transfers == [
+        ("busy", Totals(projects=2, prompts=500)),
+        ("idle", Totals(projects=2, prompts=250)),
+    ]
+    assert [
+        (o.status, o.totals_before, o.totals_after) for o in (rig.outcome("r1"), rig.outcome("r2"))
+    ] == [
+        ("released", Totals(projects=5, prompts=1_000), Totals(projects=2, prompts=500)),
+        ("released", Totals(projects=5, prompts=1_000), Totals(projects=2, prompts=250)),
+    ]
+
+
+def test_worker_release_with_nothing_to_give_reports_the_totals_it_kept() -> None:
+    # Given a child at exactly one block, using it
+    rig = _rig(_family(("c1", Totals(projects=1, prompts=100), Totals(projects=1, prompts=100))))
+
+    # When released
+    assert rig.invoke(_release("r1", "c1")) == []
+
+    # Then nothing moves and the outcome says what the child holds, before and after
+    outcome = rig.outcome("r1")
+    assert (outcome.status, outcome.totals_before, outcome.totals_after) == (
+        "nothing-to-release",
+        Totals(projects=1, prompts=100),
+        Totals(projects=1, prompts=100),
+    )
+    assert rig.gateway.transfers == []
+
+
+# ==== the ceiling backstop ==================================================================
+
+
+@pytest.mark.parametrize(
+    ("need", "status", "error_code", "after"),
+    [
+        (50, "topped-up", None, Totals(projects=1, prompts=150)),
+        (51, "rejected", "brandAiLimit", Totals(projects=1, prompts=100)),
+    ],
+)
+def test_worker_applies_the_environment_ceiling_backstop(
+    need: int, status: str, error_code: str | None, after: Totals
+) -> None:
+    # Given a prompts backstop of 150 and a full child at 100 (a message with no ceiling)
+    rig = _rig(
+        _family(("c1", Totals(projects=1, prompts=100), Totals(projects=1, prompts=100))),
+        SERENITY_BRAND_AI_CEILING_PROMPTS="150",
+    )
+
+    # When exactly the backstop's room (50) or one more is ensured
+    assert rig.invoke(_ensure("r1", "c1", need)) == []
+
+    # Then up to the backstop is served (capped, not the 200 block), one over is refused
+    outcome = rig.outcome("r1")
+    assert (outcome.status, outcome.error_code) == (status, error_code)
+    assert rig.gateway.totals_of("c1") == after
+
+
+# ==== the request's identity on its outcome ================================================
+
+
+def test_worker_outcome_carries_the_request_labels() -> None:
+    # Given an ensure and a sweep release labelled with their org, brand and run
+    rig = _rig(
+        _family(
+            ("c1", Totals(projects=1, prompts=100), Totals(projects=1, prompts=100)),
+            ("c2", Totals(projects=1, prompts=900), Totals(projects=1, prompts=100)),
+        )
+    )
+
+    # When both are handled
+    failed = rig.invoke(
+        _ensure("r1", "c1", 1, org_id="org-7", brand_id="brand-9"),
+        _release("r2", "c2", source="sweep", run_id="rs-1", org_id="org-7", brand_id="brand-9"),
+    )
+
+    # Then each outcome carries its request's labels; only a release has a source and run
+    assert failed == []
+    assert [
+        (o.org_id, o.brand_id, o.source, o.run_id, o.coalesced)
+        for o in (rig.outcome("r1"), rig.outcome("r2"))
+    ] == [("org-7", "brand-9", None, None, 1), ("org-7", "brand-9", "sweep", "rs-1", 1)]
+
+
+def test_worker_release_busy_on_its_final_receive_is_rejected_and_dead_lettered() -> None:
+    # Given a child that keeps answering "workspace not ready"
+    gateway = _family(("c1", Totals(projects=1, prompts=900), Totals(projects=1, prompts=100)))
+    gateway.script_not_ready("c1", transfers=100)
+    rig = _rig(gateway)
+
+    # When its release fails on the final receive
+    rig.invoke(_release("r1", "c1", receive_count=MAX_RECEIVE_COUNT))
+
+    # Then the outcome is a workspaceBusy rejection, marked as ending in the DLQ
+    outcome = rig.outcome("r1")
+    assert (outcome.status, outcome.error_code, outcome.dead_lettered) == (
+        "rejected",
+        "workspaceBusy",
+        True,
+    )
+    assert rig.gateway.totals_of("c1") == Totals(projects=1, prompts=900)
