@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import math
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
@@ -332,18 +334,19 @@ class WritePathSummary:
 
 def summarize_writes(records: Sequence[WriteRecord]) -> WritePathSummary:
     """Count the writes and how long the retried ones waited."""
+    outcomes = Counter(r.outcome for r in records)
     waits = sorted(r.waited_s for r in records if r.attempts > 1)
     return WritePathSummary(
         writes=len(records),
         first_time=sum(1 for r in records if r.attempts == 1 and r.outcome == "accepted"),
-        retried=sum(1 for r in records if r.attempts > 1),
-        recovered=sum(1 for r in records if r.outcome == "recovered"),
-        exhausted=sum(1 for r in records if r.outcome == "exhausted"),
+        retried=len(waits),
+        recovered=outcomes["recovered"],
+        exhausted=outcomes["exhausted"],
         refused_with_room=sum(1 for r in records if r.refused_with_room),
-        failed=sum(1 for r in records if r.outcome == "failed"),
+        failed=outcomes["failed"],
         wait_p50_s=percentile(waits, 50),
         wait_p95_s=percentile(waits, 95),
-        wait_max_s=waits[-1] if waits else 0.0,
+        wait_max_s=percentile(waits, 100),
     )
 
 
@@ -419,6 +422,17 @@ def write_after_ensures(
     Prompts are one batch of the ensure's prompts; projects one request per project. Children
     write in parallel (``workers`` threads), each child's writes in order.
     """
+    jobs = _last_applied_ensures(plans, outcomes)
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        done = pool.map(partial(_write_for, writer), jobs)
+        return [record for records in done for record in records]
+
+
+def _last_applied_ensures(
+    plans: Mapping[str, Sequence[EnsureRequest | ReleaseRequest]],
+    outcomes: Sequence[AllocationOutcome],
+) -> list[EnsureRequest]:
+    """Each child's last ensure that the allocator applied (children with none are left out)."""
     applied = {
         o.request_id for o in outcomes if o.kind == "ensure" and o.status in APPLIED_STATUSES
     }
@@ -427,17 +441,17 @@ def write_after_ensures(
         ensures = [r for r in plan if isinstance(r, EnsureRequest) and r.request_id in applied]
         if ensures:
             jobs.append(ensures[-1])
+    return jobs
 
-    def write(ensure: EnsureRequest) -> list[WriteRecord]:
-        child, parent = ensure.workspace_id, ensure.parent_workspace_id
-        done = []
-        if ensure.need.prompts:
-            done.append(writer.write_prompts(child, parent, ensure.need.prompts))
-        done += [writer.create_project(child, parent) for _ in range(ensure.need.projects)]
-        return done
 
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return [record for records in pool.map(write, jobs) for record in records]
+def _write_for(writer: GuardedServiceWriter, ensure: EnsureRequest) -> list[WriteRecord]:
+    """The writes one applied ensure prepared for: one prompts batch, one call per project."""
+    child, parent = ensure.workspace_id, ensure.parent_workspace_id
+    done = []
+    if ensure.need.prompts:
+        done.append(writer.write_prompts(child, parent, ensure.need.prompts))
+    done += [writer.create_project(child, parent) for _ in range(ensure.need.projects)]
+    return done
 
 
 def as_metered_writes(records: Sequence[WriteRecord]) -> MeteredWrites:
