@@ -293,33 +293,48 @@ class ProgressDisplay:
 
 def format_summary(run: SweepRun) -> str:
     """The end-of-run table: status, progress, one row per count, where the checkpoint is."""
-    kind = "dry run" if run.dry_run else "real run"
     last = run.last or {}
-    rows: list[tuple[str, str]] = [
-        ("run", f"{run.run_id or '-'} ({kind})"),
-        ("status", run.status),
+    rows = [
+        *_status_rows(run, last),
+        ("processed", f"{last.get('processed', 0)} / {last.get('total', '?')}"),
+        *((name, str(value)) for name, value in run.counts.items()),
+        *_failed_rows(run.failed),
     ]
+    if last.get("checkpoint"):
+        rows.append(("checkpoint", str(last["checkpoint"])))
+    return _table(rows)
+
+
+def _status_rows(run: SweepRun, last: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Which run, how it ended, and why when it was aborted or an invocation failed."""
+    kind = "dry run" if run.dry_run else "real run"
+    rows = [("run", f"{run.run_id or '-'} ({kind})"), ("status", run.status)]
     if last.get("abort_reason"):
         rows.append(("abort reason", str(last["abort_reason"])))
     if run.error is not None:
         rows.append(("error", f"{run.error.get('errorType')}: {run.error.get('errorMessage')}"))
-    rows.append(("processed", f"{last.get('processed', 0)} / {last.get('total', '?')}"))
-    rows += [(name, str(value)) for name, value in run.counts.items()]
-    rows += [
+    return rows
+
+
+def _failed_rows(failed: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """The first FAILED_SHOWN failed targets by name, then how many more the report holds."""
+    rows = [
         (
             f"failed {target['workspace_id']}",
             f"{target['error_code']} after {target['attempts']} attempt(s)",
         )
-        for target in run.failed[:FAILED_SHOWN]
+        for target in failed[:FAILED_SHOWN]
     ]
-    if len(run.failed) > FAILED_SHOWN:
-        rows.append(("failed (more)", f"{len(run.failed) - FAILED_SHOWN} more in the report"))
-    if last.get("checkpoint"):
-        rows.append(("checkpoint", str(last["checkpoint"])))
+    if len(failed) > FAILED_SHOWN:
+        rows.append(("failed (more)", f"{len(failed) - FAILED_SHOWN} more in the report"))
+    return rows
+
+
+def _table(rows: Sequence[tuple[str, str]]) -> str:
+    """Labels padded to one column, between two rules as wide as the widest row."""
     width = max(len(label) for label, _ in rows)
     rule = "-" * (width + 2 + max(len(value) for _, value in rows))
-    lines = [rule, *(f"{label:<{width}}  {value}" for label, value in rows), rule]
-    return "\n".join(lines)
+    return "\n".join([rule, *(f"{label:<{width}}  {value}" for label, value in rows), rule])
 
 
 def _flat_item(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -567,16 +582,24 @@ def execute(
     except SweepCliError as exc:
         print(f"sweep: {exc}", file=err)
         return 2
+    sweep = _drive(chosen, payload, ProgressDisplay(err, is_tty=is_tty))
+    return _finish(sweep, report, out, err)
 
-    progress = ProgressDisplay(err, is_tty=is_tty)
+
+def _drive(invoker: SweepInvoker, payload: dict[str, Any], progress: ProgressDisplay) -> SweepRun:
+    """Run the sweep batch after batch; Ctrl-C stops it, and the run says it was interrupted."""
     sweep = SweepRun(payload=payload)
     try:
-        drive_sweep(chosen, payload, on_batch=progress.update, record=sweep)
+        drive_sweep(invoker, payload, on_batch=progress.update, record=sweep)
     except KeyboardInterrupt:
         sweep.interrupted = True
     finally:
         progress.close()
+    return sweep
 
+
+def _finish(sweep: SweepRun, report: Path | None, out: TextIO, err: TextIO) -> int:
+    """Print the summary, write the report, say how to resume; the exit code."""
     print(format_summary(sweep), file=out)
     if sweep.error is not None:
         print("sweep: invocation failed:", json.dumps(sweep.error, default=str), file=err)
