@@ -46,6 +46,7 @@ class Rig:
 
     gateway: InMemoryGateway
     outcomes: RecordingOutcomes
+    dead_letters: RecordingDeadLetters
     runtime: AllocatorRuntime
     clock: FakeClock
 
@@ -62,15 +63,16 @@ class Rig:
 def _rig(gateway: InMemoryGateway, **env: str) -> Rig:
     clock = FakeClock()
     outcomes = RecordingOutcomes()
+    dead_letters = RecordingDeadLetters()
     runtime = AllocatorRuntime(
         settings=AllocatorSettings.from_env({**ENV, **env}),
         gateway=gateway,
-        dead_letters=RecordingDeadLetters(),
+        dead_letters=dead_letters,
         outcomes=outcomes,
         clock=clock,
         sleep=clock.sleep,
     )
-    return Rig(gateway, outcomes, runtime, clock)
+    return Rig(gateway, outcomes, dead_letters, runtime, clock)
 
 
 def _family(*children: tuple[str, Totals, Totals]) -> InMemoryGateway:
@@ -243,3 +245,50 @@ def test_worker_release_busy_on_its_final_receive_is_rejected_and_dead_lettered(
         True,
     )
     assert rig.gateway.totals_of("c1") == Totals(projects=1, prompts=900)
+
+
+# ==== invalid parents and duplicate records =================================================
+
+
+def test_worker_ensure_naming_another_parent_is_dead_lettered_as_invalid() -> None:
+    # Given a full child of the master, and another master the message wrongly names
+    gateway = _family(("c1", Totals(projects=1, prompts=100), Totals(projects=1, prompts=100)))
+    gateway.add_master("ws-other", total=Totals(projects=50, prompts=10_000))
+    rig = _rig(gateway)
+    record = _ensure("r1", "c1", 1, parent_workspace_id="ws-other")
+
+    # When the ensure is handled
+    failed = rig.invoke(record)
+
+    # Then it completes without a transfer: to the DLQ with its reason, and an invalid outcome
+    # (dead-lettered) so its service hears back
+    assert failed == []
+    assert rig.gateway.transfers == []
+    assert [(d.reason, d.dedup_id, d.source_message_id) for d in rig.dead_letters.sent] == [
+        (
+            "parentMismatch: parent_workspace_id is not the parent of workspace_id",
+            "m-r1",
+            "m-r1",
+        )
+    ]
+    outcome = rig.outcome("r1")
+    assert (outcome.status, outcome.error_code, outcome.dead_lettered) == (
+        "invalid",
+        "parentMismatch",
+        True,
+    )
+
+
+def test_worker_second_record_of_a_request_completes_with_the_first() -> None:
+    # Given one ensure delivered twice in one batch (two records, one request id)
+    rig = _rig(_family(("c1", Totals(projects=1, prompts=100), Totals(projects=1, prompts=100))))
+    first = _ensure("r1", "c1", 1)
+    second = {**first, "messageId": "m-r1-copy", "receiptHandle": "rh-m-r1-copy"}
+
+    # When the batch is handled
+    failed = rig.invoke(first, second)
+
+    # Then the request is applied once and both records complete
+    assert failed == []
+    assert rig.gateway.transfers == [("c1", Totals(projects=1, prompts=200))]
+    assert [o.request_id for o in rig.outcomes.published] == ["r1"]
