@@ -61,7 +61,5 @@ def _replayed(
         return None
     current = inv.ports.gateway.read_resources(request.workspace_id).totals()
     template = build_outcome(request, "released", receive_count)
-    outcome = replay_release(inv.ledger, request, current, template)
-    if outcome is not None:
-        inv.observer.release_finished("released")
-    return outcome
+    # Not counted again in ReleaseOutcome: the delivery that transferred counted it.
+    return replay_release(inv.ledger, request, current, template)
