@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http import HTTPStatus
@@ -324,6 +324,91 @@ def _inherited_flag(
     return True
 
 
+def _seed_entries(workspaces: Any) -> list[Mapping[str, Any]]:
+    """``/__seed``: the entries as objects, each with a non-empty ``id``, no id twice."""
+    if not isinstance(workspaces, list):
+        raise _bad_request("workspaces must be a list")
+    entries = [_object(raw, f"workspaces[{index}]") for index, raw in enumerate(workspaces)]
+    ids = [entry.get("id") for entry in entries]
+    for index, workspace_id in enumerate(ids):
+        if not isinstance(workspace_id, str) or not workspace_id:
+            raise _bad_request(f"workspaces[{index}].id must be a non-empty string")
+    if len(set(ids)) != len(ids):
+        raise _bad_request("workspaces has duplicate ids")
+    return entries
+
+
+def _parse_seed_entry(entry: Mapping[str, Any], index: int) -> _Workspace:
+    """One seed entry (its ``id`` already checked); a 400 naming the first bad field."""
+    where = f"workspaces[{index}]"
+    workspace_id: str = entry["id"]
+    title = entry.get("title", workspace_id)
+    if not isinstance(title, str):
+        raise _bad_request(f"{where}.title must be a string")
+    parent_id = _seed_parent_id(entry.get("parent_id"), workspace_id, where)
+    status = entry.get("status", STATUS_CREATED)
+    if status not in WORKSPACE_STATUSES:
+        raise _bad_request(f"{where}.status must be one of {', '.join(WORKSPACE_STATUSES)}")
+    limits_enabled = entry.get("limits_enabled")
+    if limits_enabled is not None and not isinstance(limits_enabled, bool):
+        raise _bad_request(f"{where}.limits_enabled must be a boolean or null")
+    return _Workspace(
+        id=workspace_id,
+        title=title,
+        parent_id=parent_id,
+        base_status=status,
+        limits_enabled=True if limits_enabled is None else limits_enabled,
+        ai=_parse_seed_ai(entry.get("ai"), f"{where}.ai"),
+        created_at=_now_iso(),
+    )
+
+
+def _seed_parent_id(parent_id: Any, workspace_id: str, where: str) -> str | None:
+    if parent_id is not None and (not isinstance(parent_id, str) or not parent_id):
+        raise _bad_request(f"{where}.parent_id must be a non-empty string or null")
+    if parent_id == workspace_id:
+        raise _bad_request(f"{where} cannot be its own parent")
+    return parent_id
+
+
+def _parse_seed_ai(raw: Any, where: str) -> dict[str, _Usage]:
+    """The seed's ``ai`` object: every dimension, an omitted one (or count) being 0."""
+    ai_raw = _object(raw or {}, where)
+    unknown = set(ai_raw) - set(DIMENSIONS)
+    if unknown:
+        raise _bad_request(f"{where} has unknown keys: {', '.join(sorted(unknown))}")
+    return {dim: _parse_seed_usage(ai_raw.get(dim), f"{where}.{dim}") for dim in DIMENSIONS}
+
+
+def _parse_seed_usage(raw: Any, where: str) -> _Usage:
+    values = _object(raw or {}, where)
+    return _Usage(
+        used=_count(values.get("used", 0), f"{where}.used"),
+        drafted=_count(values.get("drafted", 0), f"{where}.drafted"),
+        total=_count(values.get("total", 0), f"{where}.total"),
+    )
+
+
+def _check_parents_known(
+    workspaces: Iterable[_Workspace], merged: Mapping[str, _Workspace]
+) -> None:
+    for workspace in workspaces:
+        if workspace.parent_id is not None and workspace.parent_id not in merged:
+            raise _bad_request(f"unknown parent_id for workspace {workspace.id}")
+
+
+def _resolve_limits_flags(
+    entries: Iterable[Mapping[str, Any]],
+    parsed: Iterable[_Workspace],
+    merged: Mapping[str, _Workspace],
+) -> None:
+    """A seeded workspace without ``limits_enabled`` takes its nearest flagged ancestor's."""
+    flags = {entry["id"]: entry.get("limits_enabled") for entry in entries}
+    for workspace in parsed:
+        if flags[workspace.id] is None:
+            workspace.limits_enabled = _inherited_flag(workspace, merged, flags)
+
+
 def _parse_error_rate(raw: Any) -> dict[str, float]:
     rates = _object(raw, "error_rate")
     unknown = set(rates) - set(ERROR_RATE_KINDS)
@@ -338,37 +423,38 @@ def _parse_error_rate(raw: Any) -> dict[str, float]:
 def _parse_fail_next(raw: Any) -> list[_FailRule]:
     if not isinstance(raw, list):
         raise _bad_request("fail_next must be a list")
-    rules = []
-    for index, item in enumerate(raw):
-        where = f"fail_next[{index}]"
-        entry = _object(item, where)
-        status = entry.get("status")
-        if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:
-            raise _bad_request(f"{where}.status must be an HTTP status code")
-        count = _count(entry.get("count", 1), f"{where}.count")
-        if count < 1:
-            raise _bad_request(f"{where}.count must be at least 1")
-        op = entry.get("op")
-        if op is not None and op not in OPERATIONS:
-            raise _bad_request(f"{where}.op must be one of {', '.join(OPERATIONS)} or null")
-        workspace_id = entry.get("workspace_id")
-        if workspace_id is not None and not isinstance(workspace_id, str):
-            raise _bad_request(f"{where}.workspace_id must be a string or null")
-        retry_after = entry.get("retry_after")
-        rules.append(
-            _FailRule(
-                status=status,
-                count=count,
-                op=op,
-                workspace_id=workspace_id,
-                body=entry.get("body"),
-                has_body="body" in entry,
-                retry_after=None
-                if retry_after is None
-                else _number(retry_after, f"{where}.retry_after"),
-            )
-        )
-    return rules
+    return [_parse_fail_rule(item, f"fail_next[{index}]") for index, item in enumerate(raw)]
+
+
+def _parse_fail_rule(item: Any, where: str) -> _FailRule:
+    """One ``fail_next`` entry; each field checked in turn, the 400 naming the first bad one."""
+    entry = _object(item, where)
+    status = _http_status(entry.get("status"), f"{where}.status")
+    count = _count(entry.get("count", 1), f"{where}.count")
+    if count < 1:
+        raise _bad_request(f"{where}.count must be at least 1")
+    op = entry.get("op")
+    if op is not None and op not in OPERATIONS:
+        raise _bad_request(f"{where}.op must be one of {', '.join(OPERATIONS)} or null")
+    workspace_id = entry.get("workspace_id")
+    if workspace_id is not None and not isinstance(workspace_id, str):
+        raise _bad_request(f"{where}.workspace_id must be a string or null")
+    retry_after = entry.get("retry_after")
+    return _FailRule(
+        status=status,
+        count=count,
+        op=op,
+        workspace_id=workspace_id,
+        body=entry.get("body"),
+        has_body="body" in entry,
+        retry_after=None if retry_after is None else _number(retry_after, f"{where}.retry_after"),
+    )
+
+
+def _http_status(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 100 <= value <= 599:
+        raise _bad_request(f"{where} must be an HTTP status code")
+    return value
 
 
 def _default_fault_body(status: int) -> Any:

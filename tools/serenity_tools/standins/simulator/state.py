@@ -11,6 +11,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 from . import control, write_gate
@@ -26,6 +27,7 @@ from .model import (
     MSG_INVALID_ACCESS,
     MSG_NOT_AUTHENTICATED,
     MSG_NOT_READY,
+    OP_CREATE_CHILD,
     OP_CREATE_PROJECT,
     OP_FAMILY,
     OP_PUBLISH_PROMPTS,
@@ -36,26 +38,26 @@ from .model import (
     PROJECT_ENGINE_PREFIX,
     STATUS_CREATED,
     STATUS_NOT_READY,
-    WORKSPACE_STATUSES,
     QuotaRefusedError,
     SimResponse,
     SimulatorRequestError,
     _bad_request,
     _bearer_token,
     _check_acyclic,
-    _count,
+    _check_parents_known,
     _default_fault_body,
     _Faults,
     _format_retry_after,
-    _inherited_flag,
     _match_route,
     _now_iso,
     _number,
-    _object,
     _parse_ai_request,
     _parse_fault_updates,
     _parse_json_body,
+    _parse_seed_entry,
     _parse_usage_body,
+    _resolve_limits_flags,
+    _seed_entries,
     _Usage,
     _Workspace,
 )
@@ -167,31 +169,18 @@ class SimulatorState:
         The whole batch is validated first: a bad entry, an unknown ``parent_id`` or a parent
         cycle changes nothing.
         """
-        if not isinstance(workspaces, list):
-            raise _bad_request("workspaces must be a list")
-        entries = [_object(raw, f"workspaces[{index}]") for index, raw in enumerate(workspaces)]
-        ids = [entry.get("id") for entry in entries]
-        for index, workspace_id in enumerate(ids):
-            if not isinstance(workspace_id, str) or not workspace_id:
-                raise _bad_request(f"workspaces[{index}].id must be a non-empty string")
-        if len(set(ids)) != len(ids):
-            raise _bad_request("workspaces has duplicate ids")
+        entries = _seed_entries(workspaces)
         with self._lock:
             merged = dict(self._workspaces)
-            parsed = [self._parse_seed_entry(entry, index) for index, entry in enumerate(entries)]
+            parsed = [_parse_seed_entry(entry, index) for index, entry in enumerate(entries)]
             for workspace in parsed:
                 # A seed is the state as it already is: the gate enforces it at once.
                 write_gate.seed_history(workspace)
                 merged[workspace.id] = workspace
-            for workspace in parsed:
-                if workspace.parent_id is not None and workspace.parent_id not in merged:
-                    raise _bad_request(f"unknown parent_id for workspace {workspace.id}")
+            _check_parents_known(parsed, merged)
             _check_acyclic(merged)
             # limits_enabled defaults to the parent's flag, so resolve parents first.
-            flags = {entry["id"]: entry.get("limits_enabled") for entry in entries}
-            for workspace in parsed:
-                if flags[workspace.id] is None:
-                    workspace.limits_enabled = _inherited_flag(workspace, merged, flags)
+            _resolve_limits_flags(entries, parsed, merged)
             self._workspaces = merged
         return len(parsed)
 
@@ -333,28 +322,39 @@ class SimulatorState:
     def _decide(
         self, op: str, workspace_id: str, authorization: str | None, body: Any
     ) -> tuple[SimResponse, float]:
-        token = _bearer_token(authorization)
-        if token is None or (
-            self._accepted_tokens is not None and token not in self._accepted_tokens
-        ):
+        if not self._is_authenticated(authorization):
             return SimResponse(401, {"detail": MSG_NOT_AUTHENTICATED}), 0.0
         injected = self._injected_fault(op, workspace_id)
         if injected is not None:
             return injected
         try:
-            if op == OP_READ_RESOURCES:
-                return self._read_resources(workspace_id), 0.0
-            if op == OP_STATUS:
-                return SimResponse(200, {"status": self._status_of(self._get(workspace_id))}), 0.0
-            if op == OP_FAMILY:
-                return self._family(workspace_id), 0.0
-            if op == OP_TRANSFER:
-                return self._transfer(workspace_id, body), 0.0
-            if op in (OP_WRITE_PROMPTS, OP_PUBLISH_PROMPTS, OP_CREATE_PROJECT):
-                return self._write(op, workspace_id, body), 0.0
-            return self._create_child(workspace_id, body), 0.0
+            return self._answer(op, workspace_id, body), 0.0
         except SimulatorRequestError as exc:
             return SimResponse(exc.status, {"message": exc.message}), 0.0
+
+    def _is_authenticated(self, authorization: str | None) -> bool:
+        token = _bearer_token(authorization)
+        return token is not None and (
+            self._accepted_tokens is None or token in self._accepted_tokens
+        )
+
+    def _answer(self, op: str, workspace_id: str, body: Any) -> SimResponse:
+        """The operation table: what each authenticated request gets when no fault is injected."""
+        write = partial(self._write, op, workspace_id, body)
+        operations: dict[str, Callable[[], SimResponse]] = {
+            OP_READ_RESOURCES: partial(self._read_resources, workspace_id),
+            OP_STATUS: partial(self._status_answer, workspace_id),
+            OP_FAMILY: partial(self._family, workspace_id),
+            OP_TRANSFER: partial(self._transfer, workspace_id, body),
+            OP_CREATE_CHILD: partial(self._create_child, workspace_id, body),
+            OP_WRITE_PROMPTS: write,
+            OP_PUBLISH_PROMPTS: write,
+            OP_CREATE_PROJECT: write,
+        }
+        return operations[op]()
+
+    def _status_answer(self, workspace_id: str) -> SimResponse:
+        return SimResponse(200, {"status": self._status_of(self._get(workspace_id))})
 
     def _injected_fault(self, op: str, workspace_id: str) -> tuple[SimResponse, float] | None:
         scripted = self._scripted_fault(op, workspace_id)
@@ -575,42 +575,3 @@ class SimulatorState:
             "limits_enabled": workspace.limits_enabled,
             "ai": {dim: workspace.ai[dim].as_dict() for dim in DIMENSIONS},
         }
-
-    def _parse_seed_entry(self, entry: Mapping[str, Any], index: int) -> _Workspace:
-        where = f"workspaces[{index}]"
-        workspace_id: str = entry["id"]
-        title = entry.get("title", workspace_id)
-        if not isinstance(title, str):
-            raise _bad_request(f"{where}.title must be a string")
-        parent_id = entry.get("parent_id")
-        if parent_id is not None and (not isinstance(parent_id, str) or not parent_id):
-            raise _bad_request(f"{where}.parent_id must be a non-empty string or null")
-        if parent_id == workspace_id:
-            raise _bad_request(f"{where} cannot be its own parent")
-        status = entry.get("status", STATUS_CREATED)
-        if status not in WORKSPACE_STATUSES:
-            raise _bad_request(f"{where}.status must be one of {', '.join(WORKSPACE_STATUSES)}")
-        limits_enabled = entry.get("limits_enabled")
-        if limits_enabled is not None and not isinstance(limits_enabled, bool):
-            raise _bad_request(f"{where}.limits_enabled must be a boolean or null")
-        ai_raw = _object(entry.get("ai") or {}, f"{where}.ai")
-        unknown = set(ai_raw) - set(DIMENSIONS)
-        if unknown:
-            raise _bad_request(f"{where}.ai has unknown keys: {', '.join(sorted(unknown))}")
-        ai: dict[str, _Usage] = {}
-        for dim in DIMENSIONS:
-            raw = _object(ai_raw.get(dim) or {}, f"{where}.ai.{dim}")
-            ai[dim] = _Usage(
-                used=_count(raw.get("used", 0), f"{where}.ai.{dim}.used"),
-                drafted=_count(raw.get("drafted", 0), f"{where}.ai.{dim}.drafted"),
-                total=_count(raw.get("total", 0), f"{where}.ai.{dim}.total"),
-            )
-        return _Workspace(
-            id=workspace_id,
-            title=title,
-            parent_id=parent_id,
-            base_status=status,
-            limits_enabled=True if limits_enabled is None else limits_enabled,
-            ai=ai,
-            created_at=_now_iso(),
-        )
