@@ -7,12 +7,13 @@ carries the request's labels; a final receive's outcome is marked dead-lettered.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from serenity_allocator.domain.messages import AllocationOutcome
+from serenity_allocator.domain.messages import AllocationOutcome, ReleaseRequest
 from serenity_allocator.domain.model import Totals
 from serenity_allocator.handlers.allocator import lambda_handler
 from serenity_allocator.handlers.allocator_runtime import AllocatorRuntime
@@ -22,6 +23,7 @@ from tests.fakes import (
     FakeClock,
     InMemoryGateway,
     RecordingDeadLetters,
+    RecordingEnqueuer,
     RecordingOutcomes,
     sqs_event,
     sqs_record,
@@ -47,6 +49,7 @@ class Rig:
     gateway: InMemoryGateway
     outcomes: RecordingOutcomes
     dead_letters: RecordingDeadLetters
+    producer: RecordingEnqueuer
     runtime: AllocatorRuntime
     clock: FakeClock
 
@@ -64,20 +67,25 @@ def _rig(gateway: InMemoryGateway, **env: str) -> Rig:
     clock = FakeClock()
     outcomes = RecordingOutcomes()
     dead_letters = RecordingDeadLetters()
+    producer = RecordingEnqueuer()
     runtime = AllocatorRuntime(
         settings=AllocatorSettings.from_env({**ENV, **env}),
         gateway=gateway,
         dead_letters=dead_letters,
         outcomes=outcomes,
+        producer=producer,
         clock=clock,
         sleep=clock.sleep,
     )
-    return Rig(gateway, outcomes, dead_letters, runtime, clock)
+    return Rig(gateway, outcomes, dead_letters, producer, runtime, clock)
 
 
-def _family(*children: tuple[str, Totals, Totals]) -> InMemoryGateway:
+def _family(
+    *children: tuple[str, Totals, Totals],
+    pool: Totals = Totals(projects=50, prompts=10_000),  # noqa: B008 - frozen value
+) -> InMemoryGateway:
     gateway = InMemoryGateway()
-    gateway.add_master(MASTER, total=Totals(projects=50, prompts=10_000))
+    gateway.add_master(MASTER, total=pool)
     for child_id, total, used in children:
         gateway.add_child(child_id, MASTER, total=total, used=used)
     return gateway
@@ -292,3 +300,52 @@ def test_worker_second_record_of_a_request_completes_with_the_first() -> None:
     assert failed == []
     assert rig.gateway.transfers == [("c1", Totals(projects=1, prompts=200))]
     assert [o.request_id for o in rig.outcomes.published] == ["r1"]
+
+
+# ==== sibling reclaim =======================================================================
+
+RECLAIM = {
+    "SERENITY_SIBLING_RECLAIM": "true",
+    "QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/serenity-unit.fifo",
+    "SIBLING_RECLAIM_MAX_SIBLINGS": "1",
+}
+
+
+def _reclaim_id(request_id: str, receive_count: int, sibling: str) -> str:
+    digest = hashlib.sha256(f"{request_id}|{receive_count}|{sibling}".encode()).hexdigest()
+    return f"reclaim-{digest[:32]}"
+
+
+def test_worker_parks_an_ensure_on_its_richest_sibling_up_to_the_configured_count() -> None:
+    # Given an empty pool, a full child, and two idle siblings (900 and 400 prompts to give),
+    # with at most one sibling asked per park
+    rig = _rig(
+        _family(
+            ("c1", Totals(projects=1, prompts=100), Totals(projects=1, prompts=100)),
+            ("s1", Totals(projects=1, prompts=1_000), Totals(projects=1, prompts=100)),
+            ("s2", Totals(projects=1, prompts=500), Totals(projects=1, prompts=100)),
+            pool=Totals(),
+        ),
+        **RECLAIM,
+    )
+    ensure = _ensure("r1", "c1", 1, org_id="org-7")
+
+    # When the ensure is handled on its first and second receive
+    first = rig.invoke(ensure)
+    second = rig.invoke(
+        {**ensure, "attributes": {**ensure["attributes"], "ApproximateReceiveCount": "2"}}
+    )
+
+    # Then each receive parks it (failed for redelivery) with one release of the richest
+    # sibling, under an id of its own per receive, labelled with the request's org
+    assert (first, second) == (["m-r1"], ["m-r1"])
+    assert [
+        (r.request_id, r.workspace_id, r.source, r.org_id)
+        for r in rig.producer.many
+        if isinstance(r, ReleaseRequest)
+    ] == [
+        (_reclaim_id("r1", 1, "s1"), "s1", "reclaim", "org-7"),
+        (_reclaim_id("r1", 2, "s1"), "s1", "reclaim", "org-7"),
+    ]
+    assert len(rig.producer.many) == 2
+    assert rig.gateway.totals_of("c1") == Totals(projects=1, prompts=100)
