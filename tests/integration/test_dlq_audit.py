@@ -113,3 +113,50 @@ def test_dlq_audit_leaves_alone_a_request_the_worker_already_dead_lettered(
     # When the audit runs / Then it records and announces nothing more
     assert _audit(local_resources) == 0
     assert outcome_capture.outcomes() == [published]
+
+
+def test_dlq_audit_announces_the_provisional_dead_letter_of_a_crashed_final_receive(
+    worker: AllocatorHarness,
+    sim: SimulatorServer,
+    outcome_capture: OutcomeCapture,
+    local_resources: LocalResources,
+) -> None:
+    # Given an ensure whose final receive died mid-transfer, leaving its provisional record
+    from tests.integration.test_request_ledger_worker import CrashingGateway
+
+    sim.seed(
+        [
+            workspace(MASTER, projects=(0, 100), prompts=(0, 10_000)),
+            workspace(CHILD, parent_id=MASTER, projects=(1, 1), prompts=(150, 200)),
+        ]
+    )
+    sim.faults(stuck=[CHILD])
+    request_id = worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 0, "prompts": 230})
+    for _ in range(worker.resources.max_receive_count - 1):
+        worker.redeliver_failed(worker.invoke())
+    worker.runtime.gateway = CrashingGateway(worker.runtime.gateway)
+    [last] = worker.receive()
+    with pytest.raises(SystemExit):
+        worker.handle([last])
+    ledger = DynamoDbRequestLedger(
+        local_resources.ledger_table, local_client("dynamodb", local_resources.endpoint_url)
+    )
+    before = ledger.get(request_id)
+    assert before is not None and before.provisional
+
+    # When the audit runs (the message is in the DLQ once its receive has run out)
+    for _pass in range(2):  # twice: moto frees the FIFO group only on a visible message
+        worker.sqs.change_message_visibility(
+            QueueUrl=local_resources.queue_url,
+            ReceiptHandle=last["ReceiptHandle"],
+            VisibilityTimeout=0,
+        )
+    assert worker.receive() == []
+    assert _audit(local_resources) == 1
+
+    # Then the provisional record is confirmed as is, and announced once
+    after = ledger.get(request_id)
+    assert after is not None and (after.state, after.provisional) == ("deadLettered", False)
+    assert after.outcome == before.outcome
+    [outcome] = outcome_capture.outcomes()
+    assert (outcome["error_code"], outcome["dead_lettered"]) == ("finalReceiveUnfinished", True)
