@@ -148,8 +148,9 @@ class AllocatorRuntime:
             [inbound_message(record) for record in records],
             finish_deadline=now + budget_s,
         )
-        # No upstream call, retry or backoff outlives the applying phase.
-        limit_gateway_time(self.gateway, invocation.deadline - now)
+        # No upstream call, retry or backoff outlives the applying phase (measured from now:
+        # planning read the request ledger, which took time of its own).
+        limit_gateway_time(self.gateway, invocation.deadline - self.clock())
         return invocation
 
 
