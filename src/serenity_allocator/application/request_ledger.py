@@ -107,21 +107,34 @@ def store_terminal(view: LedgerView, outcome: AllocationOutcome) -> AllocationOu
             return None
         raise OutOfTimeError()
     entry = view.entries.get(outcome.request_id)
-    if entry is not None and entry.was_announced_dead and not outcome.dead_lettered:
-        outcome = outcome.model_copy(update={"supersedes": "deadLettered"})
+    outcome = _superseding(entry, outcome)
     try:
-        held = view.ledger.store_outcome(outcome, dead_lettered=bool(outcome.dead_lettered))
+        held = view.ledger.store_outcome(outcome, dead_lettered=dead)
     except LedgerUnavailableError:
         if dead:
             return None
         raise
-    view.entries[outcome.request_id] = LedgerEntry(
-        request_id=outcome.request_id,
+    view.entries[outcome.request_id] = _terminal_entry(outcome.request_id, held, entry)
+    return held
+
+
+def _superseding(entry: LedgerEntry | None, outcome: AllocationOutcome) -> AllocationOutcome:
+    """A redrive's outcome, marked as replacing the dead letter the ledger had announced."""
+    if entry is not None and entry.was_announced_dead and not outcome.dead_lettered:
+        return outcome.model_copy(update={"supersedes": "deadLettered"})
+    return outcome
+
+
+def _terminal_entry(
+    request_id: str, held: AllocationOutcome, earlier: LedgerEntry | None
+) -> LedgerEntry:
+    """The batch's copy of the record just stored; a release keeps its recorded intent."""
+    return LedgerEntry(
+        request_id=request_id,
         state="deadLettered" if held.dead_lettered else "final",
         outcome=held,
-        intent=entry.intent if entry is not None else None,
+        intent=earlier.intent if earlier is not None else None,
     )
-    return held
 
 
 def mark_final_receive(
