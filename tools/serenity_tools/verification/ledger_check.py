@@ -76,28 +76,46 @@ def check_ledger(
             ``deadLettered``, or ``final`` when the request completed and only the delete of
             its message was lost (a crash after the handler on the final receive).
     """
-    violations: list[str] = []
     request_ids = list(dict.fromkeys(r.request_id for r in requests))
-    for request_id in request_ids:
-        entry = ledger.get(request_id)
-        if entry is None or not entry.is_terminal or entry.outcome is None:
-            state = "no record" if entry is None else f"state {entry.state}"
-            violations.append(f"{request_id}: {state}, not one terminal record")
-    for outcome in outcomes:
-        entry = ledger.get(outcome.request_id)
-        held = entry.outcome if entry is not None else None
-        if held == outcome:
-            continue
-        if outcome.dead_lettered and held is not None and held.supersedes == "deadLettered":
-            continue  # a redrive replaced the dead letter, explicitly
-        violations.append(
-            f"{outcome.request_id}: published {outcome.status}/{outcome.error_code}"
-            f" but the ledger holds "
-            + (f"{held.status}/{held.error_code}" if held is not None else "nothing")
-        )
+    violations = [*_without_terminal_record(request_ids, ledger), *_unlike_record(outcomes, ledger)]
     in_dlq = sum(1 for rid in request_ids if rid in dead_lettered)
     covered = (
         f"{len(request_ids)} requests with one terminal record each ({in_dlq} in the DLQ); "
         f"{len(outcomes)} outcome events equal their record"
     )
     return invariant_result(INVARIANT_NAME, violations, covered)
+
+
+def _without_terminal_record(
+    request_ids: Iterable[str], ledger: Mapping[str, LedgerEntry]
+) -> list[str]:
+    violations = []
+    for request_id in request_ids:
+        entry = ledger.get(request_id)
+        if entry is None or not entry.is_terminal or entry.outcome is None:
+            state = "no record" if entry is None else f"state {entry.state}"
+            violations.append(f"{request_id}: {state}, not one terminal record")
+    return violations
+
+
+def _unlike_record(
+    outcomes: Iterable[AllocationOutcome], ledger: Mapping[str, LedgerEntry]
+) -> list[str]:
+    violations = []
+    for outcome in outcomes:
+        entry = ledger.get(outcome.request_id)
+        held = entry.outcome if entry is not None else None
+        if not _matches_record(outcome, held):
+            violations.append(
+                f"{outcome.request_id}: published {outcome.status}/{outcome.error_code}"
+                f" but the ledger holds "
+                + (f"{held.status}/{held.error_code}" if held is not None else "nothing")
+            )
+    return violations
+
+
+def _matches_record(outcome: AllocationOutcome, held: AllocationOutcome | None) -> bool:
+    if held == outcome:
+        return True
+    # A redrive replaced the dead letter, explicitly.
+    return bool(outcome.dead_lettered) and held is not None and held.supersedes == "deadLettered"
