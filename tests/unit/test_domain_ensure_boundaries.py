@@ -318,3 +318,45 @@ def test_plan_release_reports_drafted_units_of_both_dimensions() -> None:
     assert plan_release(child, Totals(projects=1, prompts=100), Blocks()).drafted == Totals(
         projects=2, prompts=30
     )
+
+
+def test_ensure_headroom_exact_fallback_reports_the_attempts_of_its_transfer() -> None:
+    # Given a pool with exactly the 10 prompts needed, not a whole block of 100
+    gateway = InMemoryGateway()
+    gateway.add_master(MASTER, total=Totals(projects=5, prompts=10))
+    gateway.add_child(
+        CHILD, MASTER, total=Totals(projects=1, prompts=100), used=Totals(projects=1, prompts=100)
+    )
+
+    # When 10 more prompts are needed with the exact fallback on
+    result = ensure_headroom(
+        gateway,
+        CHILD,
+        MASTER,
+        Totals(prompts=10),
+        transfer_context(FakeClock()),
+        policy=FAIL_FAST,
+        exact_fallback=True,
+    )
+
+    # Then the saved top-up counts the one transfer that landed (the refused block is not it)
+    assert (result.after, result.used_exact_fallback, result.attempts) == (
+        Totals(projects=1, prompts=110),
+        True,
+        1,
+    )
+
+
+def test_plan_release_unused_single_unit_goes_to_decommission_not_to_zero() -> None:
+    # Given a child holding one unused project (and one unused prompt block), floor 0
+    child = AiResources(
+        projects=DimensionUsage(used=0, total=1), prompts=DimensionUsage(used=0, total=100)
+    )
+
+    # When planned
+    plan = plan_release(child, Totals(projects=0, prompts=0), Blocks())
+
+    # Then neither is lowered to 0 (the gateway would ignore it): both need decommission
+    assert plan.lowered == ()
+    assert plan.requires_decommission == (Dimension.PROJECTS, Dimension.PROMPTS)
+    assert plan.target == Totals(projects=1, prompts=100)
