@@ -8,6 +8,7 @@ carries the request's labels; a final receive's outcome is marked dead-lettered.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,16 +64,18 @@ class Rig:
         return self.outcomes.by_request()[request_id]
 
 
-def _rig(gateway: InMemoryGateway, **env: str) -> Rig:
+def _rig(
+    gateway: InMemoryGateway, env: Mapping[str, str] | None = None, *, publish: bool = True
+) -> Rig:
     clock = FakeClock()
     outcomes = RecordingOutcomes()
     dead_letters = RecordingDeadLetters()
     producer = RecordingEnqueuer()
     runtime = AllocatorRuntime(
-        settings=AllocatorSettings.from_env({**ENV, **env}),
+        settings=AllocatorSettings.from_env({**ENV, **(env or {})}),
         gateway=gateway,
         dead_letters=dead_letters,
-        outcomes=outcomes,
+        outcomes=outcomes if publish else None,
         producer=producer,
         clock=clock,
         sleep=clock.sleep,
@@ -121,6 +124,16 @@ def _release(
     return _record(body, receive_count=receive_count)
 
 
+def _release_with_floor(request_id: str, child: str, floor: Totals) -> dict[str, Any]:
+    body = {
+        "kind": "release",
+        "request_id": request_id,
+        "workspace_id": child,
+        "floor": floor.as_dict(),
+    }
+    return _record(body)
+
+
 # ==== configured blocks =====================================================================
 
 
@@ -128,7 +141,7 @@ def test_worker_tops_up_in_the_configured_blocks() -> None:
     # Given 250-prompt blocks and a child using all of its 100 prompts
     rig = _rig(
         _family(("c1", Totals(projects=1, prompts=100), Totals(projects=1, prompts=100))),
-        **WIDE_BLOCKS,
+        WIDE_BLOCKS,
     )
 
     # When one more prompt is ensured
@@ -146,7 +159,7 @@ def test_worker_releases_to_the_configured_blocks_and_their_default_floor() -> N
             ("busy", Totals(projects=5, prompts=1_000), Totals(projects=1, prompts=260)),
             ("idle", Totals(projects=5, prompts=1_000), Totals()),
         ),
-        **WIDE_BLOCKS,
+        WIDE_BLOCKS,
     )
 
     # When both are released with no floor in the message
@@ -198,7 +211,7 @@ def test_worker_applies_the_environment_ceiling_backstop(
     # Given a prompts backstop of 150 and a full child at 100 (a message with no ceiling)
     rig = _rig(
         _family(("c1", Totals(projects=1, prompts=100), Totals(projects=1, prompts=100))),
-        SERENITY_BRAND_AI_CEILING_PROMPTS="150",
+        {"SERENITY_BRAND_AI_CEILING_PROMPTS": "150"},
     )
 
     # When exactly the backstop's room (50) or one more is ensured
@@ -326,7 +339,7 @@ def test_worker_parks_an_ensure_on_its_richest_sibling_up_to_the_configured_coun
             ("s2", Totals(projects=1, prompts=500), Totals(projects=1, prompts=100)),
             pool=Totals(),
         ),
-        **RECLAIM,
+        RECLAIM,
     )
     ensure = _ensure("r1", "c1", 1, org_id="org-7")
 
@@ -349,3 +362,51 @@ def test_worker_parks_an_ensure_on_its_richest_sibling_up_to_the_configured_coun
     ]
     assert len(rig.producer.many) == 2
     assert rig.gateway.totals_of("c1") == Totals(projects=1, prompts=100)
+
+
+def test_worker_parks_nothing_when_only_the_asking_child_has_surplus() -> None:
+    # Given an empty pool and a child short of prompts that holds 3 unused projects, with no
+    # sibling that could give
+    rig = _rig(
+        _family(
+            ("c1", Totals(projects=4, prompts=100), Totals(projects=1, prompts=100)),
+            ("lean", Totals(projects=1, prompts=100), Totals(projects=1, prompts=100)),
+            pool=Totals(),
+        ),
+        RECLAIM,
+    )
+
+    # When the ensure is handled
+    failed = rig.invoke(_ensure("r1", "c1", 1))
+
+    # Then the child is never its own donor: nothing is enqueued and the ensure is rejected now
+    assert failed == []
+    assert rig.producer.many == []
+    outcome = rig.outcome("r1")
+    assert (outcome.status, outcome.error_code) == ("rejected", "orgPoolExhausted")
+
+
+# ==== release floors and an unwired outcome sink ===========================================
+
+
+def test_worker_release_keeps_the_floor_the_message_asks_for() -> None:
+    # Given a child using 100 of 1000 prompts
+    rig = _rig(_family(("c1", Totals(projects=1, prompts=1_000), Totals(projects=1, prompts=100))))
+
+    # When released with a floor of 500 prompts
+    assert rig.invoke(_release_with_floor("r1", "c1", Totals(projects=1, prompts=500))) == []
+
+    # Then the child keeps the floor, not one block
+    assert rig.gateway.transfers == [("c1", Totals(projects=1, prompts=500))]
+
+
+def test_worker_without_an_outcome_sink_still_applies_and_completes() -> None:
+    # Given a worker with no outcome publisher wired
+    rig = _rig(
+        _family(("c1", Totals(projects=1, prompts=100), Totals(projects=1, prompts=100))),
+        publish=False,
+    )
+
+    # When an ensure is handled / Then it is applied and its record completes
+    assert rig.invoke(_ensure("r1", "c1", 1)) == []
+    assert rig.gateway.totals_of("c1") == Totals(projects=1, prompts=200)
