@@ -105,6 +105,11 @@ def _record(body: dict[str, Any], *, receive_count: int = 1) -> dict[str, Any]:
     )
 
 
+def _received(record: dict[str, Any], receive_count: int) -> dict[str, Any]:
+    attributes = {**record["attributes"], "ApproximateReceiveCount": str(receive_count)}
+    return {**record, "attributes": attributes}
+
+
 def _ensure(request_id: str, child: str, prompts: int, **fields: str) -> dict[str, Any]:
     body: dict[str, Any] = {
         "kind": "ensure",
@@ -345,9 +350,7 @@ def test_worker_parks_an_ensure_on_its_richest_sibling_up_to_the_configured_coun
 
     # When the ensure is handled on its first and second receive
     first = rig.invoke(ensure)
-    second = rig.invoke(
-        {**ensure, "attributes": {**ensure["attributes"], "ApproximateReceiveCount": "2"}}
-    )
+    second = rig.invoke(_received(ensure, 2))
 
     # Then each receive parks it (failed for redelivery) with one release of the richest
     # sibling, under an id of its own per receive, labelled with the request's org
@@ -410,3 +413,61 @@ def test_worker_without_an_outcome_sink_still_applies_and_completes() -> None:
     # When an ensure is handled / Then it is applied and its record completes
     assert rig.invoke(_ensure("r1", "c1", 1)) == []
     assert rig.gateway.totals_of("c1") == Totals(projects=1, prompts=200)
+
+
+def test_worker_forgets_a_park_once_the_ensure_ends() -> None:
+    # Given an empty pool, a full child and one idle sibling, parks allowed twice
+    rig = _rig(
+        _family(
+            ("c1", Totals(projects=1, prompts=100), Totals(projects=1, prompts=100)),
+            ("s1", Totals(projects=1, prompts=1_000), Totals(projects=1, prompts=100)),
+            pool=Totals(),
+        ),
+        {**RECLAIM, "SIBLING_RECLAIM_MAX_PARKS": "1"},
+    )
+    ensure = _ensure("r1", "c1", 1)
+
+    # When it is parked on its first receive and comes back (the release never ran)
+    assert rig.invoke(ensure) == ["m-r1"]
+    parked = set(rig.runtime.parked)
+    assert rig.invoke(_received(ensure, 2)) == []
+
+    # Then the container remembered the park while it lasted and forgot it at the rejection
+    assert parked == {"r1"}
+    assert rig.runtime.parked == set()
+    assert (rig.outcome("r1").status, rig.outcome("r1").error_code) == (
+        "rejected",
+        "orgPoolExhausted",
+    )
+
+
+# ==== invalid records =======================================================================
+
+
+def test_worker_dead_letters_each_invalid_record_with_the_reason() -> None:
+    # Given a record in the wrong group, one whose body misses a field and breaks a bound,
+    # and one whose receive count is not a number
+    rig = _rig(_family(("c1", Totals(projects=1, prompts=100), Totals(projects=1, prompts=100))))
+    wrong_group = {**_ensure("r1", "c1", 1)}
+    wrong_group["attributes"] = {**wrong_group["attributes"], "MessageGroupId": "c2"}
+    bad_body = _record(
+        {"kind": "ensure", "request_id": "r2", "workspace_id": "c1", "need": {"prompts": -1}}
+    )
+    bad_count = _received(_ensure("r3", "c1", 1), 1)
+    bad_count["attributes"] = {**bad_count["attributes"], "ApproximateReceiveCount": "x"}
+
+    # When the batch is handled
+    failed = rig.invoke(wrong_group, bad_body, bad_count)
+
+    # Then each goes to the DLQ once with what is wrong with it, and nothing is applied
+    assert failed == []
+    assert [(d.source_message_id, d.reason) for d in rig.dead_letters.sent] == [
+        ("m-r1", "MessageGroupId: must equal workspace_id"),
+        (
+            "m-r2",
+            "parent_workspace_id: Field required; "
+            "need.prompts: Input should be greater than or equal to 0",
+        ),
+        ("m-r3", "attributes.ApproximateReceiveCount: not a positive integer"),
+    ]
+    assert rig.gateway.transfers == []
