@@ -32,6 +32,44 @@ def target_is(operation: str, *, body_contains: str = "") -> HoldRule:
     return rule
 
 
+class FunctionClock:
+    """The function's monotonic clock, moved only by the calls the proxy holds.
+
+    Give it to the worker's runtime and to its Lambda context: the invocation's deadline then
+    runs on this clock, and a held call costs the worker exactly its whole budget whatever the
+    machine's speed, so a test can say which calls fit and which were never started.
+    """
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.start = start
+        self._now = start
+        self._lock = threading.Lock()
+        self.charged_at: list[float] = []
+        """Seconds into the invocation at which each held call started, in order."""
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self._now
+
+    def charge(self, seconds: float) -> None:
+        """A held call started now and will cost ``seconds``."""
+        with self._lock:
+            self.charged_at.append(self._now - self.start)
+            self._now += seconds
+
+
+def charging(rule: HoldRule, clock: FunctionClock, seconds: float) -> HoldRule:
+    """``rule``, and each request it holds moves ``clock`` on by ``seconds`` as it arrives."""
+
+    def charged(headers: Mapping[str, str], body: bytes) -> bool:
+        if not rule(headers, body):
+            return False
+        clock.charge(seconds)
+        return True
+
+    return charged
+
+
 class SlowProxy:
     """The running proxy: its URL and the operations it held back."""
 

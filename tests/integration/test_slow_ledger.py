@@ -3,6 +3,9 @@
 Every ledger write is bounded like every other AWS call, and is only started when its worst
 case still fits the invocation, so a slow ledger costs the records that needed it, never the
 whole batch, and the invocation ends before the function's timeout.
+
+The function's deadline runs on a clock the proxy moves by a call's whole budget each time it
+holds one, so which writes fit is exact on any machine; no test reads the machine's clock.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from serenity_allocator.handlers import allocator
 from serenity_allocator.handlers.allocator import lambda_handler
 from serenity_tools.standins.lambda_context import LocalLambdaContext
 from serenity_tools.standins.resources import LocalResources
@@ -22,7 +26,13 @@ from tests.integration.allocator_harness import (
     allocator_harness,
     workspace,
 )
-from tests.integration.slow_aws_proxy import SlowProxy, slow_proxy, target_is
+from tests.integration.slow_aws_proxy import (
+    FunctionClock,
+    SlowProxy,
+    charging,
+    slow_proxy,
+    target_is,
+)
 from tests.integration.sqs_events import build_sqs_event, failed_ids, receive_messages
 
 MASTER = "ws-ledger-master"
@@ -36,11 +46,19 @@ SAFETY_MARGIN_MS = 500
 
 
 @pytest.fixture
+def function_clock() -> FunctionClock:
+    """The invocation's clock: a held call costs SEMRUSH_TIMEOUT_S, the AWS call budget."""
+    return FunctionClock()
+
+
+@pytest.fixture
 def slow_ledger_writes(
-    local_resources: LocalResources, monkeypatch: pytest.MonkeyPatch
+    local_resources: LocalResources,
+    monkeypatch: pytest.MonkeyPatch,
+    function_clock: FunctionClock,
 ) -> Iterator[SlowProxy]:
     """DynamoDB through the proxy; every UpdateItem held for HOLD_S (reads pass at once)."""
-    rule = target_is("DynamoDB_20120810.UpdateItem")
+    rule = charging(target_is("DynamoDB_20120810.UpdateItem"), function_clock, SEMRUSH_TIMEOUT_S)
     with slow_proxy(local_resources.endpoint_url, HOLD_S, rule) as proxy:
         monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", proxy.url)
         yield proxy
@@ -48,7 +66,10 @@ def slow_ledger_writes(
 
 @pytest.fixture
 def worker(
-    local_resources: LocalResources, sim: SimulatorServer, outcome_capture: OutcomeCapture
+    local_resources: LocalResources,
+    sim: SimulatorServer,
+    outcome_capture: OutcomeCapture,
+    function_clock: FunctionClock,
 ) -> Iterator[AllocatorHarness]:
     """The production runtime with a ledger, a 2 s per-call budget and allocation off."""
     overrides = {
@@ -60,6 +81,7 @@ def worker(
         "SERENITY_DYNAMIC_ALLOCATION": "false",
     }
     with allocator_harness(local_resources, sim, overrides) as harness:
+        harness.runtime.clock = function_clock
         yield harness
 
 
@@ -68,6 +90,7 @@ def test_slow_ledger_fails_records_early_and_ends_before_the_timeout(
     sim: SimulatorServer,
     slow_ledger_writes: SlowProxy,
     outcome_capture: OutcomeCapture,
+    function_clock: FunctionClock,
 ) -> None:
     # Given six ensures in six groups (each a "disabled" no-op, then one ledger write), a
     # ledger whose writes answer only after HOLD_S, and a function with SHORT_FUNCTION_S to live
@@ -85,14 +108,22 @@ def test_slow_ledger_fails_records_early_and_ends_before_the_timeout(
     messages = receive_messages(worker.sqs, worker.resources.queue_url)
     assert len(messages) == len(CHILDREN)
     event = build_sqs_event(messages, queue_arn=worker.resources.queue_arn, region="us-east-1")
-    context = LocalLambdaContext(FUNCTION_NAME, SHORT_FUNCTION_S)
+    context = LocalLambdaContext(FUNCTION_NAME, SHORT_FUNCTION_S, function_clock)
 
     # When the batch runs
     response = lambda_handler(event, context, runtime=worker.runtime)
 
-    # Then the invocation returned with time to spare (six writes of 2 s each would not have
-    # fitted), every record failed for a retry, and no outcome went out unstored
-    assert context.get_remaining_time_in_millis() > SAFETY_MARGIN_MS
+    # Then the handler returned (no function timeout) with every record failed for a retry:
+    # the first two writes were started at 0 s and 2 s on the function's clock and gave up
+    # (one bounded attempt each); a third would have ended at 6 s, past the 5.5 s kept for
+    # applying (8 s less the margin and one publish), so the other four records failed at once
+    # without a call, and no outcome went out unstored
     assert sorted(failed_ids(response)) == sorted(m["MessageId"] for m in messages)
-    assert 1 <= len(slow_ledger_writes.held) < len(CHILDREN)
+    assert function_clock.charged_at == [0.0, 2.0]
+    assert slow_ledger_writes.held == ["DynamoDB_20120810.UpdateItem"] * 2
+    assert [type(info[1]).__name__ for info in allocator.processor.exceptions] == [
+        "LedgerUnavailableError",
+        "LedgerUnavailableError",
+        *["OutOfTimeError"] * (len(CHILDREN) - 2),
+    ]
     assert outcome_capture.outcomes() == []
