@@ -2,18 +2,23 @@
 
 Through the Allocator handler, on in-memory fakes: configured blocks size top-ups, releases
 and the default release floor; the environment's ceiling backstop caps a top-up; an outcome
-carries the request's labels; a final receive's outcome is marked dead-lettered.
+carries the request's labels; a final receive's outcome is marked dead-lettered; invalid
+parents and records go to the DLQ with their reason; duplicates are applied once; sibling
+reclaim parks within its bounds. The batch plan is called directly where the handler's edge
+hides a case.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from serenity_allocator.application.batch_plan import InboundMessage, plan_batch
 from serenity_allocator.domain.messages import AllocationOutcome, ReleaseRequest
 from serenity_allocator.domain.model import Totals
 from serenity_allocator.handlers.allocator import lambda_handler
@@ -306,18 +311,49 @@ def test_worker_ensure_naming_another_parent_is_dead_lettered_as_invalid() -> No
 
 
 def test_worker_second_record_of_a_request_completes_with_the_first() -> None:
-    # Given one ensure delivered twice in one batch (two records, one request id)
-    rig = _rig(_family(("c1", Totals(projects=1, prompts=100), Totals(projects=1, prompts=100))))
-    first = _ensure("r1", "c1", 1)
+    # Given one ensure of 100 prompts delivered twice in one batch (two records, one request
+    # id), then an ensure for another child
+    rig = _rig(
+        _family(
+            ("c1", Totals(projects=1, prompts=100), Totals(projects=1, prompts=100)),
+            ("c2", Totals(projects=1, prompts=100), Totals(projects=1, prompts=100)),
+        )
+    )
+    first = _ensure("r1", "c1", 100)
     second = {**first, "messageId": "m-r1-copy", "receiptHandle": "rh-m-r1-copy"}
 
     # When the batch is handled
-    failed = rig.invoke(first, second)
+    failed = rig.invoke(first, second, _ensure("r2", "c2", 1))
 
-    # Then the request is applied once and both records complete
+    # Then the request is applied once (its need not doubled in a combined top-up), both
+    # records complete, and the record after the copy is applied too
     assert failed == []
-    assert rig.gateway.transfers == [("c1", Totals(projects=1, prompts=200))]
-    assert [o.request_id for o in rig.outcomes.published] == ["r1"]
+    assert rig.gateway.transfers == [
+        ("c1", Totals(projects=1, prompts=200)),
+        ("c2", Totals(projects=1, prompts=200)),
+    ]
+    assert [o.request_id for o in rig.outcomes.published] == ["r1", "r2"]
+
+
+def test_plan_batch_message_listed_twice_counts_once_and_the_rest_is_planned() -> None:
+    # Given a batch listing one SQS message twice, then a record for another child (the
+    # handler's edge already drops such a repeat; the plan must not depend on it)
+    def inbound(message_id: str, child: str) -> InboundMessage:
+        body = {
+            "version": 1,
+            "kind": "release",
+            "request_id": f"req-{message_id}",
+            "workspace_id": child,
+        }
+        return InboundMessage(message_id=message_id, group_id=child, body=json.dumps(body))
+
+    # When planned
+    plan = plan_batch(
+        [inbound("m1", "c1"), inbound("m1", "c1"), inbound("m2", "c2")], dynamic_allocation=True
+    )
+
+    # Then each message is planned once, in order
+    assert plan.order == ("m1", "m2")
 
 
 # ==== sibling reclaim =======================================================================
