@@ -100,6 +100,29 @@ def test_request_ledger_refuses_an_intent_over_a_terminal_record(
     assert ledger.lookup(["req-1"])["req-1"].state == "final"
 
 
+def test_request_ledger_adds_an_intent_beside_a_provisional_dead_letter(
+    ledger: DynamoDbRequestLedger,
+) -> None:
+    # Given a final receive's provisional dead letter over an earlier receive's intent
+    earlier = ReleaseIntent(before=Totals(prompts=500), target=Totals(prompts=100))
+    ledger.record_intent("req-1", earlier)
+    provisional = _outcome(status="failed", error_code="finalReceiveUnfinished", dead_lettered=True)
+    ledger.store_outcome(provisional, provisional=True)
+
+    # When that receive records its release's intent before transferring
+    intent = ReleaseIntent(before=Totals(prompts=450), target=Totals(prompts=100))
+    ledger.record_intent("req-1", intent)
+
+    # Then the intent is kept beside the dead letter, which stays the terminal record (a crash
+    # from here on still leaves one) until the receive stores its outcome
+    entry = ledger.lookup(["req-1"])["req-1"]
+    assert (entry.state, entry.provisional, entry.intent) == ("deadLettered", True, intent)
+    assert entry.outcome == provisional
+    ledger.store_outcome(_outcome(receive_count=5))
+    final = ledger.lookup(["req-1"])["req-1"]
+    assert (final.state, final.provisional, final.intent) == ("final", False, intent)
+
+
 def test_request_ledger_redrive_supersedes_a_dead_letter_and_keeps_it(
     ledger: DynamoDbRequestLedger, dynamodb: Any, local_resources: LocalResources
 ) -> None:

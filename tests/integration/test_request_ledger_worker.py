@@ -370,3 +370,112 @@ def test_worker_final_receive_that_crashes_still_leaves_a_dead_lettered_record(
         "finalReceiveUnfinished",
         True,
     )
+
+
+# ---------------------------------------------------------------- a release's final receive
+
+
+def _release_failing_until_its_final_receive(
+    worker: AllocatorHarness, sim: SimulatorServer, ledger: DynamoDbRequestLedger
+) -> str:
+    """A release whose intent is recorded and whose transfer fails on every earlier receive."""
+    _seed(sim, _child(prompts=(100, 500)))
+    sim.faults(fail_next=[{"status": 503, "count": 1_000, "op": "transfer"}])
+    request_id = worker.producer.enqueue_release(CHILD)
+    for _ in range(worker.resources.max_receive_count - 1):
+        invocation = worker.invoke()
+        assert invocation.failed == invocation.message_ids
+        worker.redeliver_failed(invocation)
+    entry = ledger.get(request_id)
+    assert entry is not None and entry.state == "intent"
+    assert totals_of(sim)[CHILD] == (1, 500)
+    sim.faults(fail_next=[])
+    return request_id
+
+
+def test_worker_release_recovering_on_its_final_receive_records_its_intent_and_releases(
+    worker: AllocatorHarness,
+    sim: SimulatorServer,
+    outcome_capture: OutcomeCapture,
+    ledger: DynamoDbRequestLedger,
+) -> None:
+    # Given a release with a recorded intent whose transfer failed (503) on every receive but
+    # the last, and an upstream that has recovered
+    request_id = _release_failing_until_its_final_receive(worker, sim, ledger)
+
+    # When its final receive runs (a provisional dead letter is written first)
+    final = worker.invoke()
+
+    # Then the intent is recorded over the provisional dead letter (no ledger conflict), the
+    # release transfers once, and its one terminal record and one outcome say released 500->100
+    assert final.receive_counts() == [worker.resources.max_receive_count]
+    assert (final.failed, final.exceptions) == ([], [])
+    landed = [body for body in transfer_bodies(sim) if body[1] == 200]
+    assert landed == [(CHILD, 200, {"projects": 1, "prompts": 100})]
+    [outcome] = outcome_capture.outcomes()
+    assert (outcome["request_id"], outcome["status"]) == (request_id, "released")
+    assert outcome["totals_before"] == {"projects": 1, "prompts": 500}
+    assert outcome["totals_after"] == {"projects": 1, "prompts": 100}
+    assert "dead_lettered" not in outcome
+    entry = ledger.get(request_id)
+    assert entry is not None and (entry.state, entry.provisional) == ("final", False)
+    assert _ledger_outcome(ledger, request_id) == outcome
+    assert worker.drain_dlq() == []
+
+
+class TransferThenCrashGateway(CrashingGateway):
+    """The real gateway, except that the process dies right after a transfer lands."""
+
+    def transfer(self, workspace_id: str, totals: Totals) -> None:
+        self._inner.transfer(workspace_id, totals)
+        raise SystemExit("container killed after the transfer")
+
+
+def test_worker_release_whose_final_receive_crashed_after_transferring_is_redriven_truthfully(
+    worker: AllocatorHarness,
+    sim: SimulatorServer,
+    outcome_capture: OutcomeCapture,
+    ledger: DynamoDbRequestLedger,
+) -> None:
+    # Given a release with a recorded intent whose transfer failed on every receive but the last
+    request_id = _release_failing_until_its_final_receive(worker, sim, ledger)
+
+    # When its final receive transfers and the container dies before anything else runs
+    real_gateway = worker.runtime.gateway
+    worker.runtime.gateway = TransferThenCrashGateway(real_gateway)
+    [message] = worker.receive()
+    with pytest.raises(SystemExit):
+        worker.handle([message])
+    worker.runtime.gateway = real_gateway
+
+    # Then the transfer landed, no outcome went out, and the ledger holds the provisional dead
+    # letter (with the intent) that stands for the message SQS moves to the DLQ
+    assert totals_of(sim)[CHILD] == (1, 100)
+    assert outcome_capture.outcomes() == []
+    crashed = ledger.get(request_id)
+    assert crashed is not None and (crashed.state, crashed.provisional) == ("deadLettered", True)
+    assert crashed.intent is not None
+
+    # When its visibility timeout ends, SQS moves it to the DLQ, and an operator redrives it
+    worker.sqs.change_message_visibility(
+        QueueUrl=worker.resources.queue_url,
+        ReceiptHandle=message["ReceiptHandle"],
+        VisibilityTimeout=0,
+    )
+    assert worker.receive() == []
+    [dead] = worker.drain_dlq()
+    worker.send_raw(dead["Body"], group_id=CHILD, dedup_id="redrive-after-crash")
+    redriven = worker.invoke()
+
+    # Then it is not transferred again and its one terminal record and one outcome tell the
+    # truth: released 500 -> 100, superseding the dead letter readers saw
+    assert redriven.failed == []
+    landed = [body for body in transfer_bodies(sim) if body[1] == 200]
+    assert landed == [(CHILD, 200, {"projects": 1, "prompts": 100})]
+    [outcome] = outcome_capture.outcomes()
+    assert (outcome["status"], outcome["supersedes"]) == ("released", "deadLettered")
+    assert outcome["totals_before"] == {"projects": 1, "prompts": 500}
+    assert outcome["totals_after"] == {"projects": 1, "prompts": 100}
+    entry = ledger.get(request_id)
+    assert entry is not None and (entry.state, entry.provisional) == ("final", False)
+    assert _ledger_outcome(ledger, request_id) == outcome

@@ -14,10 +14,11 @@ Item shape (table key ``request_id``, a string)::
     updated_at   N  epoch seconds
 
 Every write is one ``UpdateItem`` with a condition, so the rules hold across containers:
-an intent never overwrites a terminal record, a ``final`` record is written once and never
-replaced, a ``deadLettered`` one is replaced by a later terminal outcome (a redrive). Reads are
-strongly consistent (``BatchGetItem`` with ``ConsistentRead``), so the worker that runs right
-after another sees its writes. Decision and alternatives: docs/decisions/0009-request-ledger.md.
+an intent never overwrites a terminal record (beside a dead letter it is only added), a
+``final`` record is written once and never replaced, a ``deadLettered`` one is replaced by a
+later terminal outcome (a redrive). Reads are strongly consistent (``BatchGetItem`` with
+``ConsistentRead``), so the worker that runs right after another sees its writes. Decision
+and alternatives: docs/decisions/0009-request-ledger.md.
 """
 
 from __future__ import annotations
@@ -51,11 +52,15 @@ _MAX_BATCH_GET_KEYS = 100  # BatchGetItem's per-call limit
 _TERMINAL_CONDITION = "attribute_not_exists(request_id) OR #state IN (:intent, :dead)"
 # A provisional dead letter or an intent replaces only nothing or an intent.
 _OPEN_CONDITION = "attribute_not_exists(request_id) OR #state = :intent"
+# An intent joins a dead letter without replacing it: the provisional one of the final receive
+# now applying, or a redriven message's, stays the terminal record until that delivery completes.
+_DEAD_CONDITION = "#state = :dead"
 
 # DynamoDB refuses a request that passes a value its expressions do not use.
 _STATE_VALUES: dict[str, dict[str, AttributeValueTypeDef]] = {
     _TERMINAL_CONDITION: {":intent": {"S": "intent"}, ":dead": {"S": "deadLettered"}},
     _OPEN_CONDITION: {":intent": {"S": "intent"}},
+    _DEAD_CONDITION: {":dead": {"S": "deadLettered"}},
 }
 
 
@@ -143,19 +148,30 @@ class DynamoDbRequestLedger:
     # -- writes ------------------------------------------------------------------------------
 
     def record_intent(self, request_id: str, intent: ReleaseIntent) -> None:
-        """Record a release's intent (replacing only an earlier intent) before it transfers.
+        """Record a release's intent before it transfers.
+
+        It replaces nothing or an earlier intent; beside a dead letter (a final receive's
+        provisional one, or a redriven message's) it is added and the dead letter stays the
+        terminal record until this delivery completes, so a crash still leaves one.
 
         Raises:
-            LedgerConflictError: the request already has a terminal record.
+            LedgerConflictError: the request already has a ``final`` record.
             LedgerUnavailableError: DynamoDB could not be written.
         """
-        written = self._update(
+        values: dict[str, AttributeValueTypeDef] = {":body": {"S": intent.model_dump_json()}}
+        if self._update(
             request_id,
             "SET #state = :intent, intent = :body, expires_at = :exp, updated_at = :now",
             _OPEN_CONDITION,
-            {":body": {"S": intent.model_dump_json()}},
-        )
-        if not written:
+            values,
+        ):
+            return
+        if not self._update(
+            request_id,
+            "SET intent = :body, expires_at = :exp, updated_at = :now",
+            _DEAD_CONDITION,
+            values,
+        ):
             raise LedgerConflictError(request_id)
 
     def store_outcome(

@@ -106,10 +106,14 @@ class RequestLedger(Protocol):
         ...
 
     def record_intent(self, request_id: str, intent: ReleaseIntent) -> None:
-        """Record a release's intent before it transfers (replaces an earlier intent only).
+        """Record a release's intent before it transfers.
+
+        It replaces an earlier intent; beside a ``deadLettered`` record (the provisional one of
+        the final receive now applying, or a redriven message's) it is added and the dead
+        letter stays terminal until this delivery stores its outcome.
 
         Raises:
-            LedgerConflictError: a terminal record exists (another delivery completed it).
+            LedgerConflictError: a ``final`` record exists (another delivery completed it).
             LedgerUnavailableError: the ledger could not be written.
         """
         ...
