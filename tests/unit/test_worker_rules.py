@@ -115,7 +115,7 @@ def _received(record: dict[str, Any], receive_count: int) -> dict[str, Any]:
     return {**record, "attributes": attributes}
 
 
-def _ensure(request_id: str, child: str, prompts: int, **fields: str) -> dict[str, Any]:
+def _ensure(request_id: str, child: str, prompts: int, **fields: str | bool) -> dict[str, Any]:
     body: dict[str, Any] = {
         "kind": "ensure",
         "request_id": request_id,
@@ -507,3 +507,30 @@ def test_worker_dead_letters_each_invalid_record_with_the_reason() -> None:
         ("m-r3", "attributes.ApproximateReceiveCount: not a positive integer"),
     ]
     assert rig.gateway.transfers == []
+
+
+# ==== coalesced runs ========================================================================
+
+
+def test_worker_combined_top_up_counts_drafts_when_one_member_asks() -> None:
+    # Given a child using 50 of 100 prompts with 80 more drafted
+    gateway = _family()
+    gateway.add_child(
+        "c1",
+        MASTER,
+        total=Totals(projects=1, prompts=100),
+        used=Totals(projects=1, prompts=50),
+        drafted=Totals(prompts=80),
+    )
+    rig = _rig(gateway)
+
+    # When two ensures of 10 prompts for it arrive together, the first counting drafts
+    failed = rig.invoke(_ensure("r1", "c1", 10, include_drafted=True), _ensure("r2", "c1", 10))
+
+    # Then one combined top-up sized on used + drafted + both needs (150, in blocks: 200)
+    assert failed == []
+    assert rig.gateway.transfers == [("c1", Totals(projects=1, prompts=200))]
+    assert [(o.status, o.coalesced) for o in (rig.outcome("r1"), rig.outcome("r2"))] == [
+        ("topped-up", 2),
+        ("topped-up", 2),
+    ]
