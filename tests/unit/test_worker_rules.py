@@ -4,7 +4,8 @@ Through the Allocator handler, on in-memory fakes: configured blocks size top-up
 and the default release floor; the environment's ceiling backstop caps a top-up; an outcome
 carries the request's labels; a final receive's outcome is marked dead-lettered; invalid
 parents and records go to the DLQ with their reason; duplicates are applied once; sibling
-reclaim parks within its bounds. The batch plan is called directly where the handler's edge
+reclaim parks within its bounds; an unannounced outcome holds back its group only. The batch
+plan is called directly where the handler's edge
 hides a case.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,10 +71,14 @@ class Rig:
 
 
 def _rig(
-    gateway: InMemoryGateway, env: Mapping[str, str] | None = None, *, publish: bool = True
+    gateway: InMemoryGateway,
+    env: Mapping[str, str] | None = None,
+    *,
+    publish: bool = True,
+    failing_publish_calls: Sequence[int] = (),
 ) -> Rig:
     clock = FakeClock()
-    outcomes = RecordingOutcomes()
+    outcomes = RecordingOutcomes(fail_calls=failing_publish_calls)
     dead_letters = RecordingDeadLetters()
     producer = RecordingEnqueuer()
     runtime = AllocatorRuntime(
@@ -534,3 +539,22 @@ def test_worker_combined_top_up_counts_drafts_when_one_member_asks() -> None:
         ("topped-up", 2),
         ("topped-up", 2),
     ]
+
+
+# ==== outcomes that cannot be published =====================================================
+
+
+def test_worker_holds_back_only_the_groups_whose_outcome_was_not_published() -> None:
+    # Given eleven children each covering its need, and an outcome publisher whose first call
+    # (the first ten outcomes) fails while the second (the eleventh) goes out
+    children = [f"c{index:02d}" for index in range(11)]
+    rig = _rig(_family(*((child, Totals(projects=1, prompts=100), Totals()) for child in children)))
+    rig.outcomes = RecordingOutcomes(fail_calls=[1])
+    rig.runtime.outcomes = rig.outcomes
+
+    # When one ensure per child arrives
+    failed = rig.invoke(*(_ensure(f"r{child}", child, 1) for child in children))
+
+    # Then the ten unannounced records come back; the eleventh, in a group of its own, does not
+    assert failed == [f"m-r{child}" for child in children[:10]]
+    assert [o.request_id for o in rig.outcomes.published] == ["rc10"]
