@@ -5,8 +5,7 @@ and the default release floor; the environment's ceiling backstop caps a top-up;
 carries the request's labels; a final receive's outcome is marked dead-lettered; invalid
 parents and records go to the DLQ with their reason; duplicates are applied once; sibling
 reclaim parks within its bounds; an unannounced outcome holds back its group only. The batch
-plan is called directly where the handler's edge
-hides a case.
+plan is called directly where the handler's edge hides a case.
 """
 
 from __future__ import annotations
