@@ -3,7 +3,9 @@
 Consumers die before the handler, during it, after it before the delete, and in the middle of
 outcome publishing (:func:`.handlers.crash_while_publishing_handler`). Redelivery converges:
 a request replayed because its batch's consumer died is an explained replay (at-least-once,
-reported with its cause); any other duplicate is a violation.
+reported with its cause); any other duplicate is a violation. A request whose every receive
+died runs out of receives and rightly ends in the DLQ, as one truthful dead letter
+(:func:`.crash_dead_letters.check_crash_dead_letters`).
 
 The scenario is ABOUT redelivery after a crash, so it sets a short visibility timeout
 (:data:`CRASH_VISIBILITY_TIMEOUT_S`): a dead container's batch comes back when it passes. On a
@@ -20,9 +22,10 @@ from typing import Any
 
 from serenity_tools.standins.consumer import CRASH_POINTS, CrashPlan
 from serenity_tools.verification.checks import explained_lines
+from serenity_tools.verification.crash_dead_letters import check_crash_dead_letters
 from serenity_tools.verification.harness.analysis import (
-    drain_checks,
     invariant_checks,
+    queue_drained_check,
     redelivered,
     run_record,
 )
@@ -72,7 +75,10 @@ def run_crash(config: HarnessConfig) -> ScenarioResult:
     checks = [
         *invariant_checks(run_record(workload.org, requests, run)),
         writes.result,
-        *drain_checks(run),
+        queue_drained_check(run),
+        # A request may run out of receives to crashes alone; it must still end as one
+        # truthful dead letter (record and outcome). Anything else in the DLQ is a violation.
+        check_crash_dead_letters(run.letters, run.ledger, run.outcomes, run.events),
     ]
     traced = Counter(str(e.get("at")) for e in run.events if e.get("ev") == "crash")
     counts = Counter(o.request_id for o in run.outcomes)

@@ -1,0 +1,110 @@
+"""The crash scenario's DLQ check: only requests crashes took there, each a truthful dead letter."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from serenity_allocator.domain.ledger import LedgerEntry
+from serenity_allocator.domain.messages import AllocationOutcome
+from serenity_tools.standins.stack import DeadLetter
+from serenity_tools.verification.crash_dead_letters import check_crash_dead_letters
+
+DEAD = AllocationOutcome(
+    request_id="req-d",
+    kind="ensure",
+    workspace_id="child-1",
+    status="failed",
+    error_code="receivesExhausted",
+    receive_count=5,
+    dead_lettered=True,
+)
+
+
+def _letter(request_id: str = "req-d", reason: str | None = None) -> DeadLetter:
+    return DeadLetter(
+        message_id=f"m-{request_id}",
+        group_id="child-1",
+        body="{}",
+        request_id=request_id,
+        reason=reason,
+        receive_count=5,
+    )
+
+
+def _record(state: Any = "deadLettered", *, provisional: bool = False) -> dict[str, LedgerEntry]:
+    return {
+        "req-d": LedgerEntry(request_id="req-d", state=state, outcome=DEAD, provisional=provisional)
+    }
+
+
+def _receives(released: tuple[int, ...] = ()) -> list[dict[str, Any]]:
+    """Five receives of req-d, each in its own batch; the ``released`` ones lived to release."""
+    events: list[dict[str, Any]] = []
+    for batch in range(1, 6):
+        message = {"id": "m-req-d", "group": "child-1", "request_id": "req-d"}
+        events.append({"ev": "receive", "pid": 100 + batch, "batch": batch, "msgs": [message]})
+        if batch in released:
+            events.append({"ev": "release", "pid": 100 + batch, "batch": batch})
+        else:
+            events.append({"ev": "crash", "pid": 100 + batch, "at": "during_handler"})
+    return events
+
+
+def test_check_crash_dead_letters_accepts_a_crashed_request_with_one_dead_letter() -> None:
+    # Given a request whose five receives all died, one confirmed dead letter and its outcome
+    # When checked
+    result = check_crash_dead_letters([_letter()], _record(), [DEAD], _receives())
+
+    # Then it passes and says what it covered
+    assert result.passed
+    assert result.detail == (
+        "1 requests ran out of receives to crashes (5 receives, each in a batch whose consumer "
+        "died), each with one deadLettered record and its outcome; no invalid message"
+    )
+
+
+def test_check_crash_dead_letters_flags_a_receive_a_living_consumer_released() -> None:
+    # Given a dead-lettered request whose third receive was released (the worker failed it)
+    # When checked
+    result = check_crash_dead_letters([_letter()], _record(), [DEAD], _receives(released=(3,)))
+
+    # Then that receive is named
+    assert result.violations == ("req-d: receive 3 was released by a living consumer",)
+
+
+def test_check_crash_dead_letters_flags_a_request_that_did_not_end_as_one_dead_letter() -> None:
+    # Given the same crashed request, ended four wrong ways
+    completed = DEAD.model_copy(update={"status": "topped-up", "dead_lettered": None})
+    cases = [
+        ({}, [DEAD], "req-d: no terminal ledger record"),
+        (
+            _record("final"),
+            [DEAD],
+            "req-d: ledger record final, not one confirmed deadLettered record",
+        ),
+        (
+            _record(provisional=True),
+            [DEAD],
+            "req-d: ledger record provisional deadLettered, not one confirmed deadLettered record",
+        ),
+        (_record(), [completed], "req-d: no published outcome equals its record (1 published)"),
+    ]
+
+    # When each is checked / Then each is a violation naming what is missing
+    for ledger, outcomes, violation in cases:
+        result = check_crash_dead_letters([_letter()], ledger, outcomes, _receives())
+        assert (result.passed, result.violations) == (False, (violation,))
+
+
+def test_check_crash_dead_letters_flags_an_invalid_message_and_a_run_without_a_ledger() -> None:
+    # Given an invalid message in the DLQ, and a crashed request in a run without a ledger
+    letters = [_letter("req-x", reason="invalidJson"), _letter()]
+
+    # When checked
+    result = check_crash_dead_letters(letters, None, [DEAD], _receives())
+
+    # Then both are violations
+    assert result.violations == (
+        "m-req-x: invalid message (invalidJson)",
+        "req-d: no terminal ledger record",
+    )

@@ -1,0 +1,118 @@
+"""The DLQ after a crash run: only requests that crashes took there, each ended truthfully.
+
+In a run that kills containers, a valid request may rightly run out of receives: every one of
+its receives was in a batch whose consumer died. Such a request must still end like any other
+dead letter (docs/decisions/0009-request-ledger.md): exactly one terminal ``deadLettered``
+ledger record (confirmed, not provisional) and a published outcome equal to it. A request in
+the DLQ for which any of that is missing stays a violation: an unexplained receive (the worker
+failed it, or it completed and only its delete was lost), a ``final`` record, no outcome, an
+outcome unlike the record. Invalid messages (a reason attribute) are not expected at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from serenity_allocator.domain.ledger import LedgerEntry
+from serenity_allocator.domain.messages import AllocationOutcome
+from serenity_tools.standins.stack import DeadLetter
+from serenity_tools.verification.invariants import InvariantResult, invariant_result
+
+NAME = "DLQ contents"
+
+_Batch = tuple[Any, Any]
+
+
+@dataclass(frozen=True)
+class CrashTraces:
+    """Each request's receives in the consumers' traces, and which batches were released."""
+
+    receives: Mapping[str, Sequence[_Batch]]
+    """Request id -> the (process, batch) of each receive of its message, in trace order."""
+    released: frozenset[_Batch]
+    """Batches whose consumer lived to release them (delete or fail their records)."""
+
+    def unexplained(self, request_id: str) -> list[str]:
+        """Why the request's receives are not all explained by a crash (empty when they are)."""
+        batches = self.receives.get(request_id, ())
+        if not batches:
+            return ["no receive in the traces"]
+        return [
+            f"receive {index} was released by a living consumer"
+            for index, batch in enumerate(batches, start=1)
+            if batch in self.released
+        ]
+
+
+def read_crash_traces(events: Iterable[Mapping[str, Any]]) -> CrashTraces:
+    """Index the receive and release lines of the traces.
+
+    A batch never released is one whose consumer died: at a traced crash point, at a function
+    timeout, or by a SIGKILL inside the handler.
+    """
+    receives: dict[str, list[_Batch]] = {}
+    released: set[_Batch] = set()
+    for event in events:
+        batch = (event.get("pid"), event.get("batch"))
+        kind = event.get("ev")
+        if kind == "receive":
+            for message in event.get("msgs", []):
+                if isinstance(message.get("request_id"), str):
+                    receives.setdefault(message["request_id"], []).append(batch)
+        elif kind == "release":
+            released.add(batch)
+    return CrashTraces(receives, frozenset(released))
+
+
+def check_crash_dead_letters(
+    letters: Sequence[DeadLetter],
+    ledger: Mapping[str, LedgerEntry] | None,
+    outcomes: Sequence[AllocationOutcome],
+    events: Iterable[Mapping[str, Any]],
+) -> InvariantResult:
+    """Every DLQ request was taken there by crashes and ended with one truthful dead letter.
+
+    Args:
+        letters: What the DLQ held at the end.
+        ledger: The ledger table at the end, by request id (None: the run had no ledger, so
+            no request in the DLQ can have ended truthfully).
+        outcomes: Every outcome event published, in order.
+        events: The consumers' trace events.
+    """
+    traces = read_crash_traces(events)
+    violations = [
+        f"{letter.message_id}: invalid message ({letter.reason})"
+        for letter in letters
+        if letter.reason is not None
+    ]
+    dead = sorted({letter.request_id or "" for letter in letters if letter.reason is None})
+    for request_id in dead:
+        problems = traces.unexplained(request_id) + _untruthful(request_id, ledger, outcomes)
+        violations += [f"{request_id}: {problem}" for problem in problems]
+    receives = sum(len(traces.receives.get(rid, ())) for rid in dead)
+    covered = (
+        f"{len(dead)} requests ran out of receives to crashes ({receives} receives, each in a "
+        "batch whose consumer died), each with one deadLettered record and its outcome; "
+        "no invalid message"
+    )
+    return invariant_result(NAME, violations, covered)
+
+
+def _untruthful(
+    request_id: str,
+    ledger: Mapping[str, LedgerEntry] | None,
+    outcomes: Sequence[AllocationOutcome],
+) -> list[str]:
+    """What is missing from the request's end as a dead letter (empty when it is whole)."""
+    entry = ledger.get(request_id) if ledger is not None else None
+    if entry is None or entry.outcome is None:
+        return ["no terminal ledger record"]
+    if entry.state != "deadLettered" or entry.provisional:
+        kind = "provisional " if entry.provisional else ""
+        return [f"ledger record {kind}{entry.state}, not one confirmed deadLettered record"]
+    published = [o for o in outcomes if o.request_id == request_id]
+    if entry.outcome not in published:
+        return [f"no published outcome equals its record ({len(published)} published)"]
+    return []
