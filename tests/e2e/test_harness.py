@@ -42,8 +42,13 @@ from serenity_tools.verification.invariants import InvariantResult
 _T = TypeVar("_T")
 
 SEED = 7
-CI = HarnessConfig(children=24, requests=120, consumers=4, seed=SEED, drain_timeout_s=120)
-"""The CI size: three pools, every child kind, a burst, a tight pool that parks."""
+CI = HarnessConfig(children=24, requests=120, consumers=4, seed=SEED, drain_timeout_s=600)
+"""The CI size: three pools, every child kind, a burst, a tight pool that parks.
+
+The drain budget is far above an idle run's (crash: ~40 s) so that a machine whose cores are
+busy with other work, where every injected crash also waits out its visibility timeout, is
+slow rather than failed; a run that truly stops draining still fails, only later.
+"""
 
 
 def _assert_passed(result: ScenarioResult) -> None:
