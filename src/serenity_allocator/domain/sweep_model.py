@@ -17,7 +17,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol, get_args
 from urllib.parse import quote
 
 from pydantic import (
@@ -125,16 +125,7 @@ SweepCountName = Literal[
     "expected_errors",
     "unexpected_errors",
 ]
-TERMINAL_COUNTS: tuple[SweepCountName, ...] = (
-    "would_release",
-    "enqueued",
-    "nothing_to_release",
-    "requires_decommission",
-    "skipped_not_created",
-    "not_a_child",
-    "expected_errors",
-    "unexpected_errors",
-)
+TERMINAL_COUNTS: tuple[SweepCountName, ...] = get_args(SweepCountName)
 
 
 class SweepCounts(BaseModel):
