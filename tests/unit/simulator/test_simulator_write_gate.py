@@ -43,6 +43,7 @@ def family(*, prompts: dict[str, int], projects: dict[str, int], metered: bool =
 
 @pytest.fixture
 def clock() -> FakeClock:
+    """The write gate's clock (advances and sleeps on demand), not the package's plain one."""
     return FakeClock()
 
 
