@@ -4,13 +4,15 @@ Through the Allocator handler, on in-memory fakes: configured blocks size top-up
 and the default release floor; the environment's ceiling backstop caps a top-up; an outcome
 carries the request's labels; a final receive's outcome is marked dead-lettered; invalid
 parents and records go to the DLQ with their reason; duplicates are applied once; sibling
-reclaim parks within its bounds; an unannounced outcome holds back its group only. The batch
-plan is called directly where the handler's edge hides a case.
+reclaim parks within its bounds; an unannounced outcome holds back its group only; log lines
+carry their record's ids. The batch plan is called directly where the handler's edge hides a
+case.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from serenity_allocator.adapters.observability import logger
 from serenity_allocator.application.batch_plan import InboundMessage, plan_batch
 from serenity_allocator.domain.messages import AllocationOutcome, ReleaseRequest
 from serenity_allocator.domain.model import Totals
@@ -557,3 +560,46 @@ def test_worker_holds_back_only_the_groups_whose_outcome_was_not_published() -> 
     # Then the ten unannounced records come back; the eleventh, in a group of its own, does not
     assert failed == [f"m-r{child}" for child in children[:10]]
     assert [o.request_id for o in rig.outcomes.published] == ["rc10"]
+
+
+# ==== what the logs say =====================================================================
+
+
+def _log_lines(out: str, *messages: str) -> list[dict[str, Any]]:
+    lines = (json.loads(line) for line in out.splitlines() if line.startswith('{"level"'))
+    return [line for line in lines if line["message"] in messages]
+
+
+def test_worker_logs_each_outcome_and_retry_with_its_records_ids(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a full child and a child that keeps answering "workspace not ready"
+    gateway = _family(
+        ("c1", Totals(projects=1, prompts=100), Totals(projects=1, prompts=100)),
+        ("c2", Totals(projects=1, prompts=100), Totals(projects=1, prompts=100)),
+    )
+    gateway.script_not_ready("c2", transfers=10)
+    rig = _rig(gateway)
+    # The Powertools handler holds the stdout it found at import: read its lines directly.
+    out = io.StringIO()
+    monkeypatch.setattr(logger.registered_handler, "stream", out)
+
+    # When an ensure for each arrives, the second on its second receive
+    rig.invoke(_ensure("r1", "c1", 1), _received(_ensure("r2", "c2", 1), 2))
+
+    # Then the outcome and the retry are logged with their own record's ids (the log lines
+    # operators search by request id), the retry with its code and whether it was the last
+    keys = ("message_id", "workspace_id", "request_id", "kind", "receive_count")
+    logged = [
+        (
+            line["message"],
+            *(line[key] for key in keys),
+            line.get("error_code"),
+            line.get("final_receive"),
+        )
+        for line in _log_lines(out.getvalue(), "allocation outcome", "request will be retried")
+    ]
+    assert logged == [
+        ("allocation outcome", "m-r1", "c1", "r1", "ensure", 1, None, None),
+        ("request will be retried", "m-r2", "c2", "r2", "ensure", 2, "workspaceBusy", False),
+    ]
