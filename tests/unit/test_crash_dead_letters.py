@@ -108,3 +108,14 @@ def test_check_crash_dead_letters_flags_an_invalid_message_and_a_run_without_a_l
         "m-req-x: invalid message (invalidJson)",
         "req-d: no terminal ledger record",
     )
+
+
+def test_check_crash_dead_letters_passes_an_empty_dlq_saying_so() -> None:
+    # Given a run that left nothing in the DLQ / When checked
+    result = check_crash_dead_letters([], {}, [DEAD], _receives())
+
+    # Then it passes and says the DLQ was empty
+    assert (result.passed, result.detail) == (
+        True,
+        "empty: no request ran out of receives, no invalid message",
+    )
