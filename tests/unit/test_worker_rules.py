@@ -410,7 +410,20 @@ def test_worker_parks_an_ensure_on_its_richest_sibling_up_to_the_configured_coun
     assert rig.gateway.totals_of("c1") == Totals(projects=1, prompts=100)
 
 
-def test_worker_parks_nothing_when_only_the_asking_child_has_surplus() -> None:
+def _metric_dimension_values(out: str, name: str, dimension: str) -> list[str]:
+    """The ``dimension`` value of every EMF datum of metric ``name`` printed in ``out``."""
+    blobs = (json.loads(line) for line in out.splitlines() if line.startswith('{"_aws"'))
+    return [
+        str(blob[dimension])
+        for blob in blobs
+        for directive in blob["_aws"]["CloudWatchMetrics"]
+        if any(metric["Name"] == name for metric in directive["Metrics"])
+    ]
+
+
+def test_worker_parks_nothing_when_only_the_asking_child_has_surplus(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     # Given an empty pool and a child short of prompts that holds 3 unused projects, with no
     # sibling that could give
     rig = _rig(
@@ -425,9 +438,13 @@ def test_worker_parks_nothing_when_only_the_asking_child_has_surplus() -> None:
     # When the ensure is handled
     failed = rig.invoke(_ensure("r1", "c1", 1))
 
-    # Then the child is never its own donor: nothing is enqueued and the ensure is rejected now
+    # Then the child is never its own donor: nothing is enqueued, the reclaim is counted as
+    # exhausted and the ensure is rejected now
     assert failed == []
     assert rig.producer.many == []
+    assert _metric_dimension_values(capsys.readouterr().out, "SiblingReclaim", "Result") == [
+        "exhausted"
+    ]
     outcome = rig.outcome("r1")
     assert (outcome.status, outcome.error_code) == ("rejected", "orgPoolExhausted")
 
