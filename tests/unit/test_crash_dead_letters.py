@@ -79,8 +79,9 @@ def test_check_crash_dead_letters_flags_a_request_that_did_not_end_as_one_dead_l
         ({}, [DEAD], "req-d: no terminal ledger record"),
         (
             _record("final"),
-            [DEAD],
-            "req-d: ledger record final, not one confirmed deadLettered record",
+            [DEAD, DEAD],
+            "req-d: completed as failed (final record, published 2 times), yet its message ran "
+            "out of receives: no deadLettered record",
         ),
         (
             _record(provisional=True),

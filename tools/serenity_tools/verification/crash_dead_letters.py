@@ -111,10 +111,18 @@ def _untruthful(
     entry = ledger.get(request_id) if ledger is not None else None
     if entry is None or entry.outcome is None:
         return ["no terminal ledger record"]
+    published = [o for o in outcomes if o.request_id == request_id]
+    if entry.state == "final":
+        # Applied and announced, then every later receive died before its delete: the DLQ
+        # holds a completed request, and nothing records that its message is there.
+        return [
+            f"completed as {entry.outcome.status} (final record, published "
+            f"{published.count(entry.outcome)} times), yet its message ran out of receives: "
+            "no deadLettered record"
+        ]
     if entry.state != "deadLettered" or entry.provisional:
         kind = "provisional " if entry.provisional else ""
         return [f"ledger record {kind}{entry.state}, not one confirmed deadLettered record"]
-    published = [o for o in outcomes if o.request_id == request_id]
     if entry.outcome not in published:
         return [f"no published outcome equals its record ({len(published)} published)"]
     return []
