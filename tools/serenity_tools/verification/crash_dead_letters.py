@@ -112,17 +112,24 @@ def _untruthful(
     if entry is None or entry.outcome is None:
         return ["no terminal ledger record"]
     published = [o for o in outcomes if o.request_id == request_id]
+    problem = _record_problem(entry, entry.outcome, published)
+    if problem is None and entry.outcome not in published:
+        problem = f"no published outcome equals its record ({len(published)} published)"
+    return [] if problem is None else [problem]
+
+
+def _record_problem(
+    entry: LedgerEntry, held: AllocationOutcome, published: Sequence[AllocationOutcome]
+) -> str | None:
+    """Why the record is not one confirmed dead letter, or None when it is."""
     if entry.state == "final":
         # Applied and announced, then every later receive died before its delete: the DLQ
         # holds a completed request, and nothing records that its message is there.
-        return [
-            f"completed as {entry.outcome.status} (final record, published "
-            f"{published.count(entry.outcome)} times), yet its message ran out of receives: "
-            "no deadLettered record"
-        ]
+        return (
+            f"completed as {held.status} (final record, published {published.count(held)} "
+            "times), yet its message ran out of receives: no deadLettered record"
+        )
     if entry.state != "deadLettered" or entry.provisional:
         kind = "provisional " if entry.provisional else ""
-        return [f"ledger record {kind}{entry.state}, not one confirmed deadLettered record"]
-    if entry.outcome not in published:
-        return [f"no published outcome equals its record ({len(published)} published)"]
-    return []
+        return f"ledger record {kind}{entry.state}, not one confirmed deadLettered record"
+    return None
