@@ -1,0 +1,151 @@
+"""The measurement tables of docs/benchmarks/README.md, one function per section."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .report_format import pct, tool_file_count
+
+
+def calls_tables(calls: dict[str, Any]) -> list[str]:
+    """Per-workload call counts, then the tight-pool variants side by side."""
+    w = calls["workloads"]
+    out = [
+        "| workload | requests | naive calls/req | ours calls/req | fewer | naive writes "
+        "refused | ours writes refused | ours calls by op |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for row in w.values():
+        ops = ", ".join(f"{op} {n}" for op, n in sorted(row["ours"]["calls_by_op"].items()))
+        out.append(
+            f"| {row['title']} | {row['requests']} | {row['naive']['calls_per_request']} "
+            f"({row['naive']['calls']}) | {row['ours']['calls_per_request']} "
+            f"({row['ours']['calls']}) | {row['fewer_calls_x']}x | "
+            f"{row['naive']['writes_refused']} | {row['ours']['writes_refused']} | {ops} |"
+        )
+    out += [
+        "",
+        "Tight pool, rejections side by side (same 30 ensures, same pool):",
+        "",
+        "| variant | rejected | served | calls/req | calls by op | deliveries | extra "
+        "messages | dead letters | units conserved |",
+        "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |",
+    ]
+    for variant in w["tight_pool"]["variants"].values():
+        ops = ", ".join(f"{op} {n}" for op, n in sorted(variant["calls_by_op"].items()))
+        out.append(
+            f"| {variant['label']} | {variant['rejected']} | {variant['served']} | "
+            f"{variant['calls_per_request']} | {ops} | {variant['deliveries']} | "
+            f"{variant['extra_messages']} | {variant['dead_letters']} | "
+            f"{variant['units_conserved']} |"
+        )
+    return out
+
+
+def overhead_table(overhead: dict[str, Any]) -> list[str]:
+    """The handler's own and the gateway's cost per message, per scenario."""
+    out = [
+        "| scenario / gateway | own µs/msg | gateway µs/msg | total µs/msg | calls/msg | own "
+        "msg/s | share of 50 ms | share of measured RTT | own µs per run |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for key, row in overhead["rows"].items():
+        out.append(
+            f"| {key} ({row['gateway']}) | {row['own_us_per_message']} | "
+            f"{row['gateway_us_per_message']} | {row['total_us_per_message']} | "
+            f"{row['calls_per_message']} | {row['messages_per_s_own']} | "
+            f"{pct(row['share_of_50ms'])} | {pct(row['share_of_measured_rtt'])} | "
+            f"{row['own_us_runs']} |"
+        )
+    return out
+
+
+def throughput_table(throughput: dict[str, Any]) -> list[str]:
+    """Achieved against bound per consumer count, with the time split."""
+    out = [
+        "| C | messages | calls/msg | window s | achieved msg/s | bound msg/s | achieved / "
+        "bound | wall msg/s (with start-up) | upstream | handler other | broker | idle | "
+        "broker ms/batch | moto CPU ms/batch | CPUs busy |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+        "| ---: | ---: | ---: |",
+    ]
+    for row in throughput["rows"].values():
+        split = row["time_split"]
+        out.append(
+            f"| {row['consumers']} | {row['messages']} | {row['calls_per_message']} | "
+            f"{row['window_s']} | {row['achieved_msgs_per_s']} | {row['bound_msgs_per_s']} | "
+            f"{row['efficiency']} | {row['wall_msgs_per_s']} | "
+            f"{pct(split['upstream_latency'])} | {pct(split['handler_other'])} | "
+            f"{pct(split['broker_receive_delete'])} | {pct(split['idle_polling'])} | "
+            f"{row['broker_ms_per_batch']} | {row['moto_cpu_ms_per_batch']} | "
+            f"{pct(row['cpu_busy_share'])} |"
+        )
+    return out
+
+
+def coldstart_tables(cold: dict[str, Any]) -> list[str]:
+    """Import times against boto3, then the artifact by package."""
+    imports = cold["imports"]
+    out = [
+        f"Python {imports['python']} locally (the template runs python3.12 on arm64: absolute "
+        "times differ there, the ratio is the figure).",
+        "",
+        "| case | import ms (median) | x boto3 | paired x boto3 | + wiring/Tracer ms | "
+        "(import + that) x boto3 | runs (ms) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for row in imports["rows"].values():
+        out.append(
+            f"| {row['label']} | {row['importtime_ms']} | {row['x_boto3']} | "
+            f"{row['paired_x_boto3']} | {row['extra_ms']} | {row['init_x_boto3']} | "
+            f"{row['importtime_ms_runs']} |"
+        )
+    package = cold["package"]
+    out += [
+        "",
+        f"Artifact: {package['method']}. Removed as provided by the runtime: "
+        + (
+            ", ".join(f"{k} {v} MB" for k, v in package["removed_runtime_provided_mb"].items())
+            or "nothing (src/requirements.txt does not list boto3 or its dependencies)"
+        )
+        + ".",
+        "",
+        "| package | MB unzipped |",
+        "| --- | ---: |",
+    ]
+    out += [f"| {name} | {mb} |" for name, mb in package["by_package_mb"].items()]
+    out += [
+        f"| **total** | **{package['unzipped_mb']}** ({package['zipped_mb']} zipped) |",
+        "",
+        "- Tool files (serenity_tools, tests, bench) inside the artifact: "
+        f"{tool_file_count(package)} (the tools live beside src/, in tools/).",
+        f"- Uses the public Powertools layer: {package['template_uses_powertools_layer']}; "
+        "what the layer provides for us, built the same way: "
+        + (
+            ", ".join(f"{k} {v} MB" for k, v in package["layer_provides_mb"].items())
+            if package.get("layer_provides_mb")
+            else "not measured (pip failed)"
+        )
+        + ".",
+        f"- pyproject.toml lists pyyaml at runtime: {package['pyproject_lists_pyyaml']}; "
+        f"src/requirements.txt (what sam build bundles) exists: "
+        f"{package['codeuri_has_requirements_txt']}.",
+    ]
+    return out
+
+
+def sweep_table(sweep: dict[str, Any]) -> list[str]:
+    """Sweep rate and checkpoint share per scenario."""
+    out = [
+        "| scenario | targets | targets/s | ms/target | checkpoint ms/target | ms/save | "
+        "upstream ms/target | enqueue ms/target | checkpoint share |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for key, row in sweep["rows"].items():
+        out.append(
+            f"| {key} | {row['processed']} | {row['targets_per_s']} | {row['ms_per_target']} | "
+            f"{row['checkpoint_ms_per_target']} | {row['checkpoint_ms_per_save']} | "
+            f"{row['upstream_ms_per_target']} | {row['enqueue_ms_per_target']} | "
+            f"{pct(row['checkpoint_share'])} |"
+        )
+    return out
