@@ -59,7 +59,8 @@ def test_check_crash_dead_letters_accepts_a_crashed_request_with_one_dead_letter
     assert result.passed
     assert result.detail == (
         "1 requests ran out of receives to crashes (5 receives, each in a batch whose consumer "
-        "died), each with one deadLettered record and its outcome; no invalid message"
+        "died): 1 with one deadLettered record, 0 completed before (final record); each with its "
+        "outcome; no invalid message"
     )
 
 
@@ -73,16 +74,10 @@ def test_check_crash_dead_letters_flags_a_receive_a_living_consumer_released() -
 
 
 def test_check_crash_dead_letters_flags_a_request_that_did_not_end_as_one_dead_letter() -> None:
-    # Given the same crashed request, ended four wrong ways
+    # Given the same crashed request, ended three wrong ways
     completed = DEAD.model_copy(update={"status": "topped-up", "dead_lettered": None})
     cases = [
         ({}, [DEAD], "req-d: no terminal ledger record"),
-        (
-            _record("final"),
-            [DEAD, DEAD],
-            "req-d: completed as failed (final record, published 2 times), yet its message ran "
-            "out of receives: no deadLettered record",
-        ),
         (
             _record(provisional=True),
             [DEAD],
@@ -120,3 +115,34 @@ def test_check_crash_dead_letters_passes_an_empty_dlq_saying_so() -> None:
         True,
         "empty: no request ran out of receives, no invalid message",
     )
+
+
+def test_check_crash_dead_letters_accepts_a_completed_request_whose_deletes_all_died() -> None:
+    # Given a request applied and announced on its first receive (final record, its outcome
+    # published twice: once per receive that got as far as publishing), whose every receive
+    # then died before its delete
+    completed = DEAD.model_copy(update={"status": "topped-up", "dead_lettered": None})
+    ledger = {"req-d": LedgerEntry(request_id="req-d", state="final", outcome=completed)}
+
+    # When checked
+    result = check_crash_dead_letters([_letter()], ledger, [completed, completed], _receives())
+
+    # Then its final record is the truth: it passes, counted as completed before
+    assert (result.passed, result.detail) == (
+        True,
+        "1 requests ran out of receives to crashes (5 receives, each in a batch whose consumer "
+        "died): 0 with one deadLettered record, 1 completed before (final record); each with its "
+        "outcome; no invalid message",
+    )
+
+
+def test_check_crash_dead_letters_flags_a_completed_request_without_its_outcome() -> None:
+    # Given a final record whose outcome was never published
+    completed = DEAD.model_copy(update={"status": "topped-up", "dead_lettered": None})
+    ledger = {"req-d": LedgerEntry(request_id="req-d", state="final", outcome=completed)}
+
+    # When checked
+    result = check_crash_dead_letters([_letter()], ledger, [], _receives())
+
+    # Then it is a violation
+    assert result.violations == ("req-d: no published outcome equals its record (0 published)",)

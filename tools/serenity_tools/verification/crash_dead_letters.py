@@ -1,12 +1,16 @@
 """The DLQ after a crash run: only requests that crashes took there, each ended truthfully.
 
 In a run that kills containers, a valid request may rightly run out of receives: every one of
-its receives was in a batch whose consumer died. Such a request must still end like any other
-dead letter (docs/decisions/0009-request-ledger.md): exactly one terminal ``deadLettered``
-ledger record (confirmed, not provisional) and a published outcome equal to it. A request in
-the DLQ for which any of that is missing stays a violation: an unexplained receive (the worker
-failed it, or it completed and only its delete was lost), a ``final`` record, no outcome, an
-outcome unlike the record. Invalid messages (a reason attribute) are not expected at all.
+its receives was in a batch whose consumer died. It then ends in one of two truthful ways
+(docs/decisions/0009-request-ledger.md), each with exactly one terminal ledger record and a
+published outcome equal to it:
+- never applied: one confirmed (not provisional) ``deadLettered`` record;
+- applied, then every later receive died before its delete: its ``final`` record stands (the
+  allocation happened; writing ``deadLettered`` over it would be false) and its message in the
+  DLQ is a leftover the operator deletes (docs/runbooks/dlq-triage.md).
+Anything else stays a violation: a receive a living consumer released (the worker failed it),
+a provisional record, no record, no outcome or one unlike the record. Invalid messages (a
+reason attribute) are not expected at all.
 """
 
 from __future__ import annotations
@@ -92,10 +96,11 @@ def check_crash_dead_letters(
         problems = traces.unexplained(request_id) + _untruthful(request_id, ledger, outcomes)
         violations += [f"{request_id}: {problem}" for problem in problems]
     receives = sum(len(traces.receives.get(rid, ())) for rid in dead)
+    completed = sum(1 for rid in dead if ledger is not None and _is_final(ledger.get(rid)))
     covered = (
         f"{len(dead)} requests ran out of receives to crashes ({receives} receives, each in a "
-        "batch whose consumer died), each with one deadLettered record and its outcome; "
-        "no invalid message"
+        f"batch whose consumer died): {len(dead) - completed} with one deadLettered record, "
+        f"{completed} completed before (final record); each with its outcome; no invalid message"
         if dead
         else "empty: no request ran out of receives, no invalid message"
     )
@@ -121,15 +126,16 @@ def _untruthful(
 def _record_problem(
     entry: LedgerEntry, held: AllocationOutcome, published: Sequence[AllocationOutcome]
 ) -> str | None:
-    """Why the record is not one confirmed dead letter, or None when it is."""
+    """Why the record is not one truthful terminal record, or None when it is."""
     if entry.state == "final":
-        # Applied and announced, then every later receive died before its delete: the DLQ
-        # holds a completed request, and nothing records that its message is there.
-        return (
-            f"completed as {held.status} (final record, published {published.count(held)} "
-            "times), yet its message ran out of receives: no deadLettered record"
-        )
+        # Applied and announced, then every later receive died before its delete: the
+        # allocation happened, so its final record is the truth (its outcome is checked next).
+        return None
     if entry.state != "deadLettered" or entry.provisional:
         kind = "provisional " if entry.provisional else ""
         return f"ledger record {kind}{entry.state}, not one confirmed deadLettered record"
     return None
+
+
+def _is_final(entry: LedgerEntry | None) -> bool:
+    return entry is not None and entry.state == "final"
