@@ -10,11 +10,7 @@ import pytest
 
 from serenity_allocator.domain.errors import UpstreamError
 from serenity_allocator.domain.model import Totals
-from tests.fakes import (
-    LIST_FAMILY,
-    READ_RESOURCES,
-    TRANSFER,
-)
+from tests.fakes import LIST_FAMILY, READ_RESOURCES, TRANSFER
 from tests.unit.allocator_rig import (
     FULL,
     MASTER,

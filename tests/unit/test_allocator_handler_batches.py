@@ -7,11 +7,7 @@ from typing import Any
 import pytest
 
 from serenity_allocator.domain.model import Totals
-from tests.fakes import (
-    LIST_FAMILY,
-    READ_RESOURCES,
-    sqs_record,
-)
+from tests.fakes import LIST_FAMILY, READ_RESOURCES, sqs_record
 from tests.unit.allocator_rig import (
     FULL,
     MASTER,

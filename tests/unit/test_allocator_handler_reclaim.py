@@ -6,11 +6,7 @@ import pytest
 
 from serenity_allocator.domain.messages import ReleaseRequest
 from serenity_allocator.domain.model import Totals
-from tests.fakes import (
-    InMemoryGateway,
-    RecordingOutcomes,
-    sqs_record,
-)
+from tests.fakes import InMemoryGateway, RecordingOutcomes, sqs_record
 from tests.unit.allocator_rig import (
     FULL,
     MASTER,

@@ -23,10 +23,7 @@ from serenity_allocator.adapters.token_provider import (
     StaticTokenProvider,
     TokenProviderError,
 )
-from serenity_allocator.domain.errors import (
-    UpstreamError,
-    UpstreamUnavailableError,
-)
+from serenity_allocator.domain.errors import UpstreamError, UpstreamUnavailableError
 from serenity_allocator.domain.model import Totals
 from serenity_tools.standins.simulator import SimulatorServer
 from tests.unit.semrush_client.helpers import (
