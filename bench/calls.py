@@ -269,6 +269,19 @@ def _apply_writes(sim: SimulatorServer, served: list[EnsureRequest]) -> int:
     return refused
 
 
+def _newly_served(
+    statuses: dict[str, str], done_before: set[str], by_id: dict[str, Any]
+) -> list[EnsureRequest]:
+    """The ensures served by the batch just handled (their outcomes were not there before it)."""
+    return [
+        request
+        for rid, status in statuses.items()
+        if rid not in done_before
+        and status in SERVED
+        and isinstance(request := by_id.get(rid), EnsureRequest)
+    ]
+
+
 def _drive(
     workload: Workload, sim: SimulatorServer, fifo: FifoQueue, process: Callable[..., set[str]]
 ) -> RunResult:
@@ -288,14 +301,7 @@ def _drive(
             failed = process(batch, statuses)
             fifo.settle(batch, failed)
             # Each service writes as soon as its ensure's outcome arrives, i.e. after the batch.
-            served = [
-                request
-                for rid, status in statuses.items()
-                if rid not in done_before
-                and status in SERVED
-                and isinstance(request := by_id.get(rid), EnsureRequest)
-            ]
-            refused += _apply_writes(sim, served)
+            refused += _apply_writes(sim, _newly_served(statuses, done_before, by_id))
     calls = sim.calls()
     wanted = set(by_id)
     final = Counter(statuses.get(rid, "no-outcome") for rid in wanted)

@@ -144,8 +144,8 @@ def _probe(module: str, extra: str, env: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def measure_imports(runs: int = RUNS) -> dict[str, Any]:
-    """Median import times in fresh processes, interleaved, with the boto3 ratio."""
+def _import_samples(runs: int) -> dict[str, list[dict[str, Any]]]:
+    """Every case probed once per round, rounds interleaved; the warm-up round dropped."""
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("SEMRUSH_", "SERENITY_"))}
     base_env["PYTHONPATH"] = str(ROOT / "src")
     samples: dict[str, list[dict[str, Any]]] = {key: [] for key, *_ in _CASES}
@@ -155,37 +155,51 @@ def measure_imports(runs: int = RUNS) -> dict[str, Any]:
             sample = _probe(module, extra, env)
             if round_no:  # the first round only warms the file cache and bytecode
                 samples[key].append(sample)
-    rows: dict[str, Any] = {}
-    for key, label, module, _extra in _CASES:
-        runs_ = samples[key]
-        rows[key] = {
-            "label": label,
-            "module": module,
-            "importtime_ms": round(median([s["importtime_ms"] for s in runs_]), 1),
-            "wall_import_ms": round(median([s["wall_import_ms"] for s in runs_]), 1),
-            "extra_ms": round(median([s["extra_ms"] for s in runs_]), 1),
-            "importtime_ms_runs": [round(s["importtime_ms"], 1) for s in runs_],
-            "imports_httpx": runs_[0]["imports_httpx"],
-            "heaviest_direct_imports_ms": {
-                name: round(median([s["direct_imports_ms"].get(name, 0.0) for s in runs_]), 1)
-                for name in sorted(
-                    runs_[0]["direct_imports_ms"],
-                    key=lambda n: runs_[0]["direct_imports_ms"][n],
-                    reverse=True,
-                )[:6]
-            },
-        }
+    return samples
+
+
+def _import_row(label: str, module: str, runs_: list[dict[str, Any]]) -> dict[str, Any]:
+    """One case's medians over its rounds, with its six heaviest direct imports."""
+    return {
+        "label": label,
+        "module": module,
+        "importtime_ms": round(median([s["importtime_ms"] for s in runs_]), 1),
+        "wall_import_ms": round(median([s["wall_import_ms"] for s in runs_]), 1),
+        "extra_ms": round(median([s["extra_ms"] for s in runs_]), 1),
+        "importtime_ms_runs": [round(s["importtime_ms"], 1) for s in runs_],
+        "imports_httpx": runs_[0]["imports_httpx"],
+        "heaviest_direct_imports_ms": {
+            name: round(median([s["direct_imports_ms"].get(name, 0.0) for s in runs_]), 1)
+            for name in sorted(
+                runs_[0]["direct_imports_ms"],
+                key=lambda n: runs_[0]["direct_imports_ms"][n],
+                reverse=True,
+            )[:6]
+        },
+    }
+
+
+def _add_boto3_ratios(
+    row: dict[str, Any], runs_: list[dict[str, Any]], boto3_ms: float, boto3_runs: list[float]
+) -> None:
+    row["x_boto3"] = ratio(row["importtime_ms"], boto3_ms)
+    row["init_x_boto3"] = ratio(row["importtime_ms"] + row["extra_ms"], boto3_ms)
+    # Each round ran every case back to back: the per-round ratio cancels slow drift.
+    paired = [s["importtime_ms"] / b for s, b in zip(runs_, boto3_runs, strict=True) if b]
+    row["paired_x_boto3"] = round(median(paired), 3)
+    row["paired_x_boto3_runs"] = [round(x, 2) for x in paired]
+
+
+def measure_imports(runs: int = RUNS) -> dict[str, Any]:
+    """Median import times in fresh processes, interleaved, with the boto3 ratio."""
+    samples = _import_samples(runs)
+    rows: dict[str, Any] = {
+        key: _import_row(label, module, samples[key]) for key, label, module, _extra in _CASES
+    }
     boto3_ms = rows["boto3"]["importtime_ms"]
     boto3_runs = [s["importtime_ms"] for s in samples["boto3"]]
     for key, row in rows.items():
-        row["x_boto3"] = ratio(row["importtime_ms"], boto3_ms)
-        row["init_x_boto3"] = ratio(row["importtime_ms"] + row["extra_ms"], boto3_ms)
-        # Each round ran every case back to back: the per-round ratio cancels slow drift.
-        paired = [
-            s["importtime_ms"] / b for s, b in zip(samples[key], boto3_runs, strict=True) if b
-        ]
-        row["paired_x_boto3"] = round(median(paired), 3)
-        row["paired_x_boto3_runs"] = [round(x, 2) for x in paired]
+        _add_boto3_ratios(row, samples[key], boto3_ms, boto3_runs)
     worst = max(rows["allocator"]["x_boto3"] or 0, rows["sweep"]["x_boto3"] or 0)
     worst_paired = max(rows["allocator"]["paired_x_boto3"], rows["sweep"]["paired_x_boto3"])
     return {
@@ -216,6 +230,29 @@ def _pip_build(target: Path, sources: list[str]) -> str | None:
     return None
 
 
+def _runtime_requirements(dist: Any) -> list[str]:
+    """The distribution names a distribution requires outside its extras."""
+    names = []
+    for requirement in dist.requires or []:
+        if "extra ==" not in requirement:
+            match = re.match(r"[A-Za-z0-9._-]+", requirement.strip())
+            if match:
+                names.append(match.group(0))
+    return names
+
+
+def _copy_dist_files(dist: Any, target: Path) -> None:
+    """A distribution's installed files (no bytecode, nothing outside site-packages) to target."""
+    for file in dist.files or []:
+        source = Path(str(file.locate()))
+        if source.is_file() and "__pycache__" not in source.parts:
+            destination = target / str(file)
+            if str(file).startswith(".."):
+                continue
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, destination)
+
+
 def _venv_copy(target: Path) -> None:
     """Fallback: the runtime dependency closure's files from this venv (host platform)."""
     from importlib import metadata
@@ -231,19 +268,8 @@ def _venv_copy(target: Path) -> None:
             dist = metadata.distribution(name)
         except metadata.PackageNotFoundError:
             continue
-        for requirement in dist.requires or []:
-            if "extra ==" not in requirement:
-                match = re.match(r"[A-Za-z0-9._-]+", requirement.strip())
-                if match:
-                    pending.append(match.group(0))
-        for file in dist.files or []:
-            source = Path(str(file.locate()))
-            if source.is_file() and "__pycache__" not in source.parts:
-                destination = target / str(file)
-                if str(file).startswith(".."):
-                    continue
-                destination.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(source, destination)
+        pending += _runtime_requirements(dist)
+        _copy_dist_files(dist, target)
     shutil.copytree(
         ROOT / "src" / "serenity_allocator",
         target / "serenity_allocator",
@@ -305,42 +331,54 @@ def _product_modules_importing_yaml() -> list[str]:
     return sorted(set(found))
 
 
+def _stage(target: Path) -> str:
+    """Build the artifact into target the way sam build does; returns how it was built."""
+    # What sam build does for CodeUri src/: copy the directory, pip install its
+    # requirements.txt into the same tree (the one implementation: local/build.py).
+    note("package: CodeUri src/ + pip install -r src/requirements.txt (python3.12/arm64)")
+    failure: str | None = None
+    try:
+        stage_artifact(target)
+    except subprocess.CalledProcessError as exc:
+        lines = (exc.stderr or "").strip().splitlines()
+        failure = f"pip failed: {lines[-1] if lines else exc}"
+    method = (
+        "sam build's way (serenity_tools.operator.build.stage_artifact): src/ copied + "
+        "pip install -r src/requirements.txt --platform manylinux2014_aarch64 "
+        "--python-version 3.12 --only-binary=:all:"
+    )
+    if failure is not None:
+        note(f"package: {failure}; falling back to this venv's installed files")
+        shutil.rmtree(target)
+        target.mkdir()
+        _venv_copy(target)
+        method = f"FALLBACK: this venv's installed files (host platform); {failure}"
+    return method
+
+
+def _drop_runtime_provided(target: Path) -> tuple[dict[str, int], dict[str, int]]:
+    """Delete what the Lambda runtime provides; bytes removed and bytes kept, by group."""
+    removed: dict[str, int] = {}
+    groups: dict[str, int] = {}
+    for entry in target.iterdir():
+        group = _top_level_of(entry)
+        size = _tree_bytes(entry)
+        if group in RUNTIME_PROVIDED:
+            removed[group] = removed.get(group, 0) + size
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        else:
+            groups[group] = groups.get(group, 0) + size
+    return removed, groups
+
+
 def measure_package() -> dict[str, Any]:
     """Build the artifact, drop what the runtime provides, and size what remains."""
     with tempfile.TemporaryDirectory(prefix="bench-artifact-") as scratch_name:
         scratch = Path(scratch_name)
         target = scratch / "artifact"
         target.mkdir()
-        # What sam build does for CodeUri src/: copy the directory, pip install its
-        # requirements.txt into the same tree (the one implementation: local/build.py).
-        note("package: CodeUri src/ + pip install -r src/requirements.txt (python3.12/arm64)")
-        failure: str | None = None
-        try:
-            stage_artifact(target)
-        except subprocess.CalledProcessError as exc:
-            lines = (exc.stderr or "").strip().splitlines()
-            failure = f"pip failed: {lines[-1] if lines else exc}"
-        method = (
-            "sam build's way (serenity_tools.operator.build.stage_artifact): src/ copied + "
-            "pip install -r src/requirements.txt --platform manylinux2014_aarch64 "
-            "--python-version 3.12 --only-binary=:all:"
-        )
-        if failure is not None:
-            note(f"package: {failure}; falling back to this venv's installed files")
-            shutil.rmtree(target)
-            target.mkdir()
-            _venv_copy(target)
-            method = f"FALLBACK: this venv's installed files (host platform); {failure}"
-        removed: dict[str, int] = {}
-        groups: dict[str, int] = {}
-        for entry in target.iterdir():
-            group = _top_level_of(entry)
-            size = _tree_bytes(entry)
-            if group in RUNTIME_PROVIDED:
-                removed[group] = removed.get(group, 0) + size
-                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-            else:
-                groups[group] = groups.get(group, 0) + size
+        method = _stage(target)
+        removed, groups = _drop_runtime_provided(target)
         tool_files = tool_files_in(target)
         total = sum(groups.values())
         zipped = _zip_bytes(target, scratch)
@@ -371,13 +409,15 @@ def measure_package() -> dict[str, Any]:
         "layer_provides_total_mb": round(sum(layer.values()), 2) if layer else None,
         "template_uses_powertools_layer": _template_uses_layer(),
         "codeuri_has_requirements_txt": (ROOT / "src" / "requirements.txt").exists(),
-        "pyproject_lists_pyyaml": any(
-            "pyyaml" in dep.lower()
-            for dep in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
-                "dependencies"
-            ]
-        ),
+        "pyproject_lists_pyyaml": _pyproject_lists_pyyaml(),
     }
+
+
+def _pyproject_lists_pyyaml() -> bool:
+    return any(
+        "pyyaml" in dep.lower()
+        for dep in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    )
 
 
 def _layer_contents_mb(scratch: Path) -> dict[str, float] | None:

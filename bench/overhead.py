@@ -241,6 +241,31 @@ def _measured_rtt_ms(samples: int = 15) -> float:
     return median(timings)
 
 
+def _row(
+    scenario: str, gateway_kind: str, runs: list[dict[str, Any]], batches: int, rtt_ms: float
+) -> dict[str, Any]:
+    """One scenario and gateway: medians over the repeated runs, shares of a round trip."""
+    own = median([r["own_us"] for r in runs])
+    total = median([r["total_us"] for r in runs])
+    return {
+        "scenario": scenario,
+        "gateway": "SimulatorState in process"
+        if gateway_kind == "state"
+        else "SemrushClient + httpx, in-process transport",
+        "messages": batches * 10,
+        "repeats": len(runs),
+        "own_us_per_message": round(own, 1),
+        "gateway_us_per_message": round(median([r["gateway_us"] for r in runs]), 1),
+        "total_us_per_message": round(total, 1),
+        "own_us_runs": [round(r["own_us"], 1) for r in runs],
+        "calls_per_message": round(runs[0]["calls_per_message"], 3),
+        "messages_per_s_own": round(1e6 / own) if own else None,
+        "messages_per_s_total": round(1e6 / total) if total else None,
+        "share_of_50ms": ratio(own / 1000.0, UPSTREAM_RTT_MS),
+        "share_of_measured_rtt": ratio(own / 1000.0, rtt_ms),
+    }
+
+
 def measure(batches: int = 200, warmup: int = 20, repeats: int = 3) -> dict[str, Any]:
     """Messages/s and µs/message per scenario and gateway; median of ``repeats`` runs."""
     rtt_ms = _measured_rtt_ms()
@@ -250,25 +275,7 @@ def measure(batches: int = 200, warmup: int = 20, repeats: int = 3) -> dict[str,
         for gateway_kind in ("state", "client"):
             note(f"overhead: {scenario} via {gateway_kind} gateway ({repeats} x {batches} batches)")
             runs = [_run(scenario, gateway_kind, batches, warmup) for _ in range(repeats)]
-            own = median([r["own_us"] for r in runs])
-            total = median([r["total_us"] for r in runs])
-            rows[f"{scenario}/{gateway_kind}"] = {
-                "scenario": scenario,
-                "gateway": "SimulatorState in process"
-                if gateway_kind == "state"
-                else "SemrushClient + httpx, in-process transport",
-                "messages": batches * 10,
-                "repeats": repeats,
-                "own_us_per_message": round(own, 1),
-                "gateway_us_per_message": round(median([r["gateway_us"] for r in runs]), 1),
-                "total_us_per_message": round(total, 1),
-                "own_us_runs": [round(r["own_us"], 1) for r in runs],
-                "calls_per_message": round(runs[0]["calls_per_message"], 3),
-                "messages_per_s_own": round(1e6 / own) if own else None,
-                "messages_per_s_total": round(1e6 / total) if total else None,
-                "share_of_50ms": ratio(own / 1000.0, UPSTREAM_RTT_MS),
-                "share_of_measured_rtt": ratio(own / 1000.0, rtt_ms),
-            }
+            rows[f"{scenario}/{gateway_kind}"] = _row(scenario, gateway_kind, runs, batches, rtt_ms)
     worst = max(row["own_us_per_message"] for row in rows.values())
     return {
         "measured_rtt_ms": round(rtt_ms, 2),

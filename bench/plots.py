@@ -112,7 +112,10 @@ def throughput(section: dict[str, Any], out: Path) -> list[str]:
 
 
 def coldstart(section: dict[str, Any], out: Path) -> list[str]:
-    rows = section["imports"]["rows"]
+    return [_imports_plot(section["imports"]["rows"], out), _package_plot(section["package"], out)]
+
+
+def _imports_plot(rows: dict[str, Any], out: Path) -> str:
     keys = list(rows)
     fig, ax = plt.subplots(figsize=(8, 3.8))
     imports = [rows[k]["importtime_ms"] for k in keys]
@@ -125,9 +128,10 @@ def coldstart(section: dict[str, Any], out: Path) -> list[str]:
     ax.set_title("Cold start: import time against a bare import boto3")
     ax.invert_yaxis()
     ax.legend(fontsize=8)
-    files = [_save(fig, out / "cold_start.png")]
+    return _save(fig, out / "cold_start.png")
 
-    package = section["package"]
+
+def _package_plot(package: dict[str, Any], out: Path) -> str:
     bars = {"artifact (uploaded)": package["by_package_mb"]}
     if package.get("template_uses_powertools_layer") and package.get("layer_provides_mb"):
         bars["Powertools layer (provided)"] = package["layer_provides_mb"]
@@ -153,8 +157,7 @@ def coldstart(section: dict[str, Any], out: Path) -> list[str]:
     ax.set_title("Deployable artifact by package")
     ax.invert_yaxis()
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), ncol=2)
-    files.append(_save(fig, out / "package_size.png"))
-    return files
+    return _save(fig, out / "package_size.png")
 
 
 def sweep(section: dict[str, Any], out: Path) -> list[str]:

@@ -95,6 +95,44 @@ def _ledger() -> dict[str, Any]:
     return ledger.measure()
 
 
+def _run_sections(
+    selected: list[str],
+    runners: dict[str, Callable[[], dict[str, Any]]],
+    results: dict[str, Any],
+) -> bool:
+    """Run each selected section into results, timed; True when any of them raised."""
+    failed = False
+    for key in selected:
+        section_started = time.monotonic()
+        try:
+            section = runners[key]()
+        except Exception as exc:
+            traceback.print_exc()
+            section = {"error": f"{type(exc).__name__}: {exc}"}
+            failed = True
+        section["seconds"] = round(time.monotonic() - section_started, 1)
+        results[key] = section
+        note(f"{key}: done in {section['seconds']} s")
+    return failed
+
+
+def _write(results: dict[str, Any], semrush_rps: float) -> None:
+    """results.json with its summary rows, then the plots and pages under docs/benchmarks."""
+    from . import plots, report
+
+    results["summary"] = report.summary_rows(results)
+    RESULTS.write_text(json.dumps(results, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    DOCS.mkdir(parents=True, exist_ok=True)
+    written = plots.write_all(results, DOCS)
+    (DOCS / "README.md").write_text(report.readme(results, written), encoding="utf-8")
+    (DOCS / "scale.md").write_text(report.scale(results, semrush_rps), encoding="utf-8")
+    if "error" not in results.get("writes", {"error": "not run"}):
+        from . import writes
+
+        (DOCS / "writes.md").write_text(writes.markdown(results["writes"]), encoding="utf-8")
+    note(f"wrote {RESULTS.relative_to(ROOT)}, docs/benchmarks/ ({len(written)} plots)")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run, write, report; 0 when every selected measurement ran (targets met or not)."""
     parser = argparse.ArgumentParser(description="serenity-allocator benchmarks")
@@ -127,18 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         "ledger": _ledger,
     }
     started = time.monotonic()
-    failed = False
-    for key in selected:
-        section_started = time.monotonic()
-        try:
-            section = runners[key]()
-        except Exception as exc:
-            traceback.print_exc()
-            section = {"error": f"{type(exc).__name__}: {exc}"}
-            failed = True
-        section["seconds"] = round(time.monotonic() - section_started, 1)
-        results[key] = section
-        note(f"{key}: done in {section['seconds']} s")
+    failed = _run_sections(selected, runners, results)
 
     results["meta"] = {
         "finished": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -151,19 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         "argv": sys.argv[1:] if argv is None else argv,
         "semrush_rps": args.semrush_rps,
     }
-    from . import plots, report
-
-    results["summary"] = report.summary_rows(results)
-    RESULTS.write_text(json.dumps(results, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-    DOCS.mkdir(parents=True, exist_ok=True)
-    written = plots.write_all(results, DOCS)
-    (DOCS / "README.md").write_text(report.readme(results, written), encoding="utf-8")
-    (DOCS / "scale.md").write_text(report.scale(results, args.semrush_rps), encoding="utf-8")
-    if "error" not in results.get("writes", {"error": "not run"}):
-        from . import writes
-
-        (DOCS / "writes.md").write_text(writes.markdown(results["writes"]), encoding="utf-8")
-    note(f"wrote {RESULTS.relative_to(ROOT)}, docs/benchmarks/ ({len(written)} plots)")
+    _write(results, args.semrush_rps)
     for row in results["summary"]:
         flag = "met" if row["met"] else "NOT met"
         print(f"{row['measurement']}: {row['ratio']} (target {row['target']}: {flag})")

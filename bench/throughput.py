@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from serenity_allocator.adapters.sqs_producer import AllocationProducer, build_ensure
+from serenity_tools.standins.consumer_pool import ConsumerPool
 from serenity_tools.standins.stack import LocalStack
 from serenity_tools.standins.traces import read_trace_events
 
@@ -67,24 +68,37 @@ def _requests(level: int, messages: int, children: int) -> list[Any]:
     ]
 
 
+def _of(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [e for e in events if e.get("ev") == kind]
+
+
+def _released(events: list[dict[str, Any]], key: str) -> int:
+    """How many message ids the consumers' release events list under key (deleted, failures)."""
+    return sum(len(e.get(key, [])) for e in _of(events, "release"))
+
+
+def _busy_s(receives: list[dict[str, Any]], releases: list[dict[str, Any]]) -> dict[str, float]:
+    """Seconds in the handler (receive to release), in receive calls and in delete calls."""
+    by_batch = {(e["pid"], e["batch"]): e for e in receives}
+    return {
+        "handler_s": sum(e["t"] - by_batch[(e["pid"], e["batch"])]["t"] for e in releases),
+        "receive_s": sum(e["t"] - e["t_req"] for e in receives),
+        "delete_s": sum(e["t_done"] - e["t"] for e in releases),
+    }
+
+
 def _window(events: list[dict[str, Any]]) -> dict[str, float]:
-    receives = [e for e in events if e.get("ev") == "receive"]
-    releases = [e for e in events if e.get("ev") == "release"]
+    receives = _of(events, "receive")
+    releases = _of(events, "release")
     if not receives or not releases:
         return {}
-    by_batch = {(e["pid"], e["batch"]): e for e in receives}
-    handler_s = sum(e["t"] - by_batch[(e["pid"], e["batch"])]["t"] for e in releases)
-    receive_s = sum(e["t"] - e["t_req"] for e in receives)
-    delete_s = sum(e["t_done"] - e["t"] for e in releases)
-    starts = [e.get("startup_s", 0.0) for e in events if e.get("ev") == "start"]
+    starts = [e.get("startup_s", 0.0) for e in _of(events, "start")]
     return {
         "window_s": max(e["t_done"] for e in releases) - min(e["t_req"] for e in receives),
-        "handler_s": handler_s,
-        "receive_s": receive_s,
-        "delete_s": delete_s,
+        **_busy_s(receives, releases),
         "batches": float(len(receives)),
         "received": float(sum(len(e.get("msgs", [])) for e in receives)),
-        "startup_s_max": max(starts) if starts else 0.0,
+        "startup_s_max": max(starts, default=0.0),
     }
 
 
@@ -106,9 +120,30 @@ def _self_cpu_s() -> float:
 
 
 def _deleted(paths: list[Any]) -> int:
-    return sum(
-        len(e.get("deleted", [])) for e in read_trace_events(paths) if e.get("ev") == "release"
-    )
+    return _released(read_trace_events(paths), "deleted")
+
+
+def _feed(
+    pool: ConsumerPool,
+    producer: AllocationProducer,
+    requests: list[Any],
+    sent: int,
+    depth: int,
+    timeout_s: float,
+) -> None:
+    """Keep the queue depth messages ahead of the deletes until all are deleted or time is up."""
+    messages = len(requests)
+    deleted = 0
+    deadline = time.monotonic() + timeout_s
+    while deleted < messages and time.monotonic() < deadline:
+        pool.restart_dead()  # a crashed container is replaced, as Lambda does
+        deleted = _deleted(pool.trace_paths)
+        wanted = min(messages, deleted + depth)
+        if wanted - sent >= 10 or (wanted == messages and sent < messages):
+            producer.enqueue_many(requests[sent:wanted])
+            sent = wanted
+        else:
+            time.sleep(0.05)
 
 
 def _level(stack: LocalStack, consumers: int, messages: int, timeout_s: float) -> dict[str, Any]:
@@ -126,18 +161,8 @@ def _level(stack: LocalStack, consumers: int, messages: int, timeout_s: float) -
     started = time.monotonic()
     pool = stack.start_consumers(consumers)
     startup_s = time.monotonic() - started
-    deleted = 0
     try:
-        deadline = time.monotonic() + timeout_s
-        while deleted < messages and time.monotonic() < deadline:
-            pool.restart_dead()  # a crashed container is replaced, as Lambda does
-            deleted = _deleted(pool.trace_paths)
-            wanted = min(messages, deleted + depth)
-            if wanted - sent >= 10 or (wanted == messages and sent < messages):
-                producer.enqueue_many(requests[sent:wanted])
-                sent = wanted
-            else:
-                time.sleep(0.05)
+        _feed(pool, producer, requests, sent, depth, timeout_s)
         consumers_cpu = sum(_cpu_s(p.pid) for p in pool.live())
         moto_cpu = _cpu_s(stack.moto.pid) - moto_cpu
         self_cpu = _self_cpu_s() - self_cpu
@@ -145,7 +170,7 @@ def _level(stack: LocalStack, consumers: int, messages: int, timeout_s: float) -
     finally:
         pool.stop()
     events = read_trace_events(pool.trace_paths)
-    deleted = sum(len(e.get("deleted", [])) for e in events if e.get("ev") == "release")
+    deleted = _released(events, "deleted")
     calls = len(sim.calls())
     timing = _window(events)
     window = timing.get("window_s", 0.0)
@@ -157,7 +182,7 @@ def _level(stack: LocalStack, consumers: int, messages: int, timeout_s: float) -
     handler_other_s = max(0.0, timing.get("handler_s", 0.0) - upstream_s)
     broker_s = timing.get("receive_s", 0.0) + timing.get("delete_s", 0.0)
     idle_s = max(0.0, capacity - upstream_s - handler_other_s - broker_s)
-    failures = sum(len(e.get("failures", [])) for e in events if e.get("ev") == "release")
+    failures = _released(events, "failures")
     return {
         "consumers": consumers,
         "messages": messages,
