@@ -95,16 +95,22 @@ def check_crash_dead_letters(
     for request_id in dead:
         problems = traces.unexplained(request_id) + _untruthful(request_id, ledger, outcomes)
         violations += [f"{request_id}: {problem}" for problem in problems]
+    return invariant_result(NAME, violations, _covered(dead, traces, ledger))
+
+
+def _covered(
+    dead: Sequence[str], traces: CrashTraces, ledger: Mapping[str, LedgerEntry] | None
+) -> str:
+    """What the check saw, for the report."""
+    if not dead:
+        return "empty: no request ran out of receives, no invalid message"
     receives = sum(len(traces.receives.get(rid, ())) for rid in dead)
-    completed = sum(1 for rid in dead if ledger is not None and _is_final(ledger.get(rid)))
-    covered = (
+    completed = sum(1 for rid in dead if _is_final((ledger or {}).get(rid)))
+    return (
         f"{len(dead)} requests ran out of receives to crashes ({receives} receives, each in a "
         f"batch whose consumer died): {len(dead) - completed} with one deadLettered record, "
         f"{completed} completed before (final record); each with its outcome; no invalid message"
-        if dead
-        else "empty: no request ran out of receives, no invalid message"
     )
-    return invariant_result(NAME, violations, covered)
 
 
 def _untruthful(
