@@ -1,0 +1,171 @@
+"""One contract, two ledgers: the in-memory fake must behave as the DynamoDB adapter on moto.
+
+The unit tests of the ledger use cases run over ``tests/unit/ledger_fake.py``; every scenario
+here runs against both, so the fake cannot drift from the adapter's conditional rules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from serenity_allocator.adapters.dynamodb_request_ledger import DynamoDbRequestLedger
+from serenity_allocator.domain.ledger import LedgerConflictError, ReleaseIntent, RequestLedger
+from serenity_allocator.domain.messages import AllocationOutcome
+from serenity_allocator.domain.model import Totals
+from serenity_tools.standins.resources import local_client
+from tests.unit.ledger_fake import InMemoryRequestLedger
+
+NOW = 1_800_000_000
+INTENT = ReleaseIntent(
+    before=Totals(projects=3, prompts=500), target=Totals(projects=1, prompts=100)
+)
+LATER_INTENT = ReleaseIntent(
+    before=Totals(projects=3, prompts=500), target=Totals(projects=2, prompts=200)
+)
+
+
+def _outcome(status: str = "released", **fields: Any) -> AllocationOutcome:
+    values: dict[str, Any] = {
+        "request_id": "req-1",
+        "kind": "release",
+        "workspace_id": "child-1",
+        "status": status,
+        "receive_count": 1,
+    }
+    values.update(fields)
+    return AllocationOutcome(**values)
+
+
+DEAD = _outcome("failed", error_code="receivesExhausted", dead_lettered=True, receive_count=5)
+
+
+@pytest.fixture(params=["in-memory", "dynamodb"])
+def ledger(request: pytest.FixtureRequest) -> RequestLedger:
+    if request.param == "in-memory":
+        return InMemoryRequestLedger(now=NOW)
+    resources = request.getfixturevalue("local_resources")
+    client = local_client("dynamodb", resources.endpoint_url)
+    return DynamoDbRequestLedger(resources.ledger_table, client, wall_clock=lambda: NOW)
+
+
+def _state(
+    ledger: RequestLedger,
+) -> tuple[str, AllocationOutcome | None, ReleaseIntent | None, bool]:
+    entry = ledger.lookup(["req-1"])["req-1"]
+    return entry.state, entry.outcome, entry.intent, entry.provisional
+
+
+def test_ledger_contract_lookup_leaves_out_unknown_ids(ledger: RequestLedger) -> None:
+    # Given one stored request
+    ledger.store_outcome(_outcome())
+
+    # When the ledger is asked for it and an unknown id
+    entries = ledger.lookup(["req-1", "req-unknown"])
+
+    # Then only the stored one is returned, with its update time
+    assert list(entries) == ["req-1"]
+    assert entries["req-1"].updated_at == NOW
+
+
+def test_ledger_contract_final_outcome_is_stored_once(ledger: RequestLedger) -> None:
+    # Given a final outcome
+    first = _outcome()
+    assert ledger.store_outcome(first) == first
+
+    # When another delivery stores a different final outcome, or a dead letter
+    second = ledger.store_outcome(_outcome("nothing-to-release", receive_count=2))
+    third = ledger.store_outcome(DEAD, dead_lettered=True)
+
+    # Then the first one is held and returned each time
+    assert (second, third) == (first, first)
+    assert _state(ledger) == ("final", first, None, False)
+
+
+def test_ledger_contract_intent_is_replaced_and_kept_when_terminal(ledger: RequestLedger) -> None:
+    # Given an intent replaced by a later one
+    ledger.record_intent("req-1", INTENT)
+    ledger.record_intent("req-1", LATER_INTENT)
+    assert _state(ledger) == ("intent", None, LATER_INTENT, False)
+
+    # When the request completes
+    ledger.store_outcome(_outcome())
+
+    # Then the record is final and keeps the intent
+    assert _state(ledger) == ("final", _outcome(), LATER_INTENT, False)
+
+
+def test_ledger_contract_intent_over_a_final_record_conflicts(ledger: RequestLedger) -> None:
+    # Given a final record
+    ledger.store_outcome(_outcome())
+
+    # When an intent is recorded, Then it is refused and the record is unchanged
+    with pytest.raises(LedgerConflictError):
+        ledger.record_intent("req-1", INTENT)
+    assert _state(ledger) == ("final", _outcome(), None, False)
+
+
+def test_ledger_contract_intent_beside_a_provisional_dead_letter(ledger: RequestLedger) -> None:
+    # Given the provisional dead letter of a final receive
+    ledger.store_outcome(DEAD, provisional=True)
+
+    # When that receive records its release intent
+    ledger.record_intent("req-1", INTENT)
+
+    # Then the dead letter stays terminal and provisional, with the intent beside it
+    assert _state(ledger) == ("deadLettered", DEAD, INTENT, True)
+
+
+def test_ledger_contract_provisional_dead_letter_never_replaces_a_terminal_record(
+    ledger: RequestLedger,
+) -> None:
+    # Given a published dead letter
+    ledger.store_outcome(DEAD, dead_lettered=True)
+
+    # When a provisional one is written over it
+    provisional = DEAD.model_copy(update={"error_code": "finalReceiveUnfinished"})
+    held = ledger.store_outcome(provisional, provisional=True)
+
+    # Then the published dead letter is held and returned
+    assert held == DEAD
+    assert _state(ledger) == ("deadLettered", DEAD, None, False)
+
+
+def test_ledger_contract_provisional_dead_letter_replaces_an_intent(ledger: RequestLedger) -> None:
+    # Given an intent from an earlier receive
+    ledger.record_intent("req-1", INTENT)
+
+    # When the final receive begins
+    held = ledger.store_outcome(DEAD, provisional=True)
+
+    # Then the provisional dead letter is stored and keeps the intent
+    assert held == DEAD
+    assert _state(ledger) == ("deadLettered", DEAD, INTENT, True)
+
+
+def test_ledger_contract_redrive_supersedes_a_dead_letter(ledger: RequestLedger) -> None:
+    # Given a published dead letter
+    ledger.store_outcome(DEAD, dead_lettered=True)
+
+    # When a redriven delivery completes
+    redriven = _outcome(supersedes="deadLettered", receive_count=1)
+    held = ledger.store_outcome(redriven)
+
+    # Then its final outcome replaces the dead letter
+    assert held == redriven
+    assert _state(ledger) == ("final", redriven, None, False)
+
+
+def test_ledger_contract_final_outcome_replaces_its_own_provisional_dead_letter(
+    ledger: RequestLedger,
+) -> None:
+    # Given the provisional dead letter of a final receive
+    ledger.store_outcome(DEAD, provisional=True)
+
+    # When that receive completes
+    held = ledger.store_outcome(_outcome(receive_count=5))
+
+    # Then the final outcome is stored and no longer provisional
+    assert held == _outcome(receive_count=5)
+    assert _state(ledger) == ("final", _outcome(receive_count=5), None, False)

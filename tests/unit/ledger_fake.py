@@ -1,0 +1,97 @@
+"""An in-memory request ledger with the DynamoDB adapter's conditional rules.
+
+The rules (``adapters/dynamodb_request_ledger.py``), kept equal by
+``tests/integration/test_request_ledger_contract.py``, which runs the same scenarios against
+this fake and the adapter on moto:
+
+- an intent replaces nothing or an intent; beside a ``deadLettered`` record it is only added
+  (the dead letter stays terminal); over a ``final`` record it is refused;
+- a terminal outcome replaces nothing, an intent or a dead letter, never a ``final`` record
+  (the held one is returned instead);
+- a provisional dead letter replaces only nothing or an intent;
+- a record keeps its intent when it turns terminal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from serenity_allocator.domain.ledger import (
+    LedgerConflictError,
+    LedgerEntry,
+    LedgerState,
+    LedgerUnavailableError,
+    ReleaseIntent,
+)
+from serenity_allocator.domain.messages import AllocationOutcome
+
+
+class InMemoryRequestLedger:
+    """The ``RequestLedger`` port in memory; ``down`` makes every call fail as an outage would.
+
+    ``writes`` counts the writes that took effect (refused conditional writes are not counted).
+    """
+
+    def __init__(self, *, now: int = 1_800_000_000) -> None:
+        self.entries: dict[str, LedgerEntry] = {}
+        self.dead_letters: dict[str, AllocationOutcome] = {}
+        """The last published (non-provisional) dead letter per request, kept on supersede."""
+        self.writes = 0
+        self.down = False
+        self._now = now
+
+    def _check_up(self) -> None:
+        if self.down:
+            raise LedgerUnavailableError("ConnectTimeoutError")
+
+    def lookup(self, request_ids: Sequence[str]) -> dict[str, LedgerEntry]:
+        """The stored entries of ``request_ids``; absent ids are left out."""
+        self._check_up()
+        return {rid: self.entries[rid] for rid in request_ids if rid in self.entries}
+
+    def get(self, request_id: str) -> LedgerEntry | None:
+        """One stored entry, or None."""
+        self._check_up()
+        return self.entries.get(request_id)
+
+    def record_intent(self, request_id: str, intent: ReleaseIntent) -> None:
+        """Record an intent under the adapter's conditions."""
+        self._check_up()
+        entry = self.entries.get(request_id)
+        if entry is None or entry.state == "intent":
+            replacement = LedgerEntry(
+                request_id=request_id, state="intent", intent=intent, updated_at=self._now
+            )
+        elif entry.state == "deadLettered":
+            replacement = entry.model_copy(update={"intent": intent, "updated_at": self._now})
+        else:
+            raise LedgerConflictError(request_id)
+        self.entries[request_id] = replacement
+        self.writes += 1
+
+    def store_outcome(
+        self, outcome: AllocationOutcome, *, dead_lettered: bool = False, provisional: bool = False
+    ) -> AllocationOutcome:
+        """Store a terminal outcome under the adapter's conditions; return what is held."""
+        self._check_up()
+        entry = self.entries.get(outcome.request_id)
+        allowed = ("intent",) if provisional else ("intent", "deadLettered")
+        if entry is not None and entry.state not in allowed:
+            if entry.outcome is None:
+                raise LedgerUnavailableError("ledger record vanished")
+            return entry.outcome
+        state: LedgerState = "deadLettered" if dead_lettered or provisional else "final"
+        # The adapter stores the outcome as JSON without None fields and reads it back.
+        stored = AllocationOutcome.model_validate_json(outcome.model_dump_json(exclude_none=True))
+        self.entries[outcome.request_id] = LedgerEntry(
+            request_id=outcome.request_id,
+            state=state,
+            outcome=stored,
+            intent=entry.intent if entry is not None else None,
+            provisional=provisional,
+            updated_at=self._now,
+        )
+        if state == "deadLettered" and not provisional:
+            self.dead_letters[outcome.request_id] = stored
+        self.writes += 1
+        return outcome
