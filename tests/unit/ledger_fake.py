@@ -29,7 +29,8 @@ from serenity_allocator.domain.messages import AllocationOutcome
 class InMemoryRequestLedger:
     """The ``RequestLedger`` port in memory; ``down`` makes every call fail as an outage would.
 
-    ``writes`` counts the writes that took effect (refused conditional writes are not counted).
+    ``writes`` counts the writes that took effect (refused conditional writes are not counted);
+    ``lookups`` records the ids of each lookup call.
     """
 
     def __init__(self, *, now: int = 1_800_000_000) -> None:
@@ -37,6 +38,7 @@ class InMemoryRequestLedger:
         self.dead_letters: dict[str, AllocationOutcome] = {}
         """The last published (non-provisional) dead letter per request, kept on supersede."""
         self.writes = 0
+        self.lookups: list[list[str]] = []
         self.down = False
         self._now = now
 
@@ -47,6 +49,7 @@ class InMemoryRequestLedger:
     def lookup(self, request_ids: Sequence[str]) -> dict[str, LedgerEntry]:
         """The stored entries of ``request_ids``; absent ids are left out."""
         self._check_up()
+        self.lookups.append(list(request_ids))
         return {rid: self.entries[rid] for rid in request_ids if rid in self.entries}
 
     def get(self, request_id: str) -> LedgerEntry | None:
