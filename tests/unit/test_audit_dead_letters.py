@@ -1,0 +1,215 @@
+"""The DLQ audit use case over the in-memory ledger and a recording outcome sink."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from serenity_allocator.application.audit_dead_letters import (
+    RECEIVES_EXHAUSTED,
+    DeadLetterAudit,
+    DeadLetterCopy,
+    audit_dead_letters,
+)
+from serenity_allocator.application.request_ledger import FINAL_RECEIVE_UNFINISHED
+from serenity_allocator.domain.ledger import LedgerEntry, ReleaseIntent
+from serenity_allocator.domain.messages import AllocationOutcome
+from serenity_allocator.domain.model import Totals
+from tests.fakes import RecordingOutcomes
+from tests.unit.ledger_fake import InMemoryRequestLedger
+
+
+def _ensure_body(request_id: str) -> str:
+    return json.dumps(
+        {
+            "version": 1,
+            "kind": "ensure",
+            "request_id": request_id,
+            "workspace_id": "child-1",
+            "parent_workspace_id": "master-1",
+            "need": {"prompts": 300},
+            "org_id": "org-1",
+        }
+    )
+
+
+def _letter(request_id: str, receive_count: int = 5, reason: str | None = None) -> DeadLetterCopy:
+    return DeadLetterCopy(
+        message_id=f"m-{request_id}",
+        body=_ensure_body(request_id),
+        reason=reason,
+        receive_count=receive_count,
+    )
+
+
+def _exhausted(request_id: str, receive_count: int = 5) -> AllocationOutcome:
+    return AllocationOutcome(
+        request_id=request_id,
+        kind="ensure",
+        workspace_id="child-1",
+        status="failed",
+        error_code="receivesExhausted",
+        receive_count=receive_count,
+        org_id="org-1",
+        dead_lettered=True,
+    )
+
+
+def test_audit_dead_letters_records_and_announces_a_request_without_a_record() -> None:
+    # Given a valid request in the DLQ that the ledger never saw
+    ledger = InMemoryRequestLedger()
+    outcomes = RecordingOutcomes()
+
+    # When the DLQ is audited
+    audit = audit_dead_letters([_letter("req-1", receive_count=4)], ledger, outcomes)
+
+    # Then a published dead letter is stored and announced once
+    expected = _exhausted("req-1", receive_count=4)
+    assert audit == DeadLetterAudit(recorded=[expected], announced=True)
+    assert outcomes.published == [expected]
+    assert ledger.entries["req-1"] == LedgerEntry(
+        request_id="req-1", state="deadLettered", outcome=expected, updated_at=1_800_000_000
+    )
+    assert RECEIVES_EXHAUSTED == "receivesExhausted"
+
+
+def test_audit_dead_letters_confirms_a_provisional_dead_letter() -> None:
+    # Given a request whose final receive died after leaving its provisional dead letter
+    ledger = InMemoryRequestLedger()
+    provisional = _exhausted("req-1").model_copy(update={"error_code": FINAL_RECEIVE_UNFINISHED})
+    ledger.store_outcome(provisional, provisional=True)
+    outcomes = RecordingOutcomes()
+
+    # When the DLQ is audited
+    audit = audit_dead_letters([_letter("req-1", receive_count=5)], ledger, outcomes)
+
+    # Then that record is confirmed (no longer provisional) and announced as it was
+    assert audit == DeadLetterAudit(recorded=[provisional], announced=True)
+    assert outcomes.published == [provisional]
+    entry = ledger.entries["req-1"]
+    assert (entry.state, entry.provisional, entry.outcome) == ("deadLettered", False, provisional)
+
+
+def test_audit_dead_letters_keeps_a_release_intent_when_recording() -> None:
+    # Given a request whose ledger record is only an intent
+    ledger = InMemoryRequestLedger()
+    intent = ReleaseIntent(before=Totals(prompts=500), target=Totals(prompts=100))
+    ledger.record_intent("req-1", intent)
+
+    # When the DLQ is audited
+    audit = audit_dead_letters([_letter("req-1")], ledger, None)
+
+    # Then the dead letter is stored beside the intent, and nothing is announced without a sink
+    assert audit == DeadLetterAudit(recorded=[_exhausted("req-1")], announced=False)
+    assert ledger.entries["req-1"].state == "deadLettered"
+    assert ledger.entries["req-1"].intent == intent
+
+
+def test_audit_dead_letters_leaves_a_terminal_record_alone() -> None:
+    # Given a completed request and a published dead letter, both still in the DLQ
+    ledger = InMemoryRequestLedger()
+    final = _exhausted("req-final").model_copy(
+        update={"status": "topped-up", "error_code": None, "dead_lettered": None}
+    )
+    ledger.store_outcome(final)
+    ledger.store_outcome(_exhausted("req-dead"), dead_lettered=True)
+    writes = ledger.writes
+    outcomes = RecordingOutcomes()
+
+    # When the DLQ is audited
+    audit = audit_dead_letters([_letter("req-final"), _letter("req-dead")], ledger, outcomes)
+
+    # Then nothing is written or announced
+    assert audit == DeadLetterAudit(already_terminal=2)
+    assert (ledger.writes, outcomes.publish_calls) == (writes, 0)
+    assert ledger.entries["req-final"].outcome == final
+
+
+def test_audit_dead_letters_run_twice_announces_nothing_the_second_time() -> None:
+    # Given an audit that recorded two dead letters
+    ledger = InMemoryRequestLedger()
+    outcomes = RecordingOutcomes()
+    letters = [_letter("req-1"), _letter("req-2")]
+    audit_dead_letters(letters, ledger, outcomes)
+    writes = ledger.writes
+
+    # When the audit runs again over the same DLQ
+    again = audit_dead_letters(letters, ledger, outcomes)
+
+    # Then it changes nothing
+    assert again == DeadLetterAudit(already_terminal=2)
+    assert outcomes.published == [_exhausted("req-1"), _exhausted("req-2")]
+    assert (outcomes.publish_calls, ledger.writes) == (1, writes)
+
+
+def test_audit_dead_letters_skips_invalid_messages() -> None:
+    # Given a message the worker dead-lettered with a reason, and one that does not parse
+    ledger = InMemoryRequestLedger()
+    letters = [
+        _letter("req-1", reason="invalidMessage"),
+        DeadLetterCopy(message_id="m-2", body="{not json", reason=None, receive_count=5),
+    ]
+
+    # When the DLQ is audited
+    audit = audit_dead_letters(letters, ledger, RecordingOutcomes())
+
+    # Then both count as invalid and nothing is written
+    assert audit == DeadLetterAudit(invalid=2)
+    assert (ledger.entries, ledger.writes) == ({}, 0)
+
+
+def test_audit_dead_letters_records_a_request_with_two_copies_once() -> None:
+    # Given two copies of one request in the DLQ (a producer retry)
+    ledger = InMemoryRequestLedger()
+    outcomes = RecordingOutcomes()
+
+    # When the DLQ is audited
+    audit = audit_dead_letters(
+        [_letter("req-1", receive_count=3), _letter("req-1", receive_count=5)], ledger, outcomes
+    )
+
+    # Then one dead letter is recorded, from the first copy
+    assert audit.recorded == [_exhausted("req-1", receive_count=3)]
+    assert ledger.lookups == [["req-1"]]
+    assert ledger.writes == 1
+
+
+def test_audit_dead_letters_announces_in_batches_of_ten() -> None:
+    # Given eleven unrecorded requests in the DLQ
+    ledger = InMemoryRequestLedger()
+    outcomes = RecordingOutcomes()
+    ids = [f"req-{n:02d}" for n in range(11)]
+
+    # When the DLQ is audited
+    audit = audit_dead_letters([_letter(rid) for rid in ids], ledger, outcomes)
+
+    # Then they are announced in two calls (PutEvents takes ten entries), in order
+    assert outcomes.publish_calls == 2
+    assert [o.request_id for o in outcomes.published] == ids
+    assert audit.recorded == outcomes.published
+
+
+class StaleLookupLedger(InMemoryRequestLedger):
+    """A ledger whose lookup ran before another writer stored a record (a race)."""
+
+    def lookup(self, request_ids: Sequence[str]) -> dict[str, LedgerEntry]:
+        super().lookup(request_ids)
+        return {}
+
+
+def test_audit_dead_letters_counts_a_record_stored_after_its_lookup_as_terminal() -> None:
+    # Given a late receive that completed the request after the audit's lookup
+    ledger = StaleLookupLedger()
+    final = _exhausted("req-1").model_copy(
+        update={"status": "topped-up", "error_code": None, "dead_lettered": None}
+    )
+    ledger.store_outcome(final)
+    outcomes = RecordingOutcomes()
+
+    # When the DLQ is audited
+    audit = audit_dead_letters([_letter("req-1")], ledger, outcomes)
+
+    # Then the ledger keeps the final outcome and nothing is announced
+    assert audit == DeadLetterAudit(already_terminal=1)
+    assert ledger.entries["req-1"].outcome == final
+    assert outcomes.publish_calls == 0
