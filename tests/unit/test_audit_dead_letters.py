@@ -197,19 +197,20 @@ class StaleLookupLedger(InMemoryRequestLedger):
         return {}
 
 
-def test_audit_dead_letters_counts_a_record_stored_after_its_lookup_as_terminal() -> None:
-    # Given a late receive that completed the request after the audit's lookup
+def test_audit_dead_letters_counts_records_stored_after_its_lookup_as_terminal() -> None:
+    # Given late receives that completed two requests after the audit's lookup
     ledger = StaleLookupLedger()
     final = _exhausted("req-1").model_copy(
         update={"status": "topped-up", "error_code": None, "dead_lettered": None}
     )
     ledger.store_outcome(final)
+    ledger.store_outcome(final.model_copy(update={"request_id": "req-2"}))
     outcomes = RecordingOutcomes()
 
     # When the DLQ is audited
-    audit = audit_dead_letters([_letter("req-1")], ledger, outcomes)
+    audit = audit_dead_letters([_letter("req-1"), _letter("req-2")], ledger, outcomes)
 
-    # Then the ledger keeps the final outcome and nothing is announced
-    assert audit == DeadLetterAudit(already_terminal=1)
+    # Then the ledger keeps the final outcomes and nothing is announced
+    assert audit == DeadLetterAudit(already_terminal=2)
     assert ledger.entries["req-1"].outcome == final
     assert outcomes.publish_calls == 0

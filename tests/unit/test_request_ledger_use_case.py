@@ -147,6 +147,26 @@ def test_store_terminal_for_a_duplicate_id_in_one_batch_returns_the_first_outcom
     assert ledger.writes == 1
 
 
+def test_store_terminal_stores_a_dead_letter_as_dead_lettered() -> None:
+    # Given a request on its final receive that recorded a release intent
+    ledger = InMemoryRequestLedger()
+    view = _view(ledger)
+    record_release_intent(view, "req-1", BEFORE, TARGET)
+
+    # When the worker dead-letters it
+    held = store_terminal(view, DEAD)
+
+    # Then the ledger and the view hold a published dead letter that keeps the intent
+    intent = ReleaseIntent(before=BEFORE, target=TARGET)
+    assert held == DEAD
+    stored = ledger.entries["req-1"]
+    assert (stored.state, stored.provisional, stored.outcome) == ("deadLettered", False, DEAD)
+    assert ledger.dead_letters["req-1"] == DEAD
+    assert view.entries["req-1"] == LedgerEntry(
+        request_id="req-1", state="deadLettered", outcome=DEAD, intent=intent
+    )
+
+
 def test_store_terminal_without_a_ledger_returns_the_outcome() -> None:
     # Given no ledger configured, When an outcome is stored, Then it is returned as is
     assert store_terminal(LedgerView(), _outcome()) == _outcome()
@@ -351,8 +371,13 @@ def test_request_ledger_release_replay_after_a_partial_application_reports_true_
     expected = _outcome("released", receive_count=2, totals_before=BEFORE, totals_after=TARGET)
     assert replayed == expected
     assert held == expected
+    intent = ReleaseIntent(before=BEFORE, target=TARGET)
     assert ledger.entries["req-1"].state == "final"
-    assert ledger.entries["req-1"].intent == ReleaseIntent(before=BEFORE, target=TARGET)
+    assert ledger.entries["req-1"].intent == intent
+    # and the batch's view keeps the intent beside the final outcome
+    assert view.entries["req-1"] == LedgerEntry(
+        request_id="req-1", state="final", outcome=expected, intent=intent
+    )
 
 
 def test_replay_release_applies_again_when_the_transfer_did_not_land() -> None:
