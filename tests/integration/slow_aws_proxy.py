@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
+import pytest
+
 HoldRule = Callable[[Mapping[str, str], bytes], bool]
 """(request headers with lower-case names, request body) -> hold this request back?"""
 
@@ -130,3 +132,24 @@ def slow_proxy(upstream: str, delay_s: float, rule: HoldRule) -> Iterator[SlowPr
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def slow_aws_service(
+    endpoint_url: str,
+    endpoint_variable: str,
+    rule: HoldRule,
+    *,
+    monkeypatch: pytest.MonkeyPatch,
+    clock: FunctionClock,
+    hold_s: float,
+    charge_s: float,
+) -> Iterator[SlowProxy]:
+    """One AWS service behind the proxy: held calls wait ``hold_s`` and cost ``charge_s``.
+
+    ``endpoint_variable`` (``AWS_ENDPOINT_URL_SQS``, ...) points that service at the proxy, so
+    the clients the worker builds from then on go through it; the other services stay direct.
+    """
+    with slow_proxy(endpoint_url, hold_s, charging(rule, clock, charge_s)) as proxy:
+        monkeypatch.setenv(endpoint_variable, proxy.url)
+        yield proxy

@@ -29,8 +29,7 @@ from tests.integration.allocator_harness import (
 from tests.integration.slow_aws_proxy import (
     FunctionClock,
     SlowProxy,
-    charging,
-    slow_proxy,
+    slow_aws_service,
     target_is,
 )
 from tests.integration.sqs_events import build_sqs_event, failed_ids, receive_messages
@@ -72,10 +71,15 @@ def slow_dlq(
 ) -> Iterator[SlowProxy]:
     """SQS through the proxy; SendMessage to the DLQ held for HOLD_S."""
     dlq_name = local_resources.dlq_url.rsplit("/", 1)[-1]
-    rule = target_is("AmazonSQS.SendMessage", body_contains=dlq_name)
-    rule = charging(rule, function_clock, SEMRUSH_TIMEOUT_S)
-    with slow_proxy(local_resources.endpoint_url, HOLD_S, rule) as proxy:
-        monkeypatch.setenv("AWS_ENDPOINT_URL_SQS", proxy.url)
+    with slow_aws_service(
+        local_resources.endpoint_url,
+        "AWS_ENDPOINT_URL_SQS",
+        target_is("AmazonSQS.SendMessage", body_contains=dlq_name),
+        monkeypatch=monkeypatch,
+        clock=function_clock,
+        hold_s=HOLD_S,
+        charge_s=SEMRUSH_TIMEOUT_S,
+    ) as proxy:
         yield proxy
 
 
@@ -86,9 +90,15 @@ def slow_bus(
     function_clock: FunctionClock,
 ) -> Iterator[SlowProxy]:
     """EventBridge through the proxy; every PutEvents held for HOLD_S."""
-    rule = charging(target_is("AWSEvents.PutEvents"), function_clock, SEMRUSH_TIMEOUT_S)
-    with slow_proxy(local_resources.endpoint_url, HOLD_S, rule) as proxy:
-        monkeypatch.setenv("AWS_ENDPOINT_URL_EVENTBRIDGE", proxy.url)
+    with slow_aws_service(
+        local_resources.endpoint_url,
+        "AWS_ENDPOINT_URL_EVENTBRIDGE",
+        target_is("AWSEvents.PutEvents"),
+        monkeypatch=monkeypatch,
+        clock=function_clock,
+        hold_s=HOLD_S,
+        charge_s=SEMRUSH_TIMEOUT_S,
+    ) as proxy:
         yield proxy
 
 

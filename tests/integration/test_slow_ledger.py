@@ -29,8 +29,7 @@ from tests.integration.allocator_harness import (
 from tests.integration.slow_aws_proxy import (
     FunctionClock,
     SlowProxy,
-    charging,
-    slow_proxy,
+    slow_aws_service,
     target_is,
 )
 from tests.integration.sqs_events import build_sqs_event, failed_ids, receive_messages
@@ -58,9 +57,15 @@ def slow_ledger_writes(
     function_clock: FunctionClock,
 ) -> Iterator[SlowProxy]:
     """DynamoDB through the proxy; every UpdateItem held for HOLD_S (reads pass at once)."""
-    rule = charging(target_is("DynamoDB_20120810.UpdateItem"), function_clock, SEMRUSH_TIMEOUT_S)
-    with slow_proxy(local_resources.endpoint_url, HOLD_S, rule) as proxy:
-        monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", proxy.url)
+    with slow_aws_service(
+        local_resources.endpoint_url,
+        "AWS_ENDPOINT_URL_DYNAMODB",
+        target_is("DynamoDB_20120810.UpdateItem"),
+        monkeypatch=monkeypatch,
+        clock=function_clock,
+        hold_s=HOLD_S,
+        charge_s=SEMRUSH_TIMEOUT_S,
+    ) as proxy:
         yield proxy
 
 
