@@ -46,9 +46,12 @@ def test_make_test_runs_the_scanner_over_the_template() -> None:
     # Given the Makefile and the scanner's configuration
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     config = yaml.safe_load(CONFIG.read_text(encoding="utf-8"))
-    # Then `make test` depends on `scan`, which runs checkov with that configuration
-    (test_prerequisites,) = re.findall(r"^test:(.*)$", makefile, flags=re.MULTILINE)
-    assert "scan" in test_prerequisites.split()
+    # Then `make test` runs the gates, among them `scan`, which runs checkov with that
+    # configuration
+    (test_recipe,) = re.findall(r"^test:.*\n((?:\t.*\n)+)", makefile, flags=re.MULTILINE)
+    assert re.search(r"\$\(MAKE\).* gates$", test_recipe, flags=re.MULTILINE)
+    (gates,) = re.findall(r"^gates:.*\n\t(.*)$", makefile, flags=re.MULTILINE)
+    assert "scan" in gates.split()
     assert re.search(r"^scan:.*\n\t.*checkov --config-file \.checkov\.yaml$", makefile, re.M)
     # And it scans template.yaml as CloudFormation, failing on any finding
     assert config["file"] == ["template.yaml"]
