@@ -9,7 +9,7 @@ injected clock, advanced by the guard's sleeps: nothing waits for real.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,12 +19,13 @@ import pytest
 from serenity_allocator.adapters.semrush_client import SemrushClient
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_allocator.domain.allocation import ensure_headroom
-from serenity_allocator.domain.model import Totals
+from serenity_allocator.domain.messages import EnsureRequest
 from serenity_allocator.domain.transfer import FAIL_FAST, TransferContext
 from serenity_allocator.producer import (
     EmfQuotaRetryRecorder,
     GuardedWrite,
     GuardPolicy,
+    WriteDeadlineExceededError,
     WriteGuard,
     WriteQuotaExhaustedError,
 )
@@ -42,39 +43,33 @@ class InstantAllocator:
     clock: FakeClock
     ensures: list[dict[str, Any]] = field(default_factory=list)
 
-    def enqueue_ensure(
-        self,
-        workspace_id: str,
-        parent_workspace_id: str,
-        need: Totals | Mapping[str, int] | None = None,
-        *,
-        include_drafted: bool = False,
-        ceiling: Mapping[str, int] | None = None,
-        org_id: str | None = None,
-        brand_id: str | None = None,
-        request_id: str | None = None,
-    ) -> str:
-        totals = need if isinstance(need, Totals) else Totals(**(need or {}))
+    def enqueue(self, request: EnsureRequest) -> str:
+        totals = request.need
+        include_drafted = request.include_drafted
         self.ensures.append({"need": totals.as_dict(), "include_drafted": include_drafted})
         ctx = TransferContext(clock=self.clock, sleep=self.clock.sleep)
         ensure_headroom(
             self.client,
-            workspace_id,
-            parent_workspace_id,
+            request.workspace_id,
+            request.parent_workspace_id,
             totals,
             ctx,
             include_drafted=include_drafted,
             policy=FAIL_FAST,
         )
-        return f"req-{len(self.ensures)}"
+        return request.request_id
 
 
 @dataclass
 class RecordingRecorder:
     outcomes: list[tuple[str, int, str]] = field(default_factory=list)
+    rollbacks_failed: list[str] = field(default_factory=list)
 
     def record(self, outcome: str, attempt: int, site: str) -> None:
         self.outcomes.append((outcome, attempt, site))
+
+    def record_rollback_failed(self, site: str) -> None:
+        self.rollbacks_failed.append(site)
 
 
 @pytest.fixture
@@ -190,12 +185,13 @@ def test_write_guard_deadline_is_shared_by_every_write_of_the_request(
 
     # When a first write recovers (9 s of waiting) and a second one is refused too
     guard.write(prompts_writer(http, 50), need={"prompts": 50}, site="first")
-    with pytest.raises(WriteQuotaExhaustedError) as raised:
+    with pytest.raises(WriteDeadlineExceededError) as raised:
         guard.write(prompts_writer(http, 100), need={"prompts": 100}, site="second")
 
-    # Then the second gets no retry: the 1 s left cannot hold a 3 s pause
-    assert raised.value.attempts == 1
-    assert [w.outcome for w in guard.history] == ["recovered", "exhausted"]
+    # Then the second gets no retry (the 1 s left cannot hold a 3 s pause) and ends out of
+    # time, never reported as "no room"
+    assert (raised.value.attempts, raised.value.code) == (1, "deadlineExceeded")
+    assert [w.outcome for w in guard.history] == ["recovered", "timed-out"]
     assert len(allocator.ensures) == 2
 
 

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from serenity_allocator.adapters.semrush_client import SemrushClient
+from serenity_allocator.adapters.sqs_requests import build_ensure
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_tools.standins.simulator import SimulatorServer, SimulatorState, start_simulator
 from serenity_tools.verification.write_path import (
@@ -126,7 +127,7 @@ def test_in_process_allocator_applies_an_ensure_after_its_queue_latency(
     allocator.latency_s = 2.0
 
     # When an ensure is enqueued, then 1.9 s and 2 s pass
-    allocator.enqueue_ensure(CHILD, MASTER, {"prompts": 1})
+    allocator.enqueue(build_ensure(CHILD, MASTER, {"prompts": 1}))
     allocator.sleep(1.9)
     early = [c["op"] for c in sim.calls()]
     allocator.sleep(0.1)
