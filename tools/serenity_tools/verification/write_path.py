@@ -87,6 +87,10 @@ class GateClient:
         """Publish ``count`` drafted prompts (not metered)."""
         return self._post(f"/v1/workspaces/{workspace_id}/prompts/publish", {"count": count})
 
+    def delete_prompts(self, workspace_id: str, count: int) -> httpx.Response:
+        """Delete ``count`` drafted prompts (a refused request's rollback; not metered)."""
+        return self._post(f"/v1/workspaces/{workspace_id}/prompts/delete", {"count": count})
+
     def create_project(self, workspace_id: str) -> httpx.Response:
         """Create one project (metered)."""
         return self._post(f"/v1/workspaces/{workspace_id}/projects", {})
