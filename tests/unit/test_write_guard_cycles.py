@@ -523,6 +523,7 @@ def test_a_failed_rollback_is_counted_and_logged_and_the_refusal_still_raised(
         ({"retries": -1}, "retries"),
         ({"retries": True}, "retries"),
         ({"interval_s": -0.1}, "interval_s"),
+        ({"interval_s": 0}, "interval_s"),
         ({"interval_s": float("nan")}, "interval_s"),
         ({"deadline_s": 0.0}, "deadline_s"),
         ({"deadline_s": float("inf")}, "deadline_s"),

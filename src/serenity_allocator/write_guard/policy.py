@@ -21,7 +21,7 @@ class GuardPolicy:
 
     Attributes:
         retries: Retries after the first attempt when there is no outcome lookup.
-        interval_s: Pause before each retry.
+        interval_s: Pause before each retry (> 0).
         deadline_s: One budget per incoming request, shared by every write the guard wraps.
         enforcement_lag_s: How long the write gate takes to enforce an applied top-up.
     """
@@ -34,7 +34,8 @@ class GuardPolicy:
     def __post_init__(self) -> None:
         if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
             raise ValueError("GuardPolicy.retries must be an integer >= 0")
-        _check_seconds("interval_s", self.interval_s, allow_zero=True)
+        # A zero pause would turn a cycle bounded only by the deadline into a busy loop.
+        _check_seconds("interval_s", self.interval_s, allow_zero=False)
         _check_seconds("deadline_s", self.deadline_s, allow_zero=False)
         _check_seconds("enforcement_lag_s", self.enforcement_lag_s, allow_zero=True)
 
