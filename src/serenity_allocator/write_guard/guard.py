@@ -226,7 +226,8 @@ class WriteGuard:
 
     def _judge_ensure(self, cycle: _Cycle[AnswerT]) -> WriteRefusedError | None:
         """After a 405 retry: what the recovery ensure's outcome says about going on."""
-        if self.outcomes is None:
+        lookup = self.outcomes
+        if lookup is None:
             return None
         now = self.clock()
         if cycle.applied_at is not None:
@@ -234,7 +235,7 @@ class WriteGuard:
             if waited_for_gate >= self.policy.enforcement_lag_s + self.policy.interval_s:
                 return self._refusal(WriteQuotaExhaustedError, cycle)
             return None
-        outcome = self._lookup(cycle.request_id)
+        outcome = _lookup(lookup, cycle.request_id)
         if outcome is None:
             return None
         if is_refused(outcome):
@@ -242,14 +243,6 @@ class WriteGuard:
             return self._refusal(WriteQuotaExhaustedError, cycle, reason=reason)
         cycle.applied_at = now
         return None
-
-    def _lookup(self, request_id: str) -> AllocationOutcome | None:
-        assert self.outcomes is not None
-        try:
-            return self.outcomes.get_outcome(request_id)
-        except Exception as exc:  # a lookup error is "unknown": the deadline still bounds us
-            _safe_log("outcome lookup failed; counted as unknown", exc, request_id=request_id)
-            return None
 
     def _refusal(
         self,
@@ -284,6 +277,14 @@ class WriteGuard:
 
     def _report(self, cycle: _Cycle[AnswerT], outcome: WriteOutcome) -> None:
         self.history.append(GuardedWrite(cycle.site, cycle.attempts, cycle.waited_s, outcome))
+
+
+def _lookup(lookup: OutcomeLookup, request_id: str) -> AllocationOutcome | None:
+    try:
+        return lookup.get_outcome(request_id)
+    except Exception as exc:  # a lookup error is "unknown": the deadline still bounds the cycle
+        _safe_log("outcome lookup failed; counted as unknown", exc, request_id=request_id)
+        return None
 
 
 def _safely(action: Callable[[], None]) -> None:
