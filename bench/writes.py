@@ -37,7 +37,7 @@ from serenity_allocator.domain.classify import is_metered_quota
 from serenity_allocator.domain.errors import AllocationError
 from serenity_allocator.domain.model import Totals
 from serenity_allocator.domain.transfer import FAIL_FAST, TransferContext
-from serenity_allocator.write_guard import GuardPolicy, WriteGuard, WriteQuotaExhaustedError
+from serenity_allocator.write_guard import GuardPolicy, WriteGuard, WriteRefusedError
 from serenity_tools.standins.simulator import SimulatorServer, SimulatorState, start_simulator
 from serenity_tools.verification.write_path import GateClient, InProcessAllocator, percentile
 
@@ -184,7 +184,7 @@ def _guarded(policy: GuardPolicy) -> Callable[[_Run, Request], None]:
                 guard.write(call, need=need, site="bench")
                 report = guard.history[-1]
                 run.outcomes.append(Outcome(report.outcome == "failed", report.waited_s))
-            except WriteQuotaExhaustedError as exc:
+            except WriteRefusedError as exc:
                 run.outcomes.append(Outcome(True, exc.waited_s))
 
     return style

@@ -13,16 +13,23 @@ The group id (the workspace id) and the deduplication id (the request id) are se
 
 Every metered write should go through a :class:`WriteGuard` (one per incoming request): it
 fronts the ensure sized on the batch (drafts counted) and retries a write refused with the
-disguised 405 across the gate's enforcement lag, calling ensure once per recovery::
+disguised 405 across the gate's enforcement lag, calling ensure once per recovery. Given the
+request ledger's reader, it waits for that ensure's outcome instead of a fixed number of
+retries::
 
-    guard = WriteGuard(producer, "child-1", "master-1")
+    reader = OutcomeReader(ledger_table_name)         # dynamodb:GetItem on the ledger
+    guard = WriteGuard(producer, "child-1", "master-1", outcomes=reader)
     guard.front({"prompts": 250})
     answer = guard.write(lambda: post_prompts(batch), need={"prompts": 250}, site="prompts")
 
-To wait for the result without an EventBridge rule, read the request ledger (stack output
+It raises :class:`WriteQuotaExhaustedError` (``quotaExceeded``: answer 409 "allocation
+exceeded") or :class:`WriteDeadlineExceededError` (``deadlineExceeded``: answer "try again");
+both are a :class:`WriteRefusedError`. Adding models to a project re-meters its published
+prompts: front ``model_change_need(published, models_before, models_after)``.
+
+To wait for a result without an EventBridge rule, read the request ledger (stack output
 ``RequestLedgerTableName``; grant the service ``dynamodb:GetItem`` on it)::
 
-    reader = OutcomeReader(ledger_table_name)
     outcome = reader.wait_for_outcome(request_id, timeout_s=30)  # or reader.get_outcome(...)
 """
 
@@ -43,9 +50,13 @@ from .write_guard import (
     EmfQuotaRetryRecorder,
     GuardedWrite,
     GuardPolicy,
+    OutcomeLookup,
     QuotaRetryRecorder,
+    WriteDeadlineExceededError,
     WriteGuard,
     WriteQuotaExhaustedError,
+    WriteRefusedError,
+    model_change_need,
 )
 
 __all__ = [
@@ -57,14 +68,18 @@ __all__ = [
     "GuardPolicy",
     "GuardedWrite",
     "LedgerUnavailableError",
+    "OutcomeLookup",
     "OutcomeReader",
     "OutcomeWaitTimeoutError",
     "QuotaRetryRecorder",
     "ReleaseRequest",
     "Totals",
+    "WriteDeadlineExceededError",
     "WriteGuard",
     "WriteQuotaExhaustedError",
+    "WriteRefusedError",
     "build_ensure",
     "build_release",
     "is_metered_quota",
+    "model_change_need",
 ]

@@ -9,7 +9,7 @@ injected clock, advanced by the guard's sleeps: nothing waits for real.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,12 +19,14 @@ import pytest
 from serenity_allocator.adapters.semrush_client import SemrushClient
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_allocator.domain.allocation import ensure_headroom
-from serenity_allocator.domain.model import Totals
+from serenity_allocator.domain.errors import AllocationError
+from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest
 from serenity_allocator.domain.transfer import FAIL_FAST, TransferContext
 from serenity_allocator.producer import (
     EmfQuotaRetryRecorder,
     GuardedWrite,
     GuardPolicy,
+    WriteDeadlineExceededError,
     WriteGuard,
     WriteQuotaExhaustedError,
 )
@@ -36,45 +38,55 @@ MASTER, CHILD = "m1", "c1"
 
 @dataclass
 class InstantAllocator:
-    """An EnsureEnqueuer that applies each ensure at once through the real use case."""
+    """Applies each ensure at once through the real use case, and answers its outcome."""
 
     client: SemrushClient
     clock: FakeClock
     ensures: list[dict[str, Any]] = field(default_factory=list)
+    outcomes: dict[str, AllocationOutcome] = field(default_factory=dict)
 
-    def enqueue_ensure(
-        self,
-        workspace_id: str,
-        parent_workspace_id: str,
-        need: Totals | Mapping[str, int] | None = None,
-        *,
-        include_drafted: bool = False,
-        ceiling: Mapping[str, int] | None = None,
-        org_id: str | None = None,
-        brand_id: str | None = None,
-        request_id: str | None = None,
-    ) -> str:
-        totals = need if isinstance(need, Totals) else Totals(**(need or {}))
+    def enqueue(self, request: EnsureRequest) -> str:
+        totals = request.need
+        include_drafted = request.include_drafted
         self.ensures.append({"need": totals.as_dict(), "include_drafted": include_drafted})
         ctx = TransferContext(clock=self.clock, sleep=self.clock.sleep)
-        ensure_headroom(
-            self.client,
-            workspace_id,
-            parent_workspace_id,
-            totals,
-            ctx,
-            include_drafted=include_drafted,
-            policy=FAIL_FAST,
+        status, code = "rejected", None
+        try:
+            result = ensure_headroom(
+                self.client,
+                request.workspace_id,
+                request.parent_workspace_id,
+                totals,
+                ctx,
+                include_drafted=include_drafted,
+                policy=FAIL_FAST,
+            )
+            status = result.outcome
+        except AllocationError as exc:
+            code = exc.code
+        self.outcomes[request.request_id] = AllocationOutcome(
+            request_id=request.request_id,
+            kind="ensure",
+            workspace_id=request.workspace_id,
+            status=status,
+            error_code=code,
         )
-        return f"req-{len(self.ensures)}"
+        return request.request_id
+
+    def get_outcome(self, request_id: str) -> AllocationOutcome | None:
+        return self.outcomes.get(request_id)
 
 
 @dataclass
 class RecordingRecorder:
     outcomes: list[tuple[str, int, str]] = field(default_factory=list)
+    rollbacks_failed: list[str] = field(default_factory=list)
 
     def record(self, outcome: str, attempt: int, site: str) -> None:
         self.outcomes.append((outcome, attempt, site))
+
+    def record_rollback_failed(self, site: str) -> None:
+        self.rollbacks_failed.append(site)
 
 
 @pytest.fixture
@@ -102,12 +114,12 @@ def http(sim: SimulatorServer) -> Iterator[httpx.Client]:
         yield client
 
 
-def seed(sim: SimulatorServer, prompts: tuple[int, int, int]) -> None:
+def seed(sim: SimulatorServer, prompts: tuple[int, int, int], pool_prompts: int = 10_000) -> None:
     used, drafted, total = prompts
     sim.seed(
         [
             {"id": MASTER, "ai": {"projects": {"used": 0, "total": 50},
-                                  "prompts": {"used": 0, "total": 10_000}}},
+                                  "prompts": {"used": 0, "total": pool_prompts}}},
             {"id": CHILD, "parent_id": MASTER, "ai": {
                 "projects": {"used": 1, "total": 1},
                 "prompts": {"used": used, "drafted": drafted, "total": total}}},
@@ -190,12 +202,13 @@ def test_write_guard_deadline_is_shared_by_every_write_of_the_request(
 
     # When a first write recovers (9 s of waiting) and a second one is refused too
     guard.write(prompts_writer(http, 50), need={"prompts": 50}, site="first")
-    with pytest.raises(WriteQuotaExhaustedError) as raised:
+    with pytest.raises(WriteDeadlineExceededError) as raised:
         guard.write(prompts_writer(http, 100), need={"prompts": 100}, site="second")
 
-    # Then the second gets no retry: the 1 s left cannot hold a 3 s pause
-    assert raised.value.attempts == 1
-    assert [w.outcome for w in guard.history] == ["recovered", "exhausted"]
+    # Then the second gets no retry (the 1 s left cannot hold a 3 s pause) and ends out of
+    # time, never reported as "no room"
+    assert (raised.value.attempts, raised.value.code) == (1, "deadlineExceeded")
+    assert [w.outcome for w in guard.history] == ["recovered", "timed-out"]
     assert len(allocator.ensures) == 2
 
 
@@ -268,3 +281,80 @@ def test_emf_quota_retry_recorder_prints_one_emf_line_per_outcome() -> None:
         "prompts.create",
     )
     assert (blob["QuotaRetryOutcome"], blob["_aws"]["Timestamp"]) == (3, 5)
+
+
+def drafted_of(sim: SimulatorServer) -> int:
+    by_id = {w["id"]: w for w in sim.dump()["workspaces"]}
+    drafted: int = by_id[CHILD]["ai"]["prompts"]["drafted"]
+    return drafted
+
+
+def test_write_guard_rollback_deletes_the_requests_drafts_when_the_pool_refuses(
+    sim: SimulatorServer, allocator: InstantAllocator, clock: FakeClock, http: httpx.Client
+) -> None:
+    # Given a child at 100 used + 5 drafted of 115 prompts under a pool with 20 free (less than
+    # a 100-prompt block), and a guard reading the ensures' outcomes
+    seed(sim, (100, 5, 115), pool_prompts=20)
+    recorder = RecordingRecorder()
+    guard = guard_for(allocator, clock, recorder=recorder, outcomes=allocator)
+    staged: list[int] = []
+
+    def rollback() -> None:  # what the service staged in this request, deleted again
+        for count in staged:
+            answer = http.post(f"/v1/workspaces/{CHILD}/prompts/delete", json={"count": count})
+            answer.raise_for_status()
+
+    # When the request drafts 10 prompts (they fit), then 50 more that need a top-up
+    first = guard.write(prompts_writer(http, 10), need={"prompts": 10}, site="prompts",
+                        rollback=rollback)  # fmt: skip
+    staged.append(10)
+    drafted_before_refusal = drafted_of(sim)
+    with pytest.raises(WriteQuotaExhaustedError) as raised:
+        guard.write(prompts_writer(http, 50), need={"prompts": 50}, site="prompts",
+                    rollback=rollback)  # fmt: skip
+
+    # Then the ensure's refusal ended the cycle after one retry (not four), the refused batch
+    # left nothing (refused whole), and the rollback deleted the 10 the request had drafted:
+    # the child's drafted count is back where it was before the request
+    assert first.status_code == 200
+    assert drafted_before_refusal == 15
+    assert (raised.value.code, raised.value.reason, raised.value.attempts) == (
+        "quotaExceeded",
+        "orgPoolExhausted",
+        2,
+    )
+    assert raised.value.rollback_error is None
+    assert drafted_of(sim) == 5
+    assert [(c["op"], c["status"]) for c in sim.calls() if c["op"] != "read_resources"] == [
+        ("write_prompts", 200),
+        ("write_prompts", 405),
+        ("transfer", 422),
+        ("write_prompts", 405),
+        ("delete_prompts", 200),
+    ]
+    assert recorder.outcomes == [("exhausted", 2, "prompts")]
+    assert recorder.rollbacks_failed == []
+
+
+def test_write_guard_failed_rollback_leaves_the_drafts_and_still_refuses(
+    sim: SimulatorServer, allocator: InstantAllocator, clock: FakeClock, http: httpx.Client
+) -> None:
+    # Given the same short pool, and a rollback that deletes more than was drafted (a 400)
+    seed(sim, (100, 5, 115), pool_prompts=20)
+    recorder = RecordingRecorder()
+    guard = guard_for(allocator, clock, recorder=recorder, outcomes=allocator)
+
+    def rollback() -> None:
+        answer = http.post(f"/v1/workspaces/{CHILD}/prompts/delete", json={"count": 99})
+        answer.raise_for_status()
+
+    # When the write is refused
+    with pytest.raises(WriteQuotaExhaustedError) as raised:
+        guard.write(prompts_writer(http, 50), need={"prompts": 50}, site="prompts",
+                    rollback=rollback)  # fmt: skip
+
+    # Then the refusal is raised with the rollback's HTTP error attached and counted
+    assert isinstance(raised.value.rollback_error, httpx.HTTPStatusError)
+    assert raised.value.rollback_error.response.status_code == 400
+    assert recorder.rollbacks_failed == ["prompts"]
+    assert drafted_of(sim) == 5

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from serenity_allocator.adapters.semrush_client import SemrushClient
+from serenity_allocator.adapters.sqs_requests import build_ensure
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_tools.standins.simulator import SimulatorServer, SimulatorState, start_simulator
 from serenity_tools.verification.write_path import (
@@ -15,6 +16,7 @@ from serenity_tools.verification.write_path import (
     GuardedServiceWriter,
     InProcessAllocator,
     WriteRecord,
+    as_metered_writes,
     check_guarded_writes,
     percentile,
     simulator_ai_reader,
@@ -126,7 +128,7 @@ def test_in_process_allocator_applies_an_ensure_after_its_queue_latency(
     allocator.latency_s = 2.0
 
     # When an ensure is enqueued, then 1.9 s and 2 s pass
-    allocator.enqueue_ensure(CHILD, MASTER, {"prompts": 1})
+    allocator.enqueue(build_ensure(CHILD, MASTER, {"prompts": 1}))
     allocator.sleep(1.9)
     early = [c["op"] for c in sim.calls()]
     allocator.sleep(0.1)
@@ -154,3 +156,25 @@ def test_summarize_writes_counts_retries_and_wait_percentiles() -> None:
     assert (summary.wait_p50_s, summary.wait_p95_s, summary.wait_max_s) == (9.0, 9.0, 9.0)
     assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0
     assert percentile([], 95) == 0.0
+
+
+def test_a_write_out_of_time_with_pool_room_is_a_violation_and_a_refused_write() -> None:
+    # Given a write refused for quota with the pool short, and one out of time with room
+    records = [
+        WriteRecord("c1", "m", "prompts", 50, 5, 12.0, "exhausted", True, short_by=50, pool_free=9),
+        WriteRecord(
+            "c2", "m", "prompts", 50, 7, 18.0, "timed-out", True, short_by=-50, pool_free=900
+        ),
+    ]
+
+    # When checked, summarized and counted as metered writes
+    result = check_guarded_writes(records)
+    summary = summarize_writes(records)
+    writes = as_metered_writes(records)
+
+    # Then only the one out of time with room is a violation, and both did not land
+    assert result.violations == (
+        "c2 prompts x50: out of time after 7 attempts (18.0 s), short -50, pool free 900",
+    )
+    assert (summary.exhausted, summary.timed_out, summary.refused_with_room) == (1, 1, 1)
+    assert (writes.accepted, writes.refused) == (0, ("c1", "c2"))

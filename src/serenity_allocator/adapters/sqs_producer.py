@@ -14,19 +14,22 @@ boto3 >= 1.28), so the same code talks to a local moto server.
 from __future__ import annotations
 
 import logging
-import uuid
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
-from pydantic import ValidationError
-from pydantic_core import InitErrorDetails
 
 from ..domain import classify
 from ..domain.messages import EnsureRequest, ReleaseRequest
-from ..domain.model import Totals
 from .aws_clients import AWS_CALL_BUDGET_S, LazyClient, aws_error_code, sqs_client
-from .sqs_limits import FIFO_ID_PATTERN, MAX_BATCH_ENTRIES, is_valid_fifo_id
+from .sqs_limits import MAX_BATCH_ENTRIES
+from .sqs_requests import (
+    AllocationRequestModel,
+    TotalsInput,
+    build_ensure,
+    build_release,
+    check_fifo_ids,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -34,8 +37,15 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 
-AllocationRequestModel = EnsureRequest | ReleaseRequest
-TotalsInput = Totals | Mapping[str, int]
+__all__ = [
+    "AllocationProducer",
+    "AllocationRequestModel",
+    "EnqueueError",
+    "TotalsInput",
+    "build_ensure",
+    "build_release",
+    "is_metered_quota",
+]
 
 
 class EnqueueError(RuntimeError):
@@ -99,7 +109,7 @@ class AllocationProducer:
         brand_id: str | None = None,
         request_id: str | None = None,
     ) -> str:
-        """Ask for headroom on a child before a metered write.
+        """Ask for headroom on a child before a metered write: ``enqueue(build_ensure(...))``.
 
         Args:
             workspace_id: The child workspace that will write.
@@ -121,18 +131,18 @@ class AllocationProducer:
             pydantic.ValidationError: An argument breaks the message contract (names the field).
             EnqueueError: SQS refused or could not be reached; the request was not enqueued.
         """
-        request = build_ensure(
-            workspace_id,
-            parent_workspace_id,
-            need,
-            include_drafted=include_drafted,
-            ceiling=ceiling,
-            org_id=org_id,
-            brand_id=brand_id,
-            request_id=request_id,
+        return self.enqueue(
+            build_ensure(
+                workspace_id,
+                parent_workspace_id,
+                need,
+                include_drafted=include_drafted,
+                ceiling=ceiling,
+                org_id=org_id,
+                brand_id=brand_id,
+                request_id=request_id,
+            )
         )
-        self._send_one(request)
-        return request.request_id
 
     def enqueue_release(
         self,
@@ -163,15 +173,34 @@ class AllocationProducer:
             pydantic.ValidationError: An argument breaks the message contract (names the field).
             EnqueueError: SQS refused or could not be reached; the request was not enqueued.
         """
-        request = build_release(
-            workspace_id,
-            floor=floor,
-            source=source,
-            run_id=run_id,
-            org_id=org_id,
-            brand_id=brand_id,
-            request_id=request_id,
+        return self.enqueue(
+            build_release(
+                workspace_id,
+                floor=floor,
+                source=source,
+                run_id=run_id,
+                org_id=org_id,
+                brand_id=brand_id,
+                request_id=request_id,
+            )
         )
+
+    def enqueue(self, request: AllocationRequestModel) -> str:
+        """Enqueue one ready-built request (:func:`build_ensure`, :func:`build_release`).
+
+        This is the request value every sender passes (the write guard's port is this method):
+        the parameters of an ensure are spelled out once, in :func:`build_ensure`.
+
+        Returns:
+            The request id (the message's deduplication id).
+
+        Raises:
+            pydantic.ValidationError: The request's ids are unusable as SQS FIFO ids.
+            EnqueueError: SQS refused or could not be reached; the request was not enqueued.
+        """
+        if not isinstance(request, EnsureRequest | ReleaseRequest):
+            raise TypeError(f"not an allocation request: {type(request).__name__}")
+        check_fifo_ids(request)
         self._send_one(request)
         return request.request_id
 
@@ -198,7 +227,7 @@ class AllocationProducer:
         for request in requests:
             if not isinstance(request, EnsureRequest | ReleaseRequest):
                 raise TypeError(f"not an allocation request: {type(request).__name__}")
-            _check_fifo_ids(request)
+            check_fifo_ids(request)
         ordered_ids = [request.request_id for request in requests]
         for start in range(0, len(requests), MAX_BATCH_ENTRIES):
             chunk = requests[start : start + MAX_BATCH_ENTRIES]
@@ -254,70 +283,6 @@ class AllocationProducer:
         return [chunk[int(entry_id)].request_id for entry_id in sorted(pending, key=int)], reason
 
 
-def build_ensure(
-    workspace_id: str,
-    parent_workspace_id: str,
-    need: TotalsInput | None = None,
-    *,
-    include_drafted: bool = False,
-    ceiling: TotalsInput | None = None,
-    org_id: str | None = None,
-    brand_id: str | None = None,
-    request_id: str | None = None,
-) -> EnsureRequest:
-    """Build and validate an ensure request (see :meth:`AllocationProducer.enqueue_ensure`).
-
-    Raises:
-        pydantic.ValidationError: An argument breaks the message contract (names the field).
-    """
-    fields: dict[str, Any] = {
-        "kind": "ensure",
-        "request_id": _request_id(request_id),
-        "workspace_id": workspace_id,
-        "parent_workspace_id": parent_workspace_id,
-        "include_drafted": include_drafted,
-        "ceiling": _totals_input(ceiling),
-        "org_id": org_id,
-        "brand_id": brand_id,
-    }
-    if need is not None:
-        fields["need"] = _totals_input(need)
-    request = EnsureRequest.model_validate(fields)
-    _check_fifo_ids(request)
-    return request
-
-
-def build_release(
-    workspace_id: str,
-    *,
-    floor: TotalsInput | None = None,
-    source: str = "service",
-    run_id: str | None = None,
-    org_id: str | None = None,
-    brand_id: str | None = None,
-    request_id: str | None = None,
-) -> ReleaseRequest:
-    """Build and validate a release request (see :meth:`AllocationProducer.enqueue_release`).
-
-    Raises:
-        pydantic.ValidationError: An argument breaks the message contract (names the field).
-    """
-    request = ReleaseRequest.model_validate(
-        {
-            "kind": "release",
-            "request_id": _request_id(request_id),
-            "workspace_id": workspace_id,
-            "floor": _totals_input(floor),
-            "source": source,
-            "run_id": run_id,
-            "org_id": org_id,
-            "brand_id": brand_id,
-        }
-    )
-    _check_fifo_ids(request)
-    return request
-
-
 def is_metered_quota(status: int, body: str, *, environment: str = "unknown") -> bool:
     """Classify a metered write's failure: True when it is a disguised quota rejection (405).
 
@@ -348,38 +313,6 @@ def _record_classifier(matched: bool, environment: str) -> None:
         recorder.flush()
     except Exception:  # metrics never change the classification
         _log.debug("MeteredQuotaClassifier not recorded", exc_info=True)
-
-
-def _request_id(request_id: str | None) -> str:
-    return str(uuid.uuid4()) if request_id is None else request_id
-
-
-def _totals_input(value: TotalsInput | None) -> dict[str, Any] | None:
-    # The wire models are strict (no coercion), so a plain Totals is handed over as its fields.
-    if value is None:
-        return None
-    if isinstance(value, Totals):
-        return value.as_dict()
-    return dict(value)
-
-
-def _check_fifo_ids(request: AllocationRequestModel) -> None:
-    """Refuse ids SQS would reject as group or deduplication ids, naming the field."""
-    errors: list[InitErrorDetails] = [
-        {
-            "type": "string_pattern_mismatch",
-            "loc": (field,),
-            "input": value,
-            "ctx": {"pattern": FIFO_ID_PATTERN},
-        }
-        for field, value in (
-            ("workspace_id", request.workspace_id),
-            ("request_id", request.request_id),
-        )
-        if not is_valid_fifo_id(value)
-    ]
-    if errors:
-        raise ValidationError.from_exception_data(type(request).__name__, errors)
 
 
 def _entry(

@@ -364,3 +364,42 @@ def test_simulator_cli_enforcement_lag_option_defaults_to_the_upstream_lag() -> 
 
     # Then the default is the upstream's 9 s and the option is taken
     assert (default.enforcement_lag_ms, shortened.enforcement_lag_ms) == (9000.0, 1500.0)
+
+
+def test_write_gate_refuses_an_over_headroom_batch_whole(
+    gate_sim: SimulatorServer, client: httpx.Client
+) -> None:
+    # Given the live case of the shared doc: 16 used of 18 prompts
+    gate_sim.seed(family(prompts=usage(16, 18), projects=usage(0, 1)))
+
+    # When a batch of 10 is written, then a batch of 2, then 1 more
+    ten = write_prompts(client, 10)
+    after_ten = child_ai(gate_sim)["prompts"]
+    two = write_prompts(client, 2)
+    one_more = write_prompts(client, 1)
+
+    # Then the 10 are refused whole (nothing drafted), the 2 that exactly fit are accepted, and
+    # the +1 is refused
+    assert_disguised_405(ten)
+    assert after_ten == usage(16, 18)
+    assert two.status_code == 200
+    assert_disguised_405(one_more)
+    assert child_ai(gate_sim)["prompts"] == usage(16, 18, drafted=2)
+
+
+def test_write_gate_deletes_drafted_prompts_without_metering(
+    gate_sim: SimulatorServer, client: httpx.Client
+) -> None:
+    # Given a child holding 30 drafted prompts over a total it already passes
+    gate_sim.seed(family(prompts=usage(90, 100, drafted=30), projects=usage(0, 1)))
+
+    # When 20 are deleted, then 11 more than remain
+    deleted = client.post("/project-engine/v1/workspaces/c1/prompts/delete", json={"count": 20})
+    too_many = client.post("/project-engine/v1/workspaces/c1/prompts/delete", json={"count": 11})
+
+    # Then 10 drafted are left (no quota check), and deleting more than drafted is a 400
+    assert deleted.status_code == 200
+    assert deleted.json() == {"workspace_id": "c1", "prompts": usage(90, 100, drafted=10)}
+    assert too_many.status_code == 400
+    assert too_many.json() == {"message": "count exceeds the drafted prompts"}
+    assert [c["op"] for c in gate_sim.calls()] == ["delete_prompts", "delete_prompts"]

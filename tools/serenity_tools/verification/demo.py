@@ -376,6 +376,7 @@ def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say:
             plans,
             stack.outcomes.outcomes(),
             retry_interval_s=config.write_retry_interval_s,
+            enforcement_lag_s=config.enforcement_lag_ms / 1000.0,
             recorder=EmfQuotaRetryRecorder(
                 "local", service="demo-services", emit=lambda line: print(line, file=services_log)
             ),

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
-from serenity_allocator.adapters.sqs_producer import AllocationProducer, build_ensure
+from serenity_allocator.adapters.ledger_outcome_reader import OutcomeReader
+from serenity_allocator.adapters.sqs_producer import AllocationProducer
 from serenity_allocator.domain.allocation import ensure_headroom
 from serenity_allocator.domain.errors import AllocationError, UpstreamError
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
@@ -38,10 +39,11 @@ from serenity_allocator.write_guard import (
     EnsureEnqueuer,
     GuardPolicy,
     NullQuotaRetryRecorder,
+    OutcomeLookup,
     QuotaRetryRecorder,
     WriteGuard,
     WriteOutcome,
-    WriteQuotaExhaustedError,
+    WriteRefusedError,
 )
 from serenity_tools.verification.invariants import InvariantResult, invariant_result
 from serenity_tools.verification.writes import APPLIED_STATUSES, MeteredWrites
@@ -55,6 +57,9 @@ AiReader = Callable[[str], Mapping[str, Mapping[str, int]]]
 call log (the simulator's ``/__dump``), so the checks never change what they measure."""
 
 INVARIANT_NAME = "guarded writes refused only when the pool was short"
+_REFUSAL_WORDS = {"exhausted": "refused", "timed-out": "out of time"}
+REFUSED_OUTCOMES = frozenset(_REFUSAL_WORDS)
+"""A guarded write that did not land: refused for quota, or out of time."""
 
 
 class GateClient:
@@ -81,6 +86,10 @@ class GateClient:
     def publish_prompts(self, workspace_id: str, count: int) -> httpx.Response:
         """Publish ``count`` drafted prompts (not metered)."""
         return self._post(f"/v1/workspaces/{workspace_id}/prompts/publish", {"count": count})
+
+    def delete_prompts(self, workspace_id: str, count: int) -> httpx.Response:
+        """Delete ``count`` drafted prompts (a refused request's rollback; not metered)."""
+        return self._post(f"/v1/workspaces/{workspace_id}/prompts/delete", {"count": count})
 
     def create_project(self, workspace_id: str) -> httpx.Response:
         """Create one project (metered)."""
@@ -118,7 +127,7 @@ class WriteRecord:
     @property
     def refused_with_room(self) -> bool:
         """True when the write ended refused although its pool could have covered it."""
-        if self.outcome != "exhausted" or self.short_by is None or self.pool_free is None:
+        if self.outcome not in REFUSED_OUTCOMES or self.short_by is None or self.pool_free is None:
             return False
         return self.short_by <= self.pool_free
 
@@ -133,6 +142,7 @@ class GuardedServiceWriter:
         read_ai: Reads a workspace's ``ai`` block outside the API call log.
         policy: The guard's retries, pause and per-request deadline.
         recorder: Receives ``QuotaRetryOutcome``.
+        outcomes: The guard's outcome lookup (the ledger's ``OutcomeReader``), if any.
         clock: Monotonic seconds (the guard's deadline).
         sleep: The guard's pause between attempts.
     """
@@ -142,6 +152,7 @@ class GuardedServiceWriter:
     read_ai: AiReader
     policy: GuardPolicy = field(default_factory=GuardPolicy)
     recorder: QuotaRetryRecorder = field(default_factory=NullQuotaRetryRecorder)
+    outcomes: OutcomeLookup | None = None
     clock: Clock | None = None
     sleep: Callable[[float], None] | None = None
     records: list[WriteRecord] = field(default_factory=list)
@@ -193,13 +204,17 @@ class GuardedServiceWriter:
                 workspace_id, parent_id, site, units, report.attempts, report.waited_s,
                 report.outcome, front,
             )  # fmt: skip
-        except WriteQuotaExhaustedError as exc:
+        except WriteRefusedError as exc:
             record = self._refused(workspace_id, parent_id, site, units, exc, front=front)
         self.records.append(record)
         return record
 
     def _guard(self, workspace_id: str, parent_id: str) -> WriteGuard:
-        options: dict[str, Any] = {"policy": self.policy, "recorder": self.recorder}
+        options: dict[str, Any] = {
+            "policy": self.policy,
+            "recorder": self.recorder,
+            "outcomes": self.outcomes,
+        }
         if self.clock is not None:
             options["clock"] = self.clock
         if self.sleep is not None:
@@ -212,7 +227,7 @@ class GuardedServiceWriter:
         parent_id: str,
         site: WriteSite,
         units: int,
-        exc: WriteQuotaExhaustedError,
+        exc: WriteRefusedError,
         *,
         front: bool,
     ) -> WriteRecord:
@@ -220,8 +235,9 @@ class GuardedServiceWriter:
         child = self.read_ai(workspace_id)[dim]
         pool = self.read_ai(parent_id)[dim]
         short_by = child["used"] + child.get("drafted", 0) + units - child["total"]
+        outcome: WriteOutcome = "exhausted" if exc.code == "quotaExceeded" else "timed-out"
         return WriteRecord(
-            workspace_id, parent_id, site, units, exc.attempts, exc.waited_s, "exhausted",
+            workspace_id, parent_id, site, units, exc.attempts, exc.waited_s, outcome,
             front, short_by=short_by, pool_free=pool["total"] - pool["used"],
         )  # fmt: skip
 
@@ -257,25 +273,21 @@ class InProcessAllocator:
     applied: list[str] = field(default_factory=list)
     enqueued: int = 0
 
-    def enqueue_ensure(
-        self,
-        workspace_id: str,
-        parent_workspace_id: str,
-        need: Totals | Mapping[str, int] | None = None,
-        *,
-        include_drafted: bool = False,
-        ceiling: Mapping[str, int] | None = None,
-        org_id: str | None = None,
-        brand_id: str | None = None,
-        request_id: str | None = None,
-    ) -> str:
+    def enqueue(self, request: EnsureRequest) -> str:
         """Queue one ensure (ceilings and labels are not modelled here)."""
-        totals = need if isinstance(need, Totals) else Totals(**(need or {}))
         due = self.clock() + self.latency_s
-        self.pending.append((due, workspace_id, parent_workspace_id, totals, include_drafted))
+        self.pending.append(
+            (
+                due,
+                request.workspace_id,
+                request.parent_workspace_id,
+                request.need,
+                request.include_drafted,
+            )
+        )
         self.enqueued += 1
         self.pump()
-        return request_id or f"in-process-{self.enqueued}"
+        return request.request_id
 
     def pump(self) -> None:
         """Apply every ensure that is due; one child's due ensures as one call (coalesced).
@@ -316,6 +328,7 @@ class WritePathSummary:
     retried: int
     recovered: int
     exhausted: int
+    timed_out: int
     refused_with_room: int
     failed: int
     wait_p50_s: float
@@ -326,7 +339,8 @@ class WritePathSummary:
         """One line for a table or a log."""
         return (
             f"{self.writes} guarded writes: {self.first_time} first time, {self.retried} retried "
-            f"({self.recovered} recovered, {self.exhausted} refused, {self.refused_with_room} "
+            f"({self.recovered} recovered, {self.exhausted} refused, {self.timed_out} out of time, "
+            f"{self.refused_with_room} "
             f"with pool room); retried waits p50 {self.wait_p50_s:.1f} s, p95 "
             f"{self.wait_p95_s:.1f} s, max {self.wait_max_s:.1f} s"
         )
@@ -342,6 +356,7 @@ def summarize_writes(records: Sequence[WriteRecord]) -> WritePathSummary:
         retried=len(waits),
         recovered=outcomes["recovered"],
         exhausted=outcomes["exhausted"],
+        timed_out=outcomes["timed-out"],
         refused_with_room=sum(1 for r in records if r.refused_with_room),
         failed=outcomes["failed"],
         wait_p50_s=percentile(waits, 50),
@@ -357,8 +372,8 @@ def check_guarded_writes(records: Sequence[WriteRecord]) -> InvariantResult:
     the retries) counts as a violation too: the pool trivially had room.
     """
     violations = [
-        f"{r.workspace_id} {r.site} x{r.units}: refused after {r.attempts} attempts "
-        f"({r.waited_s:.1f} s), short {r.short_by}, pool free {r.pool_free}"
+        f"{r.workspace_id} {r.site} x{r.units}: {_REFUSAL_WORDS[r.outcome]} after "
+        f"{r.attempts} attempts ({r.waited_s:.1f} s), short {r.short_by}, pool free {r.pool_free}"
         for r in records
         if r.refused_with_room
     ]
@@ -381,30 +396,9 @@ class RecordingEnqueuer:
     requests: list[EnsureRequest] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def enqueue_ensure(
-        self,
-        workspace_id: str,
-        parent_workspace_id: str,
-        need: Totals | Mapping[str, int] | None = None,
-        *,
-        include_drafted: bool = False,
-        ceiling: Mapping[str, int] | None = None,
-        org_id: str | None = None,
-        brand_id: str | None = None,
-        request_id: str | None = None,
-    ) -> str:
-        """Build, send and remember one ensure."""
-        request = build_ensure(
-            workspace_id,
-            parent_workspace_id,
-            need,
-            include_drafted=include_drafted,
-            ceiling=ceiling,
-            org_id=org_id,
-            brand_id=brand_id,
-            request_id=request_id,
-        )
-        self.producer.enqueue_many([request])
+    def enqueue(self, request: EnsureRequest) -> str:
+        """Send and remember one ensure."""
+        self.producer.enqueue(request)
         with self._lock:
             self.requests.append(request)
         return request.request_id
@@ -456,8 +450,8 @@ def _write_for(writer: GuardedServiceWriter, ensure: EnsureRequest) -> list[Writ
 
 def as_metered_writes(records: Sequence[WriteRecord]) -> MeteredWrites:
     """The guarded writes in the shape of the "writes after ensure accepted" check."""
-    refused = tuple(sorted({r.workspace_id for r in records if r.outcome == "exhausted"}))
-    return MeteredWrites(sum(1 for r in records if r.outcome != "exhausted"), refused)
+    refused = tuple(sorted({r.workspace_id for r in records if r.outcome in REFUSED_OUTCOMES}))
+    return MeteredWrites(sum(1 for r in records if r.outcome not in REFUSED_OUTCOMES), refused)
 
 
 def guarded_service_writes(
@@ -466,27 +460,36 @@ def guarded_service_writes(
     outcomes: Sequence[AllocationOutcome],
     *,
     retry_interval_s: float,
+    enforcement_lag_s: float,
     deadline_s: float = 30.0,
     recorder: QuotaRetryRecorder | None = None,
 ) -> tuple[list[WriteRecord], list[EnsureRequest]]:
     """On a local stack, the services write through their guards (:func:`write_after_ensures`).
 
     The guards' ensures go through the real producer onto the stack's queue (consumers must be
-    running for a recovery to be served). Returns the writes and the ensures the guards sent.
+    running for a recovery to be served), and the guards read their outcomes from the stack's
+    request ledger (the README's setup), so a recovery lasts until its ensure is settled and
+    the gate's lag (``enforcement_lag_s``) has passed, inside ``deadline_s``. Returns the writes
+    and the ensures the guards sent.
     """
     from serenity_tools.standins.resources import local_client
 
+    endpoint = stack.moto.endpoint_url
     enqueuer = RecordingEnqueuer(
-        AllocationProducer(stack.resources.queue_url, local_client("sqs", stack.moto.endpoint_url))
+        AllocationProducer(stack.resources.queue_url, local_client("sqs", endpoint))
     )
+    reader = OutcomeReader(stack.resources.ledger_table, local_client("dynamodb", endpoint))
     gate = GateClient(stack.simulator.write_url, stack.env()["SEMRUSH_TOKEN"])
-    policy = GuardPolicy(interval_s=retry_interval_s, deadline_s=deadline_s)
+    policy = GuardPolicy(
+        interval_s=retry_interval_s, deadline_s=deadline_s, enforcement_lag_s=enforcement_lag_s
+    )
     writer = GuardedServiceWriter(
         gate,
         enqueuer,
         simulator_ai_reader(stack.simulator.dump),
         policy,
         recorder or NullQuotaRetryRecorder(),
+        outcomes=reader,
     )
     try:
         records = write_after_ensures(writer, plans, outcomes)

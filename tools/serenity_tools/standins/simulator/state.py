@@ -29,6 +29,7 @@ from .model import (
     MSG_NOT_READY,
     OP_CREATE_CHILD,
     OP_CREATE_PROJECT,
+    OP_DELETE_PROMPTS,
     OP_FAMILY,
     OP_PUBLISH_PROMPTS,
     OP_READ_RESOURCES,
@@ -349,6 +350,7 @@ class SimulatorState:
             OP_CREATE_CHILD: partial(self._create_child, workspace_id, body),
             OP_WRITE_PROMPTS: write,
             OP_PUBLISH_PROMPTS: write,
+            OP_DELETE_PROMPTS: write,
             OP_CREATE_PROJECT: write,
         }
         return operations[op]()
@@ -482,6 +484,8 @@ class SimulatorState:
             return write_gate.write_prompts(workspace, count, metered=metered, now=now, lag_s=lag_s)
         if op == OP_PUBLISH_PROMPTS:
             return write_gate.publish_prompts(workspace, write_gate.parse_count(body))
+        if op == OP_DELETE_PROMPTS:
+            return write_gate.delete_prompts(workspace, write_gate.parse_count(body))
         write_gate.parse_project_body(body)
         return write_gate.create_project(workspace, metered=metered, now=now, lag_s=lag_s)
 

@@ -2,8 +2,12 @@
 
 Facts (semrush-user-manager.md, "Metered writes happen elsewhere"):
 
-- Prompts are metered at the WRITE, cumulatively: ``used + drafted + batch > total`` refuses;
-  publishing moves drafted to used with no quota check. A project counts one unit.
+- Prompts are metered at the WRITE, cumulatively: ``used + drafted + batch > total`` refuses
+  the batch WHOLE (nothing of it lands); publishing moves drafted to used with no quota check.
+  A project counts one unit.
+- Prompts a request staged into a write that was finally refused are deleted again. The doc
+  names no route for it; the stand-in's is ``POST .../prompts/delete`` ``{"count": n}``
+  (shaped like publish): n drafted prompts go away, never metered.
 - A refusal is the DISGUISED 405: a bare nginx ``text/html`` page with no quota wording. A
   genuine Method-Not-Allowed is JSON.
 - Enforcement lags transfers by about 9 s: the gate compares against the total as it was
@@ -25,6 +29,7 @@ from .model import (
     DISGUISED_QUOTA_405,
     MSG_METHOD_NOT_ALLOWED,
     OP_CREATE_PROJECT,
+    OP_DELETE_PROMPTS,
     OP_PUBLISH_PROMPTS,
     OP_WRITE_PROMPTS,
     TRANSFERABLE_DIMENSIONS,
@@ -37,6 +42,7 @@ from .model import (
 WRITE_ROUTES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("POST", re.compile(r"^/v1/workspaces/([^/]+)/prompts$"), OP_WRITE_PROMPTS),
     ("POST", re.compile(r"^/v1/workspaces/([^/]+)/prompts/publish$"), OP_PUBLISH_PROMPTS),
+    ("POST", re.compile(r"^/v1/workspaces/([^/]+)/prompts/delete$"), OP_DELETE_PROMPTS),
     ("POST", re.compile(r"^/v1/workspaces/([^/]+)/projects$"), OP_CREATE_PROJECT),
 )
 
@@ -121,6 +127,15 @@ def publish_prompts(workspace: _Workspace, count: int) -> SimResponse:
         raise _bad_request("count exceeds the drafted prompts")
     prompts.drafted -= count
     prompts.used += count
+    return SimResponse(200, _answer(workspace, "prompts"))
+
+
+def delete_prompts(workspace: _Workspace, count: int) -> SimResponse:
+    """Delete ``count`` drafted prompts (a refused request's rollback); never metered."""
+    prompts = workspace.ai["prompts"]
+    if prompts.drafted < count:
+        raise _bad_request("count exceeds the drafted prompts")
+    prompts.drafted -= count
     return SimResponse(200, _answer(workspace, "prompts"))
 
 

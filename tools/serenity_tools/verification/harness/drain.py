@@ -277,7 +277,11 @@ def services_write_guarded(
     )
     try:
         records, _ = guarded_service_writes(
-            stack, plans, run.outcomes, retry_interval_s=GUARDED_LAG_MS / 1000.0 / 2.5
+            stack,
+            plans,
+            run.outcomes,
+            retry_interval_s=GUARDED_LAG_MS / 1000.0 / 2.5,
+            enforcement_lag_s=GUARDED_LAG_MS / 1000.0,
         )
         pool.wait_drained(lambda: queue_depth(stack.sqs, stack.resources.queue_url), timeout_s=120)
     finally:

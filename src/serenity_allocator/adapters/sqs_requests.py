@@ -1,0 +1,122 @@
+"""The requests the allocation queue accepts, built and validated before anything is sent.
+
+Every message is built with the domain's request models (a service can only enqueue a valid
+version-1 message), and its ids are checked against SQS's FIFO id rules, naming the field.
+:func:`build_ensure` is the one place an ensure's parameters are spelled out: every sender
+(the producer, the write guard, the tools) passes the :class:`EnsureRequest` it returns.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_core import InitErrorDetails
+
+from ..domain.messages import EnsureRequest, ReleaseRequest
+from ..domain.model import Totals
+from .sqs_limits import FIFO_ID_PATTERN, is_valid_fifo_id
+
+AllocationRequestModel = EnsureRequest | ReleaseRequest
+TotalsInput = Totals | Mapping[str, int]
+
+
+def build_ensure(
+    workspace_id: str,
+    parent_workspace_id: str,
+    need: TotalsInput | None = None,
+    *,
+    include_drafted: bool = False,
+    ceiling: TotalsInput | None = None,
+    org_id: str | None = None,
+    brand_id: str | None = None,
+    request_id: str | None = None,
+) -> EnsureRequest:
+    """Build and validate an ensure request: the one place its parameters are spelled out.
+
+    The arguments are those of :meth:`AllocationProducer.enqueue_ensure`; the result is what
+    :meth:`AllocationProducer.enqueue` and the write guard's port take.
+
+    Raises:
+        pydantic.ValidationError: An argument breaks the message contract (names the field).
+    """
+    fields: dict[str, Any] = {
+        "kind": "ensure",
+        "request_id": _request_id(request_id),
+        "workspace_id": workspace_id,
+        "parent_workspace_id": parent_workspace_id,
+        "include_drafted": include_drafted,
+        "ceiling": _totals_input(ceiling),
+        "org_id": org_id,
+        "brand_id": brand_id,
+    }
+    if need is not None:
+        fields["need"] = _totals_input(need)
+    request = EnsureRequest.model_validate(fields)
+    check_fifo_ids(request)
+    return request
+
+
+def build_release(
+    workspace_id: str,
+    *,
+    floor: TotalsInput | None = None,
+    source: str = "service",
+    run_id: str | None = None,
+    org_id: str | None = None,
+    brand_id: str | None = None,
+    request_id: str | None = None,
+) -> ReleaseRequest:
+    """Build and validate a release request (see :meth:`AllocationProducer.enqueue_release`).
+
+    Raises:
+        pydantic.ValidationError: An argument breaks the message contract (names the field).
+    """
+    request = ReleaseRequest.model_validate(
+        {
+            "kind": "release",
+            "request_id": _request_id(request_id),
+            "workspace_id": workspace_id,
+            "floor": _totals_input(floor),
+            "source": source,
+            "run_id": run_id,
+            "org_id": org_id,
+            "brand_id": brand_id,
+        }
+    )
+    check_fifo_ids(request)
+    return request
+
+
+def _request_id(request_id: str | None) -> str:
+    return str(uuid.uuid4()) if request_id is None else request_id
+
+
+def _totals_input(value: TotalsInput | None) -> dict[str, Any] | None:
+    # The wire models are strict (no coercion), so a plain Totals is handed over as its fields.
+    if value is None:
+        return None
+    if isinstance(value, Totals):
+        return value.as_dict()
+    return dict(value)
+
+
+def check_fifo_ids(request: AllocationRequestModel) -> None:
+    """Refuse ids SQS would reject as group or deduplication ids, naming the field."""
+    errors: list[InitErrorDetails] = [
+        {
+            "type": "string_pattern_mismatch",
+            "loc": (field,),
+            "input": value,
+            "ctx": {"pattern": FIFO_ID_PATTERN},
+        }
+        for field, value in (
+            ("workspace_id", request.workspace_id),
+            ("request_id", request.request_id),
+        )
+        if not is_valid_fifo_id(value)
+    ]
+    if errors:
+        raise ValidationError.from_exception_data(type(request).__name__, errors)

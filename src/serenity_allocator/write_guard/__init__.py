@@ -1,0 +1,65 @@
+"""The service-side write guard: front a metered write, and recover from the disguised 405.
+
+Facts (semrush-user-manager.md, "Metered writes happen elsewhere"): the write gateway refuses a
+write over quota with a disguised 405 (a bare HTML page); prompts are metered cumulatively at
+the write (``used + drafted + batch``); and the gateway enforces a top-up about 9 s after it.
+The upstream retries the write with backoff inside one per-request deadline, calling ensure once
+per recovery. Ours is queued, so the guard waits for its ensure: it reads the ensure's outcome
+from the request ledger and keeps retrying until the gate has had the lag to enforce it, inside
+the deadline (docs/decisions/0003-async-worker-contract.md, item 3).
+
+A service makes one :class:`WriteGuard` per incoming request and workspace::
+
+    guard = WriteGuard(producer, child_id, master_id, outcomes=OutcomeReader(ledger_table),
+                       recorder=EmfQuotaRetryRecorder("prod"))
+    guard.front({"prompts": len(batch)})            # before writing: size the top-up early
+    answer = guard.write(lambda: post_prompts(batch), need={"prompts": len(batch)},
+                         site="prompts.create")      # every metered write, wrapped
+
+The guard needs no Powertools: its metrics go through an injected recorder.
+"""
+
+from __future__ import annotations
+
+from .errors import (
+    GuardedWrite,
+    HttpAnswer,
+    WriteDeadlineExceededError,
+    WriteOutcome,
+    WriteQuotaExhaustedError,
+    WriteRefusedError,
+)
+from .guard import REFUSED_STATUSES, EnsureEnqueuer, OutcomeLookup, WriteGuard, is_refused
+from .policy import GuardPolicy, model_change_need
+from .recorders import (
+    METRIC_NAME,
+    METRIC_NAMESPACE,
+    ROLLBACK_METRIC_NAME,
+    EmfQuotaRetryRecorder,
+    NullQuotaRetryRecorder,
+    QuotaRetryRecorder,
+    QuotaRetryResult,
+)
+
+__all__ = [
+    "METRIC_NAME",
+    "METRIC_NAMESPACE",
+    "REFUSED_STATUSES",
+    "ROLLBACK_METRIC_NAME",
+    "EmfQuotaRetryRecorder",
+    "EnsureEnqueuer",
+    "GuardPolicy",
+    "GuardedWrite",
+    "HttpAnswer",
+    "NullQuotaRetryRecorder",
+    "OutcomeLookup",
+    "QuotaRetryRecorder",
+    "QuotaRetryResult",
+    "WriteDeadlineExceededError",
+    "WriteGuard",
+    "WriteOutcome",
+    "WriteQuotaExhaustedError",
+    "WriteRefusedError",
+    "is_refused",
+    "model_change_need",
+]

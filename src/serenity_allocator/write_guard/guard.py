@@ -1,0 +1,303 @@
+"""The write guard: front a metered write, recover from the disguised 405, and know why it ended.
+
+One recovery cycle per write that meets the 405: ONE ensure, then a retry every ``interval_s``.
+With an outcome lookup the cycle lasts as long as the ensure's outcome says it may (refused: stop
+at once; applied: the gate's lag more; unknown: keep going), inside the request's deadline; without
+one, ``retries`` retries. The deadline is fixed once, when the guard is built, and checked before
+every attempt and every sleep.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
+from typing import Generic, NoReturn, Protocol, TypeVar
+
+from ..adapters.sqs_requests import TotalsInput, build_ensure
+from ..domain.classify import is_metered_quota
+from ..domain.messages import AllocationOutcome, EnsureRequest
+from .errors import (
+    GuardedWrite,
+    HttpAnswer,
+    WriteDeadlineExceededError,
+    WriteOutcome,
+    WriteQuotaExhaustedError,
+    WriteRefusedError,
+)
+from .policy import GuardPolicy
+from .recorders import NullQuotaRetryRecorder, QuotaRetryRecorder, QuotaRetryResult
+
+_log = logging.getLogger(__name__)
+
+AnswerT = TypeVar("AnswerT", bound=HttpAnswer)
+
+REFUSED_STATUSES = frozenset({"rejected", "failed", "invalid"})
+"""Ensure outcomes that mean the top-up will not come (with a dead-lettered one); every other
+ensure status (``hot-path``, ``topped-up``, ``unmetered``, ``disabled``, ...) is applied."""
+
+
+class EnsureEnqueuer(Protocol):
+    """Sends one ready-built ensure (``AllocationProducer.enqueue``); returns its request id."""
+
+    def enqueue(self, request: EnsureRequest) -> str:
+        """Enqueue ``request``; return its request id."""
+        ...
+
+
+class OutcomeLookup(Protocol):
+    """Reads a request's terminal outcome (the ledger's ``OutcomeReader``); None while pending."""
+
+    def get_outcome(self, request_id: str) -> AllocationOutcome | None:
+        """The outcome, or None while the request is pending or unknown."""
+        ...
+
+
+def is_refused(outcome: AllocationOutcome) -> bool:
+    """True when an ensure's outcome says its top-up will not come."""
+    return outcome.status in REFUSED_STATUSES or outcome.dead_lettered is True
+
+
+@dataclass
+class _Cycle(Generic[AnswerT]):
+    """One recovery: the write's last answer, its attempts and waits, what the ensure said."""
+
+    site: str
+    answer: AnswerT
+    attempts: int = 1
+    waited_s: float = 0.0
+    request_id: str = ""
+    applied_at: float | None = None
+    """When a lookup first saw the ensure applied (the gate's lag runs from there)."""
+
+
+@dataclass
+class WriteGuard:
+    """Fronts and wraps the metered writes of ONE incoming request on one child workspace.
+
+    Args:
+        producer: Enqueues ensures (an ``AllocationProducer``).
+        workspace_id: The child that writes.
+        parent_workspace_id: Its master (the org pool).
+        policy: Retries, pause, the per-request deadline and the gate's lag.
+        recorder: Receives ``QuotaRetryOutcome`` per cycle and ``QuotaRollbackFailed``.
+        outcomes: Reads the recovery ensure's outcome (``OutcomeReader``); without it the
+            cycle is bounded by ``policy.retries``.
+        include_drafted: Size prompt top-ups on used + drafted + batch (the write gate's rule);
+            opt out explicitly only for a dimension without drafts.
+        ceiling: Optional per-brand ceiling for the ensures (a dimension left out is not enforced).
+        org_id: Optional label for the ensures.
+        brand_id: Optional label for the ensures.
+        clock: Monotonic seconds; the request's deadline starts when the guard is made.
+        sleep: Sleeps between attempts (injected in tests).
+    """
+
+    producer: EnsureEnqueuer
+    workspace_id: str
+    parent_workspace_id: str
+    _: KW_ONLY
+    policy: GuardPolicy = field(default_factory=GuardPolicy)
+    recorder: QuotaRetryRecorder = field(default_factory=NullQuotaRetryRecorder)
+    outcomes: OutcomeLookup | None = None
+    include_drafted: bool = True
+    ceiling: TotalsInput | None = None
+    org_id: str | None = None
+    brand_id: str | None = None
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    history: list[GuardedWrite] = field(default_factory=list)
+    """Every wrapped write of this request that came back or was refused, in order."""
+
+    def __post_init__(self) -> None:
+        self._deadline = self.clock() + self.policy.deadline_s
+
+    @property
+    def time_left_s(self) -> float:
+        """Seconds left of the request's deadline."""
+        return self._deadline - self.clock()
+
+    def front(self, need: TotalsInput) -> str:
+        """Enqueue the ensure for the batch about to be written; return its request id.
+
+        Sent BEFORE the write, it gives the allocator and the gate's lag a head start.
+
+        Raises:
+            pydantic.ValidationError: ``need`` or the guard's ids break the message contract.
+            EnqueueError: The ensure could not be enqueued (from the producer).
+        """
+        request = build_ensure(
+            self.workspace_id,
+            self.parent_workspace_id,
+            need,
+            include_drafted=self.include_drafted,
+            ceiling=self.ceiling,
+            org_id=self.org_id,
+            brand_id=self.brand_id,
+        )
+        return self.producer.enqueue(request)
+
+    def write(
+        self,
+        call: Callable[[], AnswerT],
+        *,
+        need: TotalsInput,
+        site: str,
+        rollback: Callable[[], object] | None = None,
+    ) -> AnswerT:
+        """Run a metered write; on the disguised 405, ensure once and retry until it is settled.
+
+        Args:
+            call: Makes the write and returns its HTTP answer. An exception it raises
+                propagates at once (never retried).
+            need: Units this write consumes (sizes the recovery's ensure).
+            site: A call-site name for the metric (a fixed label, never an id).
+            rollback: Undoes what the request staged (e.g. deletes its drafted prompts) when
+                the write is finally refused; run once, before the refusal is raised.
+
+        Returns:
+            The accepted answer, or a non-quota failure answer unchanged.
+
+        Raises:
+            WriteQuotaExhaustedError: Refused for quota (code ``quotaExceeded``).
+            WriteDeadlineExceededError: The request's deadline ran out (``deadlineExceeded``).
+            EnqueueError: The recovery's ensure could not be enqueued (from the producer).
+        """
+        if self.clock() >= self._deadline:
+            refusal = WriteDeadlineExceededError(None, 0, 0.0)
+            self._finish_refused(refusal, site, "timed-out", rollback)
+        answer = call()
+        if not is_metered_quota(answer.status_code, answer.text):
+            outcome: WriteOutcome = "accepted" if answer.status_code < 400 else "failed"
+            self.history.append(GuardedWrite(site, 1, 0.0, outcome))
+            return answer
+        return self._recover(call, _Cycle(site, answer), need, rollback)
+
+    def _recover(
+        self,
+        call: Callable[[], AnswerT],
+        cycle: _Cycle[AnswerT],
+        need: TotalsInput,
+        rollback: Callable[[], object] | None,
+    ) -> AnswerT:
+        try:
+            cycle.request_id = self.front(need)  # one ensure for this recovery, not per attempt
+            refusal = self._retry(call, cycle)
+        except Exception:
+            self._record(cycle, "abandoned")
+            raise
+        if refusal is None:
+            landed = cycle.answer.status_code < 400
+            self._record(cycle, "recovered" if landed else "abandoned")
+            self._report(cycle, "recovered" if landed else "failed")
+            return cycle.answer
+        self._record(cycle, "exhausted")
+        timed_out = isinstance(refusal, WriteDeadlineExceededError)
+        self._report(cycle, "timed-out" if timed_out else "exhausted")
+        self._finish_refused(refusal, cycle.site, None, rollback)
+
+    def _retry(
+        self, call: Callable[[], AnswerT], cycle: _Cycle[AnswerT]
+    ) -> WriteRefusedError | None:
+        """Sleep and attempt until the write lands (None) or the cycle is refused."""
+        while True:
+            refusal = self._refusal_before_sleep(cycle)
+            if refusal is not None:
+                return refusal
+            self.sleep(self.policy.interval_s)
+            cycle.waited_s += self.policy.interval_s
+            if self.clock() >= self._deadline:  # the sleep overran: no attempt after the deadline
+                return self._refusal(WriteDeadlineExceededError, cycle)
+            cycle.attempts += 1
+            cycle.answer = call()
+            if not is_metered_quota(cycle.answer.status_code, cycle.answer.text):
+                return None
+            refusal = self._judge_ensure(cycle)
+            if refusal is not None:
+                return refusal
+
+    def _refusal_before_sleep(self, cycle: _Cycle[AnswerT]) -> WriteRefusedError | None:
+        if self.outcomes is None and cycle.attempts > self.policy.retries:
+            return self._refusal(WriteQuotaExhaustedError, cycle)
+        # A sleep only if the attempt after it would still start before the deadline.
+        if self.clock() + self.policy.interval_s >= self._deadline:
+            return self._refusal(WriteDeadlineExceededError, cycle)
+        return None
+
+    def _judge_ensure(self, cycle: _Cycle[AnswerT]) -> WriteRefusedError | None:
+        """After a 405 retry: what the recovery ensure's outcome says about going on."""
+        lookup = self.outcomes
+        if lookup is None:
+            return None
+        now = self.clock()
+        if cycle.applied_at is not None:
+            waited_for_gate = now - cycle.applied_at
+            if waited_for_gate >= self.policy.enforcement_lag_s + self.policy.interval_s:
+                return self._refusal(WriteQuotaExhaustedError, cycle)
+            return None
+        outcome = _lookup(lookup, cycle.request_id)
+        if outcome is None:
+            return None
+        if is_refused(outcome):
+            reason = outcome.error_code or outcome.status
+            return self._refusal(WriteQuotaExhaustedError, cycle, reason=reason)
+        cycle.applied_at = now
+        return None
+
+    def _refusal(
+        self,
+        kind: type[WriteRefusedError],
+        cycle: _Cycle[AnswerT],
+        *,
+        reason: str | None = None,
+    ) -> WriteRefusedError:
+        return kind(cycle.answer, cycle.attempts, cycle.waited_s, reason=reason)
+
+    def _finish_refused(
+        self,
+        refusal: WriteRefusedError,
+        site: str,
+        report: WriteOutcome | None,
+        rollback: Callable[[], object] | None,
+    ) -> NoReturn:
+        """Report (when not yet reported), run the rollback once, raise the refusal."""
+        if report is not None:
+            self.history.append(GuardedWrite(site, refusal.attempts, refusal.waited_s, report))
+        if rollback is not None:
+            try:
+                rollback()
+            except Exception as exc:  # never hides the refusal: attached, counted, logged
+                refusal.rollback_error = exc
+                _safely(lambda: self.recorder.record_rollback_failed(site))
+                _safe_log("rollback of a refused write failed", exc, site=site)
+        raise refusal
+
+    def _record(self, cycle: _Cycle[AnswerT], outcome: QuotaRetryResult) -> None:
+        _safely(lambda: self.recorder.record(outcome, cycle.attempts, cycle.site))
+
+    def _report(self, cycle: _Cycle[AnswerT], outcome: WriteOutcome) -> None:
+        self.history.append(GuardedWrite(cycle.site, cycle.attempts, cycle.waited_s, outcome))
+
+
+def _lookup(lookup: OutcomeLookup, request_id: str) -> AllocationOutcome | None:
+    try:
+        return lookup.get_outcome(request_id)
+    except Exception as exc:  # a lookup error is "unknown": the deadline still bounds the cycle
+        _safe_log("outcome lookup failed; counted as unknown", exc, request_id=request_id)
+        return None
+
+
+def _safely(action: Callable[[], None]) -> None:
+    """Run a metric call; a failure is logged and swallowed (it never changes the write)."""
+    try:
+        action()
+    except Exception as exc:
+        _safe_log("write guard metric not recorded", exc)
+
+
+def _safe_log(message: str, exc: Exception, **fields: str) -> None:
+    # The error's type only: a message could carry what the caller's client put in it.
+    try:
+        _log.warning(message, extra={**fields, "error": type(exc).__name__})
+    except Exception:  # a broken log handler must not change the write either
+        return
