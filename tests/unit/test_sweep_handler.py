@@ -12,7 +12,7 @@ import pytest
 
 from serenity_allocator.domain.errors import UpstreamError
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.domain.sweep import (
+from serenity_allocator.domain.sweep_model import (
     RunInProgressError,
     SweepAbandonRequest,
     SweepRefusedError,

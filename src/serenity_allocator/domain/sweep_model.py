@@ -1,4 +1,4 @@
-"""The sweep's values: its payloads, its checkpoint, its results, its errors and its store port.
+"""The sweep's values: its payloads, its checkpoint, its results and its errors.
 
 A checkpoint is bound to its run: it records the run id, the parents, the allow-list, the
 dry-run flag and a hash of the payload that started it, and it must be consistent with itself
@@ -17,7 +17,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Protocol, get_args
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import quote
 
 from pydantic import (
@@ -357,7 +357,7 @@ class StaleCheckpointError(Exception):
     """A conditional write lost: the document changed (or appeared) since it was read."""
 
 
-# ---------------------------------------------------------------- the store port
+# ---------------------------------------------------------------- stored documents
 
 
 @dataclass(frozen=True)
@@ -366,25 +366,3 @@ class StoredCheckpoint:
 
     body: dict[str, Any]
     etag: str
-
-
-class CheckpointStore(Protocol):
-    """Where checkpoints and parent claims live; ``save`` is conditional on the version read.
-
-    Names come from :func:`checkpoint_name` and :func:`parent_claim_name`.
-    """
-
-    def load(self, name: str) -> StoredCheckpoint | None:
-        """Read a document, or None when there is none."""
-        ...
-
-    def save(self, name: str, body: Mapping[str, Any], *, expected_etag: str | None) -> str:
-        """Write if unchanged since ``expected_etag`` (None: only if absent); return the tag.
-
-        Raises StaleCheckpointError when the condition fails.
-        """
-        ...
-
-    def location(self, name: str) -> str:
-        """Where the document is, for the report (e.g. ``s3://bucket/key``)."""
-        ...

@@ -19,18 +19,12 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from ..adapters.observability import MetricsObserver, MetricsRecorder, logger, metrics
+from ..application.abandon_sweep_run import abandon_sweep_run
+from ..application.run_sweep_batch import run_sweep_batch
+from ..application.sweep_ports import CheckpointStore, SurplusReleaseQueue, SweepEnvironment
 from ..domain.errors import UpstreamError
 from ..domain.ports import Clock, Sleeper, WorkspaceGateway
-from ..domain.sweep import (
-    CheckpointStore,
-    ReleaseEnqueuer,
-    SweepAbandonRequest,
-    SweepEnvironment,
-    SweepItem,
-    SweepRequest,
-    abandon_sweep_run,
-    run_sweep_batch,
-)
+from ..domain.sweep_model import SweepAbandonRequest, SweepItem, SweepRequest
 from ..domain.validation import describe_validation_error
 from .settings import SweepSettings
 from .wiring import build_semrush_client, limit_gateway_time
@@ -79,7 +73,7 @@ class SweepRuntime:
     settings: SweepSettings
     gateway: WorkspaceGateway
     store: CheckpointStore
-    enqueuer: ReleaseEnqueuer
+    enqueuer: SurplusReleaseQueue
     clock: Clock = time.monotonic
     wall_clock: Clock = time.time
     sleep: Sleeper = time.sleep

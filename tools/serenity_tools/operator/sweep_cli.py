@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from pydantic import ValidationError
 
-from serenity_allocator.domain.sweep import SweepAbandonRequest, SweepCounts, SweepRequest
+from serenity_allocator.domain.sweep_model import SweepAbandonRequest, SweepCounts, SweepRequest
 
 from .sweep_invokers import (
     LAMBDA_MAX_TIMEOUT_S,

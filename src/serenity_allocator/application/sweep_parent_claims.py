@@ -15,9 +15,8 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from .sweep_model import (
+from ..domain.sweep_model import (
     CheckpointCorruptError,
-    CheckpointStore,
     ParentClaim,
     ParentHeldError,
     StaleCheckpointError,
@@ -26,7 +25,8 @@ from .sweep_model import (
     parent_claim_name,
     parse_checkpoint,
 )
-from .validation import describe_validation_error
+from ..domain.validation import describe_validation_error
+from .sweep_ports import CheckpointStore
 
 
 def claim_parents(
