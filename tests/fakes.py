@@ -26,7 +26,8 @@ from serenity_allocator.domain.model import (
     WorkspaceRecord,
     WorkspaceStatus,
 )
-from serenity_allocator.domain.sweep_model import StaleCheckpointError, StoredCheckpoint
+from serenity_allocator.domain.sweep_errors import StaleCheckpointError
+from serenity_allocator.domain.sweep_model import StoredCheckpoint
 from serenity_allocator.domain.transfer import TransferContext
 
 if TYPE_CHECKING:

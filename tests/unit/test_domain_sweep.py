@@ -9,11 +9,10 @@ from pydantic import ValidationError
 
 from serenity_allocator.domain.allocation import plan_release
 from serenity_allocator.domain.model import Totals
+from serenity_allocator.domain.sweep_errors import RunInProgressError, SweepRefusedError
 from serenity_allocator.domain.sweep_model import (
-    RunInProgressError,
     StoredCheckpoint,
     SweepItem,
-    SweepRefusedError,
     SweepRequest,
     checkpoint_name,
 )

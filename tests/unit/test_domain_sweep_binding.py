@@ -9,12 +9,14 @@ import pytest
 
 from serenity_allocator.application.abandon_sweep_run import abandon_sweep_run
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.domain.sweep_model import (
+from serenity_allocator.domain.sweep_errors import (
     CheckpointCorruptError,
     ParentHeldError,
     RunInProgressError,
-    SweepAbandonRequest,
     SweepRefusedError,
+)
+from serenity_allocator.domain.sweep_model import (
+    SweepAbandonRequest,
     checkpoint_name,
     parent_claim_name,
 )

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from ..domain.sweep_model import (
+from ..domain.sweep_errors import (
     CheckpointCorruptError,
     RunInProgressError,
     StaleCheckpointError,
+    SweepRefusedError,
+)
+from ..domain.sweep_model import (
     StoredCheckpoint,
     SweepAbandonRequest,
     SweepAbandonResult,
-    SweepRefusedError,
     checkpoint_name,
     parse_checkpoint,
 )

@@ -13,14 +13,9 @@ enqueued (``start_sweep_run``, ``resume_sweep_run``).
 
 from __future__ import annotations
 
+from ..domain.sweep_errors import SweepRefusedError
 from ..domain.sweep_failures import attempts_so_far, note_progress
-from ..domain.sweep_model import (
-    SweepItem,
-    SweepRefusedError,
-    SweepRequest,
-    SweepResult,
-    checkpoint_name,
-)
+from ..domain.sweep_model import SweepItem, SweepRequest, SweepResult, checkpoint_name
 from ..domain.sweep_runs import sweep_result
 from .resume_sweep_run import resume_sweep_run
 from .start_sweep_run import start_sweep_run

@@ -7,7 +7,8 @@ read-only first, so a refused concurrent run writes nothing).
 
 from __future__ import annotations
 
-from ..domain.sweep_model import SweepRefusedError, SweepRequest, checkpoint_name
+from ..domain.sweep_errors import SweepRefusedError
+from ..domain.sweep_model import SweepRequest, checkpoint_name
 from ..domain.sweep_runs import new_checkpoint
 from .sweep_parent_claims import claim_parents
 from .sweep_ports import SweepEnvironment

@@ -15,11 +15,9 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
+from ..domain.sweep_errors import CheckpointCorruptError, ParentHeldError, StaleCheckpointError
 from ..domain.sweep_model import (
-    CheckpointCorruptError,
     ParentClaim,
-    ParentHeldError,
-    StaleCheckpointError,
     StoredCheckpoint,
     checkpoint_name,
     parent_claim_name,

@@ -7,13 +7,8 @@ invocation last wrote, so a second invocation of the same run loses its next sav
 
 from __future__ import annotations
 
-from ..domain.sweep_model import (
-    ParentHeldError,
-    RunInProgressError,
-    StaleCheckpointError,
-    SweepCheckpoint,
-    SweepRequest,
-)
+from ..domain.sweep_errors import ParentHeldError, RunInProgressError, StaleCheckpointError
+from ..domain.sweep_model import SweepCheckpoint, SweepRequest
 from .sweep_parent_claims import claim_parents
 from .sweep_ports import SweepEnvironment
 

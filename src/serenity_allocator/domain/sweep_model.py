@@ -32,6 +32,7 @@ from pydantic import (
 
 from .messages import WorkspaceId
 from .model import Totals
+from .sweep_errors import CheckpointCorruptError
 from .validation import describe_validation_error
 
 RunId = Annotated[str, StringConstraints(strip_whitespace=True, pattern=r"^[A-Za-z0-9._-]{1,64}$")]
@@ -312,49 +313,6 @@ class SweepAbandonResult(BaseModel):
     processed: int
     total: int
     checkpoint: str
-
-
-# ---------------------------------------------------------------- errors
-
-
-class SweepRefusedError(Exception):
-    """The sweep will not start (kill switch off, run mismatch); the message says why."""
-
-
-class RunInProgressError(SweepRefusedError):
-    """Another invocation holds this run (or wrote its checkpoint first)."""
-
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
-        super().__init__(f"run {run_id!r} already in progress in another invocation")
-
-
-class ParentHeldError(SweepRefusedError):
-    """A parent belongs to another unfinished real run."""
-
-    def __init__(self, parent_id: str, holder_run_id: str) -> None:
-        self.parent_id = parent_id
-        self.holder_run_id = holder_run_id
-        super().__init__(
-            f"parent {parent_id!r} belongs to unfinished run {holder_run_id!r}; wait until it is "
-            f'done or abandon it with {{"abandon": true, "run_id": "{holder_run_id}"}}'
-        )
-
-
-class CheckpointCorruptError(Exception):
-    """A stored checkpoint cannot be trusted: nothing was enqueued.
-
-    Attributes:
-        name: The checkpoint's storage name.
-    """
-
-    def __init__(self, name: str, problem: str) -> None:
-        self.name = name
-        super().__init__(f"checkpoint {name!r} is corrupt: {problem}")
-
-
-class StaleCheckpointError(Exception):
-    """A conditional write lost: the document changed (or appeared) since it was read."""
 
 
 # ---------------------------------------------------------------- stored documents

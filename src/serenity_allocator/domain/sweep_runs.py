@@ -13,14 +13,12 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import ValidationError
 
+from .sweep_errors import CheckpointCorruptError, RunInProgressError, SweepRefusedError
 from .sweep_model import (
     MAX_FAILED_LISTED,
-    CheckpointCorruptError,
     FailedTarget,
-    RunInProgressError,
     SweepCheckpoint,
     SweepItem,
-    SweepRefusedError,
     SweepRequest,
     SweepResult,
     payload_sha256,
