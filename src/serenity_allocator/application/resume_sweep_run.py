@@ -8,7 +8,13 @@ upstream.
 
 from __future__ import annotations
 
-from ..domain.sweep_model import StoredCheckpoint, SweepRequest, parse_checkpoint
+from ..domain.sweep_errors import SweepRefusedError
+from ..domain.sweep_model import (
+    StoredCheckpoint,
+    SweepRequest,
+    is_abandoned_marker,
+    parse_checkpoint,
+)
 from ..domain.sweep_runs import check_resumable, verify_targets
 from .sweep_ports import SweepEnvironment
 from .sweep_run_checkpoint import RunCheckpoint, hold_run, read_families
@@ -31,6 +37,8 @@ def resume_sweep_run(
         RunInProgressError: another invocation holds the run.
         ParentHeldError: a parent belongs to another unfinished real run.
     """
+    if is_abandoned_marker(stored.body):
+        raise SweepRefusedError(f"run {run_id!r} was abandoned; start a new run_id")
     checkpoint = parse_checkpoint(stored.body, name)
     check_resumable(
         checkpoint,

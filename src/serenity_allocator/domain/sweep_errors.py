@@ -72,7 +72,10 @@ class CheckpointCorruptError(Exception):
         self.name = name
         self.problem = problem
         self.etag = etag
-        super().__init__(f"checkpoint {name!r} is corrupt: {problem}")
+        super().__init__(
+            f"checkpoint {name!r} is corrupt: {problem}; nothing was enqueued (restore a good "
+            "version, or end the run with an abandon: runbook sweep.md)"
+        )
 
 
 class StaleCheckpointError(Exception):

@@ -78,13 +78,28 @@ class SweepRequest(BaseModel):
 class SweepAbandonRequest(BaseModel):
     """The operator's explicit end of an unfinished run: ``{"abandon": true, "run_id": ...}``.
 
-    The run's checkpoint is kept (marked abandoned, never resumable) and its parents are freed.
+    The run's checkpoint is kept (marked abandoned, never resumable) and its parents are freed;
+    an unreadable checkpoint is replaced by an abandoned marker (the bucket keeps the old one).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     abandon: Literal[True]
     run_id: RunId
+    reason: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class SweepParentAbandonRequest(BaseModel):
+    """``{"abandon": true, "parent_workspace_id": ...}``: end whatever run holds a parent.
+
+    Abandons the run the parent's claim names; a claim that cannot be read is cleared instead
+    (overwritten as released; the bucket keeps the old one).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    abandon: Literal[True]
+    parent_workspace_id: WorkspaceId
     reason: str | None = Field(default=None, min_length=1, max_length=200)
 
 
@@ -236,6 +251,30 @@ def parse_checkpoint(body: Mapping[str, Any], name: str) -> SweepCheckpoint:
         raise CheckpointCorruptError(name, describe_validation_error(exc)) from None
 
 
+class AbandonedUnreadableCheckpoint(BaseModel):
+    """What an abandon writes over a checkpoint it could not read (the bucket keeps the old one).
+
+    A run with this marker is finished: never resumable, and its parents' claims free to take.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: RunId
+    state: Literal["abandoned"] = "abandoned"
+    abandon_reason: str
+    unreadable: str = Field(min_length=1)
+    """Why the checkpoint it replaced could not be read."""
+
+
+def is_abandoned_marker(body: object) -> bool:
+    """True when ``body`` is an :class:`AbandonedUnreadableCheckpoint` (never a checkpoint)."""
+    try:
+        AbandonedUnreadableCheckpoint.model_validate(body)
+    except ValidationError:
+        return False
+    return True
+
+
 class ParentClaim(BaseModel):
     """Which real run a parent belongs to (``run_id`` None: released)."""
 
@@ -306,13 +345,18 @@ class SweepAbandonResult(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    run_id: str
+    run_id: str | None
+    """None when an unreadable claim was cleared (its holder unknown)."""
     dry_run: bool
     abandoned: Literal[True] = True
     released_parents: list[str]
-    processed: int
-    total: int
+    processed: int | None = None
+    """None when the checkpoint was unreadable (so are ``total``'s targets)."""
+    total: int | None = None
     checkpoint: str
+    """The checkpoint (or, for a cleared claim, the claim) that now says abandoned/released."""
+    unreadable: str | None = None
+    """What could not be read and was replaced (the old version stays in the bucket)."""
 
 
 # ---------------------------------------------------------------- stored documents

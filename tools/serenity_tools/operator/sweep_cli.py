@@ -34,7 +34,12 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from pydantic import ValidationError
 
-from serenity_allocator.domain.sweep_model import SweepAbandonRequest, SweepCounts, SweepRequest
+from serenity_allocator.domain.sweep_model import (
+    SweepAbandonRequest,
+    SweepCounts,
+    SweepParentAbandonRequest,
+    SweepRequest,
+)
 
 from .sweep_invokers import (
     LAMBDA_MAX_TIMEOUT_S,
@@ -436,21 +441,36 @@ def build_payload(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def build_abandon_payload(args: argparse.Namespace) -> dict[str, Any]:
-    """The abandon payload ``--abandon --run-id ID [--reason TEXT]`` describes, validated.
+    """The abandon payload the flags describe, validated.
+
+    ``--abandon --run-id ID`` ends that run; ``--abandon --parent P`` ends the run holding P
+    (or clears P's claim when it is unreadable); either with ``--reason TEXT``.
 
     Raises:
-        SweepCliError: No run id, or a flag that only a sweep takes.
+        SweepCliError: No run id or parent, or a flag that only a sweep takes.
     """
-    if args.parents or args.workspaces or args.dry_run:
-        raise SweepCliError("--abandon takes --run-id (and --reason) only, not a sweep's flags")
-    payload: dict[str, Any] = {"abandon": True, "run_id": args.run_id}
+    parents = _split_ids(args.parents) or []
+    if args.workspaces or args.dry_run or len(parents) > 1 or (parents and args.run_id):
+        raise SweepCliError(
+            "--abandon takes --run-id or one --parent (and --reason) only, not a sweep's flags"
+        )
+    model: type[SweepAbandonRequest] | type[SweepParentAbandonRequest] = SweepAbandonRequest
+    payload: dict[str, Any] = {"abandon": True}
+    if parents:
+        model = SweepParentAbandonRequest
+        payload["parent_workspace_id"] = parents[0]
+    else:
+        payload["run_id"] = args.run_id
     if args.reason is not None:
         payload["reason"] = args.reason
-    _validate(SweepAbandonRequest, payload)
+    _validate(model, payload)
     return payload
 
 
-def _validate(model: type[SweepRequest] | type[SweepAbandonRequest], payload: Any) -> None:
+def _validate(
+    model: type[SweepRequest] | type[SweepAbandonRequest] | type[SweepParentAbandonRequest],
+    payload: Any,
+) -> None:
     try:
         model.model_validate(payload)
     except ValidationError as exc:
@@ -510,7 +530,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--abandon",
         action="store_true",
-        help="end the unfinished run --run-id for good and free its parents (one invocation)",
+        help="end the unfinished run --run-id (or the run holding one --parent) for good and "
+        "free its parents; also over an unreadable checkpoint or claim (one invocation)",
     )
     parser.add_argument("--reason", help="why the run is abandoned (with --abandon)")
     parser.add_argument(
@@ -631,7 +652,12 @@ def _abandon(
         print("sweep: abandon failed:", json.dumps(exc.payload, default=str), file=err)
         return 1
     freed = ", ".join(result.get("released_parents") or []) or "none"
-    print(f"run {result['run_id']} abandoned; parents freed: {freed}", file=out)
+    if result.get("run_id") is None:
+        print(f"unreadable claim cleared; parents freed: {freed}", file=out)
+    else:
+        print(f"run {result['run_id']} abandoned; parents freed: {freed}", file=out)
+    if result.get("unreadable"):
+        print(f"replaced an unreadable document ({result['unreadable']})", file=out)
     print(f"checkpoint kept at {result.get('checkpoint')}", file=out)
     return 0
 
