@@ -81,3 +81,24 @@ def test_abandon_payloads_name_exactly_one_kind_of_target() -> None:
         SweepParentAbandonRequest.model_validate(
             {"abandon": True, "parent_workspace_id": MASTER, "run_id": RUN}
         )
+
+
+def test_run_sweep_batch_resume_refused_on_an_unreadable_claim_gives_its_lease_back() -> None:
+    # Given an unfinished real run on m1 whose claim of m1 became unreadable
+    rig = Rig(surplus_family(3))
+    assert not rig.run(dry_run=False, batch_size=1).done
+    _overwrite(rig, parent_claim_name(MASTER), BROKEN_CLAIM)
+    enqueued = len(rig.enqueuer.releases)
+
+    # When it is resumed / Then refused on the claim, nothing enqueued, the lease given back
+    with pytest.raises(ParentClaimUnreadableError) as refused:
+        rig.run(dry_run=False, invocation_id="inv-2")
+    assert refused.value.location == f"memory://checkpoints/{parent_claim_name(MASTER)}.json"
+    assert len(rig.enqueuer.releases) == enqueued
+    body = rig.store.body(RUN)
+    assert (body["lease_owner"], body["lease_until"]) == (None, None)
+
+    # And once the operator cleared the claim, another invocation resumes it at once
+    cleared = _abandon(rig, parent_workspace_id=MASTER)
+    assert (cleared.run_id, cleared.released_parents) == (None, [MASTER])
+    assert rig.run(dry_run=False, invocation_id="inv-3").done

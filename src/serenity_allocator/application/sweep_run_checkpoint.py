@@ -7,7 +7,12 @@ invocation last wrote, so a second invocation of the same run loses its next sav
 
 from __future__ import annotations
 
-from ..domain.sweep_errors import ParentHeldError, RunInProgressError, StaleCheckpointError
+from ..domain.sweep_errors import (
+    ParentClaimUnreadableError,
+    ParentHeldError,
+    RunInProgressError,
+    StaleCheckpointError,
+)
 from ..domain.sweep_model import SweepCheckpoint, SweepRequest
 from .sweep_parent_claims import claim_parents
 from .sweep_ports import SweepEnvironment
@@ -59,6 +64,7 @@ def hold_run(
         RunInProgressError: another invocation wrote the checkpoint first.
         ParentHeldError: a parent belongs to another unfinished real run (the lease is given
             back first).
+        ParentClaimUnreadableError: a parent's claim cannot be read (the lease is given back).
     """
     # Capped, so this invocation never writes a lease the next reader would call corrupt.
     lease_until = min(env.lease_until, env.wall_clock() + env.max_lease_s)
@@ -71,7 +77,7 @@ def hold_run(
     if not request.dry_run and checkpoint.state == "open":
         try:
             claim_parents(env.store, checkpoint.run_id, checkpoint.parent_workspace_ids)
-        except ParentHeldError:
+        except (ParentHeldError, ParentClaimUnreadableError):
             checkpoint.lease_owner, checkpoint.lease_until = None, None
             run.save()
             raise
