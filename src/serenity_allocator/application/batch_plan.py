@@ -88,7 +88,8 @@ class BatchPlan:
 def read_message(inbound: InboundMessage) -> BatchMessage:
     """Validate one record's body and its group id; never raises."""
     if inbound.shape_error is not None:
-        return BatchMessage(inbound, None, inbound.shape_error)
+        outcome = _readable_outcome(inbound)
+        return BatchMessage(inbound, None, inbound.shape_error, invalid_outcome=outcome)
     try:
         request = parse_request(inbound.body)
     except ValidationError as exc:

@@ -80,7 +80,7 @@ class _Message(BaseModel):
 
 
 BoundedCount = Annotated[
-    int, BeforeValidator(_json_integer), Field(ge=0, le=MAX_UNITS_PER_DIMENSION)
+    int, Field(ge=0, le=MAX_UNITS_PER_DIMENSION), BeforeValidator(_json_integer)
 ]
 
 
