@@ -25,6 +25,8 @@ from .model import (
     DISGUISED_QUOTA_405,
     MSG_METHOD_NOT_ALLOWED,
     OP_CREATE_PROJECT,
+    OP_DELETE_PROJECT,
+    OP_DELETE_PROMPTS,
     OP_PUBLISH_PROMPTS,
     OP_WRITE_PROMPTS,
     TRANSFERABLE_DIMENSIONS,
@@ -33,11 +35,15 @@ from .model import (
     _Workspace,
 )
 
-# Paths relative to PROJECT_ENGINE_PREFIX; the id is URL-decoded after matching.
+# Paths relative to PROJECT_ENGINE_PREFIX; the id is URL-decoded after matching. Every route
+# of the write gate is here, deletes included (the upstream's delete paths are not documented:
+# these are the simulator's, so a service's deletes free real units in local tests).
 WRITE_ROUTES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("POST", re.compile(r"^/v1/workspaces/([^/]+)/prompts$"), OP_WRITE_PROMPTS),
     ("POST", re.compile(r"^/v1/workspaces/([^/]+)/prompts/publish$"), OP_PUBLISH_PROMPTS),
     ("POST", re.compile(r"^/v1/workspaces/([^/]+)/projects$"), OP_CREATE_PROJECT),
+    ("DELETE", re.compile(r"^/v1/workspaces/([^/]+)/prompts$"), OP_DELETE_PROMPTS),
+    ("DELETE", re.compile(r"^/v1/workspaces/([^/]+)/projects$"), OP_DELETE_PROJECT),
 )
 
 _HISTORY_LIMIT = 64
@@ -133,6 +139,24 @@ def create_project(
     if metered and projects.used + projects.drafted + 1 > limit:
         return QUOTA_REFUSAL
     projects.used += 1
+    return SimResponse(200, _answer(workspace, "projects"))
+
+
+def delete_prompts(workspace: _Workspace, count: int) -> SimResponse:
+    """Delete ``count`` published prompts: they stop counting as used (no quota check)."""
+    prompts = workspace.ai["prompts"]
+    if prompts.used < count:
+        raise _bad_request("count exceeds the published prompts")
+    prompts.used -= count
+    return SimResponse(200, _answer(workspace, "prompts"))
+
+
+def delete_project(workspace: _Workspace) -> SimResponse:
+    """Delete one project: it stops counting as used."""
+    projects = workspace.ai["projects"]
+    if projects.used < 1:
+        raise _bad_request("the workspace has no project to delete")
+    projects.used -= 1
     return SimResponse(200, _answer(workspace, "projects"))
 
 
