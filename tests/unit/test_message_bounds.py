@@ -136,7 +136,9 @@ def test_parse_request_accepts_only_the_number_one_as_version(version: object) -
 
 def test_cross_field_problem_names_a_child_that_is_its_own_parent() -> None:
     # Given an ensure naming the master as its own child: schema-valid, so it parses
-    request = parse_request(json.dumps(_ensure(workspace_id="master-1", parent_workspace_id="master-1")))
+    request = parse_request(
+        json.dumps(_ensure(workspace_id="master-1", parent_workspace_id="master-1"))
+    )
 
     # When its cross-field rules are checked / Then the parent field is named
     assert cross_field_problem(request, "master-1") == (

@@ -38,9 +38,7 @@ def _load(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def _ecma_pattern(
-    validator: Any, pattern: str, instance: object, schema: dict[str, Any]
-) -> Any:
+def _ecma_pattern(validator: Any, pattern: str, instance: object, schema: dict[str, Any]) -> Any:
     # JSON Schema patterns are ECMA-262: "$" ends the string. Python's re lets "$" match before
     # a final newline ("id\n" would pass), so the anchor is made strict here.
     if isinstance(instance, str) and not re.search(re.sub(r"\$$", r"\\Z", pattern), instance):
@@ -113,8 +111,9 @@ def test_outcome_and_ledger_schemas_accept_what_the_worker_stores() -> None:
     )  # fmt: skip
     detail = json.loads(outcome.model_dump_json(exclude_none=True))
     record = json.loads(
-        LedgerEntry(request_id="r-1", state="deadLettered", outcome=outcome, updated_at=5)
-        .model_dump_json(exclude_none=True)
+        LedgerEntry(
+            request_id="r-1", state="deadLettered", outcome=outcome, updated_at=5
+        ).model_dump_json(exclude_none=True)
     )
 
     # When validated / Then both are valid, and a record with an unknown state is not

@@ -117,10 +117,12 @@ def _readable_outcome(inbound: InboundMessage) -> AllocationOutcome | None:
         return None
     kind = body.get("kind")
     workspace = body.get("workspace_id")
+    if not isinstance(workspace, str) or not _matches(WORKSPACE_ID_PATTERN, workspace):
+        workspace = inbound.group_id
     return AllocationOutcome(
         request_id=body["request_id"],
         kind=kind if kind in ("ensure", "release") else "unknown",
-        workspace_id=workspace if _matches(WORKSPACE_ID_PATTERN, workspace) else inbound.group_id,
+        workspace_id=workspace,
         status="invalid",
         error_code=INVALID_MESSAGE_CODE,
         receive_count=inbound.receive_count,

@@ -1,11 +1,11 @@
 """The differential corpus of message v1: raw bodies and the worker's verdict on each.
 
-Bodies are JSON TEXT, not values, so the spellings that matter survive (``250.0``, ``1e2``,
-``\\ud800``, duplicate keys, whitespace between tokens). Each entry records whether the worker's
-parser accepts the body and, for an accepted one, the cross-field problem the worker finds when
-the body is sent under its own workspace id as group id. The Python tests check the verdicts
-against the parser, the Node tests against ajv on the checked-in schema: together, 0
-disagreements means the worker accepts exactly what the schema accepts.
+Bodies are JSON TEXT, not values, so the spellings that matter survive (``250.0``, ``1e2``, a
+lone surrogate escape, duplicate keys, whitespace between tokens). Each entry records whether
+the worker's parser accepts the body and, for an accepted one, the cross-field problem the
+worker finds when the body is sent under its own workspace id as group id. The Python tests
+check the verdicts against the parser, the Node tests against ajv on the checked-in schema:
+together, 0 disagreements means the worker accepts exactly what the schema accepts.
 
 Generated with hypothesis (derandomized, so a regeneration is stable) plus one hand-written
 group per category of known trouble. Regenerate: ``serenity-allocator message-schema --write``.
@@ -40,7 +40,17 @@ _COUNTS = [
     "1000000", "1000000.0", "1000001", "1e6", "1e7", "1e400", "-1e400", "99999999999999999999",
     "1e-400", "0.1e1", '"250"', "true", "null", "[]", "{}",
 ]  # fmt: skip
-_LABELS = ['"org-1"', '"  "', '" org-1"', '"org 1"', '"br\\u00e4nd"', '"\\ud800"', '""', "null", "5"]
+_LABELS = [
+    '"org-1"',
+    '"  "',
+    '" org-1"',
+    '"org 1"',
+    '"br\\u00e4nd"',
+    '"\\ud800"',
+    '""',
+    "null",
+    "5",
+]
 _BOOLS = ["true", "false", "null", "0", "1", '"true"']
 _VERSIONS = ["1", "1.0", "1e0", "10e-1", "2", "0", "true", '"1"', "null"]
 _KINDS = ['"ensure"', '"release"', '"Ensure"', '"other"', "null", "1"]
@@ -147,7 +157,11 @@ def _categories() -> list[tuple[str, str]]:
     cases += [("whitespace-only id", _release(request_id='"  "'))]
     cases += [("whitespace-only label", _release(org_id='"  "', brand_id='" "'))]
     cases += [("whitespace between tokens", "\n\t{ \r\n" + _release()[1:-1] + "\n}\n ")]
-    cases += [
+    return cases
+
+
+def _number_categories() -> list[tuple[str, str]]:
+    cases = [
         ("number spelling", _ensure(need=f'{{"prompts": {v}}}'))
         for v in ["250.0", "1e2", "2.5E2", "25000e-2", "1.5", "-0", "-0.0", "0.1e1"]
     ]
@@ -156,13 +170,23 @@ def _categories() -> list[tuple[str, str]]:
         ("huge or negative number", _release(floor=f'{{"projects": {v}}}'))
         for v in ["-1", "1000001", "1e400", "-1e400", "99999999999999999999", "1e-400", "1e6"]
     ]
-    cases += [("lone surrogate", _ensure(request_id=v)) for v in ['"\\ud800"', '"a\\udfff"']]
+    return cases
+
+
+def _string_categories() -> list[tuple[str, str]]:
+    cases = [("lone surrogate", _ensure(request_id=v)) for v in ['"\\ud800"', '"a\\udfff"']]
     cases += [("lone surrogate", _release(org_id='"\\udc00"'))]
     cases += [("lone surrogate", '{"request_id": "\\ud800", ' + _release()[1:])]
     cases += [("long string", _ensure(request_id=v)) for v in _REQUEST_IDS[12:15]]
     cases += [("long string", _ensure(parent_workspace_id=v)) for v in _IDS[15:17]]
-    cases += [("request id outside the SQS alphabet", _ensure(request_id=v)) for v in _REQUEST_IDS[6:11]]
-    cases += [("cross-field", _ensure(parent_workspace_id='"child-1"'))]
+    cases += [
+        ("request id outside the SQS alphabet", _ensure(request_id=v)) for v in _REQUEST_IDS[6:11]
+    ]
+    return cases
+
+
+def _shape_categories() -> list[tuple[str, str]]:
+    cases = [("cross-field", _ensure(parent_workspace_id='"child-1"'))]
     cases += [("extra key", _release(surprise="1")), ("extra key", _ensure(need='{"models": 1}'))]
     cases += [("duplicate key", _release()[:-1] + ', "workspace_id": "child 2"}')]
     cases += [("duplicate key", _release()[:-1] + ', "kind": "ensure"}')]
@@ -183,7 +207,8 @@ def _verdict(body: str) -> dict[str, Any]:
 
 def corpus() -> list[dict[str, Any]]:
     """Every body once (first category wins), with the worker's verdict."""
-    cases = _categories() + [("hypothesis", body) for body in _hypothesis_bodies()]
+    cases = [*_categories(), *_number_categories(), *_string_categories(), *_shape_categories()]
+    cases += [("hypothesis", body) for body in _hypothesis_bodies()]
     seen: set[str] = set()
     entries = []
     for category, body in cases:
