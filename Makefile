@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 COV_FLOOR ?= 88
 
-.PHONY: demo test lint format typecheck cfn-lint complexity scan pytest bench build deploy clean stress
+.PHONY: demo test lint format typecheck cfn-lint complexity scan pytest bench build deploy clean stress node-install node-test
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH" >&2; exit 1; }
@@ -56,6 +56,29 @@ scan: $(SCAN_STAMP)
 pytest: $(STAMP)
 	$(BIN)/pytest --cov --cov-report=term --cov-fail-under=$(COV_FLOOR)
 
+# The Node client (clients/node): `npm ci` from the committed lockfile, then `node --test` (its
+# unit tests, and the example service and the README's AWS CLI snippet against `local up`).
+# awscli v1 gets a venv of its own (it pins botocore); the snippet test runs it verbatim.
+NODE_DIR := clients/node
+NODE_STAMP := $(NODE_DIR)/node_modules/.installed
+AWSCLI_VENV := .venv-awscli
+AWSCLI_STAMP := $(AWSCLI_VENV)/.installed
+
+$(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "need Node 20 and npm on PATH" >&2; exit 1; }
+	cd $(NODE_DIR) && npm ci --no-audit --no-fund
+	@touch $(NODE_STAMP)
+
+node-install: $(NODE_STAMP)
+
+$(AWSCLI_STAMP):
+	@test -x $(AWSCLI_VENV)/bin/python || $(PYTHON) -m venv $(AWSCLI_VENV)
+	@$(AWSCLI_VENV)/bin/python -m pip install -q --disable-pip-version-check 'awscli>=1.29,<2' 2>&1 | grep -v '^WARNING: Location' ; test $${PIPESTATUS[0]:-0} -eq 0
+	@touch $(AWSCLI_STAMP)
+
+node-test: $(STAMP) $(NODE_STAMP) $(AWSCLI_STAMP)
+	cd $(NODE_DIR) && AWS_CLI_DIR=$(CURDIR)/$(AWSCLI_VENV)/bin npm test
+
 # The demo and harness scenarios while one CPU-bound process per core keeps the machine busy
 # (started and stopped by the command itself); prints every invariant table and a summary.
 stress: $(STAMP)
@@ -72,4 +95,4 @@ deploy:
 	sam build && sam deploy --config-env $${ENV:-dev}
 
 clean:
-	rm -rf $(VENV) $(SCAN_VENV) .pytest_cache .mypy_cache .ruff_cache .coverage build .aws-sam
+	rm -rf $(VENV) $(SCAN_VENV) $(AWSCLI_VENV) $(NODE_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache .coverage build .aws-sam
