@@ -12,6 +12,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from hypothesis import HealthCheck, given, settings
 from jsonschema.validators import extend
 
 from serenity_allocator.adapters.sqs_producer import build_ensure, build_release
@@ -22,6 +23,7 @@ from serenity_allocator.domain.messages import (
     parse_request,
     read_json,
 )
+from serenity_tools.operator.message_corpus import message_bodies
 from serenity_tools.operator.message_schema import (
     ASYNCAPI_FILE,
     CORPUS_FILE,
@@ -169,3 +171,11 @@ def test_worker_parser_and_schema_agree_on_every_corpus_body() -> None:
 
     # Then both give the recorded verdict on every body (ajv does too: clients/node tests)
     assert disagreements == []
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=message_bodies())
+def test_worker_parser_and_schema_agree_on_fresh_hypothesis_bodies(body: str) -> None:
+    # Given a body drawn now by the corpus's own strategy (not only the checked-in ones)
+    # When the worker's parser and the schema judge it / Then they agree
+    assert _worker_verdict(body)[0] is _schema_verdict(body)

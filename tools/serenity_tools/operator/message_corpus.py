@@ -103,7 +103,8 @@ _RELEASE_BASE = {"kind": '"release"', "request_id": '"req-1"', "workspace_id": '
 
 
 @st.composite
-def _body(draw: st.DrawFn) -> str:
+def message_bodies(draw: st.DrawFn) -> str:
+    """One body: mostly valid, with up to two fields changed, one dropped, a key repeated."""
     base = dict(draw(st.sampled_from([_ENSURE_BASE, _RELEASE_BASE])))
     values = _field_values()
     # Mostly valid bodies with one to three fields changed, added or dropped.
@@ -131,7 +132,7 @@ def _hypothesis_bodies() -> list[str]:
         suppress_health_check=list(HealthCheck),
         deadline=None,
     )
-    @given(_body())
+    @given(message_bodies())
     def collect(body: str) -> None:
         bodies.append(body)
 
