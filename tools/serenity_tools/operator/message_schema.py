@@ -5,7 +5,9 @@
 - ``docs/schemas/ledger-record-v1.schema.json``: one request ledger record as a reader sees it;
 - ``docs/asyncapi.json``: the queue and the bus, referencing the three;
 - ``docs/schemas/allocation-request-v1.corpus.json``: the differential corpus (bodies and the
-  worker's verdict on each) that the Python and the Node tests both check.
+  worker's verdict on each) that the Python and the Node tests both check;
+- ``clients/node/types/contract.d.ts``: the Node client's types, generated from the schemas
+  by its own script (needs Node and ``make node-install``).
 
 Services in other languages validate against the checked-in copies (ajv ``Ajv2020`` strict, or
 any draft 2020-12 validator); tests fail when they drift from the models. Regenerate every file
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +34,8 @@ OUTCOME_SCHEMA_FILE = SCHEMA_PATH / "allocation-outcome-v1.schema.json"
 LEDGER_SCHEMA_FILE = SCHEMA_PATH / "ledger-record-v1.schema.json"
 ASYNCAPI_FILE = DOCS_PATH / "asyncapi.json"
 CORPUS_FILE = SCHEMA_PATH / "allocation-request-v1.corpus.json"
+NODE_CLIENT = DOCS_PATH.parent / "clients" / "node"
+NODE_TYPES_TIMEOUT_S = 120
 SCHEMA_BASE = "https://serenity-allocator.local/schemas/"
 SCHEMA_ID = SCHEMA_BASE + SCHEMA_FILE.name
 _GENERATED = "Generated from the pydantic models by `serenity-allocator message-schema --write`."
@@ -204,4 +210,19 @@ def run(args: argparse.Namespace) -> int:
     for path, text in files.items():
         path.write_text(text, encoding="utf-8")
         print(f"wrote {path}")
-    return 0
+    return _write_node_types()
+
+
+def _write_node_types() -> int:
+    """Regenerate the Node client's types from the schemas just written (1 when it cannot)."""
+    node = shutil.which("node")
+    if node is None or not (NODE_CLIENT / "node_modules").is_dir():
+        print("not written: clients/node/types/contract.d.ts (needs node; run make node-install)")
+        return 1
+    done = subprocess.run(  # our own script, no shell, no outside input
+        [node, "scripts/generate-types.js"],
+        cwd=NODE_CLIENT,
+        check=False,
+        timeout=NODE_TYPES_TIMEOUT_S,
+    )
+    return done.returncode
