@@ -1,5 +1,5 @@
-// Generate types/contract.d.ts from the checked-in JSON Schemas (docs/schemas), run by
-// `serenity-allocator message-schema --write` (which runs this) or `npm run types`; a test fails on drift.
+// Generate types/contract.d.ts from the checked-in JSON Schemas (docs/schemas). Run by
+// `serenity-allocator message-schema --write` or `npm run types`; a test fails on drift.
 import { readFile, writeFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { compile } from 'json-schema-to-typescript';
