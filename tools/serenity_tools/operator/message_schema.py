@@ -23,7 +23,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from serenity_allocator.adapters.eventbridge_outcomes import EVENT_SOURCE, OUTCOME_DETAIL_TYPE
+from serenity_allocator.adapters.eventbridge_outcomes import (
+    EVENT_SOURCE,
+    OUTCOME_DETAIL_TYPE,
+    POOL_LOW_DETAIL_TYPE,
+)
 from serenity_allocator.domain.ledger import LedgerEntry
 from serenity_allocator.domain.messages import ALLOCATION_REQUEST, AllocationOutcome
 
@@ -131,7 +135,8 @@ def asyncapi_document() -> dict[str, Any]:
                 "description": (
                     f"EventBridge. source {EVENT_SOURCE}, detail-type {OUTCOME_DETAIL_TYPE}; "
                     "at least once (deduplicate on request_id; every copy equals the ledger "
-                    "record's outcome)."
+                    f"record's outcome). The bus also carries {POOL_LOW_DETAIL_TYPE} events for "
+                    "operators; a service's rule matches on the outcome detail-type."
                 ),
                 "messages": {"allocationOutcome": {"$ref": "#/components/messages/outcome"}},
             },
