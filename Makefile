@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 COV_FLOOR ?= 88
 TIERS := unit integration infrastructure contract e2e
 
-.PHONY: demo test setup gates lint format typecheck cfn-lint complexity scan pytest bench build deploy clean stress $(TIERS)
+.PHONY: demo test setup gates lint format typecheck cfn-lint complexity scan pytest bench build deploy clean stress node-install node-test $(TIERS)
 
 UV_VERSION := 0.13.9
 UV := $(BIN)/uv
@@ -31,15 +31,17 @@ $(STAMP): pyproject.toml $(UV_STAMP)
 demo: $(STAMP)
 	$(BIN)/serenity-allocator demo
 
-# Three steps, each using both cores: the two environments install side by side, the gates run
-# two at a time (mypy, the longest, beside the others), then pytest runs on every core.
+# Four steps, each using both cores: every environment installs side by side (the dev and scan
+# venvs, the Node client's node_modules, awscli v1), the gates run two at a time (mypy, the
+# longest, beside the others), then pytest on every core, then the Node client's tests.
 test:
 	@$(MAKE) --no-print-directory setup
 	@$(MAKE) --no-print-directory gates
 	@$(MAKE) --no-print-directory pytest
+	@$(MAKE) --no-print-directory node-test
 
 setup:
-	@$(MAKE) --no-print-directory -j2 $(STAMP) $(SCAN_STAMP)
+	@$(MAKE) --no-print-directory -j4 $(STAMP) $(SCAN_STAMP) $(NODE_STAMP) $(AWSCLI_STAMP)
 
 gates:
 	@$(MAKE) --no-print-directory -j2 --output-sync=target lint typecheck cfn-lint complexity scan
@@ -91,6 +93,29 @@ pytest: $(STAMP)
 $(TIERS): $(STAMP)
 	$(BIN)/pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS) tests/$@
 
+# The Node client (clients/node): `npm ci` from the committed lockfile, then `node --test` (its
+# unit tests, and the example service and the README's AWS CLI snippet against `local up`).
+# awscli v1 gets a venv of its own (it pins botocore); the snippet test runs it verbatim.
+NODE_DIR := clients/node
+NODE_STAMP := $(NODE_DIR)/node_modules/.installed
+AWSCLI_VENV := .venv-awscli
+AWSCLI_STAMP := $(AWSCLI_VENV)/.installed
+
+$(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "need Node 20 and npm on PATH" >&2; exit 1; }
+	cd $(NODE_DIR) && npm ci --no-audit --no-fund
+	@touch $(NODE_STAMP)
+
+node-install: $(NODE_STAMP)
+
+$(AWSCLI_STAMP): $(UV_STAMP)
+	@test -x $(AWSCLI_VENV)/bin/python || $(UV) venv -q -p $(PYTHON) $(AWSCLI_VENV)
+	@$(UV) pip install -q -p $(AWSCLI_VENV)/bin/python 'awscli>=1.29,<2'
+	@touch $(AWSCLI_STAMP)
+
+node-test: $(STAMP) $(NODE_STAMP) $(AWSCLI_STAMP)
+	cd $(NODE_DIR) && AWS_CLI_DIR=$(CURDIR)/$(AWSCLI_VENV)/bin npm test
+
 # The demo and harness scenarios while one CPU-bound process per core keeps the machine busy
 # (started and stopped by the command itself); prints every invariant table and a summary.
 stress: $(STAMP)
@@ -107,4 +132,4 @@ deploy:
 	sam build && sam deploy --config-env $${ENV:-dev}
 
 clean:
-	rm -rf $(VENV) $(SCAN_VENV) .pytest_cache .mypy_cache .ruff_cache .coverage build .aws-sam
+	rm -rf $(VENV) $(SCAN_VENV) $(AWSCLI_VENV) $(NODE_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache .coverage build .aws-sam

@@ -397,6 +397,8 @@ def test_local_up_prints_the_environment_and_stops_on_ctrl_c(tmp_path: Path) -> 
             "up",
             "--consumers",
             "1",
+            "--enforcement-lag-ms",
+            "0",
             "--work-dir",
             str(tmp_path),
         ],
@@ -422,6 +424,11 @@ def test_local_up_prints_the_environment_and_stops_on_ctrl_c(tmp_path: Path) -> 
     output = "".join(lines)
     assert "export QUEUE_URL=" in output and "export SEMRUSH_TOKEN_SECRET_ID=" in output
     assert "export SEMRUSH_TOKEN=" not in output
+    # And a service's guide: the ledger table, the bearer's secret, the gate's lag, the routes
+    assert "export REQUEST_LEDGER_TABLE=" in output and "export SIMULATOR_ORIGIN=" in output
+    assert "secretsmanager get-secret-value --secret-id" in output
+    assert "# write gate: enforcement lag 0 ms" in output
+    assert "#   DELETE /project-engine/v1/workspaces/{id}/projects" in output
     assert any(p.name.endswith(".trace.jsonl") for p in tmp_path.rglob("*"))
 
 

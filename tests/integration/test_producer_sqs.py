@@ -89,14 +89,14 @@ def test_producer_enqueue_release_builds_a_release_message(
 
     # When the sweep enqueues a release with a floor and its run id
     request_id = producer.enqueue_release(
-        " child-2 ",
+        "child-2",
         floor={"projects": 1, "prompts": 100},
         source="sweep",
         run_id="rs-1",
         request_id="req-release-1",
     )
 
-    # Then the message is a release under the (stripped) child's group
+    # Then the message is a release under the child's group
     [message] = drain_queue(local_resources.queue_url)
     assert request_id == "req-release-1"
     assert message["Attributes"]["MessageGroupId"] == "child-2"
@@ -211,7 +211,7 @@ def test_producer_enqueue_many_with_one_unusable_id_sends_nothing(
 ) -> None:
     # Given a batch whose last request has an id SQS refuses as a deduplication id
     good = [build_ensure(f"child-{i}", "master-1", request_id=f"req-{i}") for i in range(12)]
-    bad = EnsureRequest(
+    bad = EnsureRequest.model_construct(
         kind="ensure", request_id="req with spaces", workspace_id="c", parent_workspace_id="m"
     )
     sqs, calls = counting_client("sqs", "SendMessageBatch")

@@ -259,6 +259,53 @@ def test_worker_refuses_an_ensure_naming_a_foreign_parent(
     assert _ledger_outcome(ledger, request_id) == outcome
 
 
+def test_worker_gives_every_refused_body_with_a_readable_request_id_an_invalid_outcome(
+    worker: AllocatorHarness,
+    sim: SimulatorServer,
+    outcome_capture: OutcomeCapture,
+    ledger: DynamoDbRequestLedger,
+) -> None:
+    # Given three schema-valid bodies broken across fields (the child as its own parent, a
+    # foreign group id) or in one field (a fractional need), and one with no readable id
+    _seed(sim, _child(prompts=(100, 100)))
+    own_parent = {"kind": "ensure", "request_id": "req-own-parent", "workspace_id": CHILD,
+                  "parent_workspace_id": CHILD}  # fmt: skip
+    foreign_group = {"kind": "release", "request_id": "req-foreign-group", "workspace_id": CHILD}
+    fractional = {"kind": "ensure", "request_id": "req-fraction", "workspace_id": CHILD,
+                  "parent_workspace_id": MASTER, "need": {"prompts": 2.5}}  # fmt: skip
+    unreadable = {"kind": "release", "request_id": "req with a space", "workspace_id": CHILD}
+    worker.send_raw(json.dumps(own_parent), group_id=CHILD, dedup_id="d-1")
+    worker.send_raw(json.dumps(foreign_group), group_id=SIBLING, dedup_id="d-2")
+    worker.send_raw(json.dumps(fractional), group_id=CHILD, dedup_id="d-3")
+    worker.send_raw(json.dumps(unreadable), group_id=CHILD, dedup_id="d-4")
+
+    # When the worker handles them
+    invocation = worker.invoke()
+    dead = worker.drain_dlq()
+
+    # Then all four are dead-lettered with their reason, nothing is transferred, and each
+    # readable request id has one invalid outcome, stored under the id sent and announced
+    assert invocation.failed == []
+    assert transfer_bodies(sim) == []
+    assert sorted(m["MessageAttributes"][REASON_ATTRIBUTE]["StringValue"] for m in dead) == [
+        "MessageGroupId: must equal workspace_id",
+        "need.prompts: Input should be a valid integer",
+        "parent_workspace_id: must differ from workspace_id",
+        "request_id: String should match pattern '^[!-~]{1,128}$'",
+    ]
+    announced = {o["request_id"]: o for o in outcome_capture.outcomes()}
+    assert sorted(announced) == ["req-foreign-group", "req-fraction", "req-own-parent"]
+    for request_id, outcome in announced.items():
+        assert (outcome["status"], outcome["error_code"], outcome["dead_lettered"]) == (
+            "invalid",
+            "invalidMessage",
+            True,
+        )
+        assert outcome["workspace_id"] == CHILD
+        assert _ledger_outcome(ledger, request_id) == outcome
+    assert ledger.get("req with a space") is None
+
+
 def test_worker_checks_a_parent_once_per_container(
     worker: AllocatorHarness, sim: SimulatorServer, outcome_capture: OutcomeCapture
 ) -> None:

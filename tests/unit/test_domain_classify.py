@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from serenity_allocator.domain.classify import (
@@ -86,3 +89,18 @@ def test_is_metered_quota_is_a_405_with_a_non_empty_non_json_body(
 def test_is_rate_limited_is_429(status: int, expected: bool) -> None:
     # Given a status / When classified / Then only 429 is rate limiting
     assert is_rate_limited(status, "Too Many Requests") is expected
+
+
+def _shared_cases() -> list[dict[str, object]]:
+    # The same file the Node client's tests read (clients/node/test/classify.test.js).
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "metered-quota-classifier.json"
+    cases: list[dict[str, object]] = json.loads(path.read_text(encoding="utf-8"))["cases"]
+    return cases
+
+
+@pytest.mark.parametrize("case", _shared_cases(), ids=lambda case: str(case["name"]))
+def test_is_metered_quota_agrees_with_the_shared_fixtures(case: dict[str, object]) -> None:
+    # Given a case both clients share / When classified / Then the recorded verdict
+    status, body = case["status"], case["body"]
+    assert isinstance(status, int) and isinstance(body, str)
+    assert is_metered_quota(status, body) is case["metered_quota"]

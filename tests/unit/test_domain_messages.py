@@ -115,16 +115,27 @@ def test_parse_request_negative_count_is_rejected_naming_it(
     ("body", "loc"),
     [
         (_ensure(need={"projects": 1, "prompts": "40"}), ("ensure", "need", "prompts")),
-        (_ensure(need={"projects": 1.0}), ("ensure", "need", "projects")),
+        (_ensure(need={"projects": 1.5}), ("ensure", "need", "projects")),
         (_release(floor={"prompts": True}), ("release", "floor", "prompts")),
     ],
 )
 def test_parse_request_non_integer_count_is_rejected_naming_it(
     body: dict[str, Any], loc: tuple[str, ...]
 ) -> None:
-    # Given a count sent as a string (or float, or bool) / When parsed
+    # Given a count sent as a string (or a fraction, or bool) / When parsed
     # Then rejected: the wire contract does not coerce
     assert _rejection_locs(body) == [loc]
+
+
+@pytest.mark.parametrize("spelling", ["250", "250.0", "2.5e2", "2.50E+2", "25000e-2"])
+def test_parse_request_reads_an_integral_number_as_that_integer(spelling: str) -> None:
+    # Given a need spelled as any JSON number equal to 250 (JSON has one number type)
+    body = json.dumps(_ensure(need={"projects": 1, "prompts": 999_999})).replace("999999", spelling)
+
+    # When parsed / Then it is the integer 250
+    request = parse_request(body)
+    assert isinstance(request, EnsureRequest)
+    assert (type(request.need.prompts), request.need.prompts) == (int, 250)
 
 
 @pytest.mark.parametrize(

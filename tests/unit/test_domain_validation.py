@@ -52,7 +52,8 @@ def test_describe_validation_error_reports_invalid_json_alone() -> None:
 
     # Then one clear line says so
     assert describe_validation_error(error, whole="body", skip=("ensure", "release")) == (
-        "body: not valid JSON (Invalid JSON: key must be a string at line 1 column 2)"
+        "body: not valid JSON (Invalid JSON: Expecting property name enclosed in double quotes "
+        "at line 1 column 2)"
     )
 
 

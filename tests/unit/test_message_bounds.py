@@ -13,7 +13,11 @@ import pytest
 from pydantic import ValidationError
 
 from serenity_allocator.adapters.sqs_producer import build_ensure, build_release
-from serenity_allocator.domain.messages import MAX_UNITS_PER_DIMENSION, parse_request
+from serenity_allocator.domain.messages import (
+    MAX_UNITS_PER_DIMENSION,
+    cross_field_problem,
+    parse_request,
+)
 
 
 def _ensure(**overrides: Any) -> dict[str, Any]:
@@ -121,21 +125,32 @@ def test_parse_request_rejects_a_release_floor_above_the_maximum() -> None:
     assert _rejected_fields(body) == ["floor.prompts"]
 
 
-@pytest.mark.parametrize("version", [1.0, True, "1", 2])
-def test_parse_request_accepts_only_the_integer_one_as_version(version: object) -> None:
-    # Given a body whose version is equal to 1 only loosely (or not at all)
+@pytest.mark.parametrize("version", [True, "1", 2, 1.5])
+def test_parse_request_accepts_only_the_number_one_as_version(version: object) -> None:
+    # Given a body whose version is equal to 1 only loosely (or not at all; 1.0 is 1 in JSON)
     body = _ensure(version=version)
 
     # When parsed / Then the version field is named
     assert _rejected_fields(body) == ["version"]
 
 
-def test_parse_request_rejects_a_child_that_is_its_own_parent() -> None:
-    # Given an ensure naming the master as its own child
-    body = _ensure(workspace_id="master-1", parent_workspace_id="master-1")
+def test_cross_field_problem_names_a_child_that_is_its_own_parent() -> None:
+    # Given an ensure naming the master as its own child: schema-valid, so it parses
+    request = parse_request(
+        json.dumps(_ensure(workspace_id="master-1", parent_workspace_id="master-1"))
+    )
 
-    # When parsed / Then the parent field is named
-    assert _rejected_fields(body) == ["parent_workspace_id"]
+    # When its cross-field rules are checked / Then the parent field is named
+    assert cross_field_problem(request, "master-1") == (
+        "parent_workspace_id: must differ from workspace_id"
+    )
+
+
+def test_cross_field_problem_names_a_group_that_is_not_the_workspace() -> None:
+    # Given a valid ensure sent under another group / When checked / Then the group is named
+    request = parse_request(json.dumps(_ensure()))
+    assert cross_field_problem(request, "other") == "MessageGroupId: must equal workspace_id"
+    assert cross_field_problem(request, request.workspace_id) is None
 
 
 @pytest.mark.parametrize("workspace_id", ["..", "a/b", "child\x00"])

@@ -531,6 +531,14 @@ def test_worker_dead_letters_each_invalid_record_with_the_reason() -> None:
         ("m-r3", "attributes.ApproximateReceiveCount: not a positive integer"),
     ]
     assert rig.gateway.transfers == []
+    # And each request id is readable, so each caller hears back with an invalid outcome
+    for request_id in ("r1", "r2", "r3"):
+        outcome = rig.outcome(request_id)
+        assert (outcome.status, outcome.error_code, outcome.dead_lettered) == (
+            "invalid",
+            "invalidMessage",
+            True,
+        )
 
 
 # ==== coalesced runs ========================================================================

@@ -301,7 +301,7 @@ def test_write_guard_rollback_deletes_the_requests_drafts_when_the_pool_refuses(
 
     def rollback() -> None:  # what the service staged in this request, deleted again
         for count in staged:
-            answer = http.post(f"/v1/workspaces/{CHILD}/prompts/delete", json={"count": count})
+            answer = http.post(f"/v1/workspaces/{CHILD}/prompts/discard", json={"count": count})
             answer.raise_for_status()
 
     # When the request drafts 10 prompts (they fit), then 50 more that need a top-up
@@ -330,7 +330,7 @@ def test_write_guard_rollback_deletes_the_requests_drafts_when_the_pool_refuses(
         ("write_prompts", 405),
         ("transfer", 422),
         ("write_prompts", 405),
-        ("delete_prompts", 200),
+        ("discard_drafts", 200),
     ]
     assert recorder.outcomes == [("exhausted", 2, "prompts")]
     assert recorder.rollbacks_failed == []
@@ -345,7 +345,7 @@ def test_write_guard_failed_rollback_leaves_the_drafts_and_still_refuses(
     guard = guard_for(allocator, clock, recorder=recorder, outcomes=allocator)
 
     def rollback() -> None:
-        answer = http.post(f"/v1/workspaces/{CHILD}/prompts/delete", json={"count": 99})
+        answer = http.post(f"/v1/workspaces/{CHILD}/prompts/discard", json={"count": 99})
         answer.raise_for_status()
 
     # When the write is refused

@@ -56,6 +56,19 @@ def build_ensure(
         fields["need"] = _totals_input(need)
     request = EnsureRequest.model_validate(fields)
     check_fifo_ids(request)
+    if request.parent_workspace_id == request.workspace_id:
+        # The worker would refuse it (an ``invalid`` outcome); refuse before sending instead.
+        raise ValidationError.from_exception_data(
+            "EnsureRequest",
+            [
+                {
+                    "type": "value_error",
+                    "loc": ("parent_workspace_id",),
+                    "input": parent_workspace_id,
+                    "ctx": {"error": "must differ from workspace_id"},
+                }
+            ],
+        )
     return request
 
 

@@ -6,14 +6,27 @@ record behind a failed one raises for the whole invocation (Powertools 3.37).
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from pydantic import ValidationError
 
 from ..domain.coalescing import EnsureRun, PlannedMessage, plan_ensure_runs
-from ..domain.messages import EnsureRequest, ReleaseRequest, parse_request
+from ..domain.messages import (
+    REQUEST_ID_PATTERN,
+    WORKSPACE_ID_PATTERN,
+    AllocationOutcome,
+    EnsureRequest,
+    ReleaseRequest,
+    cross_field_problem,
+    parse_request,
+)
 from ..domain.validation import describe_validation_error
+
+INVALID_MESSAGE_CODE = "invalidMessage"
+"""The error code of the ``invalid`` outcome of a message refused with a readable request id."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +52,9 @@ class BatchMessage:
     duplicate_of: str | None = None
     """The message id of an earlier record of this batch with the same request id: this one
     is not applied again and gets no outcome of its own."""
+    invalid_outcome: AllocationOutcome | None = None
+    """An invalid message whose request id can be read: the ``invalid`` outcome its caller
+    hears (stored under that id and announced) besides the dead letter."""
 
     @property
     def message_id(self) -> str:
@@ -72,16 +88,52 @@ class BatchPlan:
 def read_message(inbound: InboundMessage) -> BatchMessage:
     """Validate one record's body and its group id; never raises."""
     if inbound.shape_error is not None:
-        return BatchMessage(inbound, None, inbound.shape_error)
+        outcome = _readable_outcome(inbound)
+        return BatchMessage(inbound, None, inbound.shape_error, invalid_outcome=outcome)
     try:
         request = parse_request(inbound.body)
     except ValidationError as exc:
         # The discriminator's tag (``ensure``/``release``) in a path adds nothing.
         reason = describe_validation_error(exc, whole="body", skip=("ensure", "release"))
-        return BatchMessage(inbound, None, reason)
-    if request.workspace_id != inbound.group_id:
-        return BatchMessage(inbound, None, "MessageGroupId: must equal workspace_id")
+        return BatchMessage(inbound, None, reason, invalid_outcome=_readable_outcome(inbound))
+    problem = cross_field_problem(request, inbound.group_id)
+    if problem is not None:
+        return BatchMessage(inbound, None, problem, invalid_outcome=_readable_outcome(inbound))
     return BatchMessage(inbound, request)
+
+
+def _readable_outcome(inbound: InboundMessage) -> AllocationOutcome | None:
+    """The ``invalid`` outcome of a refused body whose request id can be read, else None.
+
+    Readable: the body is a JSON object whose ``request_id`` matches the contract's pattern
+    (the id the caller waits on). The outcome carries the body's kind and workspace id when
+    they are valid themselves, else ``unknown`` and the message's group id.
+    """
+    try:
+        body = json.loads(inbound.body)
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or not _matches(REQUEST_ID_PATTERN, body.get("request_id")):
+        return None
+    kind = body.get("kind")
+    workspace = body.get("workspace_id")
+    if not isinstance(workspace, str) or not _matches(WORKSPACE_ID_PATTERN, workspace):
+        workspace = inbound.group_id
+    return AllocationOutcome(
+        request_id=body["request_id"],
+        kind=kind if kind in ("ensure", "release") else "unknown",
+        workspace_id=workspace,
+        status="invalid",
+        error_code=INVALID_MESSAGE_CODE,
+        receive_count=inbound.receive_count,
+        dead_lettered=True,
+    )
+
+
+def _matches(pattern: str, value: object) -> bool:
+    # The schema's patterns are anchored with ^...$ over ASCII; fullmatch without the anchors
+    # keeps Python's "$ before a final newline" from letting "id\n" through.
+    return isinstance(value, str) and re.fullmatch(pattern.strip("^$"), value) is not None
 
 
 def plan_batch(

@@ -1,7 +1,8 @@
 """Handle one message of the batch: the per-request flow every record goes through.
 
 1. Report the record (log keys, queue lag).
-2. An invalid record is dead-lettered with its reason and completes (:mod:`.dead_letter`).
+2. An invalid record is dead-lettered with its reason and completes (:mod:`.dead_letter`);
+   when its request id can be read, its ``invalid`` outcome is stored and announced too.
 3. A second record of the batch with an earlier record's request id is not applied: it
    completes with the first (no outcome of its own), or fails with it.
 4. The request ledger (:mod:`.request_ledger`), read once for the batch: a request with a final
@@ -53,6 +54,8 @@ def handle_message(inv: Invocation, message_id: str) -> None:
     _report_start(inv, message)
     if request is None:
         dead_letter(inv, message)
+        if message.invalid_outcome is not None:
+            _finish(inv, message, message.invalid_outcome)
         return
     if message.duplicate_of is not None:
         _follow_first_copy(inv, message.duplicate_of)

@@ -2,10 +2,19 @@
 
 MessageGroupId must equal ``workspace_id`` (one child, one group: the serialization that
 makes absolute transfers safe) and MessageDeduplicationId is ``request_id``.
+
+The parser accepts exactly what the generated JSON Schema (docs/schemas) accepts: every rule on
+a single field is a schema rule (patterns, bounds), nothing is rewritten (no stripping: the id
+the caller sent is the id its outcome is stored under), and a number is read with JSON's
+semantics (one number type: ``250.0`` and ``2.5e2`` are the integer 250). The two rules a schema
+cannot state, a parent equal to the child and a group id that is not the workspace id, are
+checked by the worker after parsing (:func:`cross_field_problem`) and end with an ``invalid``
+outcome under the request id (docs/decisions/0003-async-worker-contract.md).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -16,8 +25,6 @@ from pydantic import (
     StringConstraints,
     TypeAdapter,
     ValidationError,
-    ValidationInfo,
-    field_validator,
     model_validator,
 )
 from pydantic_core import InitErrorDetails
@@ -34,18 +41,29 @@ WORKSPACE_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
 """The upstream's id alphabet. No '.', so an id can never be a '.' or '..' path segment (httpx
 collapses those), and no control, space or bidi characters can reach a URL path."""
 
-# Surrounding whitespace is stripped first; the stripped id is checked and is the one used
-# (URL segment, group id), so nothing outside the alphabet ever reaches the upstream.
-WorkspaceId = Annotated[str, StringConstraints(strip_whitespace=True, pattern=WORKSPACE_ID_PATTERN)]
-RequestId = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128)]
-OptionalLabel = Annotated[
-    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=128)
-]
+REQUEST_ID_PATTERN = r"^[!-~]{1,128}$"
+"""SQS's MessageDeduplicationId alphabet and length: 1 to 128 ASCII letters, digits and
+punctuation (U+0021 to U+007E), so every valid request id is also a valid deduplication id."""
+
+LABEL_PATTERN = REQUEST_ID_PATTERN
+"""Org, brand and run labels: the same printable-ASCII alphabet (no space, no control)."""
+
+WorkspaceId = Annotated[str, StringConstraints(pattern=WORKSPACE_ID_PATTERN)]
+RequestId = Annotated[str, StringConstraints(pattern=REQUEST_ID_PATTERN)]
+OptionalLabel = Annotated[str, StringConstraints(pattern=LABEL_PATTERN)]
+
+
+def _json_integer(value: object) -> object:
+    # JSON has one number type: an integral float (250.0, 2.5e2) is that integer, as the
+    # schema's "integer" says. A bool stays a bool, so the strict int check still refuses it.
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return value
 
 
 def _exactly_int_one(value: object) -> object:
-    # A Literal[1] alone accepts 1.0 and True (they compare equal to 1); the contract says the
-    # integer 1.
+    # A Literal[1] alone accepts True (it compares equal to 1); the contract says the number 1.
+    value = _json_integer(value)
     if type(value) is not int:
         raise ValueError("must be the integer 1")
     return value
@@ -61,7 +79,9 @@ class _Message(BaseModel):
     brand_id: OptionalLabel | None = None
 
 
-BoundedCount = Annotated[int, Field(ge=0, le=MAX_UNITS_PER_DIMENSION)]
+BoundedCount = Annotated[
+    int, Field(ge=0, le=MAX_UNITS_PER_DIMENSION), BeforeValidator(_json_integer)
+]
 
 
 class StrictTotals(Totals):
@@ -88,17 +108,12 @@ class EnsureRequest(_Message):
     kind: Literal["ensure"]
     parent_workspace_id: WorkspaceId
     need: StrictTotals = Field(default_factory=StrictTotals)
-    include_drafted: bool = False
+    include_drafted: bool = True
+    """Count drafted prompts as used when sizing a prompt top-up: the write gate meters
+    ``used + drafted + batch``, so an ensure that leaves drafts out can be topped up and still
+    see its write refused. Send ``false`` only when the child has no drafts by construction."""
     ceiling: StrictCeiling | None = None
     """Per-brand cap; a dimension left out (or 0) is not enforced."""
-
-    @field_validator("parent_workspace_id")
-    @classmethod
-    def _parent_is_not_the_child(cls, value: str, info: ValidationInfo) -> str:
-        # A master is never its own child; a transfer on it would move the pool itself.
-        if value == info.data.get("workspace_id"):
-            raise ValueError("must differ from workspace_id")
-        return value
 
 
 class ReleaseRequest(_Message):
@@ -115,13 +130,55 @@ AllocationRequest = Annotated[EnsureRequest | ReleaseRequest, Field(discriminato
 ALLOCATION_REQUEST: TypeAdapter[EnsureRequest | ReleaseRequest] = TypeAdapter(AllocationRequest)
 
 
+def cross_field_problem(request: EnsureRequest | ReleaseRequest, group_id: str) -> str | None:
+    """What makes a schema-valid request invalid, as ``field: message``; None when nothing.
+
+    The two rules JSON Schema cannot state: the message's group id is its workspace id (one
+    child, one group), and an ensure's parent is not the child itself (a master is never its
+    own child; a transfer on it would move the pool itself).
+    """
+    if request.workspace_id != group_id:
+        return "MessageGroupId: must equal workspace_id"
+    if isinstance(request, EnsureRequest) and request.parent_workspace_id == request.workspace_id:
+        return "parent_workspace_id: must differ from workspace_id"
+    return None
+
+
 _TAG_ERRORS = frozenset({"union_tag_invalid", "union_tag_not_found"})
+
+
+def _refuse_constant(name: str) -> object:
+    # NaN and Infinity are not JSON (RFC 8259); Python's json module reads them unless told.
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def read_json(body: str) -> object:
+    """The body as JSON exactly as RFC 8259 and ``JSON.parse`` read it, else ``ValueError``.
+
+    Python's ``json`` module with NaN/Infinity refused: the last of duplicate keys wins and a
+    lone surrogate escape is a (lone) character, as in JavaScript, so the schema's verdict on
+    ``JSON.parse(body)`` and the worker's verdict agree on every body.
+    """
+    try:
+        return json.loads(body, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
 
 
 def parse_request(body: str) -> EnsureRequest | ReleaseRequest:
     """Parse and validate one message body; raises ``pydantic.ValidationError`` naming the field."""
     try:
-        return ALLOCATION_REQUEST.validate_json(body)
+        data = read_json(body)
+    except ValueError as exc:
+        raise ValidationError.from_exception_data(
+            "AllocationRequest",
+            [InitErrorDetails(type="json_invalid", loc=(), input=body, ctx={"error": str(exc)})],
+            input_type="json",
+        ) from None
+    try:
+        return ALLOCATION_REQUEST.validate_python(data)
     except ValidationError as exc:
         tag_errors = [e for e in exc.errors() if e["type"] in _TAG_ERRORS and not e["loc"]]
         if not tag_errors:

@@ -166,6 +166,51 @@ def test_write_gate_unmetered_parent_never_refuses(
     assert child_ai(gate_sim)["prompts"] == usage(0, 0, drafted=500)
 
 
+# -- deletes ------------------------------------------------------------------------------------
+
+
+def test_write_gate_deletes_free_used_prompts_and_projects(
+    gate_sim: SimulatorServer, client: httpx.Client
+) -> None:
+    # Given a full child: 100 of 100 prompts used, 2 of 2 projects
+    gate_sim.seed(family(prompts=usage(100, 100), projects=usage(2, 2)))
+
+    # When it deletes 30 prompts and one project, then writes 30 prompts and one project
+    deleted = client.request(
+        "DELETE", "/project-engine/v1/workspaces/c1/prompts", json={"count": 30}
+    )
+    dropped = client.request("DELETE", "/project-engine/v1/workspaces/c1/projects", json={})
+    rewritten = [write_prompts(client, 30).status_code, create_project(client).status_code]
+
+    # Then the deletes freed their units (no lag: nothing was transferred), the writes fit
+    assert (deleted.status_code, deleted.json()["prompts"]) == (200, usage(70, 100))
+    assert (dropped.status_code, dropped.json()["projects"]) == (200, usage(1, 2))
+    assert rewritten == [200, 200]
+    assert child_ai(gate_sim)["prompts"] == usage(70, 100, drafted=30)
+
+
+def test_write_gate_delete_of_more_than_is_used_is_a_400(
+    gate_sim: SimulatorServer, client: httpx.Client
+) -> None:
+    # Given a child with 5 used prompts and no project
+    gate_sim.seed(family(prompts=usage(5, 10), projects=usage(0, 1)))
+
+    # When it deletes 6 prompts, and a project / Then both are 400s saying why
+    prompts = client.request(
+        "DELETE", "/project-engine/v1/workspaces/c1/prompts", json={"count": 6}
+    )
+    project = client.request("DELETE", "/project-engine/v1/workspaces/c1/projects")
+    assert (prompts.status_code, prompts.json()) == (
+        400,
+        {"message": "count exceeds the published prompts"},
+    )
+    assert (project.status_code, project.json()) == (
+        400,
+        {"message": "the workspace has no project to delete"},
+    )
+    assert child_ai(gate_sim)["prompts"] == usage(5, 10)
+
+
 # -- protocol -----------------------------------------------------------------------------------
 
 
@@ -174,7 +219,7 @@ def test_write_gate_unmetered_parent_never_refuses(
     [
         ("GET", "/project-engine/v1/workspaces/c1/prompts"),
         ("PUT", "/project-engine/v1/workspaces/c1/prompts/publish"),
-        ("DELETE", "/project-engine/v1/workspaces/c1/projects"),
+        ("DELETE", "/project-engine/v1/workspaces/c1/prompts/publish"),
     ],
 )
 def test_write_gate_other_method_is_the_json_405(
@@ -394,12 +439,12 @@ def test_write_gate_deletes_drafted_prompts_without_metering(
     gate_sim.seed(family(prompts=usage(90, 100, drafted=30), projects=usage(0, 1)))
 
     # When 20 are deleted, then 11 more than remain
-    deleted = client.post("/project-engine/v1/workspaces/c1/prompts/delete", json={"count": 20})
-    too_many = client.post("/project-engine/v1/workspaces/c1/prompts/delete", json={"count": 11})
+    deleted = client.post("/project-engine/v1/workspaces/c1/prompts/discard", json={"count": 20})
+    too_many = client.post("/project-engine/v1/workspaces/c1/prompts/discard", json={"count": 11})
 
     # Then 10 drafted are left (no quota check), and deleting more than drafted is a 400
     assert deleted.status_code == 200
     assert deleted.json() == {"workspace_id": "c1", "prompts": usage(90, 100, drafted=10)}
     assert too_many.status_code == 400
     assert too_many.json() == {"message": "count exceeds the drafted prompts"}
-    assert [c["op"] for c in gate_sim.calls()] == ["delete_prompts", "delete_prompts"]
+    assert [c["op"] for c in gate_sim.calls()] == ["discard_drafts", "discard_drafts"]

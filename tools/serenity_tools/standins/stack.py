@@ -96,6 +96,8 @@ class LocalStack:
     Args:
         latency_ms: Simulator latency added to every Semrush request.
         not_ready_ms: Simulator not-ready window after a transfer.
+        enforcement_lag_ms: How far the simulator's write gate lags transfers (default 9 s,
+            the upstream's; 0 enforces a top-up at once).
         visibility_timeout_s: The queue's visibility timeout (whole seconds, >= 2); the
             function timeout is one second less.
         retry_delay_s: Seconds until a record the handler failed comes back (capped by the
@@ -115,6 +117,7 @@ class LocalStack:
         *,
         latency_ms: float = 0.0,
         not_ready_ms: float = 0.0,
+        enforcement_lag_ms: float | None = None,
         visibility_timeout_s: int = DEFAULT_VISIBILITY_TIMEOUT_S,
         max_receive_count: int = 5,
         retry_delay_s: int | None = LOCAL_RETRY_DELAY_S,
@@ -130,6 +133,7 @@ class LocalStack:
             raise ValueError("visibility_timeout_s must be at least 2 (the function needs 1 s)")
         self.latency_ms = latency_ms
         self.not_ready_ms = not_ready_ms
+        self.enforcement_lag_ms = enforcement_lag_ms
         self.visibility_timeout_s = visibility_timeout_s
         self.retry_delay_s = (
             None if retry_delay_s is None else min(retry_delay_s, visibility_timeout_s)
@@ -157,7 +161,7 @@ class LocalStack:
     def start(self) -> Self:
         """Start moto and the simulator, create the resources and the outcome capture."""
         from serenity_tools.standins.moto_server import start_moto_server_process
-        from serenity_tools.standins.simulator import start_simulator
+        from serenity_tools.standins.simulator import DEFAULT_ENFORCEMENT_LAG_MS, start_simulator
 
         try:
             self._moto = start_moto_server_process(
@@ -169,6 +173,11 @@ class LocalStack:
                 accepted_tokens=[self._token],
                 latency_ms=self.latency_ms,
                 not_ready_ms=self.not_ready_ms,
+                enforcement_lag_ms=(
+                    DEFAULT_ENFORCEMENT_LAG_MS
+                    if self.enforcement_lag_ms is None
+                    else self.enforcement_lag_ms
+                ),
             )
             self._resources = create_local_resources(
                 self._moto.endpoint_url, self.names, token=self._token
@@ -440,6 +449,7 @@ class LocalStack:
             ("dead-letter queue", resources.dlq_url),
             ("sweep bucket", resources.bucket),
             ("outcome bus", resources.bus_name),
+            ("request ledger table", resources.ledger_table),
             ("outcome capture queue", self.outcomes.queue_url),
             ("token secret id", resources.secret_id or "-"),
             ("visibility timeout", f"{self.visibility_timeout_s} s"),
@@ -517,6 +527,45 @@ def body_field(body: str, name: str) -> str | None:
 
 # -- CLI: serenity-allocator local up ----------------------------------------------------------
 
+_SIMULATOR_ROUTES = (
+    ("POST", "/__seed", '{"workspaces": [{"id": "m1", "ai": {"prompts": {"used": 0, '
+     '"drafted": 0, "total": 5000}, "projects": {...}}}, {"id": "c1", "parent_id": "m1", '
+     '"ai": {...}}]}  (upserts; "limits_enabled": false = unmetered)'),
+    ("POST", "/__usage", '{"id": "c1", "prompts": {"used": 10, "drafted": 0}}  (sets usage)'),
+    ("GET", "/__dump", "-  (workspaces, call log, faults)"),
+    ("POST", "/__faults", '{"enforcement_lag_ms": 0}  (and latency_ms, not_ready_ms, ...)'),
+    ("POST", "/project-engine/v1/workspaces/{id}/prompts", '{"count": n}  (draft n; metered)'),
+    ("POST", "/project-engine/v1/workspaces/{id}/prompts/publish", '{"count": n}  (not metered)'),
+    ("POST", "/project-engine/v1/workspaces/{id}/projects", "{}  (one project; metered)"),
+    ("DELETE", "/project-engine/v1/workspaces/{id}/prompts", '{"count": n}  (n published)'),
+    ("DELETE", "/project-engine/v1/workspaces/{id}/projects", "{}  (one project)"),
+)  # fmt: skip
+
+
+def service_guide(stack: LocalStack) -> list[str]:
+    """What a service on this machine needs: AWS settings, the bearer, the simulator's routes."""
+    resources = stack.resources
+    endpoint = stack.moto.endpoint_url
+    lag = stack.enforcement_lag_ms
+    lines = [
+        "# for a service (any language; AWS SDKs read these, awscli v1 needs --endpoint-url):",
+        f"export AWS_ENDPOINT_URL={shlex.quote(endpoint)} AWS_REGION={stack.region} "
+        f"AWS_DEFAULT_REGION={stack.region} AWS_ACCESS_KEY_ID=testing "
+        "AWS_SECRET_ACCESS_KEY=testing",
+        f"export QUEUE_URL={shlex.quote(resources.queue_url)}",
+        f"export REQUEST_LEDGER_TABLE={shlex.quote(resources.ledger_table)}",
+        f"export OUTCOME_BUS_NAME={shlex.quote(resources.bus_name)}",
+        f"export SIMULATOR_ORIGIN={shlex.quote(stack.simulator.origin)}",
+        "# the simulator's bearer (every route but /__*; pass --token to choose it):",
+        f"#   aws --endpoint-url {endpoint} secretsmanager get-secret-value "
+        f"--secret-id {resources.secret_id or '-'} --query SecretString --output text",
+        "# write gate: enforcement lag "
+        f"{9000.0 if lag is None else lag:g} ms; a refusal is 405 text/html (the quota 405)",
+        "# simulator routes (Authorization: Bearer <token>; /__* from loopback only):",
+    ]
+    lines += [f"#   {method:<6} {path}  {body}" for method, path, body in _SIMULATOR_ROUTES]
+    return lines
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Declare ``serenity-allocator local up`` and its options."""
@@ -524,6 +573,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--consumers", type=int, default=2, help="consumer processes (default 2)")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="simulator latency")
     parser.add_argument("--not-ready-ms", type=float, default=0.0, help="not-ready window")
+    parser.add_argument(
+        "--enforcement-lag-ms",
+        type=float,
+        default=None,
+        help="how far the write gate lags transfers (default 9000, the upstream's; 0: none)",
+    )
     parser.add_argument(
         "--visibility-timeout-s",
         type=int,
@@ -550,6 +605,7 @@ def run(args: argparse.Namespace) -> int:
     with LocalStack(
         latency_ms=args.latency_ms,
         not_ready_ms=args.not_ready_ms,
+        enforcement_lag_ms=args.enforcement_lag_ms,
         visibility_timeout_s=args.visibility_timeout_s,
         work_dir=args.work_dir,
         moto_port=args.moto_port,
@@ -564,6 +620,7 @@ def run(args: argparse.Namespace) -> int:
         for what, where in stack.describe():
             print(f"#   {what:<24} {where}")
         print(f"#   {'consumers':<24} {args.consumers}")
+        print("\n".join(service_guide(stack)))
         print("# environment for the handlers (the token lives in the local secret):")
         for name, value in stack.printable_env().items():
             print(f"export {name}={shlex.quote(value)}")

@@ -87,9 +87,9 @@ class GateClient:
         """Publish ``count`` drafted prompts (not metered)."""
         return self._post(f"/v1/workspaces/{workspace_id}/prompts/publish", {"count": count})
 
-    def delete_prompts(self, workspace_id: str, count: int) -> httpx.Response:
-        """Delete ``count`` drafted prompts (a refused request's rollback; not metered)."""
-        return self._post(f"/v1/workspaces/{workspace_id}/prompts/delete", {"count": count})
+    def discard_drafts(self, workspace_id: str, count: int) -> httpx.Response:
+        """Discard ``count`` drafted prompts (a refused request's rollback; not metered)."""
+        return self._post(f"/v1/workspaces/{workspace_id}/prompts/discard", {"count": count})
 
     def create_project(self, workspace_id: str) -> httpx.Response:
         """Create one project (metered)."""

@@ -28,7 +28,7 @@ Metered writes go through the Project Engine write gate on the same origin, unde
 - ``POST /v1/workspaces/{id}/prompts`` ``{"count": n}``: drafts n prompts, refused when
   ``used + drafted + n`` passes the enforced total (the batch whole: nothing of it lands);
 - ``POST /v1/workspaces/{id}/prompts/publish`` ``{"count": n}``: moves n drafted to used;
-- ``POST /v1/workspaces/{id}/prompts/delete`` ``{"count": n}``: deletes n drafted prompts (a
+- ``POST /v1/workspaces/{id}/prompts/discard`` ``{"count": n}``: deletes n drafted prompts (a
   refused request's rollback; the doc names no route, this one is shaped like publish);
 - ``POST /v1/workspaces/{id}/projects`` ``{}``: one project, refused when ``used + drafted + 1``
   passes the enforced total.

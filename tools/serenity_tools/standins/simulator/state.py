@@ -29,7 +29,9 @@ from .model import (
     MSG_NOT_READY,
     OP_CREATE_CHILD,
     OP_CREATE_PROJECT,
+    OP_DELETE_PROJECT,
     OP_DELETE_PROMPTS,
+    OP_DISCARD_DRAFTS,
     OP_FAMILY,
     OP_PUBLISH_PROMPTS,
     OP_READ_RESOURCES,
@@ -297,7 +299,7 @@ class SimulatorState:
     ) -> SimResponse:
         op, workspace_id = route
         arrived = self.clock()
-        parsed = _parse_json_body(body) if method == "POST" else None
+        parsed = _parse_json_body(body) if method in ("POST", "DELETE") else None
         latency_s = self._faults.latency_ms / 1000.0
         if latency_s > 0:
             self.sleep(latency_s)
@@ -350,8 +352,10 @@ class SimulatorState:
             OP_CREATE_CHILD: partial(self._create_child, workspace_id, body),
             OP_WRITE_PROMPTS: write,
             OP_PUBLISH_PROMPTS: write,
-            OP_DELETE_PROMPTS: write,
+            OP_DISCARD_DRAFTS: write,
             OP_CREATE_PROJECT: write,
+            OP_DELETE_PROMPTS: write,
+            OP_DELETE_PROJECT: write,
         }
         return operations[op]()
 
@@ -484,9 +488,13 @@ class SimulatorState:
             return write_gate.write_prompts(workspace, count, metered=metered, now=now, lag_s=lag_s)
         if op == OP_PUBLISH_PROMPTS:
             return write_gate.publish_prompts(workspace, write_gate.parse_count(body))
+        if op == OP_DISCARD_DRAFTS:
+            return write_gate.discard_drafted_prompts(workspace, write_gate.parse_count(body))
         if op == OP_DELETE_PROMPTS:
             return write_gate.delete_prompts(workspace, write_gate.parse_count(body))
         write_gate.parse_project_body(body)
+        if op == OP_DELETE_PROJECT:
+            return write_gate.delete_project(workspace)
         return write_gate.create_project(workspace, metered=metered, now=now, lag_s=lag_s)
 
     def _carve(self, parent: _Workspace, child: _Workspace, deltas: Mapping[str, int]) -> None:

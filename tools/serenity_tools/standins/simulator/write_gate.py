@@ -6,7 +6,7 @@ Facts (semrush-user-manager.md, "Metered writes happen elsewhere"):
   the batch WHOLE (nothing of it lands); publishing moves drafted to used with no quota check.
   A project counts one unit.
 - Prompts a request staged into a write that was finally refused are deleted again. The doc
-  names no route for it; the stand-in's is ``POST .../prompts/delete`` ``{"count": n}``
+  names no route for it; the stand-in's is ``POST .../prompts/discard`` ``{"count": n}``
   (shaped like publish): n drafted prompts go away, never metered.
 - A refusal is the DISGUISED 405: a bare nginx ``text/html`` page with no quota wording. A
   genuine Method-Not-Allowed is JSON.
@@ -29,7 +29,9 @@ from .model import (
     DISGUISED_QUOTA_405,
     MSG_METHOD_NOT_ALLOWED,
     OP_CREATE_PROJECT,
+    OP_DELETE_PROJECT,
     OP_DELETE_PROMPTS,
+    OP_DISCARD_DRAFTS,
     OP_PUBLISH_PROMPTS,
     OP_WRITE_PROMPTS,
     TRANSFERABLE_DIMENSIONS,
@@ -38,12 +40,16 @@ from .model import (
     _Workspace,
 )
 
-# Paths relative to PROJECT_ENGINE_PREFIX; the id is URL-decoded after matching.
+# Paths relative to PROJECT_ENGINE_PREFIX; the id is URL-decoded after matching. Every route
+# of the write gate is here, deletes included (the upstream's delete paths are not documented:
+# these are the simulator's, so a service's deletes free real units in local tests).
 WRITE_ROUTES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("POST", re.compile(r"^/v1/workspaces/([^/]+)/prompts$"), OP_WRITE_PROMPTS),
     ("POST", re.compile(r"^/v1/workspaces/([^/]+)/prompts/publish$"), OP_PUBLISH_PROMPTS),
-    ("POST", re.compile(r"^/v1/workspaces/([^/]+)/prompts/delete$"), OP_DELETE_PROMPTS),
+    ("POST", re.compile(r"^/v1/workspaces/([^/]+)/prompts/discard$"), OP_DISCARD_DRAFTS),
     ("POST", re.compile(r"^/v1/workspaces/([^/]+)/projects$"), OP_CREATE_PROJECT),
+    ("DELETE", re.compile(r"^/v1/workspaces/([^/]+)/prompts$"), OP_DELETE_PROMPTS),
+    ("DELETE", re.compile(r"^/v1/workspaces/([^/]+)/projects$"), OP_DELETE_PROJECT),
 )
 
 _HISTORY_LIMIT = 64
@@ -130,8 +136,8 @@ def publish_prompts(workspace: _Workspace, count: int) -> SimResponse:
     return SimResponse(200, _answer(workspace, "prompts"))
 
 
-def delete_prompts(workspace: _Workspace, count: int) -> SimResponse:
-    """Delete ``count`` drafted prompts (a refused request's rollback); never metered."""
+def discard_drafted_prompts(workspace: _Workspace, count: int) -> SimResponse:
+    """Discard ``count`` drafted prompts (a refused request's rollback); never metered."""
     prompts = workspace.ai["prompts"]
     if prompts.drafted < count:
         raise _bad_request("count exceeds the drafted prompts")
@@ -148,6 +154,24 @@ def create_project(
     if metered and projects.used + projects.drafted + 1 > limit:
         return QUOTA_REFUSAL
     projects.used += 1
+    return SimResponse(200, _answer(workspace, "projects"))
+
+
+def delete_prompts(workspace: _Workspace, count: int) -> SimResponse:
+    """Delete ``count`` published prompts: they stop counting as used (no quota check)."""
+    prompts = workspace.ai["prompts"]
+    if prompts.used < count:
+        raise _bad_request("count exceeds the published prompts")
+    prompts.used -= count
+    return SimResponse(200, _answer(workspace, "prompts"))
+
+
+def delete_project(workspace: _Workspace) -> SimResponse:
+    """Delete one project: it stops counting as used."""
+    projects = workspace.ai["projects"]
+    if projects.used < 1:
+        raise _bad_request("the workspace has no project to delete")
+    projects.used -= 1
     return SimResponse(200, _answer(workspace, "projects"))
 
 

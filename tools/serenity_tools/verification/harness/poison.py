@@ -84,7 +84,13 @@ def _poison_kept_away(
         for c in calls
         if c.get("workspace_id") in poison_ids
     ]
-    reached += [f"outcome for {o.workspace_id}" for o in outcomes if o.workspace_id in poison_ids]
+    # A poison body with a readable request id is answered ``invalid`` (its caller hears back);
+    # any other outcome on a poison-only id means the worker acted on it.
+    reached += [
+        f"outcome {o.status} for {o.workspace_id}"
+        for o in outcomes
+        if o.workspace_id in poison_ids and o.status != "invalid"
+    ]
     return invariant_result(
         "poison never reached Semrush",
         reached,

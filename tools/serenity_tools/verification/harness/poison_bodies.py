@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from serenity_allocator.domain.messages import parse_request
+from serenity_allocator.domain.messages import cross_field_problem, parse_request
 
 _T = TypeVar("_T")
 
@@ -89,8 +89,8 @@ class PoisonMessage:
 def is_refused_by_worker(group_id: str, body: str) -> bool:
     """True when the worker dead-letters this message: the worker's own validation rule.
 
-    The body must parse as a version-1 request and its ``workspace_id`` must equal the
-    MessageGroupId (``application.batch_plan.read_message``).
+    The body must parse as a version-1 request and pass the cross-field rules (its
+    ``workspace_id`` equals the MessageGroupId; ``application.batch_plan.read_message``).
     """
     from pydantic import ValidationError
 
@@ -98,7 +98,7 @@ def is_refused_by_worker(group_id: str, body: str) -> bool:
         request = parse_request(body)
     except ValidationError:
         return True
-    return request.workspace_id != group_id
+    return cross_field_problem(request, group_id) is not None
 
 
 def _poison_base(draws: Draws, poison_id: str) -> dict[str, Any]:

@@ -1,0 +1,28 @@
+// Compiled (never run) by test/types.test.js: the declarations describe the API as used.
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { SQSClient } from '@aws-sdk/client-sqs';
+import {
+  AllocationProducer, GuardPolicy, OutcomeReader, WriteGuard, WriteQuotaExhaustedError,
+  buildEnsure, type AllocationOutcome, type EnsureRequest, type LedgerRecord,
+} from '../types/index.js';
+
+const producer = new AllocationProducer({ queueUrl: 'q.fifo', sqs: new SQSClient({}) });
+const outcomes = new OutcomeReader({ tableName: 't', dynamodb: new DynamoDBClient({}) });
+const guard = new WriteGuard({
+  producer, outcomes, workspaceId: 'c', parentWorkspaceId: 'm', policy: new GuardPolicy({ retries: 2 }),
+});
+const ensure: EnsureRequest = buildEnsure({ workspaceId: 'c', parentWorkspaceId: 'm', need: { prompts: 1 } });
+const includeDrafted: boolean | undefined = ensure.include_drafted;
+
+export async function flow(): Promise<string> {
+  await guard.front({ prompts: 1 });
+  try {
+    const answer = await guard.write(async () => ({ status: 200, body: '{}' }), { need: { prompts: 1 }, site: 's' });
+    const outcome: AllocationOutcome = await outcomes.waitForOutcome('r', 30);
+    const record: LedgerRecord | null = await outcomes.getRecord('r');
+    return `${answer.status} ${outcome.status} ${record?.state} ${includeDrafted}`;
+  } catch (error) {
+    if (error instanceof WriteQuotaExhaustedError) return error.reason ?? error.code;
+    throw error;
+  }
+}

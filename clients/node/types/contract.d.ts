@@ -1,0 +1,113 @@
+// Generated from docs/schemas by `npm run types`; do not edit by hand.
+
+/**
+ * The JSON body of one SQS FIFO message on the allocation queue. MessageGroupId must equal workspace_id and MessageDeduplicationId must equal request_id. Two rules this schema cannot state end with an `invalid` outcome: MessageGroupId != workspace_id, and an ensure whose parent_workspace_id equals its workspace_id. Generated from the pydantic models by `serenity-allocator message-schema --write`.
+ */
+
+export type AllocationRequest = (EnsureRequest | ReleaseRequest)
+
+/**
+ * Top the child up so it can take ``need`` more units before a metered write.
+ */
+
+export interface EnsureRequest {
+brand_id?: (string | null)
+ceiling?: (StrictCeiling | null)
+include_drafted?: boolean
+kind: "ensure"
+need?: StrictTotals
+org_id?: (string | null)
+parent_workspace_id: string
+request_id: string
+version?: 1
+workspace_id: string
+}
+/**
+ * A ceiling as it arrives on the wire: integers only; an absent dimension is not enforced.
+ */
+
+export interface StrictCeiling {
+projects?: (number | null)
+prompts?: (number | null)
+}
+/**
+ * Totals as they arrive on the wire: integers only, no coercion from strings or floats.
+ */
+
+export interface StrictTotals {
+projects?: number
+prompts?: number
+}
+/**
+ * Hand the child's surplus back to the pool, never below ``floor``.
+ */
+
+export interface ReleaseRequest {
+brand_id?: (string | null)
+floor?: (StrictTotals | null)
+kind: "release"
+org_id?: (string | null)
+request_id: string
+run_id?: (string | null)
+source?: ("service" | "sweep" | "reclaim")
+version?: 1
+workspace_id: string
+}
+
+/**
+ * The terminal result of one request, published as an outcome event.
+ * 
+ * ``status`` says what happened; ``error_code`` is set for rejections and failures
+ * (``orgPoolExhausted``, ``brandAiLimit``, ``workspaceBusy``, ...). Carries ids (it goes to
+ * the owning service and the logs) but never a secret.
+ */
+
+export interface AllocationOutcome {
+brand_id?: (string | null)
+coalesced?: number
+dead_lettered?: (true | null)
+error_code?: (string | null)
+kind: ("ensure" | "release" | "unknown")
+org_id?: (string | null)
+receive_count?: number
+request_id: string
+run_id?: (string | null)
+source?: (string | null)
+status: ("hot-path" | "topped-up" | "topped-up-after-reclaim" | "unmetered" | "disabled" | "released" | "nothing-to-release" | "requires-decommission" | "rejected" | "failed" | "invalid")
+supersedes?: ("deadLettered" | null)
+totals_after?: (Totals | null)
+totals_before?: (Totals | null)
+workspace_id: string
+}
+/**
+ * A pair of non-negative unit counts, one per dimension (needs, totals, floors, ceilings).
+ */
+
+export interface Totals {
+projects?: number
+prompts?: number
+}
+
+/**
+ * What the ledger holds for one request id.
+ */
+
+export interface LedgerRecord {
+intent?: (ReleaseIntent | null)
+outcome?: (AllocationOutcome | null)
+provisional?: boolean
+request_id: string
+state: ("intent" | "final" | "deadLettered")
+updated_at?: (number | null)
+}
+/**
+ * The transfer a release is about to send: the child's totals before and the target.
+ */
+
+export interface ReleaseIntent {
+before: Totals
+target: Totals
+}
+/**
+ * A pair of non-negative unit counts, one per dimension (needs, totals, floors, ceilings).
+ */

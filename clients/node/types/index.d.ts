@@ -1,0 +1,135 @@
+// The client's API. The message, outcome and ledger record types are generated from the
+// schemas (./contract.d.ts); this file declares the functions and classes around them.
+import type { SQSClient } from '@aws-sdk/client-sqs';
+import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import type {
+  AllocationOutcome, EnsureRequest, LedgerRecord, ReleaseRequest,
+} from './contract.js';
+
+export type { AllocationOutcome, AllocationRequest, EnsureRequest, LedgerRecord, ReleaseRequest } from './contract.js';
+
+export interface Need { projects?: number; prompts?: number }
+
+export interface EnsureInput {
+  workspaceId: string;
+  parentWorkspaceId: string;
+  need?: Need;
+  /** Default true: the write gate meters used + drafted + batch. */
+  includeDrafted?: boolean;
+  ceiling?: { projects?: number | null; prompts?: number | null };
+  orgId?: string;
+  brandId?: string;
+  requestId?: string;
+}
+
+export interface ReleaseInput {
+  workspaceId: string;
+  floor?: Need;
+  source?: 'service' | 'sweep' | 'reclaim';
+  runId?: string;
+  orgId?: string;
+  brandId?: string;
+  requestId?: string;
+}
+
+export const WORKSPACE_ID_PATTERN: RegExp;
+export const REQUEST_ID_PATTERN: RegExp;
+export const LABEL_PATTERN: RegExp;
+export const MAX_UNITS_PER_DIMENSION: number;
+export class ContractError extends Error { field: string }
+export function newRequestId(): string;
+export function buildEnsure(input: EnsureInput): EnsureRequest;
+export function buildRelease(input: ReleaseInput): ReleaseRequest;
+export function sqsEntry(message: EnsureRequest | ReleaseRequest): {
+  MessageBody: string; MessageGroupId: string; MessageDeduplicationId: string;
+};
+
+export class EnqueueError extends Error { requestId: string }
+export class AllocationProducer {
+  constructor(options: { queueUrl: string; sqs: SQSClient; timeoutMs?: number });
+  enqueueEnsure(input: EnsureInput): Promise<string>;
+  enqueueRelease(input: ReleaseInput): Promise<string>;
+  send(message: EnsureRequest | ReleaseRequest): Promise<string>;
+}
+
+export function isMeteredQuota(status: number, rawBody: string): boolean;
+export function modelChangeNeed(
+  publishedPrompts: number, modelsBefore: string[], modelsAfter: string[],
+): { projects: 0; prompts: number };
+
+export type CycleOutcome = 'recovered' | 'exhausted' | 'abandoned';
+export interface QuotaRetryRecorder {
+  record(outcome: CycleOutcome, attempt: number, site: string): void;
+  rollbackFailed?(site: string): void;
+}
+export interface OutcomeLookup { getOutcome(requestId: string): Promise<AllocationOutcome | null> }
+export interface Logger { warn(message: string, fields?: Record<string, unknown>): void }
+export interface HttpAnswer { status: number; body: string }
+
+export const APPLIED_STATUSES: ReadonlySet<string>;
+export const nullRecorder: QuotaRetryRecorder;
+export class GuardPolicy {
+  constructor(options?: { retries?: number; intervalS?: number; deadlineS?: number; enforcementLagS?: number });
+  readonly retries: number;
+  readonly intervalS: number;
+  readonly deadlineS: number;
+  readonly enforcementLagS: number;
+}
+export class WriteRefusedError extends Error {
+  code: 'quotaExceeded' | 'deadlineExceeded';
+  reason: string | null;
+  answer: HttpAnswer | null;
+  attempts: number;
+  waitedS: number;
+  rollbackError?: unknown;
+}
+export class WriteQuotaExhaustedError extends WriteRefusedError { code: 'quotaExceeded' }
+export class WriteDeadlineExceededError extends WriteRefusedError { code: 'deadlineExceeded'; reason: null }
+export class WriteGuard {
+  constructor(options: {
+    producer: { enqueueEnsure(input: EnsureInput): Promise<string> };
+    workspaceId: string;
+    parentWorkspaceId: string;
+    policy?: GuardPolicy;
+    recorder?: QuotaRetryRecorder;
+    outcomes?: OutcomeLookup | null;
+    includeDrafted?: boolean;
+    ceiling?: EnsureInput['ceiling'];
+    orgId?: string;
+    brandId?: string;
+    clock?: () => number;
+    sleep?: (seconds: number) => Promise<void>;
+    logger?: Logger;
+  });
+  readonly deadline: number;
+  readonly timeLeftS: number;
+  front(need: Need): Promise<string>;
+  write<A extends HttpAnswer>(
+    call: () => Promise<A>,
+    options: { need: Need; site: string; rollback?: () => void | Promise<void> },
+  ): Promise<A>;
+}
+
+export const PROVISIONAL_GRACE_S: number;
+export class OutcomeWaitTimeoutError extends Error { requestId: string; timeoutS: number }
+export class LedgerUnavailableError extends Error { code: 'ledgerUnavailable' }
+export function itemToRecord(item: Record<string, unknown>): LedgerRecord;
+export function isSettled(record: LedgerRecord, nowS: number): boolean;
+export class OutcomeReader implements OutcomeLookup {
+  constructor(options: {
+    tableName: string; dynamodb: DynamoDBClient; clock?: () => number;
+    sleep?: (seconds: number) => Promise<void>; wallClock?: () => number; timeoutMs?: number;
+  });
+  getRecord(requestId: string): Promise<LedgerRecord | null>;
+  getOutcome(requestId: string): Promise<AllocationOutcome | null>;
+  waitForOutcome(
+    requestId: string, timeoutS: number, options?: { firstDelayS?: number; maxDelayS?: number },
+  ): Promise<AllocationOutcome>;
+}
+
+export const METRIC_NAMESPACE: 'SerenityAllocator';
+export class EmfQuotaRetryRecorder implements QuotaRetryRecorder {
+  constructor(environment: string, options?: { service?: string; emit?: (line: string) => void; clockMs?: () => number });
+  record(outcome: CycleOutcome, attempt: number, site: string): void;
+  rollbackFailed(site: string): void;
+}
