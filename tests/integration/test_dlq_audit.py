@@ -30,9 +30,11 @@ def worker(
 
 
 def _audit(resources: LocalResources) -> int:
-    letters = peek_dead_letters(local_client("sqs", resources.endpoint_url), resources.dlq_url)
+    read = peek_dead_letters(
+        local_client("sqs", resources.endpoint_url), resources.dlq_url, wait_s=0
+    )
     report = audit_dead_letters(
-        letters,
+        read.letters,
         DynamoDbRequestLedger(
             resources.ledger_table, local_client("dynamodb", resources.endpoint_url)
         ),

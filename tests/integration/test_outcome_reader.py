@@ -79,7 +79,9 @@ def test_get_outcome_is_none_while_pending_and_the_outcome_once_stored(
     reader = _reader(local_resources, dynamodb, FakeTime())
     assert reader.get_outcome("req-1") is None
     writer.record_intent(
-        "req-1", ReleaseIntent(before=Totals(prompts=500), target=Totals(prompts=100))
+        "req-1",
+        ReleaseIntent(before=Totals(prompts=500), target=Totals(prompts=100)),
+        workspace_id="child-1",
     )
     assert reader.get_outcome("req-1") is None
 

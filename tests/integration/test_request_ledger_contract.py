@@ -85,8 +85,8 @@ def test_ledger_contract_final_outcome_is_stored_once(ledger: RequestLedger) -> 
 
 def test_ledger_contract_intent_is_replaced_and_kept_when_terminal(ledger: RequestLedger) -> None:
     # Given an intent replaced by a later one
-    ledger.record_intent("req-1", INTENT)
-    ledger.record_intent("req-1", LATER_INTENT)
+    ledger.record_intent("req-1", INTENT, workspace_id="child-1")
+    ledger.record_intent("req-1", LATER_INTENT, workspace_id="child-1")
     assert _state(ledger) == ("intent", None, LATER_INTENT, False)
 
     # When the request completes
@@ -102,7 +102,7 @@ def test_ledger_contract_intent_over_a_final_record_conflicts(ledger: RequestLed
 
     # When an intent is recorded, Then it is refused and the record is unchanged
     with pytest.raises(LedgerConflictError):
-        ledger.record_intent("req-1", INTENT)
+        ledger.record_intent("req-1", INTENT, workspace_id="child-1")
     assert _state(ledger) == ("final", _outcome(), None, False)
 
 
@@ -111,7 +111,7 @@ def test_ledger_contract_intent_beside_a_provisional_dead_letter(ledger: Request
     ledger.store_outcome(DEAD, provisional=True)
 
     # When that receive records its release intent
-    ledger.record_intent("req-1", INTENT)
+    ledger.record_intent("req-1", INTENT, workspace_id="child-1")
 
     # Then the dead letter stays terminal and provisional, with the intent beside it
     assert _state(ledger) == ("deadLettered", DEAD, INTENT, True)
@@ -134,7 +134,7 @@ def test_ledger_contract_provisional_dead_letter_never_replaces_a_terminal_recor
 
 def test_ledger_contract_provisional_dead_letter_replaces_an_intent(ledger: RequestLedger) -> None:
     # Given an intent from an earlier receive
-    ledger.record_intent("req-1", INTENT)
+    ledger.record_intent("req-1", INTENT, workspace_id="child-1")
 
     # When the final receive begins
     held = ledger.store_outcome(DEAD, provisional=True)
