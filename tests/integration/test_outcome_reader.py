@@ -86,8 +86,9 @@ def test_get_outcome_is_none_while_pending_and_the_outcome_once_stored(
     assert reader.get_outcome("req-1") is None
 
     # When the worker stores the terminal outcome / Then the reader sees exactly it
-    writer.store_outcome(_outcome())
-    assert reader.get_outcome("req-1") == _outcome()
+    released = _outcome(kind="release", status="released")
+    writer.store_outcome(released)
+    assert reader.get_outcome("req-1") == released
 
 
 def test_wait_for_outcome_backs_off_until_the_worker_stores_it(
