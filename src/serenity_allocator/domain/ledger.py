@@ -317,8 +317,17 @@ def _model_of(annotation: object) -> type[BaseModel] | None:
 
 def describe_unreadable(exc: ValidationError, where: str) -> str:
     """Which fields of ``where`` could not be read (names only: values are never quoted)."""
-    fields = sorted({".".join(str(p) for p in e["loc"]) or where for e in exc.errors()})
+    fields = sorted({_field_of(error) or where for error in exc.errors()})
     return f"{where}: unreadable field(s) {', '.join(fields)}"
+
+
+def _field_of(error: Any) -> str:
+    # A disagreement between parts is reported on the whole record by the model validator,
+    # whose own messages (never a value) start with the field at fault.
+    if error["loc"]:
+        return ".".join(str(part) for part in error["loc"])
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return message.split(":", 1)[0] if ":" in message else ""
 
 
 def replayed_release_outcome(
