@@ -86,3 +86,20 @@ def test_is_metered_quota_is_a_405_with_a_non_empty_non_json_body(
 def test_is_rate_limited_is_429(status: int, expected: bool) -> None:
     # Given a status / When classified / Then only 429 is rate limiting
     assert is_rate_limited(status, "Too Many Requests") is expected
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("[" * 100_000, False),
+        ('{"a":' * 100_000, False),
+        ("  " + "[" * 100_000 + "]" * 100_000, False),
+        ("<html>" * 100_000, True),
+    ],
+)
+def test_is_metered_quota_is_bounded_on_pathologically_nested_bodies(
+    body: str, expected: bool
+) -> None:
+    # Given a 405 whose body nests deeper than any parser recurses / When it is classified
+    # Then it answers without raising: a body opening an array or object is JSON-shaped
+    assert is_metered_quota(405, body) is expected
