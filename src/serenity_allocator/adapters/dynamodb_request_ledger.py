@@ -284,6 +284,10 @@ class DynamoDbRequestLedger:
         condition = _OPEN_CONDITION if provisional else _TERMINAL_CONDITION
         if self._update(outcome.request_id, expression, condition, values, status=True):
             return outcome
+        return self._held_outcome(outcome)
+
+    def _held_outcome(self, outcome: AllocationOutcome) -> AllocationOutcome:
+        """The terminal outcome that made a conditional store fail, read back."""
         held = self.get(outcome.request_id)
         if held is not None and not held.belongs_to(outcome.workspace_id, outcome.kind):
             raise RequestIdConflictError(outcome.request_id)

@@ -128,17 +128,24 @@ def _settle(
             return None
         audit.reannounced.append(entry.outcome)
         return entry.outcome
-    outcome = _dead_letter_outcome(entry, request, receive_count)
+    return _record(ledger, _dead_letter_outcome(entry, request, receive_count), audit)
+
+
+def _record(
+    ledger: RequestLedger, outcome: AllocationOutcome, audit: DeadLetterAudit
+) -> AllocationOutcome | None:
+    """Store a dead letter; the outcome to announce, or None (reported instead)."""
+    request_id = outcome.request_id
     try:
         held = ledger.store_outcome(outcome, dead_lettered=True)
     except RequestIdConflictError:
-        audit.conflicts.append(request.request_id)
+        audit.conflicts.append(request_id)
         return None
     except LedgerRecordUnreadableError as exc:
-        audit.unreadable[request.request_id] = str(exc)
+        audit.unreadable[request_id] = str(exc)
         return None
     except LedgerUnavailableError:
-        audit.unanswered.append(request.request_id)
+        audit.unanswered.append(request_id)
         return None
     if held == outcome:
         audit.recorded.append(held)

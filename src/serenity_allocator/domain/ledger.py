@@ -85,17 +85,11 @@ class LedgerEntry(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> LedgerEntry:
         if self.is_terminal and self.outcome is None:
-            raise ValueError("a terminal record without an outcome")
+            raise ValueError("outcome: a terminal record without an outcome")
         if self.state == "intent" and self.intent is None:
-            raise ValueError("an intent record without an intent")
-        outcome = self.outcome
-        if outcome is not None:
-            if outcome.request_id != self.request_id:
-                raise ValueError("outcome.request_id: not the record's request id")
-            if self.workspace_id is not None and outcome.workspace_id != self.workspace_id:
-                raise ValueError("outcome.workspace_id: not the record's workspace")
-            if self.kind is not None and outcome.kind != self.kind:
-                raise ValueError("outcome.kind: not the record's kind")
+            raise ValueError("intent: an intent record without an intent")
+        if self.outcome is not None:
+            _check_outcome_binding(self, self.outcome)
         return self
 
     @property
@@ -145,6 +139,16 @@ class LedgerEntry(BaseModel):
         whose final receive crashed (readers have seen it as dead-lettered).
         """
         return self.state == "deadLettered"
+
+
+def _check_outcome_binding(entry: LedgerEntry, outcome: AllocationOutcome) -> None:
+    # A stored outcome of another request, workspace or kind: tampered or corrupted.
+    if outcome.request_id != entry.request_id:
+        raise ValueError("outcome.request_id: not the record's request id")
+    if entry.workspace_id is not None and outcome.workspace_id != entry.workspace_id:
+        raise ValueError("outcome.workspace_id: not the record's workspace")
+    if entry.kind is not None and outcome.kind != entry.kind:
+        raise ValueError("outcome.kind: not the record's kind")
 
 
 class LedgerConflictError(Exception):
