@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 from serenity_allocator.adapters.dynamodb_request_ledger import DynamoDbRequestLedger
 from serenity_allocator.adapters.eventbridge_outcomes import OutcomePublisher
 from serenity_allocator.application.audit_dead_letters import audit_dead_letters
+from serenity_tools.operator import dlq_audit
 from serenity_tools.operator.dlq_audit import audit_summary, peek_dead_letters
 from serenity_tools.standins.resources import LocalResources, local_client
 from serenity_tools.standins.simulator import SimulatorServer
@@ -310,3 +312,36 @@ def test_dlq_audit_reports_an_unreadable_record_and_an_unparseable_body_and_goes
     assert len(summary["unparseable_message_ids"]) == 1
     assert (summary["invalid"], summary["complete"]) == (1, False)
     assert [o["request_id"] for o in outcome_capture.outcomes()] == [f"req-{GROUPS[0]}-1"]
+
+
+def test_dlq_audit_command_prints_its_report_and_exits_nonzero_until_complete(
+    local_resources: LocalResources,
+    outcome_capture: OutcomeCapture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Given a DLQ with one request
+    _fill_dlq(local_resources, {GROUPS[0]: 1})
+    args = argparse.Namespace(
+        dlq_url=local_resources.dlq_url,
+        ledger_table=local_resources.ledger_table,
+        bus=local_resources.bus_name,
+        limit=1000,
+        wait_s=0,
+    )
+
+    # When the operator runs the command, then again after a second request arrived whose
+    # ledger record does not parse
+    clean = dlq_audit.run(args)
+    first = json.loads(capsys.readouterr().out)
+    _fill_dlq(local_resources, {GROUPS[1]: 1})
+    local_client("dynamodb", local_resources.endpoint_url).put_item(
+        TableName=local_resources.ledger_table,
+        Item={"request_id": {"S": f"req-{GROUPS[1]}-0"}, "state": {"S": "archived"}},
+    )
+    broken = dlq_audit.run(args)
+    second = json.loads(capsys.readouterr().out)
+
+    # Then the first is complete (exit 0); the second names what it could not act on (exit 1)
+    assert (clean, first["complete"], len(first["recorded"])) == (0, True, 1)
+    assert (broken, second["complete"], second["already_terminal"]) == (1, False, 1)
+    assert list(second["unreadable_records"]) == [f"req-{GROUPS[1]}-0"]

@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import ClientError
+
 from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
 from serenity_allocator.application.audit_dead_letters import (
     DeadLetterAudit,
@@ -107,9 +109,16 @@ class _Peek:
         """
         for _pass in range(2):
             for message_id in message_ids:
-                self.sqs.change_message_visibility(
-                    QueueUrl=self.url, ReceiptHandle=self.handles[message_id], VisibilityTimeout=0
-                )
+                try:
+                    self.sqs.change_message_visibility(
+                        QueueUrl=self.url,
+                        ReceiptHandle=self.handles[message_id],
+                        VisibilityTimeout=0,
+                    )
+                except ClientError:
+                    # Visible again already (its 30 s ran out during a long audit): a stale
+                    # handle must not stop the others from being released.
+                    continue
 
     def reread_group(self, group: str) -> bool:
         """Read ``group`` again from its head, every other group held; True when cut at ten."""
