@@ -17,7 +17,6 @@ from .request_ledger import confirm_announced
 
 def finish_batch(inv: Invocation, failed: Sequence[str]) -> list[str]:
     """Publish, warn, flush; return the message ids to report as batch item failures."""
-    inv.finishing = True
     failures = list(failed)
     skipped = [
         inv.plan.message(message_id)

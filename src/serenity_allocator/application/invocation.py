@@ -86,8 +86,6 @@ class Invocation:
     """Message ids Powertools handed over (the others were skipped behind a failed group)."""
     ledger: LedgerView = field(default_factory=LedgerView)
     """The batch's ledger records, read once before applying."""
-    finishing: bool = False
-    """Set once every record was handed over: what is left is announcing the batch."""
 
     def attempt_observer(self) -> AttemptObserver:
         """A fresh observer for one ensure attempt (its verdicts held until committed)."""
