@@ -87,7 +87,7 @@ def test_allocator_settings_blank_secret_id_is_missing() -> None:
         ("POOL_LOW_RATIO", "1.5"),
         ("POOL_LOW_INTERVAL_S", "soon"),
         ("ENVIRONMENT", ""),
-        ("AWS_CALL_BUDGET_S", "0.5"),
+        ("AWS_CALL_BUDGET_S", "0"),
         ("AWS_CALL_BUDGET_S", "17"),
         ("AWS_CALL_BUDGET_S", "soon"),
     ],

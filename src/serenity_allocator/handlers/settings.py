@@ -148,10 +148,11 @@ class AllocatorSettings(CommonSettings):
     )
 
     aws_call_budget_s: float = Field(
-        default=AWS_CALL_BUDGET_S, ge=1, le=AWS_CALL_BUDGET_S, alias="AWS_CALL_BUDGET_S"
+        default=AWS_CALL_BUDGET_S, gt=0, le=AWS_CALL_BUDGET_S, alias="AWS_CALL_BUDGET_S"
     )
     """The longest one AWS call (DynamoDB, SQS, EventBridge) may take, retries included. Its
-    own setting, independent of ``SEMRUSH_TIMEOUT_S``: from 10 s up two attempts, below one."""
+    own setting, independent of ``SEMRUSH_TIMEOUT_S``: from 10 s up two attempts, below one.
+    A function shorter than about three budgets applies little (docs/configuration.md)."""
 
     request_ledger_table: str | None = Field(
         default=None, alias="REQUEST_LEDGER_TABLE", pattern=r"^[A-Za-z0-9_.-]{3,255}$"
