@@ -1,14 +1,17 @@
-"""A small delaying HTTP proxy on loopback, in front of the moto server: a slow AWS endpoint.
+"""A small delaying and answering HTTP proxy on loopback, in front of the moto server.
 
 Point one service's endpoint variable (``AWS_ENDPOINT_URL_SQS``, ``..._EVENTBRIDGE``) at it.
 Every request is forwarded to moto unchanged; the requests a rule picks are held back
 first, as a slow or overloaded regional endpoint would. A held request is still forwarded when
 its client has given up (a real endpoint may also complete a request its caller abandoned).
+An ``answer`` may reply to a request itself instead of forwarding it, as a throttled endpoint
+does (a ``BatchGetItem`` that leaves every key unprocessed: :func:`unprocessed_batch_get`).
 """
 
 from __future__ import annotations
 
 import http.client
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -20,6 +23,37 @@ import pytest
 
 HoldRule = Callable[[Mapping[str, str], bytes], bool]
 """(request headers with lower-case names, request body) -> hold this request back?"""
+Answer = Callable[[Mapping[str, str], bytes], bytes | None]
+"""(request headers, request body) -> a JSON reply sent instead of forwarding, or None."""
+
+
+def never(headers: Mapping[str, str], body: bytes) -> bool:
+    """Hold nothing."""
+    return False
+
+
+def unprocessed_batch_get(times: int | None = None) -> tuple[Answer, list[int]]:
+    """An answer leaving every key of a ``BatchGetItem`` unprocessed (DynamoDB throttling).
+
+    The first ``times`` calls are answered so (every call when None), later ones are
+    forwarded. Returns the answer and a list that counts the calls it answered.
+    """
+    answered: list[int] = []
+
+    def answer(headers: Mapping[str, str], body: bytes) -> bytes | None:
+        if headers.get("x-amz-target", "") != "DynamoDB_20120810.BatchGetItem":
+            return None
+        if times is not None and len(answered) >= times:
+            return None
+        answered.append(1)
+        request = json.loads(body)
+        tables: dict[str, list[object]] = {name: [] for name in request["RequestItems"]}
+        return json.dumps(
+            {"Responses": tables, "UnprocessedKeys": request["RequestItems"]}
+        ).encode()
+
+    return answer, answered
+
 
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "host"})
 
@@ -87,8 +121,13 @@ class SlowProxy:
 
 
 @contextmanager
-def slow_proxy(upstream: str, delay_s: float, rule: HoldRule) -> Iterator[SlowProxy]:
-    """Run a proxy to ``upstream`` that holds requests matching ``rule`` for ``delay_s``."""
+def slow_proxy(
+    upstream: str, delay_s: float, rule: HoldRule, reply_with: Answer | None = None
+) -> Iterator[SlowProxy]:
+    """Run a proxy to ``upstream`` that holds requests matching ``rule`` for ``delay_s``.
+
+    A request ``reply_with`` answers gets that reply instead of being forwarded.
+    """
     target = urlsplit(upstream)
     held: list[str] = []
 
@@ -99,6 +138,10 @@ def slow_proxy(upstream: str, delay_s: float, rule: HoldRule) -> Iterator[SlowPr
             if rule(headers, body):
                 held.append(headers.get("x-amz-target", self.path))
                 time.sleep(delay_s)
+            reply = reply_with(headers, body) if reply_with is not None else None
+            if reply is not None:
+                self._send(200, [("Content-Type", "application/x-amz-json-1.0")], reply)
+                return
             connection = http.client.HTTPConnection(target.hostname or "", target.port, timeout=30)
             try:
                 forwarded = {k: v for k, v in headers.items() if k not in _HOP_BY_HOP}
@@ -109,6 +152,9 @@ def slow_proxy(upstream: str, delay_s: float, rule: HoldRule) -> Iterator[SlowPr
                 status, answer_headers, payload = 502, [], b""
             finally:
                 connection.close()
+            self._send(status, answer_headers, payload)
+
+        def _send(self, status: int, answer_headers: list[tuple[str, str]], payload: bytes) -> None:
             try:
                 self.send_response(status)
                 for name, value in answer_headers:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from serenity_allocator.adapters.dynamodb_request_ledger import DynamoDbRequestLedger
 from serenity_allocator.adapters.eventbridge_outcomes import OutcomePublisher
 from serenity_allocator.application.audit_dead_letters import audit_dead_letters
-from serenity_tools.operator.dlq_audit import peek_dead_letters
+from serenity_tools.operator import dlq_audit
+from serenity_tools.operator.dlq_audit import audit_summary, peek_dead_letters
 from serenity_tools.standins.resources import LocalResources, local_client
 from serenity_tools.standins.simulator import SimulatorServer
 from tests.conftest import OutcomeCapture
@@ -30,9 +33,11 @@ def worker(
 
 
 def _audit(resources: LocalResources) -> int:
-    letters = peek_dead_letters(local_client("sqs", resources.endpoint_url), resources.dlq_url)
+    read = peek_dead_letters(
+        local_client("sqs", resources.endpoint_url), resources.dlq_url, wait_s=0
+    )
     report = audit_dead_letters(
-        letters,
+        read.letters,
         DynamoDbRequestLedger(
             resources.ledger_table, local_client("dynamodb", resources.endpoint_url)
         ),
@@ -160,3 +165,183 @@ def test_dlq_audit_announces_the_provisional_dead_letter_of_a_crashed_final_rece
     assert after.outcome == before.outcome
     [outcome] = outcome_capture.outcomes()
     assert (outcome["error_code"], outcome["dead_lettered"]) == ("finalReceiveUnfinished", True)
+
+
+GROUPS = tuple(f"ws-dlq-{g}" for g in "abcd")
+
+
+def _dead_body(child: str, n: int) -> str:
+    return json.dumps(
+        {
+            "version": 1,
+            "kind": "ensure",
+            "request_id": f"req-{child}-{n}",
+            "workspace_id": child,
+            "parent_workspace_id": MASTER,
+            "need": {"projects": 0, "prompts": 10},
+        }
+    )
+
+
+def _fill_dlq(resources: LocalResources, per_group: dict[str, int]) -> None:
+    """Messages as the redrive policy leaves them: the original bodies, no reason attribute."""
+    sqs = local_client("sqs", resources.endpoint_url)
+    for child, count in per_group.items():
+        for n in range(count):
+            sqs.send_message(
+                QueueUrl=resources.dlq_url,
+                MessageBody=_dead_body(child, n),
+                MessageGroupId=child,
+                MessageDeduplicationId=f"{child}-{n}",
+            )
+
+
+def _run(resources: LocalResources, *, bus: bool = True) -> dict[str, Any]:
+    read = peek_dead_letters(
+        local_client("sqs", resources.endpoint_url), resources.dlq_url, wait_s=0
+    )
+    report = audit_dead_letters(
+        read.letters,
+        DynamoDbRequestLedger(
+            resources.ledger_table, local_client("dynamodb", resources.endpoint_url)
+        ),
+        OutcomePublisher(resources.bus_name, events=local_client("events", resources.endpoint_url))
+        if bus
+        else None,
+    )
+    return audit_summary(read, report)
+
+
+def test_dlq_audit_reads_every_message_of_four_groups_of_six(
+    local_resources: LocalResources, outcome_capture: OutcomeCapture
+) -> None:
+    # Given 24 requests in the DLQ, six in each of four groups: more than one receive returns,
+    # and FIFO hides a group's later messages while its first ones are held
+    _fill_dlq(local_resources, dict.fromkeys(GROUPS, 6))
+    expected = {f"req-{child}-{n}" for child in GROUPS for n in range(6)}
+
+    # When the audit runs, twice
+    first = _run(local_resources)
+    second = _run(local_resources)
+
+    # Then the first run read all 24, recorded and announced each once, and left none unread
+    assert (first["dlq_messages_read"], first["left_unread"], first["complete"]) == (24, 0, True)
+    assert {r["request_id"] for r in first["recorded"]} == expected
+    assert sorted(o["request_id"] for o in outcome_capture.outcomes()) == sorted(expected)
+    # the second read all 24 again and announced nothing
+    assert (second["dlq_messages_read"], second["already_terminal"]) == (24, 24)
+    assert (second["recorded"], second["reannounced"]) == ([], [])
+    assert len(outcome_capture.outcomes()) == 24
+    # and the DLQ still holds every message, for triage and redrive
+    sqs = local_client("sqs", local_resources.endpoint_url)
+    drained = []
+    while batch := sqs.receive_message(
+        QueueUrl=local_resources.dlq_url, MaxNumberOfMessages=10
+    ).get("Messages", []):
+        drained.extend(json.loads(m["Body"])["request_id"] for m in batch)
+        for m in batch:
+            sqs.delete_message(QueueUrl=local_resources.dlq_url, ReceiptHandle=m["ReceiptHandle"])
+    assert sorted(drained) == sorted(expected)
+
+
+def test_dlq_audit_says_how_many_it_left_unread_behind_a_group_longer_than_ten(
+    local_resources: LocalResources, outcome_capture: OutcomeCapture
+) -> None:
+    # Given a group of twelve beside a group of three
+    _fill_dlq(local_resources, {GROUPS[0]: 12, GROUPS[1]: 3})
+
+    # When the audit runs
+    summary = _run(local_resources)
+
+    # Then it read the first ten of the long group and the whole short one, and says two were
+    # left unread, behind which group
+    assert (summary["dlq_messages_read"], summary["left_unread"]) == (13, 2)
+    assert (summary["groups_cut_at_ten"], summary["complete"]) == ([GROUPS[0]], False)
+    assert len(summary["recorded"]) == 13
+
+
+def test_dlq_audit_announces_once_what_an_earlier_run_without_a_bus_recorded(
+    local_resources: LocalResources, outcome_capture: OutcomeCapture
+) -> None:
+    # Given an audit that ran without a bus (it recorded, announced nothing)
+    _fill_dlq(local_resources, {GROUPS[0]: 2})
+    silent = _run(local_resources, bus=False)
+    assert (len(silent["recorded"]), silent["announced"]) == (2, False)
+    assert outcome_capture.outcomes() == []
+
+    # When it runs with the bus, twice
+    loud = _run(local_resources)
+    again = _run(local_resources)
+
+    # Then the first re-announces the two stored records unchanged, the second nothing
+    assert [r["request_id"] for r in loud["reannounced"]] == [
+        f"req-{GROUPS[0]}-0",
+        f"req-{GROUPS[0]}-1",
+    ]
+    assert (loud["recorded"], loud["announced"]) == ([], True)
+    assert (again["reannounced"], again["already_terminal"]) == ([], 2)
+    assert len(outcome_capture.outcomes()) == 2
+
+
+def test_dlq_audit_reports_an_unreadable_record_and_an_unparseable_body_and_goes_on(
+    local_resources: LocalResources, outcome_capture: OutcomeCapture
+) -> None:
+    # Given two requests in the DLQ, one of them with a ledger record that does not parse,
+    # and a body without a reason that is not a request at all
+    _fill_dlq(local_resources, {GROUPS[0]: 2})
+    sqs = local_client("sqs", local_resources.endpoint_url)
+    sqs.send_message(
+        QueueUrl=local_resources.dlq_url,
+        MessageBody="{not json",
+        MessageGroupId=GROUPS[1],
+        MessageDeduplicationId="garbage",
+    )
+    local_client("dynamodb", local_resources.endpoint_url).put_item(
+        TableName=local_resources.ledger_table,
+        Item={"request_id": {"S": f"req-{GROUPS[0]}-0"}, "state": {"S": "archived"}},
+    )
+
+    # When the audit runs
+    summary = _run(local_resources)
+
+    # Then the other request is recorded and announced; the two it could not act on are named
+    assert [r["request_id"] for r in summary["recorded"]] == [f"req-{GROUPS[0]}-1"]
+    assert summary["unreadable_records"] == {
+        f"req-{GROUPS[0]}-0": "record: unreadable field(s) state"
+    }
+    assert len(summary["unparseable_message_ids"]) == 1
+    assert (summary["invalid"], summary["complete"]) == (1, False)
+    assert [o["request_id"] for o in outcome_capture.outcomes()] == [f"req-{GROUPS[0]}-1"]
+
+
+def test_dlq_audit_command_prints_its_report_and_exits_nonzero_until_complete(
+    local_resources: LocalResources,
+    outcome_capture: OutcomeCapture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Given a DLQ with one request
+    _fill_dlq(local_resources, {GROUPS[0]: 1})
+    args = argparse.Namespace(
+        dlq_url=local_resources.dlq_url,
+        ledger_table=local_resources.ledger_table,
+        bus=local_resources.bus_name,
+        limit=1000,
+        wait_s=0,
+    )
+
+    # When the operator runs the command, then again after a second request arrived whose
+    # ledger record does not parse
+    clean = dlq_audit.run(args)
+    first = json.loads(capsys.readouterr().out)
+    _fill_dlq(local_resources, {GROUPS[1]: 1})
+    local_client("dynamodb", local_resources.endpoint_url).put_item(
+        TableName=local_resources.ledger_table,
+        Item={"request_id": {"S": f"req-{GROUPS[1]}-0"}, "state": {"S": "archived"}},
+    )
+    broken = dlq_audit.run(args)
+    second = json.loads(capsys.readouterr().out)
+
+    # Then the first is complete (exit 0); the second names what it could not act on (exit 1)
+    assert (clean, first["complete"], len(first["recorded"])) == (0, True, 1)
+    assert (broken, second["complete"], second["already_terminal"]) == (1, False, 1)
+    assert list(second["unreadable_records"]) == [f"req-{GROUPS[1]}-0"]

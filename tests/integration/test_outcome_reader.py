@@ -79,13 +79,16 @@ def test_get_outcome_is_none_while_pending_and_the_outcome_once_stored(
     reader = _reader(local_resources, dynamodb, FakeTime())
     assert reader.get_outcome("req-1") is None
     writer.record_intent(
-        "req-1", ReleaseIntent(before=Totals(prompts=500), target=Totals(prompts=100))
+        "req-1",
+        ReleaseIntent(before=Totals(prompts=500), target=Totals(prompts=100)),
+        workspace_id="child-1",
     )
     assert reader.get_outcome("req-1") is None
 
     # When the worker stores the terminal outcome / Then the reader sees exactly it
-    writer.store_outcome(_outcome())
-    assert reader.get_outcome("req-1") == _outcome()
+    released = _outcome(kind="release", status="released")
+    writer.store_outcome(released)
+    assert reader.get_outcome("req-1") == released
 
 
 def test_wait_for_outcome_backs_off_until_the_worker_stores_it(

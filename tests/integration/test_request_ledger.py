@@ -75,7 +75,7 @@ def test_request_ledger_keeps_a_release_intent_when_it_turns_terminal(
     intent = ReleaseIntent(
         before=Totals(projects=3, prompts=500), target=Totals(projects=1, prompts=100)
     )
-    ledger.record_intent("req-1", intent)
+    ledger.record_intent("req-1", intent, workspace_id="child-1")
     assert ledger.lookup(["req-1"])["req-1"].state == "intent"
 
     # When its outcome is stored
@@ -95,7 +95,9 @@ def test_request_ledger_refuses_an_intent_over_a_terminal_record(
     # When a late delivery tries to record an intent / Then the ledger refuses it
     with pytest.raises(LedgerConflictError):
         ledger.record_intent(
-            "req-1", ReleaseIntent(before=Totals(prompts=400), target=Totals(prompts=100))
+            "req-1",
+            ReleaseIntent(before=Totals(prompts=400), target=Totals(prompts=100)),
+            workspace_id="child-1",
         )
     assert ledger.lookup(["req-1"])["req-1"].state == "final"
 
@@ -105,13 +107,13 @@ def test_request_ledger_adds_an_intent_beside_a_provisional_dead_letter(
 ) -> None:
     # Given a final receive's provisional dead letter over an earlier receive's intent
     earlier = ReleaseIntent(before=Totals(prompts=500), target=Totals(prompts=100))
-    ledger.record_intent("req-1", earlier)
+    ledger.record_intent("req-1", earlier, workspace_id="child-1")
     provisional = _outcome(status="failed", error_code="finalReceiveUnfinished", dead_lettered=True)
     ledger.store_outcome(provisional, provisional=True)
 
     # When that receive records its release's intent before transferring
     intent = ReleaseIntent(before=Totals(prompts=450), target=Totals(prompts=100))
-    ledger.record_intent("req-1", intent)
+    ledger.record_intent("req-1", intent, workspace_id="child-1")
 
     # Then the intent is kept beside the dead letter, which stays the terminal record (a crash
     # from here on still leaves one) until the receive stores its outcome

@@ -6,12 +6,20 @@ here runs against both, so the fake cannot drift from the adapter's conditional 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
 from serenity_allocator.adapters.dynamodb_request_ledger import DynamoDbRequestLedger
-from serenity_allocator.domain.ledger import LedgerConflictError, ReleaseIntent, RequestLedger
+from serenity_allocator.domain.ledger import (
+    LEDGER_SCHEMA_VERSION,
+    LedgerConflictError,
+    LedgerRecordUnreadableError,
+    ReleaseIntent,
+    RequestIdConflictError,
+    RequestLedger,
+)
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals
 from serenity_tools.standins.resources import local_client
@@ -53,8 +61,29 @@ def ledger(request: pytest.FixtureRequest) -> RequestLedger:
 def _state(
     ledger: RequestLedger,
 ) -> tuple[str, AllocationOutcome | None, ReleaseIntent | None, bool]:
-    entry = ledger.lookup(["req-1"])["req-1"]
+    entry = ledger.read_batch(["req-1"]).entries["req-1"]
     return entry.state, entry.outcome, entry.intent, entry.provisional
+
+
+UNREADABLE = "record: unreadable field(s) state"
+
+
+def _plant_unreadable(ledger: RequestLedger, request: pytest.FixtureRequest) -> None:
+    """Put a record this version cannot interpret under req-1 (a state it does not know)."""
+    if isinstance(ledger, InMemoryRequestLedger):
+        ledger.corrupt("req-1", UNREADABLE)
+        return
+    resources = request.getfixturevalue("local_resources")
+    local_client("dynamodb", resources.endpoint_url).put_item(
+        TableName=resources.ledger_table,
+        Item={
+            "request_id": {"S": "req-1"},
+            "schema_version": {"N": "2"},
+            "state": {"S": "archived"},
+            "workspace_id": {"S": "child-1"},
+            "kind": {"S": "release"},
+        },
+    )
 
 
 def test_ledger_contract_lookup_leaves_out_unknown_ids(ledger: RequestLedger) -> None:
@@ -62,11 +91,14 @@ def test_ledger_contract_lookup_leaves_out_unknown_ids(ledger: RequestLedger) ->
     ledger.store_outcome(_outcome())
 
     # When the ledger is asked for it and an unknown id
-    entries = ledger.lookup(["req-1", "req-unknown"])
+    read = ledger.read_batch(["req-1", "req-unknown"])
 
-    # Then only the stored one is returned, with its update time
-    assert list(entries) == ["req-1"]
-    assert entries["req-1"].updated_at == NOW
+    # Then only the stored one is returned, with its update time, version and binding
+    assert list(read.entries) == ["req-1"]
+    entry = read.entries["req-1"]
+    assert (entry.updated_at, entry.schema_version) == (NOW, LEDGER_SCHEMA_VERSION)
+    assert (entry.workspace_id, entry.kind, entry.announced) == ("child-1", "release", False)
+    assert (read.unreadable, read.unanswered) == ({}, set())
 
 
 def test_ledger_contract_final_outcome_is_stored_once(ledger: RequestLedger) -> None:
@@ -85,8 +117,8 @@ def test_ledger_contract_final_outcome_is_stored_once(ledger: RequestLedger) -> 
 
 def test_ledger_contract_intent_is_replaced_and_kept_when_terminal(ledger: RequestLedger) -> None:
     # Given an intent replaced by a later one
-    ledger.record_intent("req-1", INTENT)
-    ledger.record_intent("req-1", LATER_INTENT)
+    ledger.record_intent("req-1", INTENT, workspace_id="child-1")
+    ledger.record_intent("req-1", LATER_INTENT, workspace_id="child-1")
     assert _state(ledger) == ("intent", None, LATER_INTENT, False)
 
     # When the request completes
@@ -102,7 +134,7 @@ def test_ledger_contract_intent_over_a_final_record_conflicts(ledger: RequestLed
 
     # When an intent is recorded, Then it is refused and the record is unchanged
     with pytest.raises(LedgerConflictError):
-        ledger.record_intent("req-1", INTENT)
+        ledger.record_intent("req-1", INTENT, workspace_id="child-1")
     assert _state(ledger) == ("final", _outcome(), None, False)
 
 
@@ -111,7 +143,7 @@ def test_ledger_contract_intent_beside_a_provisional_dead_letter(ledger: Request
     ledger.store_outcome(DEAD, provisional=True)
 
     # When that receive records its release intent
-    ledger.record_intent("req-1", INTENT)
+    ledger.record_intent("req-1", INTENT, workspace_id="child-1")
 
     # Then the dead letter stays terminal and provisional, with the intent beside it
     assert _state(ledger) == ("deadLettered", DEAD, INTENT, True)
@@ -134,7 +166,7 @@ def test_ledger_contract_provisional_dead_letter_never_replaces_a_terminal_recor
 
 def test_ledger_contract_provisional_dead_letter_replaces_an_intent(ledger: RequestLedger) -> None:
     # Given an intent from an earlier receive
-    ledger.record_intent("req-1", INTENT)
+    ledger.record_intent("req-1", INTENT, workspace_id="child-1")
 
     # When the final receive begins
     held = ledger.store_outcome(DEAD, provisional=True)
@@ -169,3 +201,72 @@ def test_ledger_contract_final_outcome_replaces_its_own_provisional_dead_letter(
     # Then the final outcome is stored and no longer provisional
     assert held == _outcome(receive_count=5)
     assert _state(ledger) == ("final", _outcome(receive_count=5), None, False)
+
+
+def test_ledger_contract_refuses_a_write_for_another_workspace(ledger: RequestLedger) -> None:
+    # Given child-1's intent, then its final outcome, under req-1
+    ledger.record_intent("req-1", INTENT, workspace_id="child-1")
+    ledger.store_outcome(_outcome())
+
+    # When child-2's request writes under the same id, Then each write is refused as a
+    # conflict and returns nothing of child-1's record
+    with pytest.raises(RequestIdConflictError, match=r"^req-1$"):
+        ledger.store_outcome(_outcome(workspace_id="child-2"))
+    with pytest.raises(RequestIdConflictError):
+        ledger.store_outcome(_outcome("failed", workspace_id="child-2"), provisional=True)
+    with pytest.raises(RequestIdConflictError):
+        ledger.record_intent("req-1", LATER_INTENT, workspace_id="child-2")
+
+    # and the record is child-1's, unchanged
+    assert _state(ledger) == ("final", _outcome(), INTENT, False)
+
+
+def test_ledger_contract_refuses_a_write_for_another_kind(ledger: RequestLedger) -> None:
+    # Given a release's dead letter under req-1 (replaceable by a redrive of that release)
+    ledger.store_outcome(DEAD, dead_lettered=True)
+
+    # When an ensure of the same child completes under the id / Then it is refused
+    with pytest.raises(RequestIdConflictError):
+        ledger.store_outcome(_outcome("topped-up", kind="ensure"))
+    assert _state(ledger) == ("deadLettered", DEAD, None, False)
+
+
+def test_ledger_contract_announced_flag_is_for_terminal_records_and_reset_by_a_rewrite(
+    ledger: RequestLedger,
+) -> None:
+    # Given an intent: flagging it does nothing
+    ledger.record_intent("req-1", INTENT, workspace_id="child-1")
+    ledger.mark_announced(["req-1", "req-unknown"])
+    assert ledger.read_batch(["req-1"]).entries["req-1"].announced is False
+
+    # When it turns into a published dead letter and is flagged
+    ledger.store_outcome(DEAD, dead_lettered=True)
+    ledger.mark_announced(["req-1"])
+    assert ledger.read_batch(["req-1"]).entries["req-1"].announced is True
+
+    # Then a redrive's outcome replaces it unflagged (its own publish is yet to be confirmed)
+    ledger.store_outcome(_outcome(supersedes="deadLettered"))
+    entry = ledger.read_batch(["req-1", "req-unknown"]).entries["req-1"]
+    assert (entry.state, entry.announced) == ("final", False)
+
+
+def test_ledger_contract_an_unreadable_record_is_reported_and_never_written_over(
+    ledger: RequestLedger, request: pytest.FixtureRequest
+) -> None:
+    # Given a record this version cannot interpret, beside a readable one
+    _plant_unreadable(ledger, request)
+    ledger.store_outcome(_outcome(request_id="req-2"))
+
+    # When both are read
+    read = ledger.read_batch(["req-1", "req-2"])
+
+    # Then the readable one is returned and the other reported, naming the field only
+    assert list(read.entries) == ["req-2"]
+    assert read.unreadable == {"req-1": UNREADABLE}
+
+    # and every write to it is refused as unreadable, leaving it as it was
+    with pytest.raises(LedgerRecordUnreadableError, match=re.escape(UNREADABLE)):
+        ledger.store_outcome(_outcome())
+    with pytest.raises(LedgerRecordUnreadableError):
+        ledger.record_intent("req-1", INTENT, workspace_id="child-1")
+    assert ledger.read_batch(["req-1"]).unreadable == {"req-1": UNREADABLE}

@@ -526,3 +526,72 @@ def test_worker_release_whose_final_receive_crashed_after_transferring_is_redriv
     entry = ledger.get(request_id)
     assert entry is not None and (entry.state, entry.provisional) == ("final", False)
     assert _ledger_outcome(ledger, request_id) == outcome
+
+
+def _put_raw(resources: LocalResources, item: dict[str, Any]) -> None:
+    local_client("dynamodb", resources.endpoint_url).put_item(
+        TableName=resources.ledger_table, Item=item
+    )
+
+
+def _final_item(request_id: str, outcome: dict[str, Any], **attributes: Any) -> dict[str, Any]:
+    return {
+        "request_id": {"S": request_id},
+        "state": {"S": "final"},
+        "workspace_id": {"S": CHILD},
+        "kind": {"S": "ensure"},
+        "outcome": {"S": json.dumps(outcome)},
+        **attributes,
+    }
+
+
+def test_worker_replays_a_record_of_a_newer_version_and_fails_a_tampered_one_alone(
+    worker: AllocatorHarness,
+    sim: SimulatorServer,
+    outcome_capture: OutcomeCapture,
+    local_resources: LocalResources,
+) -> None:
+    # Given two ensures of one child whose ledger records were written elsewhere: one by a
+    # newer version (a higher schema version, fields this version does not know), one
+    # tampered (its stored outcome names another workspace)
+    _seed(sim, _child(prompts=(150, 200)))
+    newer_id = worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 0, "prompts": 10})
+    tampered_id = worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 0, "prompts": 20})
+    known = {
+        "kind": "ensure",
+        "workspace_id": CHILD,
+        "status": "hot-path",
+        "totals_before": {"projects": 1, "prompts": 200},
+        "totals_after": {"projects": 1, "prompts": 200},
+        "receive_count": 1,
+    }
+    _put_raw(
+        local_resources,
+        _final_item(
+            newer_id,
+            {**known, "request_id": newer_id, "latency_class": "fast"},
+            schema_version={"N": "3"},
+            shard={"S": "a"},
+        ),
+    )
+    _put_raw(
+        local_resources,
+        _final_item(tampered_id, {**known, "request_id": tampered_id, "workspace_id": SIBLING}),
+    )
+
+    # When both are delivered in one batch
+    invocation = worker.invoke()
+
+    # Then the newer record is replayed with the fields this version knows, nothing applied;
+    # the tampered one fails alone, named by its field, never replayed
+    [_, second] = [m["messageId"] for m in invocation.event["Records"]]
+    assert invocation.failed == [second]
+    assert [o["request_id"] for o in outcome_capture.outcomes()] == [newer_id]
+    assert outcome_capture.outcomes()[0]["status"] == "hot-path"
+    assert "latency_class" not in outcome_capture.outcomes()[0]
+    assert transfer_bodies(sim) == []
+    assert any(
+        "LedgerRecordUnreadableError" in text
+        and "record: unreadable field(s) outcome.workspace_id" in text
+        for text in invocation.exceptions
+    )

@@ -113,7 +113,11 @@ def worker(
     with allocator_harness(
         local_resources,
         sim,
-        {"SEMRUSH_TIMEOUT_S": str(SEMRUSH_TIMEOUT_S), "SAFETY_MARGIN_MS": str(SAFETY_MARGIN_MS)},
+        {
+            "SEMRUSH_TIMEOUT_S": str(SEMRUSH_TIMEOUT_S),
+            "AWS_CALL_BUDGET_S": str(SEMRUSH_TIMEOUT_S),
+            "SAFETY_MARGIN_MS": str(SAFETY_MARGIN_MS),
+        },
     ) as harness:
         harness.runtime.clock = function_clock
         yield harness

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from serenity_allocator.adapters.dynamodb_request_ledger import DynamoDbRequestLedger
 from serenity_allocator.handlers import allocator
 from serenity_allocator.handlers.allocator import lambda_handler
 from serenity_tools.standins.lambda_context import LocalLambdaContext
@@ -29,8 +30,11 @@ from tests.integration.allocator_harness import (
 from tests.integration.slow_aws_proxy import (
     FunctionClock,
     SlowProxy,
+    never,
     slow_aws_service,
+    slow_proxy,
     target_is,
+    unprocessed_batch_get,
 )
 from tests.integration.sqs_events import build_sqs_event, failed_ids, receive_messages
 
@@ -80,6 +84,7 @@ def worker(
     overrides = {
         "REQUEST_LEDGER_TABLE": local_resources.ledger_table,
         "SEMRUSH_TIMEOUT_S": str(SEMRUSH_TIMEOUT_S),
+        "AWS_CALL_BUDGET_S": str(SEMRUSH_TIMEOUT_S),
         "SAFETY_MARGIN_MS": str(SAFETY_MARGIN_MS),
         # Kill switch off: an ensure completes with no upstream call, so nothing but the
         # ledger's own deadline check stands between one slow write and the next.
@@ -132,3 +137,64 @@ def test_slow_ledger_fails_records_early_and_ends_before_the_timeout(
         *["OutOfTimeError"] * (len(CHILDREN) - 2),
     ]
     assert outcome_capture.outcomes() == []
+
+
+@pytest.fixture
+def throttled_lookups(
+    local_resources: LocalResources, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[list[int]]:
+    """DynamoDB through the answering proxy: every BatchGetItem leaves its keys unprocessed."""
+    answer, answered = unprocessed_batch_get()
+    with slow_proxy(local_resources.endpoint_url, 0.0, never, answer) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", proxy.url)
+        yield answered
+
+
+def test_a_throttled_ledger_lookup_backs_off_then_fails_the_records_before_the_timeout(
+    worker: AllocatorHarness,
+    sim: SimulatorServer,
+    throttled_lookups: list[int],
+    outcome_capture: OutcomeCapture,
+    function_clock: FunctionClock,
+) -> None:
+    # Given six ensures, a ledger table that throttles every read, a function with
+    # SHORT_FUNCTION_S to live, and waits that move the function's clock (the top of each
+    # jitter range, so they are exact)
+    sim.seed(
+        [
+            workspace(MASTER, projects=(0, 100), prompts=(0, 10_000)),
+            *(
+                workspace(child, parent_id=MASTER, projects=(1, 1), prompts=(100, 500))
+                for child in CHILDREN
+            ),
+        ]
+    )
+    for child in CHILDREN:
+        worker.producer.enqueue_ensure(child, MASTER, {"prompts": 10})
+    messages = receive_messages(worker.sqs, worker.resources.queue_url)
+    worker.runtime.sleep = function_clock.charge
+    worker.runtime.ledger = DynamoDbRequestLedger(
+        worker.resources.ledger_table,
+        call_budget_s=SEMRUSH_TIMEOUT_S,
+        jitter=lambda ceiling: ceiling,
+    )
+    event = build_sqs_event(messages, queue_arn=worker.resources.queue_arn, region="us-east-1")
+    context = LocalLambdaContext(FUNCTION_NAME, SHORT_FUNCTION_S, function_clock)
+
+    # When the batch runs
+    response = lambda_handler(event, context, runtime=worker.runtime)
+
+    # Then the lookup asked again after 50 ms doubling to the 1 s cap while a wait and one
+    # more 2 s read still ended by 5.5 s (8 s less the margin and one publish); then every
+    # record failed for a retry with its reason, nothing applied, nothing published, and the
+    # handler returned with time to spare
+    assert function_clock.charged_at == pytest.approx([0.0, 0.05, 0.15, 0.35, 0.75, 1.55])
+    assert len(throttled_lookups) == 7
+    assert sorted(failed_ids(response)) == sorted(m["MessageId"] for m in messages)
+    errors = [info[1] for info in allocator.processor.exceptions]
+    assert {(type(e).__name__, str(e)) for e in errors} == {
+        ("LedgerUnavailableError", "unprocessed keys until the deadline")
+    }
+    assert len(errors) == len(CHILDREN)
+    assert outcome_capture.outcomes() == []
+    assert function_clock() - function_clock.start == pytest.approx(2.55)

@@ -9,7 +9,14 @@ this fake and the adapter on moto:
 - a terminal outcome replaces nothing, an intent or a dead letter, never a ``final`` record
   (the held one is returned instead);
 - a provisional dead letter replaces only nothing or an intent;
-- a record keeps its intent when it turns terminal.
+- a record keeps its intent when it turns terminal;
+- no write touches a record bound to another workspace or kind (``RequestIdConflictError``),
+  nor one that cannot be read (``LedgerRecordUnreadableError``);
+- ``mark_announced`` flags terminal records only.
+
+``corrupt`` plants an unreadable record (as a tampered or unparseable item reads) and
+``throttled`` ids stay unanswered by a batch read, as keys DynamoDB leaves unprocessed past
+the caller's deadline.
 """
 
 from __future__ import annotations
@@ -17,11 +24,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from serenity_allocator.domain.ledger import (
+    CallDeadline,
     LedgerConflictError,
     LedgerEntry,
+    LedgerRead,
+    LedgerRecordUnreadableError,
     LedgerState,
     LedgerUnavailableError,
     ReleaseIntent,
+    RequestIdConflictError,
 )
 from serenity_allocator.domain.messages import AllocationOutcome
 
@@ -40,44 +51,90 @@ class InMemoryRequestLedger:
         self.writes = 0
         self.lookups: list[list[str]] = []
         self.down = False
+        self.unreadable: dict[str, str] = {}
+        self.throttled: set[str] = set()
+        self.announced_calls: list[list[str]] = []
         self._now = now
 
     def _check_up(self) -> None:
         if self.down:
             raise LedgerUnavailableError("ConnectTimeoutError")
 
-    def lookup(self, request_ids: Sequence[str]) -> dict[str, LedgerEntry]:
+    def corrupt(self, request_id: str, reason: str = "record: unreadable field(s) state") -> None:
+        """Make ``request_id``'s record one that does not parse."""
+        self.entries.pop(request_id, None)
+        self.unreadable[request_id] = reason
+
+    def read_batch(
+        self, request_ids: Sequence[str], deadline: CallDeadline | None = None
+    ) -> LedgerRead:
         """The stored entries of ``request_ids``; absent ids are left out."""
         self._check_up()
         self.lookups.append(list(request_ids))
-        return {rid: self.entries[rid] for rid in request_ids if rid in self.entries}
+        return LedgerRead(
+            entries={
+                rid: self.entries[rid]
+                for rid in request_ids
+                if rid in self.entries and rid not in self.throttled
+            },
+            unreadable={
+                rid: self.unreadable[rid]
+                for rid in request_ids
+                if rid in self.unreadable and rid not in self.throttled
+            },
+            unanswered={rid for rid in request_ids if rid in self.throttled},
+        )
+
+    def lookup(self, request_ids: Sequence[str]) -> dict[str, LedgerEntry]:
+        """The readable entries of ``request_ids`` (the adapter's shorthand)."""
+        return self.read_batch(request_ids).entries
 
     def get(self, request_id: str) -> LedgerEntry | None:
         """One stored entry, or None."""
         self._check_up()
+        self._check_readable(request_id)
         return self.entries.get(request_id)
 
-    def record_intent(self, request_id: str, intent: ReleaseIntent) -> None:
+    def _check_readable(self, request_id: str) -> None:
+        if request_id in self.unreadable:
+            raise LedgerRecordUnreadableError(self.unreadable[request_id])
+
+    def _check_bound(self, request_id: str, workspace_id: str, kind: str) -> LedgerEntry | None:
+        self._check_readable(request_id)
+        entry = self.entries.get(request_id)
+        if entry is not None and not entry.belongs_to(workspace_id, kind):
+            raise RequestIdConflictError(request_id)
+        return entry
+
+    def record_intent(self, request_id: str, intent: ReleaseIntent, *, workspace_id: str) -> None:
         """Record an intent under the adapter's conditions."""
         self._check_up()
-        entry = self.entries.get(request_id)
+        entry = self._check_bound(request_id, workspace_id, "release")
+        bound = {"workspace_id": workspace_id, "kind": "release", "updated_at": self._now}
         if entry is None or entry.state == "intent":
-            replacement = LedgerEntry(
-                request_id=request_id, state="intent", intent=intent, updated_at=self._now
-            )
+            replacement = LedgerEntry(request_id=request_id, state="intent", intent=intent, **bound)
         elif entry.state == "deadLettered":
-            replacement = entry.model_copy(update={"intent": intent, "updated_at": self._now})
+            replacement = entry.model_copy(update={"intent": intent, **bound})
         else:
             raise LedgerConflictError(request_id)
         self.entries[request_id] = replacement
         self.writes += 1
+
+    def mark_announced(self, request_ids: Sequence[str]) -> None:
+        """Flag the terminal records among ``request_ids`` as announced."""
+        self._check_up()
+        self.announced_calls.append(list(request_ids))
+        for rid in request_ids:
+            entry = self.entries.get(rid)
+            if entry is not None and entry.is_terminal:
+                self.entries[rid] = entry.model_copy(update={"announced": True})
 
     def store_outcome(
         self, outcome: AllocationOutcome, *, dead_lettered: bool = False, provisional: bool = False
     ) -> AllocationOutcome:
         """Store a terminal outcome under the adapter's conditions; return what is held."""
         self._check_up()
-        entry = self.entries.get(outcome.request_id)
+        entry = self._check_bound(outcome.request_id, outcome.workspace_id, outcome.kind)
         allowed = ("intent",) if provisional else ("intent", "deadLettered")
         if entry is not None and entry.state not in allowed:
             if entry.outcome is None:
@@ -89,6 +146,8 @@ class InMemoryRequestLedger:
         self.entries[outcome.request_id] = LedgerEntry(
             request_id=outcome.request_id,
             state=state,
+            workspace_id=outcome.workspace_id,
+            kind=outcome.kind,
             outcome=stored,
             intent=entry.intent if entry is not None else None,
             provisional=provisional,

@@ -12,7 +12,7 @@ from serenity_allocator.application.audit_dead_letters import (
     audit_dead_letters,
 )
 from serenity_allocator.application.request_ledger import FINAL_RECEIVE_UNFINISHED
-from serenity_allocator.domain.ledger import LedgerEntry, ReleaseIntent
+from serenity_allocator.domain.ledger import CallDeadline, LedgerEntry, LedgerRead, ReleaseIntent
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals
 from tests.fakes import RecordingOutcomes
@@ -68,7 +68,13 @@ def test_audit_dead_letters_records_and_announces_a_request_without_a_record() -
     assert audit == DeadLetterAudit(recorded=[expected], announced=True)
     assert outcomes.published == [expected]
     assert ledger.entries["req-1"] == LedgerEntry(
-        request_id="req-1", state="deadLettered", outcome=expected, updated_at=1_800_000_000
+        request_id="req-1",
+        state="deadLettered",
+        workspace_id="child-1",
+        kind="ensure",
+        outcome=expected,
+        updated_at=1_800_000_000,
+        announced=True,
     )
     assert RECEIVES_EXHAUSTED == "receivesExhausted"
 
@@ -91,16 +97,23 @@ def test_audit_dead_letters_confirms_a_provisional_dead_letter() -> None:
 
 
 def test_audit_dead_letters_keeps_a_release_intent_when_recording() -> None:
-    # Given a request whose ledger record is only an intent
+    # Given a release whose ledger record is only an intent
     ledger = InMemoryRequestLedger()
     intent = ReleaseIntent(before=Totals(prompts=500), target=Totals(prompts=100))
-    ledger.record_intent("req-1", intent)
+    ledger.record_intent("req-1", intent, workspace_id="child-1")
+    release = {"version": 1, "kind": "release", "request_id": "req-1", "workspace_id": "child-1"}
+    letter = DeadLetterCopy(
+        message_id="m-1", body=json.dumps(release), reason=None, receive_count=5
+    )
 
     # When the DLQ is audited
-    audit = audit_dead_letters([_letter("req-1")], ledger, None)
+    audit = audit_dead_letters([letter], ledger, None)
 
     # Then the dead letter is stored beside the intent, and nothing is announced without a sink
-    assert audit == DeadLetterAudit(recorded=[_exhausted("req-1")], announced=False)
+    expected = _exhausted("req-1").model_copy(
+        update={"kind": "release", "org_id": None, "source": "service"}
+    )
+    assert audit == DeadLetterAudit(recorded=[expected], announced=False)
     assert ledger.entries["req-1"].state == "deadLettered"
     assert ledger.entries["req-1"].intent == intent
 
@@ -113,6 +126,7 @@ def test_audit_dead_letters_leaves_a_terminal_record_alone() -> None:
     )
     ledger.store_outcome(final)
     ledger.store_outcome(_exhausted("req-dead"), dead_lettered=True)
+    ledger.mark_announced(["req-final", "req-dead"])  # the worker's publish was confirmed
     writes = ledger.writes
     outcomes = RecordingOutcomes()
 
@@ -153,8 +167,8 @@ def test_audit_dead_letters_skips_invalid_messages() -> None:
     # When the DLQ is audited
     audit = audit_dead_letters(letters, ledger, RecordingOutcomes())
 
-    # Then both count as invalid and nothing is written
-    assert audit == DeadLetterAudit(invalid=2)
+    # Then both count as invalid, the unparseable one named, and nothing is written
+    assert audit == DeadLetterAudit(invalid=2, unparseable=["m-2"])
     assert (ledger.entries, ledger.writes) == ({}, 0)
 
 
@@ -192,9 +206,11 @@ def test_audit_dead_letters_announces_in_batches_of_ten() -> None:
 class StaleLookupLedger(InMemoryRequestLedger):
     """A ledger whose lookup ran before another writer stored a record (a race)."""
 
-    def lookup(self, request_ids: Sequence[str]) -> dict[str, LedgerEntry]:
-        super().lookup(request_ids)
-        return {}
+    def read_batch(
+        self, request_ids: Sequence[str], deadline: CallDeadline | None = None
+    ) -> LedgerRead:
+        super().read_batch(request_ids, deadline)
+        return LedgerRead()
 
 
 def test_audit_dead_letters_counts_records_stored_after_its_lookup_as_terminal() -> None:
@@ -205,6 +221,7 @@ def test_audit_dead_letters_counts_records_stored_after_its_lookup_as_terminal()
     )
     ledger.store_outcome(final)
     ledger.store_outcome(final.model_copy(update={"request_id": "req-2"}))
+    ledger.mark_announced(["req-1", "req-2"])
     outcomes = RecordingOutcomes()
 
     # When the DLQ is audited

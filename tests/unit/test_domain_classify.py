@@ -104,3 +104,20 @@ def test_is_metered_quota_agrees_with_the_shared_fixtures(case: dict[str, object
     status, body = case["status"], case["body"]
     assert isinstance(status, int) and isinstance(body, str)
     assert is_metered_quota(status, body) is case["metered_quota"]
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("[" * 100_000, False),
+        ('{"a":' * 100_000, False),
+        ("  " + "[" * 100_000 + "]" * 100_000, False),
+        ("<html>" * 100_000, True),
+    ],
+)
+def test_is_metered_quota_is_bounded_on_pathologically_nested_bodies(
+    body: str, expected: bool
+) -> None:
+    # Given a 405 whose body nests deeper than any parser recurses / When it is classified
+    # Then it answers without raising: a body opening an array or object is JSON-shaped
+    assert is_metered_quota(405, body) is expected

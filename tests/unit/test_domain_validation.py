@@ -69,3 +69,17 @@ def test_describe_validation_error_drops_the_union_tag_from_the_path() -> None:
     described = describe_validation_error(error, whole="body", skip=("ensure", "release"))
     assert described.startswith("need: ")
     assert "ensure." not in described
+
+
+@pytest.mark.parametrize("run_id", [".", "..", " .. "])
+def test_a_dot_segment_run_id_is_a_validation_error_naming_the_field(run_id: str) -> None:
+    # Given a sweep run id that would be a directory step in its checkpoint's key
+    from serenity_allocator.domain.sweep_model import SweepAbandonRequest, SweepRequest
+
+    # When a sweep or an abandon names it / Then pydantic refuses it, naming run_id
+    for model, payload in (
+        (SweepRequest, {"parent_workspace_ids": ["ws-master"], "run_id": run_id}),
+        (SweepAbandonRequest, {"abandon": True, "run_id": run_id}),
+    ):
+        error = _error(lambda m=model, p=payload: m.model_validate(p))
+        assert describe_validation_error(error) == "run_id: Value error, must not be '.' or '..'"

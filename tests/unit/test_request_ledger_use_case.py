@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from serenity_allocator.application.request_ledger import (
     FINAL_RECEIVE_UNFINISHED,
+    LedgerDeadlines,
     LedgerView,
     mark_final_receive,
     read_ledger,
@@ -27,6 +30,8 @@ from tests.unit.ledger_fake import InMemoryRequestLedger
 BEFORE = Totals(projects=3, prompts=500)
 TARGET = Totals(projects=1, prompts=100)
 RELEASE = ReleaseRequest(kind="release", request_id="req-1", workspace_id="child-1")
+BOUND: dict[str, Any] = {"workspace_id": "child-1", "kind": "release"}
+"""The binding every record of RELEASE carries."""
 
 
 def _outcome(status: str = "released", **fields: object) -> AllocationOutcome:
@@ -43,6 +48,21 @@ def _outcome(status: str = "released", **fields: object) -> AllocationOutcome:
 
 
 DEAD = _outcome("failed", error_code="workspaceBusy", dead_lettered=True, receive_count=5)
+
+
+def _deadlines(*, apply_by: float, finish_by: float) -> LedgerDeadlines:
+    # The invocation's clock stands at 0 s and one ledger call may take 1 s.
+    return LedgerDeadlines(
+        clock=lambda: 0.0,
+        sleep=lambda _s: None,
+        apply_by=apply_by,
+        finish_by=finish_by,
+        call_budget_s=1.0,
+    )
+
+
+NO_TIME = _deadlines(apply_by=0.5, finish_by=0.5)
+FINISH_ONLY = _deadlines(apply_by=0.5, finish_by=2.0)
 
 
 def _view(ledger: InMemoryRequestLedger, *ids: str) -> LedgerView:
@@ -78,10 +98,10 @@ def test_read_ledger_without_ledger_or_ids_reads_nothing() -> None:
     assert ledger.lookups == []
     assert (empty.entries, empty.error, empty.ledger) == ({}, None, ledger)
     assert (unconfigured.entries, unconfigured.error, unconfigured.ledger) == ({}, None, None)
-    unconfigured.check_available()
+    unconfigured.check("req-1")
 
 
-def test_read_ledger_keeps_the_lookup_error_for_check_available() -> None:
+def test_read_ledger_keeps_the_lookup_error_for_check() -> None:
     # Given a ledger that is down
     ledger = InMemoryRequestLedger()
     ledger.down = True
@@ -92,7 +112,7 @@ def test_read_ledger_keeps_the_lookup_error_for_check_available() -> None:
     # Then the error is kept and raised for each request that checks
     assert view.entries == {}
     with pytest.raises(LedgerUnavailableError, match="ConnectTimeoutError"):
-        view.check_available()
+        view.check("req-1")
 
 
 # -- replay ----------------------------------------------------------------------------------
@@ -103,12 +123,17 @@ def test_ledger_view_replays_only_a_final_outcome() -> None:
     ledger = InMemoryRequestLedger()
     final = _outcome(request_id="req-final")
     ledger.store_outcome(final)
-    ledger.record_intent("req-intent", ReleaseIntent(before=BEFORE, target=TARGET))
+    ledger.record_intent(
+        "req-intent", ReleaseIntent(before=BEFORE, target=TARGET), workspace_id="child-1"
+    )
     ledger.store_outcome(DEAD.model_copy(update={"request_id": "req-dead"}), dead_lettered=True)
 
     # When the batch asks which requests to replay
     view = read_ledger(ledger, ["req-final", "req-intent", "req-dead", "req-new"])
-    replays = [view.replay(rid) for rid in ("req-final", "req-intent", "req-dead", "req-new")]
+    replays = [
+        view.replay(RELEASE.model_copy(update={"request_id": rid}))
+        for rid in ("req-final", "req-intent", "req-dead", "req-new")
+    ]
 
     # Then only the final outcome is replayed, exactly as stored
     assert replays == [final, None, None, None]
@@ -130,7 +155,9 @@ def test_store_terminal_stores_once_and_returns_the_held_outcome() -> None:
     # Then the ledger wrote once and the first outcome is what gets published
     assert second == first
     assert ledger.writes == 1
-    assert view.entries["req-1"] == LedgerEntry(request_id="req-1", state="final", outcome=first)
+    assert view.entries["req-1"] == LedgerEntry(
+        request_id="req-1", state="final", outcome=first, **BOUND
+    )
 
 
 def test_store_terminal_for_a_duplicate_id_in_one_batch_returns_the_first_outcome() -> None:
@@ -151,7 +178,7 @@ def test_store_terminal_stores_a_dead_letter_as_dead_lettered() -> None:
     # Given a request on its final receive that recorded a release intent
     ledger = InMemoryRequestLedger()
     view = _view(ledger)
-    record_release_intent(view, "req-1", BEFORE, TARGET)
+    record_release_intent(view, RELEASE, BEFORE, TARGET)
 
     # When the worker dead-letters it
     held = store_terminal(view, DEAD)
@@ -163,7 +190,7 @@ def test_store_terminal_stores_a_dead_letter_as_dead_lettered() -> None:
     assert (stored.state, stored.provisional, stored.outcome) == ("deadLettered", False, DEAD)
     assert ledger.dead_letters["req-1"] == DEAD
     assert view.entries["req-1"] == LedgerEntry(
-        request_id="req-1", state="deadLettered", outcome=DEAD, intent=intent
+        request_id="req-1", state="deadLettered", outcome=DEAD, intent=intent, **BOUND
     )
 
 
@@ -208,23 +235,31 @@ def test_store_terminal_does_not_mark_a_dead_letter_as_superseding() -> None:
 def test_store_terminal_with_no_time_left_drops_a_dead_letter_and_fails_a_result() -> None:
     # Given a view whose invocation has no time for one more ledger call
     ledger = InMemoryRequestLedger()
-    asked: list[bool] = []
-
-    def no_time(finishing: bool) -> bool:
-        asked.append(finishing)
-        return False
-
-    view = LedgerView(ledger, has_time=no_time)
+    view = LedgerView(ledger, NO_TIME)
 
     # When a dead letter and a completed result are stored
     dropped = store_terminal(view, DEAD)
     with pytest.raises(OutOfTimeError):
         store_terminal(view, _outcome())
 
-    # Then nothing is written; the dead letter asked for the finishing deadline
+    # Then nothing is written
     assert dropped is None
-    assert asked == [True, False]
     assert ledger.writes == 0
+
+
+def test_store_terminal_gives_a_dead_letter_the_time_kept_for_announcing() -> None:
+    # Given a view past its applying deadline but before the function's own
+    ledger = InMemoryRequestLedger()
+    view = LedgerView(ledger, FINISH_ONLY)
+
+    # When a dead letter and a completed result are stored
+    held = store_terminal(view, DEAD)
+    with pytest.raises(OutOfTimeError):
+        store_terminal(view, _outcome())
+
+    # Then the dead letter is written (it may use the publish's time), the result is not
+    assert held == DEAD
+    assert ledger.writes == 1
 
 
 def test_store_terminal_with_the_ledger_down_drops_a_dead_letter_and_fails_a_result() -> None:
@@ -295,12 +330,14 @@ def test_record_release_intent_writes_it_and_keeps_it_in_the_view() -> None:
     view = _view(ledger)
 
     # When its intent is recorded
-    record_release_intent(view, "req-1", BEFORE, TARGET)
+    record_release_intent(view, RELEASE, BEFORE, TARGET)
 
     # Then the ledger and the batch's view both hold it
     intent = ReleaseIntent(before=BEFORE, target=TARGET)
     assert ledger.entries["req-1"].intent == intent
-    assert view.entries["req-1"] == LedgerEntry(request_id="req-1", state="intent", intent=intent)
+    assert view.entries["req-1"] == LedgerEntry(
+        request_id="req-1", state="intent", intent=intent, **BOUND
+    )
     assert view.intent("req-1") == intent
 
 
@@ -311,7 +348,7 @@ def test_record_release_intent_beside_a_dead_letter_keeps_the_terminal_view_entr
     view = _view(ledger)
 
     # When its intent is recorded
-    record_release_intent(view, "req-1", BEFORE, TARGET)
+    record_release_intent(view, RELEASE, BEFORE, TARGET)
 
     # Then the ledger adds the intent and the view still sees the dead letter
     assert ledger.entries["req-1"].state == "deadLettered"
@@ -327,38 +364,32 @@ def test_record_release_intent_over_a_final_record_conflicts() -> None:
 
     # When this delivery records an intent, Then it is refused
     with pytest.raises(LedgerConflictError):
-        record_release_intent(view, "req-1", BEFORE, TARGET)
+        record_release_intent(view, RELEASE, BEFORE, TARGET)
     assert ledger.entries["req-1"].intent is None
 
 
 def test_record_release_intent_with_no_time_left_writes_nothing() -> None:
-    # Given a view whose invocation has no time left
+    # Given a view past its applying deadline (the finishing one still ahead)
     ledger = InMemoryRequestLedger()
-    asked: list[bool] = []
-
-    def no_time(finishing: bool) -> bool:
-        asked.append(finishing)
-        return False
-
-    view = LedgerView(ledger, has_time=no_time)
+    view = LedgerView(ledger, FINISH_ONLY)
 
     # When a release's intent is recorded, Then it fails before writing
     with pytest.raises(OutOfTimeError):
-        record_release_intent(view, "req-1", BEFORE, TARGET)
-    assert (asked, ledger.writes, view.entries) == ([False], 0, {})
+        record_release_intent(view, RELEASE, BEFORE, TARGET)
+    assert (ledger.writes, view.entries) == (0, {})
 
 
 def test_record_release_intent_without_a_ledger_does_nothing() -> None:
     # Given no ledger, When an intent is recorded, Then the view stays empty
     view = LedgerView()
-    record_release_intent(view, "req-1", BEFORE, TARGET)
+    record_release_intent(view, RELEASE, BEFORE, TARGET)
     assert view.entries == {}
 
 
 def test_request_ledger_release_replay_after_a_partial_application_reports_true_totals() -> None:
     # Given a delivery that recorded its intent, transferred, and died before storing
     ledger = InMemoryRequestLedger()
-    record_release_intent(_view(ledger), "req-1", BEFORE, TARGET)
+    record_release_intent(_view(ledger), RELEASE, BEFORE, TARGET)
 
     # When the redelivery reads the lowered child and replays
     view = _view(ledger)
@@ -376,15 +407,17 @@ def test_request_ledger_release_replay_after_a_partial_application_reports_true_
     assert ledger.entries["req-1"].intent == intent
     # and the batch's view keeps the intent beside the final outcome
     assert view.entries["req-1"] == LedgerEntry(
-        request_id="req-1", state="final", outcome=expected, intent=intent
+        request_id="req-1", state="final", outcome=expected, intent=intent, **BOUND
     )
 
 
 def test_replay_release_applies_again_when_the_transfer_did_not_land() -> None:
     # Given recorded intents, one a no-op (target equals before)
     ledger = InMemoryRequestLedger()
-    record_release_intent(_view(ledger), "req-1", BEFORE, TARGET)
-    record_release_intent(_view(ledger), "req-noop", BEFORE, BEFORE)
+    record_release_intent(_view(ledger), RELEASE, BEFORE, TARGET)
+    record_release_intent(
+        _view(ledger), RELEASE.model_copy(update={"request_id": "req-noop"}), BEFORE, BEFORE
+    )
     view = _view(ledger, "req-1", "req-noop", "req-none")
     template = _outcome("nothing-to-release")
 

@@ -7,10 +7,15 @@ from collections.abc import Sequence
 import pytest
 
 from serenity_allocator.application.outcomes import OutcomeBook
-from serenity_allocator.application.request_ledger import LedgerView, read_ledger
+from serenity_allocator.application.request_ledger import (
+    LedgerDeadlines,
+    LedgerView,
+    read_ledger,
+)
 from serenity_allocator.domain.errors import OutOfTimeError
 from serenity_allocator.domain.ledger import (
-    LedgerEntry,
+    CallDeadline,
+    LedgerRead,
     LedgerUnavailableError,
     ReleaseIntent,
 )
@@ -20,10 +25,15 @@ from serenity_allocator.domain.messages import AllocationOutcome
 class DownLedger:
     """A ledger that cannot be reached (every call fails as the adapter reports it)."""
 
-    def lookup(self, request_ids: Sequence[str]) -> dict[str, LedgerEntry]:
+    def read_batch(
+        self, request_ids: Sequence[str], deadline: CallDeadline | None = None
+    ) -> LedgerRead:
         raise LedgerUnavailableError("ConnectTimeoutError")
 
-    def record_intent(self, request_id: str, intent: ReleaseIntent) -> None:
+    def record_intent(self, request_id: str, intent: ReleaseIntent, *, workspace_id: str) -> None:
+        raise LedgerUnavailableError("ConnectTimeoutError")
+
+    def mark_announced(self, request_ids: Sequence[str]) -> None:
         raise LedgerUnavailableError("ConnectTimeoutError")
 
     def store_outcome(
@@ -69,7 +79,10 @@ def test_outcome_book_fails_a_completed_request_the_ledger_could_not_take() -> N
 
 def test_ledger_view_with_no_time_left_fails_a_write_and_drops_a_dead_letter() -> None:
     # Given a ledger view whose invocation has no time for another call
-    view = LedgerView(DownLedger(), has_time=lambda _finishing: False)
+    no_time = LedgerDeadlines(
+        clock=lambda: 10.0, sleep=lambda _s: None, apply_by=0.0, finish_by=0.0, call_budget_s=1.0
+    )
+    view = LedgerView(DownLedger(), no_time)
     book = OutcomeBook(ledger=view)
 
     # When a completed outcome, then a dead letter, are recorded
@@ -88,4 +101,4 @@ def test_read_ledger_keeps_a_lookup_failure_for_each_request() -> None:
     # Then the batch goes on, and each valid request fails when it checks availability
     assert view.entries == {}
     with pytest.raises(LedgerUnavailableError):
-        view.check_available()
+        view.check("req-1")

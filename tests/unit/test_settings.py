@@ -87,6 +87,9 @@ def test_allocator_settings_blank_secret_id_is_missing() -> None:
         ("POOL_LOW_RATIO", "1.5"),
         ("POOL_LOW_INTERVAL_S", "soon"),
         ("ENVIRONMENT", ""),
+        ("AWS_CALL_BUDGET_S", "0"),
+        ("AWS_CALL_BUDGET_S", "17"),
+        ("AWS_CALL_BUDGET_S", "soon"),
     ],
 )
 def test_allocator_settings_malformed_variable_named(name: str, value: str) -> None:
@@ -257,3 +260,23 @@ def test_sweep_settings_parse_with_defaults() -> None:
     assert settings.sweep_bucket == "serenity-sweep"
     assert settings.safety_margin_ms == 10_000
     assert settings.dynamic_allocation is False
+
+
+def test_aws_call_budget_does_not_follow_the_semrush_timeout() -> None:
+    # Given a short upstream timeout and no AWS budget of its own
+    from serenity_allocator.handlers.allocator_runtime import build_runtime
+
+    settings = AllocatorSettings.from_env(_env(SEMRUSH_TIMEOUT_S="1.5"))
+
+    # When the runtime is built / Then AWS calls keep their own, most patient budget
+    runtime = build_runtime(settings)
+    assert (settings.aws_call_budget_s, runtime.aws_call_budget_s) == (16.0, 16.0)
+    assert runtime.attempt_budget_s == 1.5
+
+
+def test_aws_call_budget_is_set_on_its_own() -> None:
+    # Given AWS_CALL_BUDGET_S / When the runtime is built / Then every AWS call gets it
+    from serenity_allocator.handlers.allocator_runtime import build_runtime
+
+    runtime = build_runtime(AllocatorSettings.from_env(_env(AWS_CALL_BUDGET_S="4")))
+    assert runtime.aws_call_budget_s == 4.0

@@ -69,7 +69,9 @@ METRIC_CATALOG: dict[str, MetricSpec] = {
     "TightPoolFallback": MetricSpec("Count", "Result", ("saved", "rejected")),
     "SiblingReclaim": MetricSpec("Count", "Result", ("enqueued", "parked", "served", "exhausted")),
     "RequestLedger": MetricSpec(
-        "Count", "Event", ("replayed", "deadLettered", "superseded", "duplicate")
+        "Count",
+        "Event",
+        ("replayed", "deadLettered", "superseded", "duplicate", "unreadable", "requestIdConflict"),
     ),
 }
 

@@ -83,6 +83,8 @@ class SecretsManagerTokenProvider:
         self._max_age_s = max_age_s
         self._boto3_client = boto3_client
         self._provider: SecretsProvider | None = None
+        self._refetch = False
+        """Set when the last value read was malformed: the next read bypasses the cache."""
 
     def get_token(self, *, refresh: bool = False) -> str:
         """Return the token from the secret, fetching again when ``refresh`` or the cache aged.
@@ -101,12 +103,20 @@ class SecretsManagerTokenProvider:
             self._provider = SecretsProvider(boto3_client=client)
         try:
             value = self._provider.get(
-                self._secret_id, max_age=self._max_age_s, force_fetch=refresh
+                self._secret_id, max_age=self._max_age_s, force_fetch=refresh or self._refetch
             )
         except GetParameterError as exc:
             # The cause (a botocore error) names the secret and the failure, never its value.
             raise TokenProviderError("could not read the Semrush token secret") from exc
-        return _token_from_secret(value)
+        try:
+            token = _token_from_secret(value)
+        except TokenProviderError:
+            # Never serve a malformed value from the cache for its whole max age: a fixed
+            # secret must be picked up by the next read.
+            self._refetch = True
+            raise
+        self._refetch = False
+        return token
 
 
 def _token_from_secret(value: object) -> str:

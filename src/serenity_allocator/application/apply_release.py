@@ -31,7 +31,7 @@ def apply_release(
         return replayed
 
     def record_intent(plan: ReleasePlan) -> None:
-        record_release_intent(inv.ledger, request.request_id, plan.before, plan.target)
+        record_release_intent(inv.ledger, request, plan.before, plan.target)
 
     result = release_surplus(
         inv.ports.gateway,

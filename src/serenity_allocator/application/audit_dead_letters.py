@@ -1,13 +1,23 @@
-"""Audit the DLQ: give every valid request there a terminal ``deadLettered`` record, once.
+"""Audit the DLQ: every valid request there gets a terminal record, announced once.
 
 A request whose final receive never ran our code (the container died before the handler, or
 during a batch that other records failed) reaches the DLQ with no terminal record: nothing in
 the worker could see it go. The audit reads the DLQ without consuming it (operators triage and
-redrive from it) and, for each valid request that has no terminal ledger record, stores and
-announces a ``failed / receivesExhausted`` dead letter; one whose final receive died after
-leaving its provisional dead letter gets that record confirmed and announced. A request with a
-published terminal record is left alone; invalid messages (sent by the worker with a reason) have no
-request to record. Running the audit again changes nothing: the records it wrote are terminal.
+redrive from it) and, for each valid request:
+
+- without a terminal record: stores and announces a ``failed / receivesExhausted`` dead
+  letter; one whose final receive died after leaving its provisional dead letter gets that
+  record confirmed and announced;
+- with a terminal record whose announcement is not confirmed (its ``announced`` flag is
+  unset: the worker's publish failed, or an earlier audit ran without a bus or failed to
+  publish): announces the stored outcome again, unchanged;
+- with an announced terminal record: leaves it alone.
+
+After each publish the records are flagged ``announced``, so running the audit again announces
+nothing twice. What it cannot act on it reports and goes past: a DLQ body that is not a valid
+request (invalid messages the worker sent carry their reason), a ledger record that does not
+parse (``ledgerRecordUnreadable``), an id bound to another workspace or kind, an id the
+ledger left unanswered. Nothing here raises for one message.
 """
 
 from __future__ import annotations
@@ -17,13 +27,23 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from ..domain.ledger import LedgerEntry, RequestLedger
+from ..domain.errors import error_code_of
+from ..domain.ledger import (
+    LedgerEntry,
+    LedgerRecordUnreadableError,
+    LedgerUnavailableError,
+    RequestIdConflictError,
+    RequestLedger,
+)
 from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest, parse_request
 from .outcomes import build_outcome
 from .ports import OutcomeSink
 
 RECEIVES_EXHAUSTED = "receivesExhausted"
 """The error code of a dead letter the audit recorded (the worker never saw the last receive)."""
+PUBLISH_CHUNK = 10
+
+Request = EnsureRequest | ReleaseRequest
 
 
 @dataclass(frozen=True)
@@ -36,6 +56,7 @@ class DeadLetterCopy:
     """The worker's invalid reason attribute; None for a message the redrive policy moved."""
     receive_count: int
     """Receives on the source queue (the DLQ's own receive count, less this read)."""
+    group_id: str = ""
 
 
 @dataclass
@@ -43,59 +64,132 @@ class DeadLetterAudit:
     """What one audit found and did."""
 
     recorded: list[AllocationOutcome] = field(default_factory=list)
-    """Dead letters stored (and announced, when a sink was given) by this audit."""
+    """Dead letters stored by this audit (announced too, when a sink was given)."""
+    reannounced: list[AllocationOutcome] = field(default_factory=list)
+    """Terminal records whose announcement was not confirmed, published again unchanged."""
     already_terminal: int = 0
+    """Requests with an announced terminal record, left alone."""
     invalid: int = 0
+    unparseable: list[str] = field(default_factory=list)
+    """Message ids of DLQ bodies without a reason that are not a valid request."""
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """Request id -> why its ledger record does not parse (repair: the ledger runbook)."""
+    conflicts: list[str] = field(default_factory=list)
+    """Request ids bound in the ledger to another workspace or kind (nothing written)."""
+    unanswered: list[str] = field(default_factory=list)
+    """Request ids the ledger could not read or write now (run the audit again)."""
+    unannounced: list[str] = field(default_factory=list)
+    """Request ids whose outcome could not be published or confirmed (run it again)."""
     announced: bool = False
+    """True when every outcome to announce was published."""
 
 
 def audit_dead_letters(
     letters: Sequence[DeadLetterCopy], ledger: RequestLedger, outcomes: OutcomeSink | None
 ) -> DeadLetterAudit:
-    """Record a terminal dead letter for each valid request in ``letters`` that lacks one.
+    """Give each valid request in ``letters`` a terminal record, and announce it once.
+
+    Without ``outcomes`` nothing is announced or flagged: a later run with a bus does it.
 
     Raises:
-        LedgerUnavailableError: the ledger could not be read or written.
-        Whatever the outcome sink raises: the records are stored; rerunning announces nothing
-            twice, so announce failures are the caller's to report.
+        LedgerUnavailableError: the ledger could not be read at all.
     """
     audit = DeadLetterAudit()
     requests = _valid_requests(letters, audit)
-    entries = ledger.lookup(list(requests))
+    read = ledger.read_batch(list(requests))
+    audit.unreadable = dict(read.unreadable)
+    audit.unanswered = sorted(read.unanswered)
+    to_announce: list[AllocationOutcome] = []
     for request_id, (request, receive_count) in requests.items():
-        entry = entries.get(request_id)
-        if entry is not None and entry.is_terminal and not entry.provisional:
-            audit.already_terminal += 1
+        if request_id in read.unreadable or request_id in read.unanswered:
             continue
-        outcome = _dead_letter_outcome(entry, request, receive_count)
-        held = ledger.store_outcome(outcome, dead_lettered=True)
-        if held == outcome:
-            audit.recorded.append(held)
-        else:
-            audit.already_terminal += 1  # a late receive or another audit got there first
-    if outcomes is not None and audit.recorded:
-        for start in range(0, len(audit.recorded), 10):
-            outcomes.publish(audit.recorded[start : start + 10])
-        audit.announced = True
+        outcome = _settle(ledger, read.entries.get(request_id), request, receive_count, audit)
+        if outcome is not None:
+            to_announce.append(outcome)
+    if outcomes is not None and to_announce:
+        _announce(to_announce, ledger, outcomes, audit)
     return audit
+
+
+def _settle(
+    ledger: RequestLedger,
+    entry: LedgerEntry | None,
+    request: Request,
+    receive_count: int,
+    audit: DeadLetterAudit,
+) -> AllocationOutcome | None:
+    """The outcome to announce for one request (None: nothing to announce)."""
+    if entry is not None and not entry.belongs_to(request.workspace_id, request.kind):
+        audit.conflicts.append(request.request_id)
+        return None
+    if entry is not None and entry.is_terminal and not entry.provisional:
+        if entry.announced or entry.outcome is None:
+            audit.already_terminal += 1
+            return None
+        audit.reannounced.append(entry.outcome)
+        return entry.outcome
+    return _record(ledger, _dead_letter_outcome(entry, request, receive_count), audit)
+
+
+def _record(
+    ledger: RequestLedger, outcome: AllocationOutcome, audit: DeadLetterAudit
+) -> AllocationOutcome | None:
+    """Store a dead letter; the outcome to announce, or None (reported instead)."""
+    request_id = outcome.request_id
+    try:
+        held = ledger.store_outcome(outcome, dead_lettered=True)
+    except RequestIdConflictError:
+        audit.conflicts.append(request_id)
+        return None
+    except LedgerRecordUnreadableError as exc:
+        audit.unreadable[request_id] = str(exc)
+        return None
+    except LedgerUnavailableError:
+        audit.unanswered.append(request_id)
+        return None
+    if held == outcome:
+        audit.recorded.append(held)
+        return held
+    audit.already_terminal += 1  # a late receive or another audit got there first
+    return None
+
+
+def _announce(
+    to_announce: list[AllocationOutcome],
+    ledger: RequestLedger,
+    outcomes: OutcomeSink,
+    audit: DeadLetterAudit,
+) -> None:
+    for start in range(0, len(to_announce), PUBLISH_CHUNK):
+        chunk = [outcome.request_id for outcome in to_announce[start : start + PUBLISH_CHUNK]]
+        try:
+            outcomes.publish(to_announce[start : start + PUBLISH_CHUNK])
+            ledger.mark_announced(chunk)
+        except Exception as exc:  # reported; the flag stays unset, so the next run retries
+            audit.unannounced.extend(f"{rid}: {error_code_of(exc)}" for rid in chunk)
+    audit.announced = not audit.unannounced
 
 
 def _valid_requests(
     letters: Sequence[DeadLetterCopy], audit: DeadLetterAudit
-) -> dict[str, tuple[EnsureRequest | ReleaseRequest, int]]:
-    """The valid requests among the letters (first copy of each), counting the invalid ones."""
-    requests: dict[str, tuple[EnsureRequest | ReleaseRequest, int]] = {}
+) -> dict[str, tuple[Request, int]]:
+    """The valid requests among the letters (first copy of each), counting the others."""
+    requests: dict[str, tuple[Request, int]] = {}
     for letter in letters:
-        request = _request(letter)
+        if letter.reason is not None:
+            audit.invalid += 1  # the worker dead-lettered it with its reason
+            continue
+        request = _request(letter.body)
         if request is None:
             audit.invalid += 1
+            audit.unparseable.append(letter.message_id)
             continue
         requests.setdefault(request.request_id, (request, letter.receive_count))
     return requests
 
 
 def _dead_letter_outcome(
-    entry: LedgerEntry | None, request: EnsureRequest | ReleaseRequest, receive_count: int
+    entry: LedgerEntry | None, request: Request, receive_count: int
 ) -> AllocationOutcome:
     if entry is not None and entry.provisional and entry.outcome is not None:
         # Its final receive died after leaving the provisional record: announce that one.
@@ -105,10 +199,8 @@ def _dead_letter_outcome(
     ).model_copy(update={"dead_lettered": True})
 
 
-def _request(letter: DeadLetterCopy) -> EnsureRequest | ReleaseRequest | None:
-    if letter.reason is not None:
-        return None
+def _request(body: str) -> Request | None:
     try:
-        return parse_request(letter.body)
-    except ValidationError:
+        return parse_request(body)
+    except (ValidationError, ValueError, RecursionError):
         return None

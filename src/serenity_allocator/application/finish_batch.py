@@ -9,13 +9,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..domain.errors import OutOfTimeError
+from ..domain.messages import AllocationOutcome
 from .final_receive import skipped_final_receives
 from .invocation import PUBLISH_CHUNK, Invocation
+from .request_ledger import confirm_announced
 
 
 def finish_batch(inv: Invocation, failed: Sequence[str]) -> list[str]:
     """Publish, warn, flush; return the message ids to report as batch item failures."""
-    inv.finishing = True
     failures = list(failed)
     skipped = [
         inv.plan.message(message_id)
@@ -49,10 +50,27 @@ def _publish_outcomes(inv: Invocation) -> set[str]:
                 # which would bring the WHOLE batch back, published outcomes included.
                 raise OutOfTimeError()
             sink.publish([outcome for _, outcome in chunk])
+            _confirm_final_receives(inv, chunk)
         except Exception as exc:  # the records come back; nothing is lost
             inv.observer.outcomes_not_published(exc)
             unpublished.update(mid for mid, _ in chunk if mid in inv.plan.messages)
     return unpublished
+
+
+def _confirm_final_receives(
+    inv: Invocation, chunk: Sequence[tuple[str, AllocationOutcome]]
+) -> None:
+    # A final receive's message may reach the DLQ even though its outcome went out; the flag
+    # tells the DLQ audit not to announce it again.
+    confirm_announced(
+        inv.ledger,
+        (
+            outcome
+            for message_id, outcome in chunk
+            if message_id in inv.plan.messages
+            and inv.is_final_receive(inv.plan.message(message_id).receive_count)
+        ),
+    )
 
 
 def _hold_back_groups(inv: Invocation, failures: list[str], unpublished: set[str]) -> list[str]:

@@ -5,8 +5,11 @@
    when its request id can be read, its ``invalid`` outcome is stored and announced too.
 3. A second record of the batch with an earlier record's request id is not applied: it
    completes with the first (no outcome of its own), or fails with it.
-4. The request ledger (:mod:`.request_ledger`), read once for the batch: a request with a final
-   record is replayed (its stored outcome published again, identical) and not applied again.
+4. The request ledger (:mod:`.request_ledger`), read once for the batch: a request whose id is
+   bound to another workspace or kind (in the ledger or earlier in the batch) is refused,
+   ``rejected / requestIdConflict``, nothing applied; a request with a final record is
+   replayed (its stored outcome published again, identical) and not applied again; one whose
+   record could not be read (unreadable, or unanswered under throttling) fails alone.
 5. On a final receive, a provisional dead letter goes to the ledger first, so a crash from
    here on still leaves the request a terminal record.
 6. Apply: an ensure (:mod:`.apply_ensure`) or a release (:mod:`.apply_release`). An ensure
@@ -27,7 +30,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..domain.errors import AllocationError, OutOfTimeError, UpstreamError, error_code_of
-from ..domain.ledger import LedgerConflictError, LedgerUnavailableError
+from ..domain.ledger import (
+    LedgerConflictError,
+    LedgerRecordUnreadableError,
+    LedgerUnavailableError,
+    RequestIdConflictError,
+)
 from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from ..domain.parent_links import ParentMismatchError
 from .apply_ensure import apply_ensure
@@ -57,17 +65,20 @@ def handle_message(inv: Invocation, message_id: str) -> None:
         if message.invalid_outcome is not None:
             _finish(inv, message, message.invalid_outcome)
         return
+    if _is_bound_elsewhere(inv, message, request):
+        _refuse_request_id(inv, message, request)
+        return
     if message.duplicate_of is not None:
         _follow_first_copy(inv, message.duplicate_of)
         inv.observer.ledger_event("duplicate")
         return
-    replayed = inv.ledger.replay(request.request_id)
+    replayed = inv.ledger.replay(request)
     if replayed is not None:
         inv.book.record(message_id, replayed, replayed=True)
         inv.observer.ledger_event("replayed")
         return
     try:
-        inv.ledger.check_available()
+        inv.ledger.check(request.request_id)
         _mark_final_receive(inv, message, request)
         outcome = _apply(inv, message, request)
     except ParentMismatchError as exc:
@@ -135,6 +146,34 @@ def _refuse_parent(
     _finish(inv, message, outcome.model_copy(update={"dead_lettered": True}))
 
 
+def _is_bound_elsewhere(
+    inv: Invocation, message: BatchMessage, request: EnsureRequest | ReleaseRequest
+) -> bool:
+    # The id belongs to another workspace or kind: in the ledger, or to an earlier record of
+    # this batch.
+    if inv.ledger.conflicts(request):
+        return True
+    first = inv.plan.message(message.duplicate_of).request if message.duplicate_of else None
+    return first is not None and (first.workspace_id, first.kind) != (
+        request.workspace_id,
+        request.kind,
+    )
+
+
+def _refuse_request_id(
+    inv: Invocation, message: BatchMessage, request: EnsureRequest | ReleaseRequest
+) -> None:
+    # Nothing applied and nothing of the other request told: this request's own ids and a
+    # code. Not stored either (the id's record is the other request's), so it is booked as
+    # already held.
+    outcome = build_outcome(
+        request, "rejected", message.receive_count, error_code=RequestIdConflictError.code
+    )
+    inv.book.record(message.message_id, outcome, replayed=True)
+    inv.observer.completed(outcome)
+    inv.observer.ledger_event("requestIdConflict")
+
+
 def _follow_first_copy(inv: Invocation, first_message_id: str) -> None:
     # One request, two records: the first one's outcome is the request's. Complete with it
     # when it has one; otherwise fail, so this copy comes back with it (never applied twice).
@@ -174,10 +213,14 @@ def _note_retry(
             | ReleaseIncompleteError
             | UpstreamError
             | LedgerUnavailableError
-            | LedgerConflictError,
+            | LedgerConflictError
+            | LedgerRecordUnreadableError
+            | RequestIdConflictError,
         ),
         error=exc,
     )
+    if isinstance(exc, LedgerRecordUnreadableError):
+        inv.observer.ledger_event("unreadable")
     if final_receive:
         # Terminal outcome now; SQS's redrive then moves the message to the DLQ.
         _forget_park(inv, request.request_id)

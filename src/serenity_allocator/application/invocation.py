@@ -17,7 +17,7 @@ from .attempt_observer import AttemptObserver
 from .batch_plan import BatchPlan, InboundMessage, plan_batch
 from .outcomes import OutcomeBook
 from .ports import DeadLetterSink, OutcomeSink, ReleaseEnqueuer, WorkerObserver
-from .request_ledger import LedgerView, read_ledger
+from .request_ledger import LedgerDeadlines, LedgerView, read_ledger
 
 PUBLISH_CHUNK = 10
 """Outcomes per publish call (PutEvents takes at most 10 entries)."""
@@ -86,8 +86,6 @@ class Invocation:
     """Message ids Powertools handed over (the others were skipped behind a failed group)."""
     ledger: LedgerView = field(default_factory=LedgerView)
     """The batch's ledger records, read once before applying."""
-    finishing: bool = False
-    """Set once every record was handed over: what is left is announcing the batch."""
 
     def attempt_observer(self) -> AttemptObserver:
         """A fresh observer for one ensure attempt (its verdicts held until committed)."""
@@ -127,26 +125,32 @@ def start_batch(
     (one AWS call per chunk), so the outcomes of applied requests can always be announced.
     """
     plan = plan_batch(inbound, dynamic_allocation=config.dynamic_allocation)
-    ledger = read_ledger(
-        ports.ledger, (m.request.request_id for m in plan.messages.values() if m.request)
-    )
-    settled = frozenset(rid for rid in ledger.entries if ledger.replay(rid) is not None)
-    if settled:  # replayed requests join no coalesced run
-        plan = plan_batch(inbound, dynamic_allocation=config.dynamic_allocation, settled=settled)
     chunks = -(-len(plan.order) // PUBLISH_CHUNK) if ports.outcomes is not None else 0
-    invocation = Invocation(
+    deadline = finish_deadline - chunks * config.aws_call_budget_s
+    requests = [m.request for m in plan.messages.values() if m.request is not None]
+    # The lookup and every later ledger write are bounded by the applying deadline (a dead
+    # letter, written as a record fails, only by the function's own).
+    ledger = read_ledger(
+        ports.ledger,
+        (request.request_id for request in requests),
+        LedgerDeadlines(
+            clock=ports.clock,
+            sleep=ports.sleep,
+            apply_by=deadline,
+            finish_by=finish_deadline,
+            call_budget_s=config.aws_call_budget_s,
+        ),
+    )
+    settled = ledger.settled(requests)
+    if settled:  # replayed or refused requests join no coalesced run
+        plan = plan_batch(inbound, dynamic_allocation=config.dynamic_allocation, settled=settled)
+    return Invocation(
         config=config,
         ports=ports,
         observer=observer,
         plan=plan,
-        deadline=finish_deadline - chunks * config.aws_call_budget_s,
+        deadline=deadline,
         finish_deadline=finish_deadline,
         ledger=ledger,
         book=OutcomeBook(ledger=ledger),
     )
-    # A ledger write made while applying must leave the outcome publish its time; a dead
-    # letter, or a write made while finishing, needs only to end before the function does.
-    ledger.has_time = lambda finishing: invocation.has_time_to_call_aws(
-        finishing=finishing or invocation.finishing
-    )
-    return invocation

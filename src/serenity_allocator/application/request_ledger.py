@@ -2,8 +2,12 @@
 
 The decision and what "exactly once" means: docs/decisions/0009-request-ledger.md.
 
-- :func:`read_ledger` looks up every valid request id of the batch in one consistent read, so
+- :func:`read_ledger` looks up every valid request id of the batch in one consistent read,
+  bounded by the applying deadline (throttled keys are retried with backoff inside it), so
   requests that already have a final record are replayed, not applied (and not coalesced).
+- :meth:`LedgerView.check` fails only the request whose record could not be read (unanswered
+  under throttling, or unreadable: ``ledgerRecordUnreadable``); :meth:`LedgerView.conflicts`
+  tells a request whose id is bound to another workspace or kind (``requestIdConflict``).
 - :meth:`LedgerView.replay` gives a replayed request's stored outcome, published again as is.
 - :func:`store_terminal` stores a terminal outcome once and returns what the ledger holds; a
   redrive's outcome is marked as superseding the dead letter it replaces.
@@ -15,23 +19,60 @@ The decision and what "exactly once" means: docs/decisions/0009-request-ledger.m
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..domain.errors import OutOfTimeError
 from ..domain.ledger import (
+    CallDeadline,
     LedgerEntry,
+    LedgerRecordUnreadableError,
     LedgerUnavailableError,
     ReleaseIntent,
+    RequestIdConflictError,
+    RequestKind,
     RequestLedger,
     replayed_release_outcome,
 )
 from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from ..domain.model import Totals
+from ..domain.ports import Clock, Sleeper
 from .outcomes import build_outcome
 
 FINAL_RECEIVE_UNFINISHED = "finalReceiveUnfinished"
 """The error code of a provisional dead letter: the final receive never finished (a crash)."""
+REQUEST_ID_CONFLICT = RequestIdConflictError.code
+"""The error code of a request refused because its id is bound to another workspace or kind."""
+
+Request = EnsureRequest | ReleaseRequest
+
+
+@dataclass(frozen=True)
+class LedgerDeadlines:
+    """When the batch's ledger calls must be over, on the invocation's clock.
+
+    Args:
+        clock: The invocation's monotonic clock.
+        sleep: Waits between retries of throttled reads.
+        apply_by: The applying deadline (leaves the outcome publish its time).
+        finish_by: The invocation's own deadline (a dead letter may use the publish's time).
+        call_budget_s: The longest one ledger call may take, its client's retries included.
+    """
+
+    clock: Clock
+    sleep: Sleeper
+    apply_by: float
+    finish_by: float
+    call_budget_s: float
+
+    def has_time(self, finishing: bool) -> bool:
+        """True while one ledger call still fits before the phase's deadline."""
+        limit = self.finish_by if finishing else self.apply_by
+        return self.clock() + self.call_budget_s <= limit
+
+    def lookup_deadline(self) -> CallDeadline:
+        """The batch lookup's deadline: over before applying must be."""
+        return CallDeadline(self.clock, self.sleep, self.apply_by, self.call_budget_s)
 
 
 @dataclass
@@ -39,19 +80,46 @@ class LedgerView:
     """The ledger as this batch found it, plus what the batch wrote."""
 
     ledger: RequestLedger | None = None
+    deadlines: LedgerDeadlines | None = None
+    """None: calls are not bounded here (no ledger, or an operator tool's own bounds)."""
     entries: dict[str, LedgerEntry] = field(default_factory=dict)
-    error: LedgerUnavailableError | None = None
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """Request id -> why its record cannot be read (field names only)."""
+    unanswered: set[str] = field(default_factory=set)
+    """Ids the lookup could not read before its deadline (throttling): they fail for now."""
+    error: LedgerUnavailableError | OutOfTimeError | None = None
     """Set when the batch's lookup failed: every valid request then fails and comes back."""
-    has_time: Callable[[bool], bool] = lambda _finishing: True
-    """True while one ledger call, retries included, still fits the invocation; the argument
-    asks for the finishing deadline (a dead letter may use the time kept for announcing)."""
 
-    def replay(self, request_id: str) -> AllocationOutcome | None:
-        """The stored final outcome of ``request_id``, or None when it must be applied."""
-        entry = self.entries.get(request_id)
-        if entry is None or not entry.is_replayable:
+    def has_time(self, finishing: bool) -> bool:
+        """True while one ledger call, retries included, still fits the invocation.
+
+        ``finishing`` asks for the finishing deadline (a dead letter may use the publish's time).
+        """
+        return self.deadlines is None or self.deadlines.has_time(finishing)
+
+    def conflicts(self, request: Request) -> bool:
+        """True when the request's id is bound to another workspace or kind."""
+        entry = self.entries.get(request.request_id)
+        return entry is not None and not entry.belongs_to(request.workspace_id, request.kind)
+
+    def replay(self, request: Request) -> AllocationOutcome | None:
+        """The stored final outcome of ``request``, or None when it must be applied."""
+        entry = self.entries.get(request.request_id)
+        if entry is None or not entry.is_replayable or self.conflicts(request):
             return None
         return entry.outcome
+
+    def settled(self, requests: Iterable[Request]) -> frozenset[str]:
+        """Ids of ``requests`` this batch must not apply nor coalesce.
+
+        Replayed ones, ones bound to another request, unreadable or unanswered ones.
+        """
+        kept = set(self.unreadable) | self.unanswered
+        for request in requests:
+            entry = self.entries.get(request.request_id)
+            if entry is not None and (entry.is_replayable or self.conflicts(request)):
+                kept.add(request.request_id)
+        return frozenset(kept)
 
     def intent(self, request_id: str) -> ReleaseIntent | None:
         """A release's intent recorded by an earlier delivery, if any."""
@@ -62,26 +130,43 @@ class LedgerView:
         """Store a terminal outcome once (see :func:`store_terminal`)."""
         return store_terminal(self, outcome)
 
-    def check_available(self) -> None:
-        """Raise the lookup's error, so the request fails for now and SQS brings it back.
+    def check(self, request_id: str) -> None:
+        """Raise why this request cannot be applied now, if its record was not read.
 
         Raises:
-            LedgerUnavailableError: the batch could not read the ledger.
+            LedgerUnavailableError: the lookup failed, or left this id unanswered (throttled
+                until its deadline): the request fails for now and SQS brings it back.
+            OutOfTimeError: the lookup did not fit the invocation.
+            LedgerRecordUnreadableError: the request's record does not parse: nothing is
+                applied or written over it (docs/runbooks/request-ledger.md).
         """
         if self.error is not None:
             raise self.error
+        if request_id in self.unanswered:
+            raise LedgerUnavailableError("unprocessed keys until the deadline")
+        if request_id in self.unreadable:
+            raise LedgerRecordUnreadableError(self.unreadable[request_id])
 
 
-def read_ledger(ledger: RequestLedger | None, request_ids: Iterable[str]) -> LedgerView:
-    """Look up the batch's request ids once (consistent read); never raises."""
-    view = LedgerView(ledger)
+def read_ledger(
+    ledger: RequestLedger | None,
+    request_ids: Iterable[str],
+    deadlines: LedgerDeadlines | None = None,
+) -> LedgerView:
+    """Look up the batch's request ids once (consistent read) inside the deadline; never raises."""
+    view = LedgerView(ledger, deadlines)
     ids = list(dict.fromkeys(request_ids))
     if ledger is None or not ids:
         return view
+    if not view.has_time(False):
+        view.error = OutOfTimeError()
+        return view
     try:
-        view.entries = ledger.lookup(ids)
+        read = ledger.read_batch(ids, deadlines.lookup_deadline() if deadlines else None)
     except LedgerUnavailableError as exc:
         view.error = exc
+        return view
+    view.entries, view.unreadable, view.unanswered = read.entries, read.unreadable, read.unanswered
     return view
 
 
@@ -96,6 +181,8 @@ def store_terminal(view: LedgerView, outcome: AllocationOutcome) -> AllocationOu
 
     Raises:
         LedgerUnavailableError: a completed request's outcome could not be stored.
+        LedgerRecordUnreadableError: the request's record cannot be read (never written over).
+        RequestIdConflictError: another request bound the id meanwhile (nothing of it returned).
         OutOfTimeError: the write would not fit before the deadline (the record comes back).
     """
     if view.ledger is None:
@@ -106,16 +193,44 @@ def store_terminal(view: LedgerView, outcome: AllocationOutcome) -> AllocationOu
         if dead:
             return None
         raise OutOfTimeError()
+    if outcome.request_id in view.unreadable:
+        # Never written over: an operator inspects and repairs it (its runbook).
+        if dead:
+            return None
+        raise LedgerRecordUnreadableError(view.unreadable[outcome.request_id])
     entry = view.entries.get(outcome.request_id)
     outcome = _superseding(entry, outcome)
     try:
         held = view.ledger.store_outcome(outcome, dead_lettered=dead)
-    except LedgerUnavailableError:
+    except (LedgerUnavailableError, LedgerRecordUnreadableError, RequestIdConflictError):
         if dead:
             return None
         raise
     view.entries[outcome.request_id] = _terminal_entry(outcome.request_id, held, entry)
     return held
+
+
+def confirm_announced(view: LedgerView, published: Iterable[AllocationOutcome]) -> None:
+    """Flag published outcomes as announced, so the DLQ audit does not announce them again.
+
+    Called for the records of final receives only (the only messages that can reach the DLQ
+    with a terminal record), and only for an outcome equal to the record the batch holds (a
+    refused ``requestIdConflict`` outcome is not its id's record). Best kept: without the flag
+    the audit announces the stored outcome once more (outcome events are at least once), so
+    a failure is not raised.
+    """
+    if view.ledger is None:
+        return
+    for outcome in published:
+        entry = view.entries.get(outcome.request_id)
+        if entry is None or not entry.is_terminal or entry.outcome != outcome:
+            continue
+        if not view.has_time(True):
+            return
+        try:
+            view.ledger.mark_announced([outcome.request_id])
+        except LedgerUnavailableError:
+            return
 
 
 def _superseding(entry: LedgerEntry | None, outcome: AllocationOutcome) -> AllocationOutcome:
@@ -132,14 +247,20 @@ def _terminal_entry(
     return LedgerEntry(
         request_id=request_id,
         state="deadLettered" if held.dead_lettered else "final",
+        workspace_id=held.workspace_id,
+        kind=_kind_of(held),
         outcome=held,
         intent=earlier.intent if earlier is not None else None,
     )
 
 
-def mark_final_receive(
-    view: LedgerView, request: EnsureRequest | ReleaseRequest, receive_count: int
-) -> None:
+def _kind_of(outcome: AllocationOutcome) -> RequestKind | None:
+    if outcome.kind == "ensure":
+        return "ensure"
+    return "release" if outcome.kind == "release" else None
+
+
+def mark_final_receive(view: LedgerView, request: Request, receive_count: int) -> None:
     """Leave a provisional dead letter before a final receive applies anything.
 
     It stands only if this receive never completes (the function crashes or times out): SQS
@@ -158,12 +279,13 @@ def mark_final_receive(
 
 
 def record_release_intent(
-    view: LedgerView, request_id: str, before: Totals, target: Totals
+    view: LedgerView, request: ReleaseRequest, before: Totals, target: Totals
 ) -> None:
     """Record a release's transfer before it is sent (a no-op without a ledger).
 
     Raises:
         LedgerConflictError: the request has a terminal record already.
+        RequestIdConflictError: another request bound the id meanwhile.
         LedgerUnavailableError: the ledger could not be written (nothing was transferred).
         OutOfTimeError: the write would not fit before the deadline (nothing was transferred).
     """
@@ -171,11 +293,18 @@ def record_release_intent(
         return
     if not view.has_time(False):
         raise OutOfTimeError()
+    request_id = request.request_id
     intent = ReleaseIntent(before=before, target=target)
-    view.ledger.record_intent(request_id, intent)
+    view.ledger.record_intent(request_id, intent, workspace_id=request.workspace_id)
     entry = view.entries.get(request_id)
     if entry is None or not entry.is_terminal:
-        view.entries[request_id] = LedgerEntry(request_id=request_id, state="intent", intent=intent)
+        view.entries[request_id] = LedgerEntry(
+            request_id=request_id,
+            state="intent",
+            workspace_id=request.workspace_id,
+            kind="release",
+            intent=intent,
+        )
 
 
 def replay_release(

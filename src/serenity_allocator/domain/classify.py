@@ -53,4 +53,8 @@ def _is_json_container(body: str) -> bool:
         parsed = json.loads(body)
     except ValueError:
         return False
+    except RecursionError:
+        # Nested deeper than the parser recurses: only a body opening an object or array gets
+        # here, so it is JSON-shaped (not the nginx page), and no further work is spent on it.
+        return body.lstrip()[:1] in ("[", "{")
     return isinstance(parsed, dict | list)

@@ -11,6 +11,11 @@ say nothing was released). The ledger holds, per request id:
 - ``deadLettered``: the terminal outcome of a valid request that ends in the DLQ. A later
   redrive that completes supersedes it explicitly (the outcome says ``supersedes``).
 
+Every record binds its ``request_id`` to the request's workspace and kind, so a second request
+reusing an id is refused (``requestIdConflict``) instead of answered with another child's
+outcome; and carries a ``schema_version``: a reader ignores fields it does not know and refuses
+(``ledgerRecordUnreadable``) only a record it cannot interpret, that record's request alone.
+
 "Exactly once" here means: exactly one terminal ledger record per request, and the request is
 applied upstream at most once per terminal record. Outcome EVENTS stay at least once (a replay
 publishes them again), always with the content of the ledger record (docs/decisions/0009).
@@ -18,15 +23,24 @@ publishes them again), always with the content of the ledger record (docs/decisi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal, Protocol
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .messages import AllocationOutcome
 from .model import Totals
+from .ports import Clock, Sleeper
 
 LedgerState = Literal["intent", "final", "deadLettered"]
+RequestKind = Literal["ensure", "release"]
+
+LEDGER_SCHEMA_VERSION = 2
+"""The record shape this version writes. 1 (no ``schema_version`` attribute): before the
+binding and the announcement flag. Versions only ever add fields, so a reader reads any version
+and ignores what it does not know; it refuses only a record whose known fields it cannot read."""
 
 
 class ReleaseIntent(BaseModel):
@@ -39,12 +53,21 @@ class ReleaseIntent(BaseModel):
 
 
 class LedgerEntry(BaseModel):
-    """What the ledger holds for one request id."""
+    """What the ledger holds for one request id.
+
+    Built only from a record whose known fields agree with each other: an outcome stored for
+    another request, workspace or kind than the record's own binding does not validate (a
+    tampered or corrupted record is unreadable, never replayed).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     request_id: str
     state: LedgerState
+    workspace_id: str | None = None
+    """The workspace the request id is bound to; None only on a version-1 intent."""
+    kind: RequestKind | None = None
+    """The request kind the id is bound to; None only on a version-1 intent."""
     outcome: AllocationOutcome | None = None
     """The terminal outcome (``final`` and ``deadLettered``); None for a bare intent."""
     intent: ReleaseIntent | None = None
@@ -54,6 +77,45 @@ class LedgerEntry(BaseModel):
     stands only if that receive never finished (a crash), and its own receive replaces it."""
     updated_at: int | None = None
     """Epoch seconds of the last write (tells a reader how old a provisional record is)."""
+    announced: bool = False
+    """True once a publish of the terminal outcome was confirmed by the DLQ audit: the audit
+    announces a terminal record of a DLQ message only while this is False."""
+    schema_version: int = Field(default=LEDGER_SCHEMA_VERSION, ge=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LedgerEntry:
+        if self.is_terminal and self.outcome is None:
+            raise ValueError("outcome: a terminal record without an outcome")
+        if self.state == "intent" and self.intent is None:
+            raise ValueError("intent: an intent record without an intent")
+        if self.outcome is not None:
+            _check_outcome_binding(self, self.outcome)
+        return self
+
+    @property
+    def bound_workspace(self) -> str | None:
+        """The workspace this id belongs to (a version-1 record: its outcome's)."""
+        if self.workspace_id is not None:
+            return self.workspace_id
+        return self.outcome.workspace_id if self.outcome is not None else None
+
+    @property
+    def bound_kind(self) -> str | None:
+        """The request kind this id belongs to (a version-1 record: its outcome's)."""
+        if self.kind is not None:
+            return self.kind
+        return self.outcome.kind if self.outcome is not None else None
+
+    def belongs_to(self, workspace_id: str, kind: str) -> bool:
+        """True unless the record binds its id to another workspace or kind.
+
+        A version-1 intent names neither (it was written before the binding): it is taken as
+        the request's, as that version did.
+        """
+        workspace, bound_kind = self.bound_workspace, self.bound_kind
+        return (workspace is None or workspace == workspace_id) and (
+            bound_kind is None or bound_kind == kind
+        )
 
     @property
     def is_terminal(self) -> bool:
@@ -79,6 +141,16 @@ class LedgerEntry(BaseModel):
         return self.state == "deadLettered"
 
 
+def _check_outcome_binding(entry: LedgerEntry, outcome: AllocationOutcome) -> None:
+    # A stored outcome of another request, workspace or kind: tampered or corrupted.
+    if outcome.request_id != entry.request_id:
+        raise ValueError("outcome.request_id: not the record's request id")
+    if entry.workspace_id is not None and outcome.workspace_id != entry.workspace_id:
+        raise ValueError("outcome.workspace_id: not the record's workspace")
+    if entry.kind is not None and outcome.kind != entry.kind:
+        raise ValueError("outcome.kind: not the record's kind")
+
+
 class LedgerConflictError(Exception):
     """The ledger refused a write that assumed no terminal record (another delivery won)."""
 
@@ -91,21 +163,77 @@ class LedgerUnavailableError(Exception):
     code = "ledgerUnavailable"
 
 
+class LedgerRecordUnreadableError(Exception):
+    """The request's ledger record does not parse: nothing is applied or written over it.
+
+    The message carries the request id and which field is at fault, never the record's values.
+    """
+
+    code = "ledgerRecordUnreadable"
+
+
+class RequestIdConflictError(Exception):
+    """The request id is bound to another workspace or kind: this request is refused.
+
+    The message names only this request's id; nothing of the other request.
+    """
+
+    code = "requestIdConflict"
+
+
+@dataclass(frozen=True)
+class CallDeadline:
+    """When the caller needs an answer by, on its own clock (retries and waits fit inside).
+
+    Args:
+        clock: The caller's monotonic seconds.
+        sleep: Sleeps between retries (injected so tests never wait).
+        at: Monotonic time by which the call, its waits and retries included, is over.
+        attempt_s: The longest one attempt may take (its client's worst case).
+    """
+
+    clock: Clock
+    sleep: Sleeper
+    at: float
+    attempt_s: float
+
+    def fits(self, wait_s: float = 0.0) -> bool:
+        """True when waiting ``wait_s`` and then one more attempt still end by :attr:`at`."""
+        return self.clock() + wait_s + self.attempt_s <= self.at
+
+
+@dataclass
+class LedgerRead:
+    """What one batch lookup returned: readable records, unreadable ones, unanswered ids."""
+
+    entries: dict[str, LedgerEntry] = field(default_factory=dict)
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """Request id -> why its record cannot be read (field names, never values)."""
+    unanswered: set[str] = field(default_factory=set)
+    """Ids DynamoDB left unprocessed (throttling) until the deadline: unknown, not absent."""
+
+
 class RequestLedger(Protocol):
     """Where the worker records what it did per request id (consistent reads, conditional writes).
 
     Implemented by ``adapters.dynamodb_request_ledger.DynamoDbRequestLedger``.
     """
 
-    def lookup(self, request_ids: Sequence[str]) -> dict[str, LedgerEntry]:
-        """Read the entries of ``request_ids`` (strongly consistent); absent ids are left out.
+    def read_batch(
+        self, request_ids: Sequence[str], deadline: CallDeadline | None = None
+    ) -> LedgerRead:
+        """Read the records of ``request_ids`` (strongly consistent); absent ids are left out.
+
+        Ids the store leaves unprocessed are retried with jittered backoff while ``deadline``
+        allows, then reported as unanswered; a record that does not parse is reported as
+        unreadable. Neither affects the other ids.
 
         Raises:
-            LedgerUnavailableError: the ledger could not be read.
+            LedgerUnavailableError: the ledger could not be read at all.
         """
         ...
 
-    def record_intent(self, request_id: str, intent: ReleaseIntent) -> None:
+    def record_intent(self, request_id: str, intent: ReleaseIntent, *, workspace_id: str) -> None:
         """Record a release's intent before it transfers.
 
         It replaces an earlier intent; beside a ``deadLettered`` record (the provisional one of
@@ -114,6 +242,8 @@ class RequestLedger(Protocol):
 
         Raises:
             LedgerConflictError: a ``final`` record exists (another delivery completed it).
+            RequestIdConflictError: the id is bound to another workspace or kind.
+            LedgerRecordUnreadableError: the record there cannot be read.
             LedgerUnavailableError: the ledger could not be written.
         """
         ...
@@ -129,9 +259,79 @@ class RequestLedger(Protocol):
         over an existing terminal record.
 
         Raises:
+            RequestIdConflictError: the id is bound to another workspace or kind (nothing of
+                that request is returned).
+            LedgerRecordUnreadableError: the record there cannot be read.
             LedgerUnavailableError: the ledger could not be written.
         """
         ...
+
+    def mark_announced(self, request_ids: Sequence[str]) -> None:
+        """Note that the terminal outcomes of ``request_ids`` were published (best kept).
+
+        Raises:
+            LedgerUnavailableError: the ledger could not be written.
+        """
+        ...
+
+
+def read_stored(model: type[BaseModel], text: str, where: str) -> Any:
+    """A model stored as JSON by any schema version: unknown fields are ignored.
+
+    Raises:
+        LedgerRecordUnreadableError: the text is not a JSON object, or a known field is not
+            what this version can read (named; values are never quoted).
+    """
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError):
+        raise LedgerRecordUnreadableError(f"{where}: not valid JSON") from None
+    if not isinstance(document, dict):
+        raise LedgerRecordUnreadableError(f"{where}: not a JSON object")
+    try:
+        return model.model_validate(known_fields(model, document))
+    except ValidationError as exc:
+        raise LedgerRecordUnreadableError(describe_unreadable(exc, where)) from None
+
+
+def known_fields(model: type[BaseModel], document: Mapping[str, Any]) -> dict[str, Any]:
+    """``document`` without the keys ``model`` does not know (nested models too)."""
+    known: dict[str, Any] = {}
+    for name, value in document.items():
+        info = model.model_fields.get(name)
+        if info is None:
+            if name == "attempts":  # an outcome's legacy name for receive_count
+                known[name] = value
+            continue
+        nested = _model_of(info.annotation)
+        known[name] = (
+            known_fields(nested, value) if nested is not None and isinstance(value, dict) else value
+        )
+    return known
+
+
+def _model_of(annotation: object) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
+
+
+def describe_unreadable(exc: ValidationError, where: str) -> str:
+    """Which fields of ``where`` could not be read (names only: values are never quoted)."""
+    fields = sorted({_field_of(error) or where for error in exc.errors()})
+    return f"{where}: unreadable field(s) {', '.join(fields)}"
+
+
+def _field_of(error: Any) -> str:
+    # A disagreement between parts is reported on the whole record by the model validator,
+    # whose own messages (never a value) start with the field at fault.
+    if error["loc"]:
+        return ".".join(str(part) for part in error["loc"])
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return message.split(":", 1)[0] if ":" in message else ""
 
 
 def replayed_release_outcome(

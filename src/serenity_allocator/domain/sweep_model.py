@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal, get_args
 from urllib.parse import quote
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -33,9 +34,13 @@ from pydantic import (
 from .messages import WorkspaceId
 from .model import Totals
 from .sweep_errors import CheckpointCorruptError
-from .validation import describe_validation_error
+from .validation import describe_validation_error, not_a_dot_segment
 
-RunId = Annotated[str, StringConstraints(strip_whitespace=True, pattern=r"^[A-Za-z0-9._-]{1,64}$")]
+RunId = Annotated[
+    str,
+    StringConstraints(strip_whitespace=True, pattern=r"^[A-Za-z0-9._-]{1,64}$"),
+    AfterValidator(not_a_dot_segment),
+]
 Count = Annotated[int, Field(ge=0)]
 
 MAX_FAILED_LISTED = 500

@@ -7,6 +7,17 @@ from collections.abc import Collection
 from pydantic import ValidationError
 
 
+def not_a_dot_segment(value: str) -> str:
+    """Refuse ``.`` and ``..``: an id used in a path or key must never name a directory step.
+
+    For an ``AfterValidator`` on id fields, so the refusal is a ``ValidationError`` naming the
+    field, not a later ``ValueError`` from the store that builds the key.
+    """
+    if value in (".", ".."):
+        raise ValueError("must not be '.' or '..'")
+    return value
+
+
 def describe_validation_error(
     exc: ValidationError, *, whole: str = "document", skip: Collection[str] = ()
 ) -> str:

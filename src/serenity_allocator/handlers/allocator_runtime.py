@@ -158,9 +158,9 @@ def build_runtime(settings: AllocatorSettings) -> AllocatorRuntime:
     """Wire the real adapters from settings (clients are created lazily inside them)."""
     client = build_semrush_client(settings.semrush)
     _log_ceiling_backstop(settings)
-    # An AWS call gets at most the time of one upstream call: the function's timeout is sized
-    # around that (SEMRUSH_TIMEOUT_S), so a shorter function gets shorter AWS calls too.
-    aws_budget_s = min(AWS_CALL_BUDGET_S, settings.semrush.timeout_s)
+    # The AWS calls' budget is its own setting (AWS_CALL_BUDGET_S): a shorter upstream timeout
+    # must not shrink every DynamoDB/SQS/EventBridge call to one short attempt.
+    aws_budget_s = settings.aws_call_budget_s
     runtime = AllocatorRuntime(
         settings=settings,
         gateway=client,

@@ -12,6 +12,7 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..adapters.aws_clients import AWS_CALL_BUDGET_S
 from ..adapters.semrush_limits import MAX_RETRIES
 from ..adapters.semrush_origin import is_loopback_origin, validate_base_url
 from ..domain.ceiling import Ceiling, parse_ceiling_value
@@ -145,6 +146,13 @@ class AllocatorSettings(CommonSettings):
     brand_ai_ceiling_prompts_text: str | None = Field(
         default=None, alias="SERENITY_BRAND_AI_CEILING_PROMPTS"
     )
+
+    aws_call_budget_s: float = Field(
+        default=AWS_CALL_BUDGET_S, gt=0, le=AWS_CALL_BUDGET_S, alias="AWS_CALL_BUDGET_S"
+    )
+    """The longest one AWS call (DynamoDB, SQS, EventBridge) may take, retries included. Its
+    own setting, independent of ``SEMRUSH_TIMEOUT_S``: from 10 s up two attempts, below one.
+    A function shorter than about three budgets applies little (docs/configuration.md)."""
 
     request_ledger_table: str | None = Field(
         default=None, alias="REQUEST_LEDGER_TABLE", pattern=r"^[A-Za-z0-9_.-]{3,255}$"

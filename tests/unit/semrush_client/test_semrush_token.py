@@ -225,6 +225,26 @@ def test_secrets_manager_token_provider_rejects_a_secret_without_a_token(
     assert SECRET_TOKEN not in _exception_texts(raised.value)
 
 
+def test_secrets_manager_token_provider_does_not_cache_a_malformed_secret(
+    secretsmanager: Any,
+) -> None:
+    # Given a provider with a long cache whose secret holds no usable token
+    name = _secret_name()
+    secretsmanager.create_secret(Name=name, SecretString=json.dumps({"value": SECRET_TOKEN}))
+    provider = SecretsManagerTokenProvider(name, max_age_s=3600)
+    with pytest.raises(TokenProviderError):
+        provider.get_token()
+
+    # When an operator fixes the secret
+    secretsmanager.put_secret_value(SecretId=name, SecretString=json.dumps({"token": "tok-ok"}))
+
+    # Then the next read fetches it (the malformed value was not served from the cache), and
+    # the good one is cached again
+    assert provider.get_token() == "tok-ok"
+    secretsmanager.put_secret_value(SecretId=name, SecretString="tok-rotated")
+    assert provider.get_token() == "tok-ok"
+
+
 def test_secrets_manager_token_provider_missing_secret_is_a_provider_error(
     secretsmanager: Any,
 ) -> None:

@@ -270,6 +270,9 @@ class LocalStack:
             # Loopback only: the settings refuse a plain token with any other base URL.
             "SEMRUSH_TOKEN": self._token,
             "SEMRUSH_TIMEOUT_S": repr(self.semrush_timeout_s),
+            # Its own setting since it stopped following SEMRUSH_TIMEOUT_S: a short stand-in
+            # function needs short AWS calls too (16 s calls would leave it no time to apply).
+            "AWS_CALL_BUDGET_S": repr(self.semrush_timeout_s),
             **resources.environment(),
             "ENVIRONMENT": LOCAL_ENVIRONMENT,
             "SERENITY_DYNAMIC_ALLOCATION": "true",

@@ -25,7 +25,7 @@ INVARIANT_NAME = "6 ledger: one terminal record, outcomes equal it"
 
 def read_ledger_table(resources: LocalResources) -> dict[str, LedgerEntry]:
     """Every item of the local ledger table, by request id (a Scan: local tooling only)."""
-    from serenity_allocator.adapters.dynamodb_request_ledger import item_to_entry
+    from serenity_allocator.adapters.ledger_item import item_to_entry
 
     dynamodb: Any = local_client("dynamodb", resources.endpoint_url)
     entries: dict[str, LedgerEntry] = {}
@@ -49,9 +49,11 @@ def audit_local_dead_letters(resources: LocalResources) -> int:
     from serenity_allocator.application.audit_dead_letters import audit_dead_letters
     from serenity_tools.operator.dlq_audit import peek_dead_letters
 
-    letters = peek_dead_letters(local_client("sqs", resources.endpoint_url), resources.dlq_url)
+    read = peek_dead_letters(
+        local_client("sqs", resources.endpoint_url), resources.dlq_url, wait_s=0
+    )
     report = audit_dead_letters(
-        letters,
+        read.letters,
         DynamoDbRequestLedger(
             resources.ledger_table, local_client("dynamodb", resources.endpoint_url)
         ),

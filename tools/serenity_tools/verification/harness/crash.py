@@ -62,6 +62,7 @@ def run_crash(config: HarnessConfig) -> ScenarioResult:
         PUBLISH_CRASH_PROBABILITY_ENV: repr(config.crash_probability / 2),
         PUBLISH_CRASH_SEED_ENV: str(config.seed),
         "SEMRUSH_TIMEOUT_S": repr(CRASH_SEMRUSH_TIMEOUT_S),
+        "AWS_CALL_BUDGET_S": repr(CRASH_SEMRUSH_TIMEOUT_S),
     }
     run, requests, writes = fifo_run(
         config,

@@ -124,7 +124,11 @@ def run_faults(config: HarnessConfig) -> ScenarioResult:
         faults=faults,
         not_ready_ms=50.0,
         visibility_timeout_s=visibility,
-        env={**FEATURES_ON, "SEMRUSH_TIMEOUT_S": repr(semrush_timeout_s)},
+        env={
+            **FEATURES_ON,
+            "SEMRUSH_TIMEOUT_S": repr(semrush_timeout_s),
+            "AWS_CALL_BUDGET_S": repr(semrush_timeout_s),
+        },
     )
     zombie_ids = {r.request_id for r in requests if r.workspace_id == zombie}
     # A timed-out call may have been applied after the client gave up.
