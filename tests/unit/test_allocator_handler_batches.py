@@ -112,7 +112,12 @@ def test_lambda_handler_invalid_messages_go_to_the_dlq_and_complete(
         assert named in letter.reason, (record["messageId"], letter.reason)
         assert letter.body == record["body"]
         assert letter.group_id == record["attributes"]["MessageGroupId"]
-    assert worker.outcomes is not None and worker.outcomes.published == []
+    # And every body whose request id can be read (all but the one that is not JSON) is
+    # announced as invalid and dead-lettered, so its caller's wait ends
+    assert worker.outcomes is not None
+    assert [
+        (o.request_id, o.status, o.error_code, o.dead_lettered) for o in worker.outcomes.published
+    ] == [("req-x", "invalid", "invalidMessage", True)] * (len(cases) - 1)
     _, data = read_emf(capsys)
     assert metric_total(data, "InvalidMessage") == len(cases)
 

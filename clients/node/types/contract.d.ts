@@ -90,15 +90,23 @@ prompts?: number
 
 /**
  * What the ledger holds for one request id.
+ * 
+ * Built only from a record whose known fields agree with each other: an outcome stored for
+ * another request, workspace or kind than the record's own binding does not validate (a
+ * tampered or corrupted record is unreadable, never replayed).
  */
 
 export interface LedgerRecord {
+announced?: boolean
 intent?: (ReleaseIntent | null)
+kind?: (("ensure" | "release") | null)
 outcome?: (AllocationOutcome | null)
 provisional?: boolean
 request_id: string
+schema_version?: number
 state: ("intent" | "final" | "deadLettered")
 updated_at?: (number | null)
+workspace_id?: (string | null)
 }
 /**
  * The transfer a release is about to send: the child's totals before and the target.
