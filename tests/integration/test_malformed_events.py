@@ -7,6 +7,7 @@ handler must not lose the rest of the batch to one bad record, nor raise a trace
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -123,4 +124,11 @@ def test_lambda_handler_record_with_a_malformed_receive_count_goes_to_the_dlq_na
         "attributes.ApproximateReceiveCount: not a positive integer"
     )
     assert api_calls(worker.sim) == []
-    assert outcome_capture.outcomes() == []
+    # And its request id is readable, so it is announced as invalid and dead-lettered
+    [announced] = outcome_capture.outcomes()
+    assert announced["request_id"] == json.loads(event["Records"][0]["body"])["request_id"]
+    assert (announced["status"], announced["error_code"], announced["dead_lettered"]) == (
+        "invalid",
+        "invalidMessage",
+        True,
+    )
