@@ -16,6 +16,7 @@ from serenity_allocator.adapters.ims_client import (
     MintedPromise,
     validate_ims_origin,
 )
+from serenity_allocator.adapters.secret_redaction import redact_secret
 from serenity_allocator.adapters.semrush_origin import ConfigurationError
 from serenity_allocator.domain.errors import (
     ImsUnavailableError,
@@ -263,3 +264,35 @@ def test_ims_client_no_token_or_secret_in_reprs_errors_or_logs(
     assert [secret for secret in secrets if secret in text] == []
     assert repr(minted) == "MintedPromise(expires_in=3600)"
     assert isinstance(minted, MintedPromise)
+
+
+@pytest.mark.parametrize("echo", ["error", "error_description", "message"])
+def test_ims_client_error_never_repeats_an_echoed_token(
+    sim: SimulatorServer, ims: ImsClient, echo: str
+) -> None:
+    # Given an IMS that echoes the promise token in its 400 body (once lower-cased, so it has
+    # the shape of an error code)
+    minted = ims.mint(sim.ims_user("u1", ["c1"]))
+    token = minted.promise_token
+    body = {"error": "invalid_request", echo: token}
+    sim.faults(fail_next=[{"op": "ims_exchange", "status": 400, "body": body}])
+    with pytest.raises(ImsRequestError) as caught:
+        ims.exchange(token)
+    # Then the error shows the status and at most the code, never the token
+    shown = str(caught.value) + repr(caught.value)
+    assert redact_secret(shown, token) == shown
+    if echo != "error":
+        assert str(caught.value) == "IMS exchange answered 400 (invalid_request)"
+
+
+def test_ims_client_drops_an_error_code_that_is_a_sent_value() -> None:
+    # A token that happens to look like a code is still never shown
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(400, json={"error": "lowercase_token"})
+
+    consumer = ImsClientPair("c", "s")
+    with httpx.Client(transport=httpx.MockTransport(answer)) as http:
+        client = ImsClient("https://ims.example.com", consumer=consumer, http=http)
+        with pytest.raises(ImsRequestError) as caught:
+            client.exchange("lowercase_token")
+    assert (caught.value.error, str(caught.value)) == (None, "IMS exchange answered 400")

@@ -32,6 +32,7 @@ from serenity_allocator.domain.errors import (
     OutOfTimeError,
 )
 
+from .secret_redaction import redact_secret
 from .semrush_origin import ConfigurationError, is_dns_name, is_loopback_origin
 
 TOKEN_PATH: Final = "/ims/token/v4"  # noqa: S105 - a route, not a password
@@ -278,7 +279,8 @@ class ImsClient:
             if response is not None and response.status_code in _REFUSED:
                 raise NeedsReauthError()
             if response is not None and not _is_transient(response.status_code):
-                raise ImsRequestError(response.status_code, operation, _error_code(response))
+                code = _error_code(response, form)
+                raise ImsRequestError(response.status_code, operation, code)
             if retry == len(RETRY_DELAYS_S) or not self._fits(RETRY_DELAYS_S[retry]):
                 break
             self._sleep(RETRY_DELAYS_S[retry])
@@ -319,14 +321,21 @@ def _is_transient(status: int) -> bool:
     return status == 429 or 500 <= status <= 599
 
 
-def _error_code(response: httpx.Response) -> str | None:
-    """IMS's ``error`` field when it is a short code; anything else is dropped (could echo)."""
+def _error_code(response: httpx.Response, form: Mapping[str, str]) -> str | None:
+    """IMS's ``error`` field when it is a short code; anything else is dropped (could echo).
+
+    A code that holds any form value we sent (a secret, a token) in any encoding is dropped too.
+    """
     try:
         body = response.json()
     except ValueError:
         return None
     code = body.get("error") if isinstance(body, Mapping) else None
-    return code if isinstance(code, str) and _ERROR_CODE.fullmatch(code) else None
+    if not isinstance(code, str) or not _ERROR_CODE.fullmatch(code):
+        return None
+    if any(redact_secret(code, value) != code for value in form.values()):
+        return None
+    return code
 
 
 def _required(pair: ImsClientPair | None, role: str, operation: str) -> ImsClientPair:
