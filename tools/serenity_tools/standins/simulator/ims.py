@@ -17,7 +17,8 @@ token gets ``401``; a malformed form ``400``. Where the shared doc is silent the
 chooses, and says so here: error bodies are OAuth-style ``{"error", "error_description"}``;
 ``expires_in`` values are seconds; invalidating an unknown or already dead token is a 200 (the
 call is idempotent). Faults (``fail_next`` with ``op`` ``ims_mint``/``ims_exchange``/
-``ims_invalidate``, ``error_rate``, latency) come from ``/__faults`` like the Semrush ones.
+``ims_invalidate``, ``error_rate``, latency) come from ``/__faults`` like the Semrush ones; a
+``fail_next`` rule without an ``op`` and the ``error_rate`` draws apply to IMS calls too.
 
 Access tokens minted here start with :data:`ACCESS_TOKEN_PREFIX`. On the Semrush routes such a
 bearer must be live (else 401), its user must have a Semrush record (else 403) and be a member
