@@ -31,10 +31,29 @@ To wait for a result without an EventBridge rule, read the request ledger (stack
 ``RequestLedgerTableName``; grant the service ``dynamodb:GetItem`` on it)::
 
     outcome = reader.wait_for_outcome(request_id, timeout_s=30)  # or reader.get_outcome(...)
+
+To run a request under the requesting user's own authority (IMS promise tokens, written to the
+credentials table before the message is sent; docs/credentials.md), build the producer with a
+:class:`CredentialHandover` and pass a :class:`UserCredential` (the IMS client is imported
+from its own module, so a producer that never mints never loads httpx)::
+
+    from serenity_allocator.adapters.ims_client import ImsClient, ImsClientPair
+
+    store = DynamoDbCredentialStore(credentials_table, KmsTokenCipher(credentials_key_arn))
+    ims = ImsClient(ims_host, emitter=ImsClientPair(client_id, client_secret, definition_id))
+    producer = AllocationProducer(queue_url, credentials=CredentialHandover(store, ims))
+    producer.enqueue_ensure("child-1", "master-1", need, credential=UserCredential.access(tok))
 """
 
 from __future__ import annotations
 
+from .adapters.credential_handover import (
+    CredentialHandover,
+    CredentialHandoverError,
+    UserCredential,
+)
+from .adapters.dynamodb_credential_store import DynamoDbCredentialStore
+from .adapters.kms_token_cipher import KmsTokenCipher
 from .adapters.ledger_outcome_reader import OutcomeReader, OutcomeWaitTimeoutError
 from .adapters.sqs_producer import (
     AllocationProducer,
@@ -62,11 +81,15 @@ from .write_guard import (
 __all__ = [
     "AllocationOutcome",
     "AllocationProducer",
+    "CredentialHandover",
+    "CredentialHandoverError",
+    "DynamoDbCredentialStore",
     "EmfQuotaRetryRecorder",
     "EnqueueError",
     "EnsureRequest",
     "GuardPolicy",
     "GuardedWrite",
+    "KmsTokenCipher",
     "LedgerUnavailableError",
     "OutcomeLookup",
     "OutcomeReader",
@@ -74,6 +97,7 @@ __all__ = [
     "QuotaRetryRecorder",
     "ReleaseRequest",
     "Totals",
+    "UserCredential",
     "WriteDeadlineExceededError",
     "WriteGuard",
     "WriteQuotaExhaustedError",

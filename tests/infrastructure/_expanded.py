@@ -46,6 +46,8 @@ _ARN_FORMAT = {
     "AWS::S3::Bucket": "arn:{p}:s3:::{name}",
     "AWS::StepFunctions::StateMachine": "arn:{p}:states:{r}:{a}:stateMachine:{name}",
     "AWS::IAM::Role": "arn:{p}:iam::{a}:role/{name}",
+    "AWS::KMS::Key": "arn:{p}:kms:{r}:{a}:key/{name}",
+    "AWS::IAM::ManagedPolicy": "arn:{p}:iam::{a}:policy/{name}",
 }
 
 

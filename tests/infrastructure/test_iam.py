@@ -138,7 +138,12 @@ def test_expanded_template_attaches_no_managed_policy(expanded: dict[str, Any]) 
     # Then none attaches a managed policy (AWS's grant log or trace actions on "*")
     for name, role in roles.items():
         assert role["Properties"].get("ManagedPolicyArns", []) == [], name
-    assert _of_type(expanded, "AWS::IAM::ManagedPolicy") == {}
+    # And the one managed policy is our own, for producing services, attached to nothing here
+    managed = _of_type(expanded, "AWS::IAM::ManagedPolicy")
+    assert set(managed) == {"ProducerCredentialsPolicy"}
+    assert {"Roles", "Users", "Groups"} & set(
+        managed["ProducerCredentialsPolicy"]["Properties"]
+    ) == set()
 
 
 def test_expanded_policies_grant_no_wildcard_action(expanded: dict[str, Any]) -> None:

@@ -22,6 +22,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ..domain import classify
 from ..domain.messages import EnsureRequest, ReleaseRequest
 from .aws_clients import AWS_CALL_BUDGET_S, LazyClient, aws_error_code, sqs_client
+from .credential_handover import CredentialHandover, CredentialHandoverError, UserCredential
 from .sqs_limits import MAX_BATCH_ENTRIES
 from .sqs_requests import (
     AllocationRequestModel,
@@ -75,6 +76,9 @@ class AllocationProducer:
             (:func:`.aws_clients.sqs_client`), honouring the standard endpoint variables.
         call_budget_s: The longest one call may take, retries included (sizes the client's
             timeouts and attempts).
+        credentials: Opt-in: where a request's user authority is handed over
+            (:class:`.credential_handover.CredentialHandover`). Without it, requests carry no
+            credential (the worker's local static-token mode) and passing one is an error.
     """
 
     def __init__(
@@ -83,11 +87,13 @@ class AllocationProducer:
         sqs: SQSClient | None = None,
         *,
         call_budget_s: float = AWS_CALL_BUDGET_S,
+        credentials: CredentialHandover | None = None,
     ) -> None:
         if not queue_url.strip():
             raise ValueError("the allocation queue URL is blank")
         self._queue_url = queue_url
         self._sqs = LazyClient(lambda: sqs_client(call_budget_s), sqs)
+        self._credentials = credentials
 
     @property
     def queue_url(self) -> str:
@@ -108,6 +114,7 @@ class AllocationProducer:
         org_id: str | None = None,
         brand_id: str | None = None,
         request_id: str | None = None,
+        credential: UserCredential | None = None,
     ) -> str:
         """Ask for headroom on a child before a metered write: ``enqueue(build_ensure(...))``.
 
@@ -123,6 +130,7 @@ class AllocationProducer:
             org_id: Optional label carried into logs and outcomes.
             brand_id: Optional label carried into logs and outcomes.
             request_id: The idempotency key; a new UUID4 when absent.
+            credential: The user authority the request runs under (see :meth:`enqueue`).
 
         Returns:
             The request id (the message's deduplication id).
@@ -141,7 +149,8 @@ class AllocationProducer:
                 org_id=org_id,
                 brand_id=brand_id,
                 request_id=request_id,
-            )
+            ),
+            credential=credential,
         )
 
     def enqueue_release(
@@ -154,6 +163,7 @@ class AllocationProducer:
         org_id: str | None = None,
         brand_id: str | None = None,
         request_id: str | None = None,
+        credential: UserCredential | None = None,
     ) -> str:
         """Hand a child's surplus back to its pool, never below ``floor``.
 
@@ -165,6 +175,7 @@ class AllocationProducer:
             org_id: Optional label carried into logs and outcomes.
             brand_id: Optional label carried into logs and outcomes.
             request_id: The idempotency key; a new UUID4 when absent.
+            credential: The user authority the request runs under (see :meth:`enqueue`).
 
         Returns:
             The request id (the message's deduplication id).
@@ -182,26 +193,52 @@ class AllocationProducer:
                 org_id=org_id,
                 brand_id=brand_id,
                 request_id=request_id,
-            )
+            ),
+            credential=credential,
         )
 
-    def enqueue(self, request: AllocationRequestModel) -> str:
+    def enqueue(
+        self, request: AllocationRequestModel, *, credential: UserCredential | None = None
+    ) -> str:
         """Enqueue one ready-built request (:func:`build_ensure`, :func:`build_release`).
 
         This is the request value every sender passes (the write guard's port is this method):
         the parameters of an ensure are spelled out once, in :func:`build_ensure`.
+
+        With a ``credential`` (a producer built with ``credentials``), the request's promise
+        token (minted here from an access token, or the one given) is written to the
+        credentials table BEFORE the message is sent, and removed again if the send fails; the
+        message is the same version-1 message, with no token in it.
 
         Returns:
             The request id (the message's deduplication id).
 
         Raises:
             pydantic.ValidationError: The request's ids are unusable as SQS FIFO ids.
-            EnqueueError: SQS refused or could not be reached; the request was not enqueued.
+            ValueError: A credential given to a producer without ``credentials``.
+            NeedsReauthError: IMS refused the user's access token at mint.
+            ImsUnavailableError: IMS could not mint in time.
+            EnqueueError: SQS, DynamoDB or KMS refused or could not be reached; the request
+                was not enqueued (a credential problem's reason starts ``credential:``).
         """
         if not isinstance(request, EnsureRequest | ReleaseRequest):
             raise TypeError(f"not an allocation request: {type(request).__name__}")
         check_fifo_ids(request)
-        self._send_one(request)
+        if credential is None:
+            self._send_one(request)
+            return request.request_id
+        if self._credentials is None:
+            raise ValueError("credential given, but this producer has no credential store")
+        try:
+            receipt = self._credentials.write(request.request_id, request.workspace_id, credential)
+        except CredentialHandoverError as exc:
+            raise EnqueueError([request.request_id], f"credential:{exc.reason}") from None
+        try:
+            self._send_one(request)
+        except EnqueueError:
+            if receipt is not None:  # only what this call wrote: an older record is not ours
+                self._credentials.take_back(receipt)
+            raise
         return request.request_id
 
     def enqueue_many(self, requests: Sequence[AllocationRequestModel]) -> list[str]:

@@ -124,6 +124,25 @@ class WiringError(ValueError):
     """A caller passed an argument that can only come from a programming error (blank id)."""
 
 
+class NeedsReauthError(AllocationError):
+    """IMS refused the user's token (401/403 at mint or exchange): the promise is dead.
+
+    Terminal, never retried (ims-promise-tokens.md: "a rejected exchange is terminal"): a human
+    re-mints a promise token for the user and redrives the request.
+    """
+
+    code = "needsReauth"
+    message = "the user's authorization must be renewed before this request can run"
+
+
+class ImsUnavailableError(AllocationError):
+    """IMS kept answering 429/5xx or could not be reached within the retries and the deadline."""
+
+    code = "imsUnavailable"
+    message = "the identity service could not be reached"
+    transient = True
+
+
 class ParkedForReclaimError(AllocationError):
     """The pool is exhausted, sibling releases were enqueued: retry the ensure after them."""
 

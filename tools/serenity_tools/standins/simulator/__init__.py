@@ -43,8 +43,14 @@ only, and never with an ``Origin``): ``POST /__reset``, ``POST /__seed``, ``POST
 (sets usage directly, for seeding), ``POST /__faults``, ``POST /__auth``, ``GET /__dump``,
 ``GET /__calls``, ``POST /__calls/clear``. See :class:`SimulatorState` for their bodies.
 
-Modules: :mod:`.model` (vocabulary), :mod:`.state` (the state, independent of HTTP, so a harness
-can drive it in process), :mod:`.write_gate`, :mod:`.control`, :mod:`.server`
+Adobe IMS (``../shared/ims-promise-tokens.md``) is served on the same origin under ``/ims``
+(mint, exchange, invalidate; form-encoded, JSON answers), with the control routes
+``POST /__ims/users``, ``GET /__ims/clients`` and ``GET /__ims/calls``. A bearer minted by it
+is checked for expiry and workspace membership on every Semrush route; any other bearer is the
+static one and works as before. See :mod:`.ims`.
+
+Modules: :mod:`.model` (vocabulary), :mod:`.ims`, :mod:`.state` (the state, independent of
+HTTP, so a harness can drive it in process), :mod:`.write_gate`, :mod:`.control`, :mod:`.server`
 (:func:`start_simulator` serves it on a background thread) and :mod:`.cli` (``configure``/``run``,
 the ``serenity-allocator simulator`` subcommand).
 """
@@ -53,6 +59,7 @@ from __future__ import annotations
 
 from .cli import configure, run
 from .control import is_loopback_host, is_loopback_peer
+from .ims import ImsClientPair, ImsConfig
 from .model import (
     API_PREFIX,
     DEFAULT_ENFORCEMENT_LAG_MS,
@@ -72,6 +79,8 @@ __all__ = [
     "DISGUISED_QUOTA_405",
     "OPERATIONS",
     "PROJECT_ENGINE_PREFIX",
+    "ImsClientPair",
+    "ImsConfig",
     "SimResponse",
     "SimulatorControlError",
     "SimulatorRequestError",

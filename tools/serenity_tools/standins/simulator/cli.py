@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from .ims import ImsConfig
 from .model import DEFAULT_ENFORCEMENT_LAG_MS, SimulatorRequestError
 from .server import start_simulator
 
@@ -35,12 +36,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="accept only this bearer (repeatable); default: any non-empty bearer",
     )
     parser.add_argument(
+        "--ims-config",
+        type=Path,
+        default=None,
+        help='JSON file: {"emitter", "consumer", "promise_ttl_s", "access_ttl_s"} (IMS)',
+    )
+    parser.add_argument(
         "--seed-file", type=Path, default=None, help="JSON file: a list of seed workspaces"
     )
 
 
 def run(args: argparse.Namespace) -> int:
     """Serve until interrupted (Ctrl-C or SIGTERM); return the exit code."""
+    try:
+        ims_config = _ims_config(args.ims_config)
+    except SimulatorRequestError as exc:
+        print(f"semrush simulator: bad IMS config: {exc.message}", flush=True)
+        return 2
     server = start_simulator(
         args.host,
         args.port,
@@ -48,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
         latency_ms=args.latency_ms,
         not_ready_ms=args.not_ready_ms,
         enforcement_lag_ms=args.enforcement_lag_ms,
+        ims_config=ims_config,
     )
     stopping = threading.Event()
 
@@ -72,3 +85,13 @@ def run(args: argparse.Namespace) -> int:
     finally:
         server.stop()
     return 0
+
+
+def _ims_config(path: Path | None) -> ImsConfig:
+    if path is None:
+        return ImsConfig()
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SimulatorRequestError(400, f"{path} is not readable JSON") from exc
+    return ImsConfig.from_mapping(raw)

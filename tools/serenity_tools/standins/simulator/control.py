@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
-from . import write_gate
+from . import ims, write_gate
 from .model import (
     _INVALID_JSON,
     QuotaRefusedError,
@@ -92,6 +92,8 @@ def control_refusal(peer: str, headers: _Headers) -> SimResponse | None:
 
 def handle_control(state: SimulatorState, method: str, path: str, body: bytes) -> SimResponse:
     """Answer one control route (no auth, never in the call log)."""
+    if path.startswith("/__ims/"):
+        return ims.handle_control(state.ims, method, path, body)
     if path not in CONTROL_ROUTES:
         return SimResponse(404, {"message": "unknown control route"})
     if CONTROL_ROUTES[path] != method:

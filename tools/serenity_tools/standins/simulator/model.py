@@ -42,6 +42,13 @@ WRITE_OPERATIONS = (
 )
 OPERATIONS = API_OPERATIONS + WRITE_OPERATIONS
 
+# Adobe IMS on the same origin (:mod:`.ims`): faults may target these too.
+OP_IMS_MINT = "ims_mint"
+OP_IMS_EXCHANGE = "ims_exchange"
+OP_IMS_INVALIDATE = "ims_invalidate"
+IMS_OPERATIONS = (OP_IMS_MINT, OP_IMS_EXCHANGE, OP_IMS_INVALIDATE)
+FAULT_OPERATIONS = OPERATIONS + IMS_OPERATIONS
+
 STATUS_CREATED = "created"
 STATUS_NOT_READY = "not ready"
 WORKSPACE_STATUSES = (STATUS_CREATED, STATUS_NOT_READY, "error", "deleting")
@@ -444,8 +451,8 @@ def _parse_fail_rule(item: Any, where: str) -> _FailRule:
     if count < 1:
         raise _bad_request(f"{where}.count must be at least 1")
     op = entry.get("op")
-    if op is not None and op not in OPERATIONS:
-        raise _bad_request(f"{where}.op must be one of {', '.join(OPERATIONS)} or null")
+    if op is not None and op not in FAULT_OPERATIONS:
+        raise _bad_request(f"{where}.op must be one of {', '.join(FAULT_OPERATIONS)} or null")
     workspace_id = entry.get("workspace_id")
     if workspace_id is not None and not isinstance(workspace_id, str):
         raise _bad_request(f"{where}.workspace_id must be a string or null")

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from . import control
+from .ims import IMS_PREFIX, ImsConfig
 from .model import (
     API_PREFIX,
     DEFAULT_ENFORCEMENT_LAG_MS,
@@ -102,6 +103,8 @@ class _SimulatorHandler(BaseHTTPRequestHandler):
                 authorization=self.headers.get("Authorization"),
                 body=raw_body,
             )
+        elif path.startswith(IMS_PREFIX + "/"):
+            response = state.handle_ims(method, path, body=raw_body)
         elif path.startswith(PROJECT_ENGINE_PREFIX + "/"):
             response = state.handle_write(
                 method,
@@ -248,6 +251,21 @@ class SimulatorServer:
         """``POST /__calls/clear``."""
         self._control("POST", "/__calls/clear", {})
 
+    def ims_user(self, user: str, workspaces: list[str], *, semrush_record: bool = True) -> str:
+        """``POST /__ims/users``: create or replace ``user``; return a new access token."""
+        body = {"user": user, "workspaces": workspaces, "semrush_record": semrush_record}
+        return str(self._control("POST", "/__ims/users", body)["access_token"])
+
+    def ims_clients(self) -> dict[str, Any]:
+        """``GET /__ims/clients``: the emitter and consumer client pairs."""
+        answer: dict[str, Any] = self._control("GET", "/__ims/clients", None)
+        return answer
+
+    def ims_calls(self) -> list[dict[str, Any]]:
+        """``GET /__ims/calls``: the IMS call log (ops, client ids, statuses, users)."""
+        calls: list[dict[str, Any]] = self._control("GET", "/__ims/calls", None)["calls"]
+        return calls
+
     def _control(self, method: str, route: str, payload: Any) -> Any:
         data = None if payload is None else json.dumps(payload).encode("utf-8")
         request = urllib.request.Request(  # noqa: S310 - the URL is our own loopback origin
@@ -278,6 +296,7 @@ def start_simulator(
     latency_ms: float = 0.0,
     not_ready_ms: float = 0.0,
     enforcement_lag_ms: float = DEFAULT_ENFORCEMENT_LAG_MS,
+    ims_config: ImsConfig | None = None,
 ) -> SimulatorServer:
     """Serve a simulator on a background thread and return its handle (port 0: ephemeral).
 
@@ -291,6 +310,7 @@ def start_simulator(
         latency_ms: added latency per API request (new state only).
         not_ready_ms: not-ready window after a transfer or a creation (new state only).
         enforcement_lag_ms: how far the write gate lags transfers (new state only).
+        ims_config: IMS client pairs and times to live (new state only; local defaults).
     """
     if state is None:
         state = SimulatorState(
@@ -298,6 +318,7 @@ def start_simulator(
             latency_ms=latency_ms,
             not_ready_ms=not_ready_ms,
             enforcement_lag_ms=enforcement_lag_ms,
+            ims_config=ims_config,
         )
     elif accepted_tokens is not None:
         state.set_auth(accepted_tokens)

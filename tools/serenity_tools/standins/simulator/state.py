@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any
 
-from . import control, write_gate
+from . import control, ims, write_gate
 from .model import (
     _DEFAULT_FAULT_BODIES,
     _INVALID_JSON,
@@ -98,6 +98,7 @@ class SimulatorState:
         enforcement_lag_ms: how long after a transfer the write gate enforces the new total.
         clock: monotonic seconds; drives the not-ready window and the call log's ``t``.
         sleep: sleeps seconds; used for latency and timeout holds.
+        ims_config: the IMS client pairs and times to live (:mod:`.ims`; defaults for local use).
     """
 
     def __init__(
@@ -111,8 +112,10 @@ class SimulatorState:
         enforcement_lag_ms: float = DEFAULT_ENFORCEMENT_LAG_MS,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        ims_config: ims.ImsConfig | None = None,
     ) -> None:
         self.clock = clock
+        self.ims = ims.ImsState(ims_config or ims.ImsConfig(), clock)
         self.sleep = sleep
         self._lock = threading.Lock()
         self._initial_tokens = None if accepted_tokens is None else frozenset(accepted_tokens)
@@ -151,6 +154,7 @@ class SimulatorState:
             self._calls = []
             self._seq = 0
             self._child_counter = 0
+        self.ims.reset()
 
     def set_auth(self, tokens: Iterable[str] | None) -> None:
         """Accept only ``tokens`` from now on, or any non-empty bearer when ``None``."""
@@ -289,6 +293,26 @@ class SimulatorState:
             return write_gate.METHOD_NOT_ALLOWED
         return self._serve(method, PROJECT_ENGINE_PREFIX + path, route, authorization, body)
 
+    def handle_ims(self, method: str, path: str, *, body: bytes = b"") -> SimResponse:
+        """Answer one IMS request (:mod:`.ims`): route, injected faults, then the protocol."""
+        form = ims.parse_form(body)
+        if form is None:
+            return SimResponse(400, {"error": "invalid_request", "error_description": "form"})
+        op = ims.route_op(method, path, form)
+        if isinstance(op, SimResponse):
+            return op
+        latency_s = self._faults.latency_ms / 1000.0
+        if latency_s > 0:
+            self.sleep(latency_s)
+        with self._lock:
+            injected = self._injected_fault(op, "")
+        if injected is None:
+            return self.ims.answer(op, form)
+        self.ims.log_fault(op, form, injected[0].status)
+        if injected[1] > 0:
+            self.sleep(injected[1])
+        return injected[0]
+
     def _serve(
         self,
         method: str,
@@ -306,18 +330,20 @@ class SimulatorState:
         with self._lock:
             response, hold_s = self._decide(op, workspace_id, authorization, parsed)
             self._seq += 1
-            self._calls.append(
-                {
-                    "method": method,
-                    "path": full_path,
-                    "op": op,
-                    "workspace_id": workspace_id,
-                    "status": response.status,
-                    "body": None if parsed is _INVALID_JSON else parsed,
-                    "t": arrived,
-                    "seq": self._seq,
-                }
-            )
+            call = {
+                "method": method,
+                "path": full_path,
+                "op": op,
+                "workspace_id": workspace_id,
+                "status": response.status,
+                "body": None if parsed is _INVALID_JSON else parsed,
+                "t": arrived,
+                "seq": self._seq,
+            }
+            user = self.ims.user_of(authorization)
+            if user is not None:  # only IMS bearers name a user; static-bearer calls stay as-is
+                call["user"] = user
+            self._calls.append(call)
         if hold_s > 0:
             self.sleep(hold_s)
         return response
@@ -325,7 +351,11 @@ class SimulatorState:
     def _decide(
         self, op: str, workspace_id: str, authorization: str | None, body: Any
     ) -> tuple[SimResponse, float]:
-        if not self._is_authenticated(authorization):
+        if self.ims.is_ims_bearer(authorization):
+            refusal = self.ims.semrush_refusal(authorization, workspace_id)
+            if refusal is not None:
+                return refusal, 0.0
+        elif not self._is_authenticated(authorization):
             return SimResponse(401, {"detail": MSG_NOT_AUTHENTICATED}), 0.0
         injected = self._injected_fault(op, workspace_id)
         if injected is not None:

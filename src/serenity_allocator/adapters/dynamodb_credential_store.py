@@ -1,0 +1,285 @@
+"""Promise tokens at rest: one record per request id on a DynamoDB table of their own.
+
+Not the request ledger: services that read outcomes (``GetItem`` on the ledger) have no
+permission on this table, and the token is encrypted client-side with a customer-managed KMS
+key (:mod:`.kms_token_cipher`) that a producer may only encrypt with. Decision and the caller
+contract: docs/decisions/0016-promise-tokens-on-a-credentials-table.md, docs/credentials.md.
+
+Item shape (table key ``request_id``, a string)::
+
+    request_id     S  the request's idempotency key (the message's deduplication id)
+    workspace_id   S  the child the request is for (also in the KMS encryption context)
+    promise_token  B  the KMS ciphertext of the promise token; removed by a scrub
+    expires_at     N  epoch seconds; the table's TTL attribute, moved on at every roll
+    written_at     N  epoch seconds of the first write
+    rolled_at      N  epoch seconds of the last roll (absent before the first)
+    scrubbed_at    N  epoch seconds of the scrub (absent while a token is held)
+
+A record is written only where none holds a live token (a producer never overwrites one), a
+roll only where one still does, and a scrub is idempotent. DynamoDB's TTL deletes lazily, so
+a read treats a record past ``expires_at`` as absent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final, Protocol
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from .aws_clients import AWS_CALL_BUDGET_S, LazyClient, aws_error_code, dynamodb_client
+from .kms_token_cipher import encryption_context
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import AttributeValueTypeDef
+
+DEFAULT_TTL_S: Final = 24 * 3600
+"""A day: a promise token unexchanged for longer than its IMS time to live (an hour in the
+simulator; IMS's own figure is not in the shared doc) is dead anyway, so holding it longer
+only keeps a credential at rest."""
+
+_CONDITION_FAILED: Final = "ConditionalCheckFailedException"
+# Write only where no live token is held: a new request, one whose token was scrubbed (a
+# re-mint), or one past its expiry that DynamoDB's lazy TTL has not deleted yet.
+_PUT_CONDITION: Final = (
+    "attribute_not_exists(request_id) OR attribute_not_exists(promise_token) OR expires_at <= :now"
+)
+
+
+class TokenCipher(Protocol):
+    """Encrypts and decrypts a token under an encryption context (:class:`KmsTokenCipher`)."""
+
+    def encrypt(self, token: str, context: Mapping[str, str]) -> bytes:
+        """The ciphertext of ``token``."""
+        ...
+
+    def decrypt(self, ciphertext: bytes, context: Mapping[str, str]) -> str:
+        """The token, when ``context`` matches."""
+        ...
+
+
+class CredentialStoreError(RuntimeError):
+    """DynamoDB refused or could not be reached; names the request, never the token.
+
+    Attributes:
+        request_id: The request whose record was being written, read or changed.
+        reason: The AWS error code or the kind of failure.
+    """
+
+    def __init__(self, operation: str, request_id: str, reason: str) -> None:
+        self.request_id = request_id
+        self.reason = reason
+        super().__init__(f"credential {operation} for request {request_id} failed ({reason})")
+
+
+class CredentialGoneError(CredentialStoreError):
+    """A roll found no token to replace: the record was scrubbed, discarded or never written."""
+
+    def __init__(self, request_id: str) -> None:
+        super().__init__("roll", request_id, "noCredential")
+
+
+@dataclass(frozen=True)
+class CredentialReceipt:
+    """What :meth:`DynamoDbCredentialStore.put` wrote: lets the writer take it back exactly."""
+
+    request_id: str
+    ciphertext: bytes = field(repr=False)
+
+
+@dataclass(frozen=True)
+class StoredCredential:
+    """A request's promise token, decrypted (the worker's view; a producer never gets one)."""
+
+    request_id: str
+    workspace_id: str
+    promise_token: str = field(repr=False)
+    expires_at: int
+
+
+class DynamoDbCredentialStore:
+    """The credentials table over boto3, the token encrypted by ``cipher``.
+
+    Args:
+        table_name: The credentials table (``CREDENTIALS_TABLE``).
+        cipher: Encrypts tokens (a :class:`~.kms_token_cipher.KmsTokenCipher`).
+        client: An optional ready DynamoDB client; otherwise one is built on first use.
+        call_budget_s: The longest one call may take, retries included.
+        ttl_s: How long a record lives after its last write or roll.
+        wall_clock: Epoch seconds (injected so tests control expiry).
+    """
+
+    def __init__(
+        self,
+        table_name: str,
+        cipher: TokenCipher,
+        client: DynamoDBClient | None = None,
+        *,
+        call_budget_s: float = AWS_CALL_BUDGET_S,
+        ttl_s: int = DEFAULT_TTL_S,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not table_name.strip():
+            raise ValueError("the credentials table name is blank")
+        if ttl_s <= 0:
+            raise ValueError("the credential TTL must be positive")
+        self._table = table_name
+        self._cipher = cipher
+        self._dynamodb = LazyClient(lambda: dynamodb_client(call_budget_s), client)
+        self._ttl_s = ttl_s
+        self._clock = wall_clock
+
+    def put(
+        self, request_id: str, workspace_id: str, promise_token: str
+    ) -> CredentialReceipt | None:
+        """Store a request's promise token, encrypted, unless a live one is already stored.
+
+        Returns:
+            The receipt of what was written, or None when the request already holds a token
+            (a retried enqueue: the stored one stays, nothing is overwritten).
+
+        Raises:
+            CredentialStoreError: DynamoDB refused or could not be reached.
+            TokenCipherError: KMS refused.
+        """
+        ciphertext = self._cipher.encrypt(
+            promise_token, encryption_context(request_id, workspace_id)
+        )
+        now = int(self._clock())
+        try:
+            self._dynamodb.get().put_item(
+                TableName=self._table,
+                Item={
+                    "request_id": {"S": request_id},
+                    "workspace_id": {"S": workspace_id},
+                    "promise_token": {"B": ciphertext},
+                    "expires_at": {"N": str(now + self._ttl_s)},
+                    "written_at": {"N": str(now)},
+                },
+                ConditionExpression=_PUT_CONDITION,
+                ExpressionAttributeValues={":now": {"N": str(now)}},
+            )
+        except ClientError as exc:
+            if aws_error_code(exc) == _CONDITION_FAILED:
+                return None
+            raise CredentialStoreError("put", request_id, aws_error_code(exc)) from None
+        except BotoCoreError as exc:
+            raise CredentialStoreError("put", request_id, aws_error_code(exc)) from None
+        return CredentialReceipt(request_id, ciphertext)
+
+    def discard(self, receipt: CredentialReceipt) -> bool:
+        """Delete the record :meth:`put` wrote, only if it still holds that very token.
+
+        Returns:
+            True when deleted; False when the record holds something else by now (not ours).
+
+        Raises:
+            CredentialStoreError: DynamoDB refused or could not be reached.
+        """
+        try:
+            self._dynamodb.get().delete_item(
+                TableName=self._table,
+                Key={"request_id": {"S": receipt.request_id}},
+                ConditionExpression="promise_token = :ours",
+                ExpressionAttributeValues={":ours": {"B": receipt.ciphertext}},
+            )
+        except ClientError as exc:
+            if aws_error_code(exc) == _CONDITION_FAILED:
+                return False
+            raise CredentialStoreError("discard", receipt.request_id, aws_error_code(exc)) from None
+        except BotoCoreError as exc:
+            raise CredentialStoreError("discard", receipt.request_id, aws_error_code(exc)) from None
+        return True
+
+    def read(self, request_id: str, workspace_id: str) -> StoredCredential | None:
+        """The request's promise token, or None when there is none (missing, scrubbed, expired).
+
+        Consistent read: a worker right after the producer's write sees it.
+
+        Raises:
+            CredentialStoreError: DynamoDB refused or could not be reached.
+            TokenCipherError: KMS refused: ``InvalidCiphertextException`` when the record was
+                written for another child (the encryption context differs) or not by us.
+        """
+        try:
+            answer = self._dynamodb.get().get_item(
+                TableName=self._table,
+                Key={"request_id": {"S": request_id}},
+                ConsistentRead=True,
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise CredentialStoreError("read", request_id, aws_error_code(exc)) from None
+        item = answer.get("Item")
+        if item is None or "promise_token" not in item:
+            return None
+        expires_at = int(_number(item, "expires_at"))
+        if expires_at <= self._clock():
+            return None
+        token = self._cipher.decrypt(
+            bytes(item["promise_token"]["B"]), encryption_context(request_id, workspace_id)
+        )
+        return StoredCredential(request_id, workspace_id, token, expires_at)
+
+    def roll(self, request_id: str, workspace_id: str, promise_token: str) -> None:
+        """Replace the stored token with the one an exchange just returned; restart the TTL.
+
+        Raises:
+            CredentialGoneError: No token is held any more (scrubbed or never written).
+            CredentialStoreError: DynamoDB refused or could not be reached.
+            TokenCipherError: KMS refused.
+        """
+        ciphertext = self._cipher.encrypt(
+            promise_token, encryption_context(request_id, workspace_id)
+        )
+        now = int(self._clock())
+        try:
+            self._dynamodb.get().update_item(
+                TableName=self._table,
+                Key={"request_id": {"S": request_id}},
+                UpdateExpression="SET promise_token = :token, expires_at = :exp, rolled_at = :now",
+                ConditionExpression="attribute_exists(promise_token) AND workspace_id = :ws",
+                ExpressionAttributeValues={
+                    ":token": {"B": ciphertext},
+                    ":exp": {"N": str(now + self._ttl_s)},
+                    ":now": {"N": str(now)},
+                    ":ws": {"S": workspace_id},
+                },
+            )
+        except ClientError as exc:
+            if aws_error_code(exc) == _CONDITION_FAILED:
+                raise CredentialGoneError(request_id) from None
+            raise CredentialStoreError("roll", request_id, aws_error_code(exc)) from None
+        except BotoCoreError as exc:
+            raise CredentialStoreError("roll", request_id, aws_error_code(exc)) from None
+
+    def scrub(self, request_id: str) -> None:
+        """Remove the token from the record (terminal states); idempotent, no record is fine.
+
+        Raises:
+            CredentialStoreError: DynamoDB refused or could not be reached.
+        """
+        try:
+            self._dynamodb.get().update_item(
+                TableName=self._table,
+                Key={"request_id": {"S": request_id}},
+                UpdateExpression="REMOVE promise_token SET scrubbed_at = :now",
+                ConditionExpression="attribute_exists(request_id)",
+                ExpressionAttributeValues={":now": {"N": str(int(self._clock()))}},
+            )
+        except ClientError as exc:
+            if aws_error_code(exc) == _CONDITION_FAILED:
+                return
+            raise CredentialStoreError("scrub", request_id, aws_error_code(exc)) from None
+        except BotoCoreError as exc:
+            raise CredentialStoreError("scrub", request_id, aws_error_code(exc)) from None
+
+    def __repr__(self) -> str:
+        return f"DynamoDbCredentialStore(table={self._table!r})"
+
+
+def _number(item: Mapping[str, AttributeValueTypeDef], name: str) -> float:
+    value = item.get(name, {}).get("N")
+    return float(value) if value is not None else 0.0

@@ -1,0 +1,362 @@
+"""Adobe IMS promise tokens over httpx: mint (emitter), exchange and invalidate (consumer).
+
+Facts this rests on (../shared/ims-promise-tokens.md): every call is an HTTPS ``POST`` with a
+form-encoded body and no bearer header, answered with JSON; the emitter pair mints from the
+user's access token, the consumer pair exchanges and invalidates; every exchange returns a NEW
+promise token (the old one must not be relied on); a 401/403 at exchange means the promise is
+dead (terminal); 429 and 5xx are transient and the upstream's client retried them at most
+twice, 1 s then 2 s. We retry exactly that, plus transport failures, never past the deadline.
+
+An exchange whose answer is lost (a read timeout) may already have rolled the token upstream:
+the retry then gets a 401 and ends :class:`NeedsReauthError`, the safe side (nothing runs
+without a live authority; a human re-mints). Nothing raised, logged or repr'd here holds a
+token or a client secret: errors name the operation, the status and IMS's short ``error`` code.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Final, Self
+from urllib.parse import SplitResult, urlsplit
+
+import httpx
+
+from serenity_allocator.domain.errors import (
+    ImsUnavailableError,
+    MalformedResponseError,
+    NeedsReauthError,
+    OutOfTimeError,
+)
+
+from .secret_redaction import redact_secret
+from .semrush_origin import ConfigurationError, is_dns_name, is_loopback_origin
+
+TOKEN_PATH: Final = "/ims/token/v4"  # noqa: S105 - a route, not a password
+INVALIDATE_PATH: Final = "/ims/invalidate_token/v2"
+RETRY_DELAYS_S: Final = (1.0, 2.0)
+"""The upstream's IMS client: at most two retries of a 429/5xx, 1 s then 2 s."""
+DEFAULT_TIMEOUT_S: Final = 5.0
+"""Our per-request ceiling (the shared doc gives no IMS latency; token calls are small)."""
+
+_ERROR_CODE: Final = re.compile(r"[a-z_]{1,40}")
+_REFUSED: Final = frozenset({401, 403})
+
+
+@dataclass(frozen=True)
+class ImsClientPair:
+    """One IMS client (the emitter's carries the promise definition it mints with).
+
+    The secret never appears in a repr.
+    """
+
+    client_id: str
+    client_secret: str = field(repr=False)
+    promise_definition_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.client_id.strip() or not self.client_secret.strip():
+            raise ConfigurationError("an IMS client pair needs a client id and a client secret")
+        if self.promise_definition_id is not None and not self.promise_definition_id.strip():
+            raise ConfigurationError("an IMS promise definition id must not be blank")
+
+
+@dataclass(frozen=True)
+class MintedPromise:
+    """A promise token just minted; ``expires_in`` as IMS sent it (unit not documented)."""
+
+    promise_token: str = field(repr=False)
+    expires_in: int | None = None
+
+
+@dataclass(frozen=True)
+class ExchangedTokens:
+    """The answer of an exchange: the user's fresh access token and the ROLLED promise token."""
+
+    access_token: str = field(repr=False)
+    promise_token: str = field(repr=False)
+    expires_in: int | None = None
+    promise_token_expires_in: int | None = None
+
+
+class ImsRequestError(Exception):
+    """IMS refused a call for a reason a retry cannot fix (a 400: configuration or input).
+
+    Attributes:
+        status: The HTTP status.
+        operation: ``mint``, ``exchange`` or ``invalidate``.
+        error: IMS's short ``error`` code when it sent one (never a token).
+    """
+
+    def __init__(self, status: int, operation: str, error: str | None) -> None:
+        self.status = status
+        self.operation = operation
+        self.error = error
+        suffix = f" ({error})" if error else ""
+        super().__init__(f"IMS {operation} answered {status}{suffix}")
+
+
+def validate_ims_origin(url: str) -> str:
+    """Check a configured IMS host and return it as an origin.
+
+    An ``https://`` origin on a DNS name, or ``http(s)://`` on a loopback host (the local
+    simulator); no user-info, path, query or fragment. Messages never echo the value.
+
+    Raises:
+        ConfigurationError: The value is not an acceptable origin.
+    """
+    text = url.strip() if isinstance(url, str) else ""
+    parts = _origin_parts(text)
+    if not is_loopback_origin(text) and (
+        parts.scheme != "https" or not is_dns_name(parts.hostname or "")
+    ):
+        raise ConfigurationError("IMS host must be https on a DNS name (http only for loopback)")
+    return f"{parts.scheme}://{parts.netloc.lower()}"
+
+
+def _origin_parts(text: str) -> SplitResult:
+    """The URL's parts when it is a bare http(s) origin with a host; else a clear error."""
+    try:
+        parts = urlsplit(text)
+        host = parts.hostname or ""
+        _ = parts.port  # raises on a bad port
+    except ValueError:
+        raise ConfigurationError("IMS host is not a valid URL") from None
+    bare = parts.path in ("", "/") and not (parts.query or parts.fragment or "@" in parts.netloc)
+    if not bare or parts.scheme not in ("https", "http") or not host:
+        raise ConfigurationError(
+            "IMS host must be an origin like https://ims.example.com (no path, query or user-info)"
+        )
+    return parts
+
+
+class ImsClient:
+    """Mint, exchange and invalidate promise tokens, with timeouts, retries and a deadline.
+
+    One ``httpx.Client`` is reused; an injected one stays the caller's. Redirects are never
+    followed (one could carry the form, secrets included, elsewhere).
+
+    Args:
+        origin: The IMS origin (``IMS_HOST``), see :func:`validate_ims_origin`.
+        emitter: The pair that mints (a service holding the user's request); None if unused.
+        consumer: The pair that exchanges and invalidates (the worker); None if unused.
+        http: An optional ready client (tests point it at the simulator).
+        timeout_s: Per-request timeout, shortened to the time left before the deadline.
+        sleep: Sleeps between attempts (injected so tests never wait).
+        clock: Monotonic seconds, for the deadline.
+    """
+
+    def __init__(
+        self,
+        origin: str,
+        *,
+        emitter: ImsClientPair | None = None,
+        consumer: ImsClientPair | None = None,
+        http: httpx.Client | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ConfigurationError("IMS timeout must be positive")
+        if emitter is not None and emitter.promise_definition_id is None:
+            raise ConfigurationError("the IMS emitter pair needs a promise definition id")
+        self.origin = validate_ims_origin(origin)
+        self._emitter = emitter
+        self._consumer = consumer
+        self._timeout_s = timeout_s
+        self._sleep = sleep
+        self._clock = clock
+        self._deadline: float | None = None
+        self._owns_http = http is None
+        self._http = http if http is not None else httpx.Client(follow_redirects=False)
+
+    def limit_time(self, seconds: float | None) -> None:
+        """Bound every later call, retries and sleeps included, to ``seconds`` from now.
+
+        A call with no time left raises :class:`OutOfTimeError` (transient) instead of starting.
+        """
+        self._deadline = None if seconds is None else self._clock() + seconds
+
+    def mint(self, access_token: str) -> MintedPromise:
+        """Mint a promise token from the user's IMS access token (the emitter pair).
+
+        Raises:
+            NeedsReauthError: IMS refused the access token or the pair (401/403).
+            ImsUnavailableError: 429/5xx/no answer after the retries, or no time left for one.
+            ImsRequestError: Another refusal (400: a wrong promise definition, say).
+            MalformedResponseError: A 2xx without a promise token.
+        """
+        pair = _required(self._emitter, "emitter", "mint")
+        form = {
+            "client_id": pair.client_id,
+            "client_secret": pair.client_secret,
+            "grant_type": "promise",
+            "promise_definition_id": pair.promise_definition_id or "",
+            "authenticating_token": _token(access_token, "access token"),
+        }
+        body = self._json(self._call("mint", TOKEN_PATH, form), "mint")
+        return MintedPromise(_string(body, "promise_token", "mint"), _int(body, "expires_in"))
+
+    def exchange(self, promise_token: str) -> ExchangedTokens:
+        """Exchange a promise token for the user's access token and a NEW promise token.
+
+        Store the returned promise token before doing anything else: the one passed in must not
+        be relied on afterwards.
+
+        Raises:
+            NeedsReauthError: IMS refused the exchange (401/403): terminal, never retried.
+            ImsUnavailableError: 429/5xx/no answer after the retries, or no time left for one.
+            ImsRequestError: Another refusal (400).
+            MalformedResponseError: A 2xx without both tokens.
+        """
+        pair = _required(self._consumer, "consumer", "exchange")
+        form = {
+            "client_id": pair.client_id,
+            "client_secret": pair.client_secret,
+            "grant_type": "promise_exchange",
+            "promise_token": _token(promise_token, "promise token"),
+        }
+        body = self._json(self._call("exchange", TOKEN_PATH, form), "exchange")
+        return ExchangedTokens(
+            access_token=_string(body, "access_token", "exchange"),
+            promise_token=_string(body, "promise_token", "exchange"),
+            expires_in=_int(body, "expires_in"),
+            promise_token_expires_in=_int(body, "promise_token_expires_in"),
+        )
+
+    def invalidate(self, promise_token: str) -> bool:
+        """Invalidate a promise token and its whole chain, best effort (the consumer pair).
+
+        Returns:
+            True when IMS confirmed (2xx); False when it refused or could not be reached in
+            time: the caller logs that and goes on (the token still expires on its own).
+        """
+        pair = _required(self._consumer, "consumer", "invalidate")
+        form = {
+            "client_id": pair.client_id,
+            "client_secret": pair.client_secret,
+            "token_type": "promise_token",
+            "token": _token(promise_token, "promise token"),
+        }
+        try:
+            self._call("invalidate", INVALIDATE_PATH, form)
+        except (NeedsReauthError, ImsUnavailableError, ImsRequestError, OutOfTimeError):
+            return False
+        return True
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the HTTP client if this object built it."""
+        if self._owns_http:
+            self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ImsClient(origin={self.origin!r})"
+
+    # -- the request loop --------------------------------------------------------------------
+
+    def _call(self, operation: str, path: str, form: Mapping[str, str]) -> httpx.Response:
+        for retry in range(len(RETRY_DELAYS_S) + 1):
+            response = self._attempt(form, path)
+            if response is not None and response.status_code < 300:
+                return response
+            if response is not None and response.status_code in _REFUSED:
+                raise NeedsReauthError()
+            if response is not None and not _is_transient(response.status_code):
+                code = _error_code(response, form)
+                raise ImsRequestError(response.status_code, operation, code)
+            if retry == len(RETRY_DELAYS_S) or not self._fits(RETRY_DELAYS_S[retry]):
+                break
+            self._sleep(RETRY_DELAYS_S[retry])
+        raise ImsUnavailableError()
+
+    def _attempt(self, form: Mapping[str, str], path: str) -> httpx.Response | None:
+        """Send once within the time left; None on a transport failure."""
+        left = None if self._deadline is None else self._deadline - self._clock()
+        if left is not None and left <= 0:
+            raise OutOfTimeError()
+        timeout = self._timeout_s if left is None else min(self._timeout_s, left)
+        try:
+            return self._http.post(
+                self.origin + path,
+                data=dict(form),
+                headers={"Accept": "application/json"},
+                timeout=httpx.Timeout(timeout),
+            )
+        except httpx.TransportError:
+            # httpx's transport messages carry no form field; none is kept anyway.
+            return None
+
+    def _fits(self, pause_s: float) -> bool:
+        return self._deadline is None or self._clock() + pause_s < self._deadline
+
+    @staticmethod
+    def _json(response: httpx.Response, operation: str) -> Mapping[str, Any]:
+        try:
+            body = response.json()
+        except ValueError:
+            raise MalformedResponseError(f"IMS {operation}: response body is not JSON") from None
+        if not isinstance(body, Mapping):
+            raise MalformedResponseError(f"IMS {operation}: response body is not an object")
+        return body
+
+
+def _is_transient(status: int) -> bool:
+    return status == 429 or 500 <= status <= 599
+
+
+def _error_code(response: httpx.Response, form: Mapping[str, str]) -> str | None:
+    """IMS's ``error`` field when it is a short code; anything else is dropped (could echo).
+
+    A code that holds any form value we sent (a secret, a token) in any encoding is dropped too.
+    """
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    code = body.get("error") if isinstance(body, Mapping) else None
+    if not isinstance(code, str) or not _ERROR_CODE.fullmatch(code):
+        return None
+    if any(redact_secret(code, value) != code for value in form.values()):
+        return None
+    return code
+
+
+def _required(pair: ImsClientPair | None, role: str, operation: str) -> ImsClientPair:
+    if pair is None:
+        raise ConfigurationError(f"IMS {operation} needs the {role} client pair")
+    return pair
+
+
+def _token(value: str, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"the {what} is blank")
+    return value
+
+
+def _string(body: Mapping[str, Any], key: str, operation: str) -> str:
+    value = body.get(key)
+    if not isinstance(value, str) or not value:
+        raise MalformedResponseError(f"IMS {operation}: answer has no {key}")
+    return value
+
+
+def _int(body: Mapping[str, Any], key: str) -> int | None:
+    value = body.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

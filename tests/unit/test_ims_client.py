@@ -1,0 +1,298 @@
+"""The IMS client over real HTTP to the simulator: mint, exchange, invalidate, retries, deadline."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from serenity_allocator.adapters.ims_client import (
+    ExchangedTokens,
+    ImsClient,
+    ImsClientPair,
+    ImsRequestError,
+    MintedPromise,
+    validate_ims_origin,
+)
+from serenity_allocator.adapters.secret_redaction import redact_secret
+from serenity_allocator.adapters.semrush_origin import ConfigurationError
+from serenity_allocator.domain.errors import (
+    ImsUnavailableError,
+    NeedsReauthError,
+    OutOfTimeError,
+    error_code_of,
+)
+from serenity_tools.standins.simulator import SimulatorServer
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Sleeps:
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.calls: list[float] = []
+
+    def __call__(self, seconds: float) -> None:
+        self.calls.append(seconds)
+        self.clock.now += seconds
+
+
+def pairs(sim: SimulatorServer) -> tuple[ImsClientPair, ImsClientPair]:
+    clients = sim.ims_clients()
+    return ImsClientPair(**clients["emitter"]), ImsClientPair(**clients["consumer"])
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def sleeps(clock: Clock) -> Sleeps:
+    return Sleeps(clock)
+
+
+@pytest.fixture
+def ims(sim: SimulatorServer, clock: Clock, sleeps: Sleeps) -> Iterator[ImsClient]:
+    emitter, consumer = pairs(sim)
+    with ImsClient(
+        sim.origin, emitter=emitter, consumer=consumer, sleep=sleeps, clock=clock
+    ) as client:
+        yield client
+
+
+def test_ims_client_mints_exchanges_and_rolls(sim: SimulatorServer, ims: ImsClient) -> None:
+    # Given a user with an access token
+    access = sim.ims_user("u1", ["c1"])
+    # When the emitter mints and the consumer exchanges twice
+    minted = ims.mint(access)
+    first = ims.exchange(minted.promise_token)
+    second = ims.exchange(first.promise_token)
+    # Then every exchange rolled the token and the exchanged one is dead
+    assert minted.expires_in == 3600
+    assert len({minted.promise_token, first.promise_token, second.promise_token}) == 3
+    assert first.promise_token_expires_in == 3600
+    with pytest.raises(NeedsReauthError) as caught:
+        ims.exchange(first.promise_token)
+    assert error_code_of(caught.value) == "needsReauth"
+    assert [(c["op"], c["status"]) for c in sim.ims_calls()] == [
+        ("ims_mint", 200),
+        ("ims_exchange", 200),
+        ("ims_exchange", 200),
+        ("ims_exchange", 401),
+    ]
+
+
+def test_ims_client_invalidate_kills_the_chain_and_is_best_effort(
+    sim: SimulatorServer, ims: ImsClient
+) -> None:
+    minted = ims.mint(sim.ims_user("u1", ["c1"]))
+    rolled = ims.exchange(minted.promise_token)
+    assert ims.invalidate(rolled.promise_token) is True
+    with pytest.raises(NeedsReauthError):
+        ims.exchange(rolled.promise_token)
+    # A refused invalidate is reported, never raised
+    sim.faults(fail_next=[{"op": "ims_invalidate", "status": 400}])
+    assert ims.invalidate(rolled.promise_token) is False
+
+
+def test_ims_client_retries_429_and_5xx_twice_1s_then_2s(
+    sim: SimulatorServer, ims: ImsClient, sleeps: Sleeps
+) -> None:
+    minted = ims.mint(sim.ims_user("u1", ["c1"]))
+    sim.faults(
+        fail_next=[
+            {"op": "ims_exchange", "status": 429},
+            {"op": "ims_exchange", "status": 503},
+        ]
+    )
+    assert isinstance(ims.exchange(minted.promise_token), ExchangedTokens)
+    assert sleeps.calls == [1.0, 2.0]
+
+
+def test_ims_client_gives_up_after_two_retries(
+    sim: SimulatorServer, ims: ImsClient, sleeps: Sleeps
+) -> None:
+    minted = ims.mint(sim.ims_user("u1", ["c1"]))
+    sim.faults(fail_next=[{"op": "ims_exchange", "status": 502, "count": 3}])
+    with pytest.raises(ImsUnavailableError) as caught:
+        ims.exchange(minted.promise_token)
+    assert (caught.value.code, caught.value.transient) == ("imsUnavailable", True)
+    assert sleeps.calls == [1.0, 2.0]
+    # The faulted calls never spent the token
+    assert isinstance(ims.exchange(minted.promise_token), ExchangedTokens)
+
+
+def test_ims_client_retries_stop_at_the_deadline(
+    sim: SimulatorServer, ims: ImsClient, sleeps: Sleeps
+) -> None:
+    minted = ims.mint(sim.ims_user("u1", ["c1"]))
+    ims.limit_time(2.5)  # room for the 1 s pause, not for the 2 s one after it
+    sim.faults(fail_next=[{"op": "ims_exchange", "status": 500, "count": 3}])
+    with pytest.raises(ImsUnavailableError):
+        ims.exchange(minted.promise_token)
+    assert sleeps.calls == [1.0]
+
+
+def test_ims_client_with_no_time_left_does_not_call(
+    sim: SimulatorServer, ims: ImsClient, clock: Clock
+) -> None:
+    ims.limit_time(1.0)
+    clock.now += 1.0
+    with pytest.raises(OutOfTimeError):
+        ims.mint("sim-ims-at-x")
+    assert sim.ims_calls() == []
+
+
+def test_ims_client_transport_failure_is_unavailable(sim: SimulatorServer, sleeps: Sleeps) -> None:
+    emitter, _consumer = pairs(sim)
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    with httpx.Client(transport=httpx.MockTransport(refuse)) as http:
+        client = ImsClient("http://127.0.0.1:9", emitter=emitter, http=http, sleep=sleeps)
+        with pytest.raises(ImsUnavailableError):
+            client.mint("sim-ims-at-x")
+    assert sleeps.calls == [1.0, 2.0]
+
+
+def test_ims_client_wrong_pair_and_dead_user_token_need_reauth(
+    sim: SimulatorServer, clock: Clock, sleeps: Sleeps
+) -> None:
+    emitter, consumer = pairs(sim)
+    wrong = ImsClientPair(consumer.client_id, "wrong-secret")
+    client = ImsClient(sim.origin, emitter=emitter, consumer=wrong, sleep=sleeps, clock=clock)
+    minted = client.mint(sim.ims_user("u1", ["c1"]))
+    with pytest.raises(NeedsReauthError):
+        client.exchange(minted.promise_token)
+    with pytest.raises(NeedsReauthError):
+        client.mint("sim-ims-at-expired")
+    assert sleeps.calls == []  # refusals are never retried
+
+
+def test_ims_client_400_is_a_request_error_naming_only_the_code(sim: SimulatorServer) -> None:
+    emitter, _ = pairs(sim)
+    bad = ImsClientPair(emitter.client_id, emitter.client_secret, "not-the-definition")
+    client = ImsClient(sim.origin, emitter=bad)
+    with pytest.raises(ImsRequestError) as caught:
+        client.mint(sim.ims_user("u1", ["c1"]))
+    assert str(caught.value) == "IMS mint answered 400 (invalid_request)"
+
+
+def test_ims_client_needs_the_pair_of_its_operation(sim: SimulatorServer) -> None:
+    _, consumer = pairs(sim)
+    client = ImsClient(sim.origin, consumer=consumer)
+    with pytest.raises(ConfigurationError, match="IMS mint needs the emitter client pair"):
+        client.mint("sim-ims-at-x")
+    with pytest.raises(ConfigurationError, match="promise definition"):
+        ImsClient(sim.origin, emitter=consumer)
+
+
+def test_ims_client_malformed_answer(sim: SimulatorServer) -> None:
+    _, consumer = pairs(sim)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"access_token": "a"})
+
+    with httpx.Client(transport=httpx.MockTransport(answer)) as http:
+        client = ImsClient("https://ims.example.com", consumer=consumer, http=http)
+        with pytest.raises(Exception, match="IMS exchange: answer has no promise_token"):
+            client.exchange("pt")
+
+
+@pytest.mark.parametrize(
+    ("url", "origin"),
+    [
+        ("https://IMS-NA1.adobelogin.com", "https://ims-na1.adobelogin.com"),
+        ("http://127.0.0.1:8765/", "http://127.0.0.1:8765"),
+    ],
+)
+def test_validate_ims_origin_accepts(url: str, origin: str) -> None:
+    assert validate_ims_origin(url) == origin
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://ims.example.com",
+        "https://ims.example.com/ims",
+        "https://user:pw@ims.example.com",
+        "https://10.0.0.1",
+        "ims.example.com",
+        "",
+    ],
+)
+def test_validate_ims_origin_refuses(url: str) -> None:
+    with pytest.raises(ConfigurationError):
+        validate_ims_origin(url)
+
+
+def test_ims_client_no_token_or_secret_in_reprs_errors_or_logs(
+    sim: SimulatorServer, ims: ImsClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given every secret of a mint and an exchange
+    caplog.set_level(logging.DEBUG)
+    emitter, consumer = pairs(sim)
+    access = sim.ims_user("u1", ["c1"])
+    minted = ims.mint(access)
+    exchanged = ims.exchange(minted.promise_token)
+    secrets = [
+        access,
+        minted.promise_token,
+        exchanged.access_token,
+        exchanged.promise_token,
+        emitter.client_secret,
+        consumer.client_secret,
+    ]
+    # When they pass through reprs and the errors of refused calls
+    shown = [repr(minted), repr(exchanged), repr(emitter), repr(consumer), repr(ims)]
+    for call in (lambda: ims.exchange(minted.promise_token), lambda: ims.mint(access + "x")):
+        with pytest.raises(NeedsReauthError) as caught:
+            call()
+        shown += [str(caught.value), repr(caught.value)]
+    # Then none of them appears anywhere, logs included
+    text = "\n".join(shown) + caplog.text
+    assert [secret for secret in secrets if secret in text] == []
+    assert repr(minted) == "MintedPromise(expires_in=3600)"
+    assert isinstance(minted, MintedPromise)
+
+
+@pytest.mark.parametrize("echo", ["error", "error_description", "message"])
+def test_ims_client_error_never_repeats_an_echoed_token(
+    sim: SimulatorServer, ims: ImsClient, echo: str
+) -> None:
+    # Given an IMS that echoes the promise token in its 400 body (once lower-cased, so it has
+    # the shape of an error code)
+    minted = ims.mint(sim.ims_user("u1", ["c1"]))
+    token = minted.promise_token
+    body = {"error": "invalid_request", echo: token}
+    sim.faults(fail_next=[{"op": "ims_exchange", "status": 400, "body": body}])
+    with pytest.raises(ImsRequestError) as caught:
+        ims.exchange(token)
+    # Then the error shows the status and at most the code, never the token
+    shown = str(caught.value) + repr(caught.value)
+    assert redact_secret(shown, token) == shown
+    if echo != "error":
+        assert str(caught.value) == "IMS exchange answered 400 (invalid_request)"
+
+
+def test_ims_client_drops_an_error_code_that_is_a_sent_value() -> None:
+    # A token that happens to look like a code is still never shown
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(400, json={"error": "lowercase_token"})
+
+    consumer = ImsClientPair("c", "s")
+    with httpx.Client(transport=httpx.MockTransport(answer)) as http:
+        client = ImsClient("https://ims.example.com", consumer=consumer, http=http)
+        with pytest.raises(ImsRequestError) as caught:
+            client.exchange("lowercase_token")
+    assert (caught.value.error, str(caught.value)) == (None, "IMS exchange answered 400")

@@ -1,0 +1,409 @@
+"""Adobe IMS on the simulator's origin: users, access tokens and promise tokens.
+
+Follows ``../shared/ims-promise-tokens.md``: every call is a ``POST`` with a form-encoded body,
+answered with JSON.
+
+- ``/ims/token/v4`` ``grant_type=promise`` (the EMITTER pair, ``promise_definition_id``,
+  ``authenticating_token`` = a live user access token): ``{promise_token, token_type,
+  expires_in}``.
+- ``/ims/token/v4`` ``grant_type=promise_exchange`` (the CONSUMER pair, ``promise_token``):
+  ``{access_token, token_type, expires_in, promise_token, promise_token_expires_in}``; the
+  exchanged promise token stops working at once and the new one has a full time to live.
+- ``/ims/invalidate_token/v2`` (the CONSUMER pair, ``token_type=promise_token``, ``token``):
+  200 with an empty body; the whole chain the token belongs to is dead from then on.
+
+A wrong client pair, an expired, spent or invalidated promise token, or a dead authenticating
+token gets ``401``; a malformed form ``400``. Where the shared doc is silent the simulator
+chooses, and says so here: error bodies are OAuth-style ``{"error", "error_description"}``;
+``expires_in`` values are seconds; invalidating an unknown or already dead token is a 200 (the
+call is idempotent). Faults (``fail_next`` with ``op`` ``ims_mint``/``ims_exchange``/
+``ims_invalidate``, ``error_rate``, latency) come from ``/__faults`` like the Semrush ones; a
+``fail_next`` rule without an ``op`` and the ``error_rate`` draws apply to IMS calls too.
+
+Access tokens minted here start with :data:`ACCESS_TOKEN_PREFIX`. On the Semrush routes such a
+bearer must be live (else 401), its user must have a Semrush record (else 403) and be a member
+of the route's workspace (else ``403 invalid access attempt``); any other bearer is the static
+one, checked as before (``/__auth``), so local tools keep working without IMS.
+
+Control routes (loopback rules of :mod:`.control`): ``POST /__ims/users`` ``{"user",
+"workspaces": [...], "semrush_record": true}`` -> ``{"access_token", "token_type",
+"expires_in"}`` (memberships replace on a second call; every call mints a new access token),
+``GET /__ims/clients`` (the two pairs) and ``GET /__ims/calls`` (the IMS call log).
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+from urllib.parse import parse_qs
+
+from .model import (
+    _INVALID_JSON,
+    MSG_INVALID_ACCESS,
+    MSG_NOT_AUTHENTICATED,
+    OP_IMS_EXCHANGE,
+    OP_IMS_INVALIDATE,
+    OP_IMS_MINT,
+    SimResponse,
+    SimulatorRequestError,
+    _bad_request,
+    _bearer_token,
+    _number,
+    _object,
+    _parse_json_body,
+)
+
+IMS_PREFIX: Final = "/ims"
+TOKEN_ROUTE: Final = "/ims/token/v4"  # noqa: S105 - a route, not a password
+INVALIDATE_ROUTE: Final = "/ims/invalidate_token/v2"
+ACCESS_TOKEN_PREFIX: Final = "sim-ims-at-"  # noqa: S105 - a prefix, not a secret
+PROMISE_TOKEN_PREFIX: Final = "sim-ims-pt-"  # noqa: S105 - a prefix, not a secret
+DEFAULT_PROMISE_TTL_S: Final = 3600.0
+DEFAULT_ACCESS_TTL_S: Final = 86_400.0
+"""IMS access tokens live about a day (semrush-user-manager.md, Transport)."""
+
+_EMPTY_OK: Final = SimResponse(200, "", content_type="application/json")
+
+
+@dataclass(frozen=True)
+class ImsClientPair:
+    """One IMS client: id, secret and (emitter only) the promise definition it mints with."""
+
+    client_id: str
+    client_secret: str
+    promise_definition_id: str | None = None
+
+    def as_dict(self) -> dict[str, str]:
+        """The pair as ``GET /__ims/clients`` shows it."""
+        out = {"client_id": self.client_id, "client_secret": self.client_secret}
+        if self.promise_definition_id is not None:
+            out["promise_definition_id"] = self.promise_definition_id
+        return out
+
+
+@dataclass(frozen=True)
+class ImsConfig:
+    """The simulator's IMS configuration (the defaults suit local use)."""
+
+    emitter: ImsClientPair = ImsClientPair(
+        "sim-emitter", "sim-emitter-secret", "sim-promise-definition"
+    )
+    consumer: ImsClientPair = ImsClientPair("sim-consumer", "sim-consumer-secret")
+    promise_ttl_s: float = DEFAULT_PROMISE_TTL_S
+    access_ttl_s: float = DEFAULT_ACCESS_TTL_S
+
+    @classmethod
+    def from_mapping(cls, raw: Any) -> ImsConfig:
+        """Parse ``{"emitter": {...}, "consumer": {...}, "promise_ttl_s", "access_ttl_s"}``."""
+        body = _object(raw, "ims")
+        default = cls()
+        emitter = _pair(body.get("emitter"), "ims.emitter", default.emitter, emitter=True)
+        consumer = _pair(body.get("consumer"), "ims.consumer", default.consumer, emitter=False)
+        return cls(
+            emitter=emitter,
+            consumer=consumer,
+            promise_ttl_s=_positive(body.get("promise_ttl_s", default.promise_ttl_s), "ims"),
+            access_ttl_s=_positive(body.get("access_ttl_s", default.access_ttl_s), "ims"),
+        )
+
+
+def _pair(raw: Any, where: str, default: ImsClientPair, *, emitter: bool) -> ImsClientPair:
+    if raw is None:
+        return default
+    values = _object(raw, where)
+    keys = ("client_id", "client_secret", "promise_definition_id")[: 3 if emitter else 2]
+    for key in keys:
+        if not isinstance(values.get(key), str) or not values[key]:
+            raise _bad_request(f"{where}.{key} must be a non-empty string")
+    return ImsClientPair(*(values[key] for key in keys))
+
+
+def _positive(value: Any, where: str) -> float:
+    seconds = _number(value, where)
+    if seconds <= 0:
+        raise _bad_request(f"{where}: a time to live must be positive")
+    return seconds
+
+
+@dataclass
+class _User:
+    workspaces: frozenset[str]
+    semrush_record: bool
+
+
+@dataclass
+class _Promise:
+    user: str
+    chain: int
+    expires_at: float
+    spent: bool = False
+
+
+@dataclass
+class _Tokens:
+    users: dict[str, _User] = field(default_factory=dict)
+    access: dict[str, tuple[str, float]] = field(default_factory=dict)
+    """access token -> (user, expires at)."""
+    promises: dict[str, _Promise] = field(default_factory=dict)
+    dead_chains: set[int] = field(default_factory=set)
+    chains: int = 0
+    calls: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _oauth_error(status: int, error: str, description: str) -> SimResponse:
+    return SimResponse(status, {"error": error, "error_description": description})
+
+
+class ImsState:
+    """Users, their access tokens and promise-token chains, behind their own lock.
+
+    Lock order: the Semrush state may call in here while holding its lock; nothing here calls
+    back into it.
+
+    Args:
+        config: Client pairs and times to live.
+        clock: Monotonic seconds (the simulator's), for every expiry.
+    """
+
+    def __init__(self, config: ImsConfig, clock: Callable[[], float]) -> None:
+        self.config = config
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._tokens = _Tokens()
+
+    def reset(self) -> None:
+        """Forget every user, token and call."""
+        with self._lock:
+            self._tokens = _Tokens()
+
+    # -- control -----------------------------------------------------------------------------
+
+    def put_user(self, body: Any) -> dict[str, Any]:
+        """``POST /__ims/users``: create or replace a user; return a new access token for it."""
+        values = _object(body, "body")
+        user = values.get("user")
+        if not isinstance(user, str) or not user:
+            raise _bad_request("user must be a non-empty string")
+        workspaces = values.get("workspaces", [])
+        if not isinstance(workspaces, list) or not all(
+            isinstance(item, str) and item for item in workspaces
+        ):
+            raise _bad_request("workspaces must be a list of non-empty workspace ids")
+        semrush_record = values.get("semrush_record", True)
+        if not isinstance(semrush_record, bool):
+            raise _bad_request("semrush_record must be a boolean")
+        token = ACCESS_TOKEN_PREFIX + secrets.token_urlsafe(24)
+        with self._lock:
+            self._tokens.users[user] = _User(frozenset(workspaces), semrush_record)
+            self._tokens.access[token] = (user, self._clock() + self.config.access_ttl_s)
+        return {
+            "access_token": token,
+            "token_type": "bearer",
+            "expires_in": int(self.config.access_ttl_s),
+        }
+
+    def clients(self) -> dict[str, Any]:
+        """``GET /__ims/clients``: what the emitter and the consumer pairs are."""
+        return {
+            "emitter": self.config.emitter.as_dict(),
+            "consumer": self.config.consumer.as_dict(),
+        }
+
+    def calls(self) -> list[dict[str, Any]]:
+        """The IMS call log, oldest first (never a token or a secret in it)."""
+        with self._lock:
+            return [dict(call) for call in self._tokens.calls]
+
+    # -- the Semrush side --------------------------------------------------------------------
+
+    @staticmethod
+    def is_ims_bearer(authorization: str | None) -> bool:
+        """True when the bearer has the shape of an access token minted here."""
+        token = _bearer_token(authorization)
+        return token is not None and token.startswith(ACCESS_TOKEN_PREFIX)
+
+    def semrush_refusal(self, authorization: str | None, workspace_id: str) -> SimResponse | None:
+        """The 401/403 a Semrush route gives this IMS bearer on ``workspace_id``, or None."""
+        with self._lock:
+            user = self._live_user(_bearer_token(authorization) or "")
+            if user is None:
+                return SimResponse(401, {"detail": MSG_NOT_AUTHENTICATED})
+            record = self._tokens.users.get(user)
+            if record is None or not record.semrush_record:
+                # The doc: a user without a Semrush record gets 4xx on every call, for good.
+                return SimResponse(403, {"message": MSG_INVALID_ACCESS})
+            if workspace_id not in record.workspaces:
+                return SimResponse(403, {"message": MSG_INVALID_ACCESS})
+        return None
+
+    def user_of(self, authorization: str | None) -> str | None:
+        """The user an IMS bearer belongs to (live or not), for the call log; else None."""
+        token = _bearer_token(authorization)
+        if token is None or not token.startswith(ACCESS_TOKEN_PREFIX):
+            return None
+        with self._lock:
+            entry = self._tokens.access.get(token)
+        return None if entry is None else entry[0]
+
+    def _live_user(self, access_token: str) -> str | None:
+        entry = self._tokens.access.get(access_token)
+        if entry is None or self._clock() >= entry[1]:
+            return None
+        return entry[0]
+
+    # -- the IMS protocol --------------------------------------------------------------------
+
+    def answer(self, op: str, form: Mapping[str, str]) -> SimResponse:
+        """Answer one IMS call already routed to ``op`` (no fault injected); log it."""
+        handlers: dict[str, Callable[[Mapping[str, str]], tuple[SimResponse, str | None]]] = {
+            OP_IMS_MINT: self._mint,
+            OP_IMS_EXCHANGE: self._exchange,
+            OP_IMS_INVALIDATE: self._invalidate,
+        }
+        with self._lock:
+            try:
+                response, user = handlers[op](form)
+            except SimulatorRequestError as exc:
+                response, user = _oauth_error(exc.status, "invalid_request", exc.message), None
+            self.log_call(op, form.get("client_id"), response.status, user)
+        return response
+
+    def log_call(self, op: str, client_id: str | None, status: int, user: str | None) -> None:
+        """Append to the IMS call log (callers hold the lock, or pass a faulted call)."""
+        self._tokens.calls.append(
+            {"op": op, "client_id": client_id, "status": status, "user": user, "t": self._clock()}
+        )
+
+    def log_fault(self, op: str, form: Mapping[str, str], status: int) -> None:
+        """Log a call answered by an injected fault."""
+        with self._lock:
+            self.log_call(op, form.get("client_id"), status, None)
+
+    def _refuse_client(self, form: Mapping[str, str], pair: ImsClientPair) -> SimResponse | None:
+        client_id, client_secret = _field(form, "client_id"), _field(form, "client_secret")
+        if client_id != pair.client_id or not secrets.compare_digest(
+            client_secret, pair.client_secret
+        ):
+            return _oauth_error(401, "invalid_client", "invalid client id or secret")
+        return None
+
+    def _mint(self, form: Mapping[str, str]) -> tuple[SimResponse, str | None]:
+        emitter = self.config.emitter
+        refusal = self._refuse_client(form, emitter)
+        if refusal is not None:
+            return refusal, None
+        if _field(form, "promise_definition_id") != emitter.promise_definition_id:
+            return _oauth_error(400, "invalid_request", "unknown promise_definition_id"), None
+        user = self._live_user(_field(form, "authenticating_token"))
+        if user is None:
+            return _oauth_error(401, "invalid_token", "authenticating_token is not valid"), None
+        self._tokens.chains += 1
+        token = self._new_promise(user, self._tokens.chains)
+        body = {
+            "promise_token": token,
+            "token_type": "promise_token",
+            "expires_in": int(self.config.promise_ttl_s),
+        }
+        return SimResponse(200, body), user
+
+    def _exchange(self, form: Mapping[str, str]) -> tuple[SimResponse, str | None]:
+        refusal = self._refuse_client(form, self.config.consumer)
+        if refusal is not None:
+            return refusal, None
+        promise = self._tokens.promises.get(_field(form, "promise_token"))
+        if promise is None or not self._is_alive(promise):
+            return _oauth_error(401, "invalid_token", "promise_token is not valid"), None
+        # Every exchange rolls the token: the old one must not be relied on afterwards.
+        promise.spent = True
+        access = ACCESS_TOKEN_PREFIX + secrets.token_urlsafe(24)
+        self._tokens.access[access] = (promise.user, self._clock() + self.config.access_ttl_s)
+        body = {
+            "access_token": access,
+            "token_type": "bearer",
+            "expires_in": int(self.config.access_ttl_s),
+            "promise_token": self._new_promise(promise.user, promise.chain),
+            "promise_token_expires_in": int(self.config.promise_ttl_s),
+        }
+        return SimResponse(200, body), promise.user
+
+    def _invalidate(self, form: Mapping[str, str]) -> tuple[SimResponse, str | None]:
+        refusal = self._refuse_client(form, self.config.consumer)
+        if refusal is not None:
+            return refusal, None
+        if _field(form, "token_type") != "promise_token":
+            return _oauth_error(400, "invalid_request", "token_type must be promise_token"), None
+        promise = self._tokens.promises.get(_field(form, "token"))
+        if promise is None:
+            return _EMPTY_OK, None
+        # Rotation is not revocation; invalidation is: the whole chain dies.
+        self._tokens.dead_chains.add(promise.chain)
+        return _EMPTY_OK, promise.user
+
+    def _is_alive(self, promise: _Promise) -> bool:
+        return (
+            not promise.spent
+            and promise.chain not in self._tokens.dead_chains
+            and self._clock() < promise.expires_at
+        )
+
+    def _new_promise(self, user: str, chain: int) -> str:
+        token = PROMISE_TOKEN_PREFIX + secrets.token_urlsafe(32)
+        self._tokens.promises[token] = _Promise(
+            user, chain, self._clock() + self.config.promise_ttl_s
+        )
+        return token
+
+
+def _field(form: Mapping[str, str], name: str) -> str:
+    value = form.get(name)
+    if not value:
+        raise _bad_request(f"{name} is required")
+    return value
+
+
+def route_op(method: str, path: str, form: Mapping[str, str]) -> str | SimResponse:
+    """The IMS operation of a request, or the 404/405/400 it gets."""
+    if path not in (TOKEN_ROUTE, INVALIDATE_ROUTE):
+        return SimResponse(404, {"error": "not_found", "error_description": "unknown route"})
+    if method != "POST":
+        return SimResponse(405, {"error": "method_not_allowed", "error_description": method})
+    if path == INVALIDATE_ROUTE:
+        return OP_IMS_INVALIDATE
+    grant = form.get("grant_type")
+    if grant == "promise":
+        return OP_IMS_MINT
+    if grant == "promise_exchange":
+        return OP_IMS_EXCHANGE
+    return _oauth_error(400, "unsupported_grant_type", "grant_type must be promise(_exchange)")
+
+
+def parse_form(body: bytes) -> dict[str, str] | None:
+    """A form-encoded body as single values (the last one wins), or None when unreadable."""
+    try:
+        parsed = parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return {key: values[-1] for key, values in parsed.items()}
+
+
+def handle_control(ims: ImsState, method: str, path: str, body: bytes) -> SimResponse:
+    """Answer ``/__ims/users``, ``/__ims/clients`` and ``/__ims/calls``."""
+    routes = {"/__ims/users": "POST", "/__ims/clients": "GET", "/__ims/calls": "GET"}
+    if path not in routes:
+        return SimResponse(404, {"message": "unknown control route"})
+    if routes[path] != method:
+        return SimResponse(405, {"message": "method not allowed"})
+    if path == "/__ims/clients":
+        return SimResponse(200, ims.clients())
+    if path == "/__ims/calls":
+        return SimResponse(200, {"calls": ims.calls()})
+    parsed = _parse_json_body(body)
+    try:
+        if parsed is _INVALID_JSON:
+            raise _bad_request("request body must be JSON")
+        return SimResponse(200, ims.put_user(parsed))
+    except SimulatorRequestError as exc:
+        return SimResponse(exc.status, {"message": exc.message})
