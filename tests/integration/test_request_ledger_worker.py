@@ -182,6 +182,40 @@ def test_worker_without_a_ledger_table_applies_a_replay_again(
     assert outcome["status"] == "nothing-to-release"
 
 
+def test_worker_replayed_ensure_joins_no_run_and_the_next_ensure_of_its_child_is_applied(
+    worker: AllocatorHarness,
+    sim: SimulatorServer,
+    outcome_capture: OutcomeCapture,
+    ledger: DynamoDbRequestLedger,
+) -> None:
+    # Given an ensure that topped the child up (stored final) whose outcome was not published
+    _seed(sim, _child(prompts=(150, 200)))
+    first_id = worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 0, "prompts": 230})
+    _apply_without_publishing(worker)
+
+    # When it comes back in one batch with a fresh ensure of the same child behind it
+    second_id = worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 0, "prompts": 300})
+    second = worker.invoke()
+
+    # Then the replay is announced as stored and the fresh ensure is applied on its own for
+    # its own need (150 used + 300 -> 500), not as a member of a run led by the replay
+    assert len(second.message_ids) == 2
+    assert second.failed == []
+    assert transfer_bodies(sim) == [
+        (CHILD, 200, {"projects": 1, "prompts": 400}),
+        (CHILD, 200, {"projects": 1, "prompts": 500}),
+    ]
+    by_id = {o["request_id"]: o for o in outcome_capture.outcomes()}
+    assert (by_id[first_id]["status"], by_id[first_id]["receive_count"]) == ("topped-up", 1)
+    fresh = by_id[second_id]
+    assert (fresh["status"], fresh["coalesced"]) == ("topped-up", 1)
+    assert (fresh["totals_before"], fresh["totals_after"]) == (
+        {"projects": 1, "prompts": 400},
+        {"projects": 1, "prompts": 500},
+    )
+    assert _ledger_outcome(ledger, second_id) == fresh
+
+
 # ---------------------------------------------------------------- one request, two records
 
 

@@ -282,8 +282,17 @@ def test_mark_final_receive_then_completing_replaces_the_provisional_record() ->
 
 
 def test_mark_final_receive_without_a_ledger_does_nothing() -> None:
-    # Given no ledger, When a final receive begins, Then nothing fails
-    mark_final_receive(LedgerView(), RELEASE, 5)
+    # Given no ledger
+    view = LedgerView()
+
+    # When a final receive begins
+    mark_final_receive(view, RELEASE, 5)
+
+    # Then no provisional record is kept, and the receive's own outcome is what completes it
+    assert view.entries == {}
+    assert view.replay(RELEASE.request_id) is None
+    assert store_terminal(view, _outcome(receive_count=5)) == _outcome(receive_count=5)
+    assert view.entries == {}
 
 
 # -- release intent and replay ---------------------------------------------------------------
