@@ -18,6 +18,7 @@ from ..domain.errors import (
 )
 from ..domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus
 from ..domain.model import Totals
+from ..domain.worker_events import Coalesced, DisabledNoop, Reclaim
 from .attempt_observer import AttemptObserver
 from .batch_plan import BatchMessage
 from .invocation import Invocation
@@ -31,7 +32,7 @@ def apply_ensure(
     """The terminal outcome of one ensure message; raises when a retry could succeed."""
     receive_count = message.receive_count
     if not inv.config.dynamic_allocation:
-        inv.observer.disabled_noop()
+        inv.observer.record(DisabledNoop())
         return build_outcome(request, "disabled", receive_count)
     run = _combined_run(inv, message.message_id)
     try:
@@ -43,7 +44,7 @@ def apply_ensure(
         return build_outcome(request, "rejected", receive_count, error_code=exc.code)
     status: OutcomeStatus = result.outcome
     if result.topped_up and request.request_id in inv.ports.parked:
-        inv.observer.reclaim("served")
+        inv.observer.record(Reclaim("served"))
         status = "topped-up-after-reclaim"
     return build_outcome(
         request,
@@ -88,7 +89,7 @@ def _apply_run(
         run.split = True
         raise
     observer.commit()
-    inv.observer.coalesced(len(run.members) - 1)
+    inv.observer.record(Coalesced(len(run.members) - 1))
     inv.run_results[run.leader] = result
     return result
 

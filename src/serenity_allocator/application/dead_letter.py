@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..domain.errors import OutOfTimeError
+from ..domain.worker_events import InvalidMessage
 from .batch_plan import BatchMessage
 from .invocation import Invocation
 
@@ -20,7 +21,7 @@ def dead_letter(inv: Invocation, message: BatchMessage) -> None:
         Whatever the DLQ sender raises: the record fails and comes back (nothing dropped).
     """
     reason = message.invalid_reason or "invalid message"
-    inv.observer.invalid_message(reason)
+    inv.observer.record(InvalidMessage(reason))
     sink = inv.ports.dead_letters
     if sink is None:
         raise InvalidMessageError(reason)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..domain.errors import OutOfTimeError
+from ..domain.worker_events import OutcomesNotPublished, PoolLow, PoolLowNotPublished
 from .final_receive import skipped_final_receives
 from .invocation import PUBLISH_CHUNK, Invocation
 
@@ -50,7 +51,7 @@ def _publish_outcomes(inv: Invocation) -> set[str]:
                 raise OutOfTimeError()
             sink.publish([outcome for _, outcome in chunk])
         except Exception as exc:  # the records come back; nothing is lost
-            inv.observer.outcomes_not_published(exc)
+            inv.observer.record(OutcomesNotPublished(exc))
             unpublished.update(mid for mid, _ in chunk if mid in inv.plan.messages)
     return unpublished
 
@@ -75,7 +76,7 @@ def _hold_back_groups(inv: Invocation, failures: list[str], unpublished: set[str
 def _publish_pool_warnings(inv: Invocation) -> None:
     sink = inv.ports.outcomes
     for warning in inv.pool_warnings:
-        inv.observer.pool_low(warning)
+        inv.observer.record(PoolLow(warning))
         if sink is None:
             continue
         try:
@@ -83,4 +84,4 @@ def _publish_pool_warnings(inv: Invocation) -> None:
                 raise OutOfTimeError()
             sink.publish_pool_low(warning.model_dump())
         except Exception as exc:  # an early warning is advisory; never fail requests over it
-            inv.observer.pool_low_not_published(exc)
+            inv.observer.record(PoolLowNotPublished(exc))

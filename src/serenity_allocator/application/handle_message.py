@@ -29,6 +29,7 @@ from ..domain.errors import AllocationError, OutOfTimeError, UpstreamError, erro
 from ..domain.ledger import LedgerConflictError, LedgerUnavailableError
 from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from ..domain.parent_links import ParentMismatchError
+from ..domain.worker_events import Completed, LedgerEvent, MessageStarted, QueueLag, WillRetry
 from .apply_ensure import apply_ensure
 from .apply_release import apply_release
 from .batch_plan import BatchMessage
@@ -56,12 +57,12 @@ def handle_message(inv: Invocation, message_id: str) -> None:
         return
     if message.duplicate_of is not None:
         _follow_first_copy(inv, message.duplicate_of)
-        inv.observer.ledger_event("duplicate")
+        inv.observer.record(LedgerEvent("duplicate"))
         return
     replayed = inv.ledger.replay(request.request_id)
     if replayed is not None:
         inv.book.record(message_id, replayed, replayed=True)
-        inv.observer.ledger_event("replayed")
+        inv.observer.record(LedgerEvent("replayed"))
         return
     try:
         inv.ledger.check_available()
@@ -81,12 +82,14 @@ def handle_message(inv: Invocation, message_id: str) -> None:
 
 def _report_start(inv: Invocation, message: BatchMessage) -> None:
     request = message.request
-    inv.observer.message_started(
-        message.message_id,
-        request.workspace_id if request else message.group_id,
-        request.request_id if request else None,
-        request.kind if request else None,
-        message.receive_count,
+    inv.observer.record(
+        MessageStarted(
+            message.message_id,
+            request.workspace_id if request else message.group_id,
+            request.request_id if request else None,
+            request.kind if request else None,
+            message.receive_count,
+        )
     )
     _report_queue_lag(inv, message)
 
@@ -115,7 +118,7 @@ def _finish(inv: Invocation, message: BatchMessage, outcome: AllocationOutcome) 
     held = inv.book.record(message.message_id, outcome)
     _forget_park(inv, outcome.request_id)
     if held is not None:
-        inv.observer.completed(held)
+        inv.observer.record(Completed(held))
         _report_ledger(inv, held)
 
 
@@ -143,9 +146,9 @@ def _report_ledger(inv: Invocation, outcome: AllocationOutcome | None) -> None:
     if outcome is None or inv.ledger.ledger is None:
         return
     if outcome.dead_lettered:
-        inv.observer.ledger_event("deadLettered")
+        inv.observer.record(LedgerEvent("deadLettered"))
     elif outcome.supersedes is not None:
-        inv.observer.ledger_event("superseded")
+        inv.observer.record(LedgerEvent("superseded"))
 
 
 def _forget_park(inv: Invocation, request_id: str) -> None:
@@ -162,19 +165,15 @@ def _note_retry(
     exc: Exception,
 ) -> None:
     final_receive = inv.is_final_receive(message.receive_count)
-    inv.observer.will_retry(
-        error_code_of(exc),
-        final_receive=final_receive,
-        expected=isinstance(
-            exc,
-            AllocationError
-            | ReleaseIncompleteError
-            | UpstreamError
-            | LedgerUnavailableError
-            | LedgerConflictError,
-        ),
-        error=exc,
+    expected = isinstance(
+        exc,
+        AllocationError
+        | ReleaseIncompleteError
+        | UpstreamError
+        | LedgerUnavailableError
+        | LedgerConflictError,
     )
+    inv.observer.record(WillRetry(error_code_of(exc), final_receive, expected, exc))
     if final_receive:
         # Terminal outcome now; SQS's redrive then moves the message to the DLQ.
         _forget_park(inv, request.request_id)
@@ -187,4 +186,4 @@ def _note_retry(
 def _report_queue_lag(inv: Invocation, message: BatchMessage) -> None:
     sent = message.inbound.sent_timestamp_ms
     if sent:
-        inv.observer.queue_lag(max(0.0, inv.ports.wall_clock_ms() - sent))
+        inv.observer.record(QueueLag(max(0.0, inv.ports.wall_clock_ms() - sent)))

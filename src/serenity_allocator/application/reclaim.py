@@ -11,6 +11,7 @@ import hashlib
 from ..domain.errors import OutOfTimeError, ParkedForReclaimError
 from ..domain.messages import EnsureRequest, ReleaseRequest
 from ..domain.reclaim import choose_reclaim_siblings
+from ..domain.worker_events import ParkedForReclaim, Reclaim
 from .invocation import Invocation
 
 
@@ -28,7 +29,7 @@ def park_for_reclaim(inv: Invocation, request: EnsureRequest, receive_count: int
     if not config.sibling_reclaim or enqueuer is None:
         return
     if receive_count > config.sibling_reclaim_max_parks:
-        inv.observer.reclaim("exhausted")
+        inv.observer.record(Reclaim("exhausted"))
         return
     candidates = choose_reclaim_siblings(
         inv.ports.gateway,
@@ -39,7 +40,7 @@ def park_for_reclaim(inv: Invocation, request: EnsureRequest, receive_count: int
         max_siblings=config.sibling_reclaim_max_siblings,
     )
     if not candidates:
-        inv.observer.reclaim("exhausted")
+        inv.observer.record(Reclaim("exhausted"))
         return
     if not inv.has_time_to_call_aws():
         raise OutOfTimeError()
@@ -55,10 +56,10 @@ def park_for_reclaim(inv: Invocation, request: EnsureRequest, receive_count: int
             for c in candidates
         ]
     )
-    inv.observer.reclaim("enqueued", len(candidates))
-    inv.observer.reclaim("parked")
+    inv.observer.record(Reclaim("enqueued", len(candidates)))
+    inv.observer.record(Reclaim("parked"))
     inv.ports.parked.add(request.request_id)
-    inv.observer.parked_for_reclaim([c.workspace_id for c in candidates])
+    inv.observer.record(ParkedForReclaim(tuple(c.workspace_id for c in candidates)))
     raise ParkedForReclaimError()
 
 

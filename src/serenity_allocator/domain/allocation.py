@@ -16,6 +16,7 @@ from .errors import (
     WorkspaceBusyError,
 )
 from .model import DEFAULT_BLOCKS, AiResources, Blocks, Dimension, Totals
+from .observations import HeadroomChecked, PoolChecked, Rejected, ReleaseFinished, TightPoolFallback
 from .parent_links import ParentMismatchError
 from .ports import WorkspaceGateway
 from .resources import round_up_to_block
@@ -160,7 +161,7 @@ def ensure_headroom(
     required = required_totals(child, need, include_drafted)
     new_totals = plan_top_up(child, required, blocks)
     if new_totals == before:
-        ctx.observer.headroom_checked("hot-path")
+        ctx.observer.record(HeadroomChecked("hot-path"))
         return EnsureResult(outcome="hot-path", before=before, after=before)
 
     # Before anything that trusts the parent (the unmetered shortcut, the pool, a transfer,
@@ -169,23 +170,23 @@ def ensure_headroom(
         raise ParentMismatchError()
 
     if is_unmetered is not None and is_unmetered(parent_id):
-        ctx.observer.headroom_checked("unmetered")
+        ctx.observer.record(HeadroomChecked("unmetered"))
         return EnsureResult(outcome="unmetered", before=before, after=before)
 
     new_totals = _capped_to_ceiling(before, required, new_totals, ceiling, ctx)
 
     pool = gateway.read_resources(parent_id)
-    ctx.observer.pool_checked(parent_id, pool)
+    ctx.observer.record(PoolChecked(parent_id, pool))
 
     # Counted when attempted, not when it succeeds: the hot-path ratio must show the top-ups
     # a dry pool refuses.
-    ctx.observer.headroom_checked("topped-up")
+    ctx.observer.record(HeadroomChecked("topped-up"))
     try:
         attempts = _transfer_recording_rejections(gateway, child_id, new_totals, policy, ctx)
     except OrgPoolExhaustedError:
         exact = _exact_totals(before, required)
         if not exact_fallback or exact == new_totals:
-            ctx.observer.rejected(OrgPoolExhaustedError.code)
+            ctx.observer.record(Rejected(OrgPoolExhaustedError.code))
             raise
         attempts = _exact_fallback(gateway, child_id, pool, before, exact, policy, ctx)
         return EnsureResult(
@@ -208,7 +209,7 @@ def _capped_to_ceiling(
     try:
         return cap_to_ceiling(before, required, planned, ceiling)
     except BrandAiLimitError:
-        ctx.observer.rejected(BrandAiLimitError.code)
+        ctx.observer.record(Rejected(BrandAiLimitError.code))
         raise
 
 
@@ -229,10 +230,10 @@ def _exact_fallback(
             raise OrgPoolExhaustedError()
         attempts = _transfer_recording_rejections(gateway, child_id, exact, policy, ctx)
     except OrgPoolExhaustedError:
-        ctx.observer.tight_pool_fallback("rejected")
-        ctx.observer.rejected(OrgPoolExhaustedError.code)
+        ctx.observer.record(TightPoolFallback("rejected"))
+        ctx.observer.record(Rejected(OrgPoolExhaustedError.code))
         raise
-    ctx.observer.tight_pool_fallback("saved")
+    ctx.observer.record(TightPoolFallback("saved"))
     return attempts
 
 
@@ -254,7 +255,7 @@ def _transfer_recording_rejections(
     try:
         return apply_transfer(gateway, child_id, totals, policy, ctx)
     except WorkspaceBusyError:
-        ctx.observer.rejected(WorkspaceBusyError.code)
+        ctx.observer.record(Rejected(WorkspaceBusyError.code))
         raise
 
 
@@ -314,7 +315,9 @@ def release_surplus(
         result = ReleaseResult(outcome="dry-run", plan=plan)
         # A preview counts what a real release would report: dry-run only when it would
         # release, so a sweep preview's nothing-to-release children are not counted as work.
-        ctx.observer.release_finished("dry-run" if plan.would_release else plan.natural_outcome)
+        ctx.observer.record(
+            ReleaseFinished("dry-run" if plan.would_release else plan.natural_outcome)
+        )
         return result
     if not plan.would_release:
         result = ReleaseResult(outcome=plan.natural_outcome, plan=plan)
@@ -322,7 +325,7 @@ def release_surplus(
         if before_transfer is not None:
             before_transfer(plan)
         result = _transfer_release(gateway, child_id, plan, policy, ctx)
-    ctx.observer.release_finished(result.outcome)
+    ctx.observer.record(ReleaseFinished(result.outcome))
     return result
 
 
@@ -338,10 +341,12 @@ def _transfer_release(
     except AllocationError as exc:
         if exc.code in _RELEASE_REJECTIONS:
             # A stuck child refuses releases too; the busy alarm must see it.
-            ctx.observer.rejected(exc.code)
+            ctx.observer.record(Rejected(exc.code))
         return ReleaseResult(outcome="error", plan=plan, error_code=exc.code)
     except Exception:
-        ctx.observer.release_finished("error")  # an uncoded failure is still a failed release
+        ctx.observer.record(
+            ReleaseFinished("error")
+        )  # an uncoded failure is still a failed release
         raise
     return ReleaseResult(outcome="released", plan=plan, attempts=attempts)
 
