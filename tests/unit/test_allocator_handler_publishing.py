@@ -208,6 +208,7 @@ def test_lambda_handler_no_token_in_any_output(
     assert [(line["message"], line["request_id"]) for line in logged] == [
         ("allocation outcome", "req-m1"),
         ("request will be retried", "req-m2"),
+        ("record failed; SQS will redeliver it", "req-m2"),
     ]
     # And the token never appears in what was logged, printed, published or dead-lettered
     captured = capsys.readouterr()

@@ -125,17 +125,19 @@ def test_start_batch_keeps_one_aws_call_per_publish_chunk_for_finishing(
     invocation, _ = _invocation(inbound, outcomes=RecordingOutcomes(), clock=clock)
 
     # Then applying ends one publish call per chunk of 10 before the invocation must be done
-    assert invocation.finish_deadline == clock() + 57.0
-    assert invocation.deadline == invocation.finish_deadline - chunks * AWS_CALL_BUDGET_S
+    assert invocation.deadlines.finishing == clock() + 57.0
+    assert (
+        invocation.deadlines.applying == invocation.deadlines.finishing - chunks * AWS_CALL_BUDGET_S
+    )
 
 
 def test_start_batch_without_an_outcome_sink_keeps_nothing_for_publishing() -> None:
     # Given no outcome sink wired / When the batch starts / Then applying may use all the time
     invocation, _ = _invocation([_inbound("m1", "c1")], outcomes=None)
-    assert invocation.deadline == invocation.finish_deadline
+    assert invocation.deadlines.applying == invocation.deadlines.finishing
 
 
-def test_has_time_to_call_aws_checks_the_phase_deadline() -> None:
+def test_fits_aws_call_checks_the_phase_deadline() -> None:
     # Given 25 s to finish, of which the last 10 s are kept for publishing
     clock = FakeClock()
     invocation, _ = _invocation(
@@ -144,11 +146,11 @@ def test_has_time_to_call_aws_checks_the_phase_deadline() -> None:
 
     # When 6 s have passed / Then a 10 s call still fits while applying (6 + 10 <= 15)
     clock.advance(5.0)
-    assert invocation.has_time_to_call_aws() is True
+    assert invocation.deadlines.fits_aws_call() is True
     clock.advance(1.0)
-    assert invocation.has_time_to_call_aws() is False
+    assert invocation.deadlines.fits_aws_call() is False
     # ... and while finishing, up to the invocation's own deadline (6 + 10 <= 25)
-    assert invocation.has_time_to_call_aws(finishing=True) is True
+    assert invocation.deadlines.fits_aws_call(finishing=True) is True
 
 
 # ==== verdicts count only when they stand ==================================================
@@ -267,14 +269,14 @@ def test_finish_batch_holds_back_a_group_from_its_first_unpublished_outcome() ->
     for message in invocation.plan.messages.values():
         assert message.request is not None
         outcome = final_receive_outcome(message.request, OutOfTimeError(), 1)
-        invocation.book.record(message.message_id, outcome)
+        invocation.state.book.record(message.message_id, outcome)
 
     # When the batch finishes with no failure of its own
     failed = finish_batch(invocation, [])
 
     # Then only m11 fails: its group's earlier messages were announced and must not repeat
     assert failed == ["m11"]
-    assert reporter.names()[-2:] == ["outcomes_not_published", "flush"]
+    assert reporter.names()[-3:] == ["outcomes_not_published", "record_failed", "flush"]
 
 
 def test_finish_batch_fails_the_records_whose_publish_no_longer_fits() -> None:
@@ -285,7 +287,7 @@ def test_finish_batch_fails_the_records_whose_publish_no_longer_fits() -> None:
         [_inbound("m1", "c1")], outcomes=sink, clock=clock, finish_in_s=AWS_CALL_BUDGET_S - 1
     )
     assert invocation.plan.message("m1").request is not None
-    invocation.book.record("m1", final_receive_outcome(ENSURE, OutOfTimeError(), 1))
+    invocation.state.book.record("m1", final_receive_outcome(ENSURE, OutOfTimeError(), 1))
 
     # When the batch finishes / Then the record fails at once, and nothing was sent
     assert finish_batch(invocation, []) == ["m1"]

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from ..domain.ledger import LedgerEntry, RequestLedger
 from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest, parse_request
-from .outcomes import build_outcome
+from ..domain.outcomes import build_outcome
 from .ports import OutcomeSink
 
 RECEIVES_EXHAUSTED = "receivesExhausted"

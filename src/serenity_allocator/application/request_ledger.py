@@ -28,7 +28,7 @@ from ..domain.ledger import (
 )
 from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from ..domain.model import Totals
-from .outcomes import build_outcome
+from ..domain.outcomes import build_outcome
 
 FINAL_RECEIVE_UNFINISHED = "finalReceiveUnfinished"
 """The error code of a provisional dead letter: the final receive never finished (a crash)."""

@@ -150,7 +150,7 @@ class AllocatorRuntime:
         )
         # No upstream call, retry or backoff outlives the applying phase (measured from now:
         # planning read the request ledger, which took time of its own).
-        limit_gateway_time(self.gateway, invocation.deadline - self.clock())
+        limit_gateway_time(self.gateway, invocation.deadlines.applying - self.clock())
         return invocation
 
 
