@@ -19,6 +19,7 @@ from ..domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus
 from ..domain.model import Totals
 from ..domain.outcomes import build_outcome
 from ..domain.pool_watch import PoolLowWarning
+from ..domain.ports import WorkspaceGateway
 from ..domain.transfer import TransferContext
 from ..domain.worker_events import Coalesced, DisabledNoop, Reclaim
 from .attempt_observer import AttemptObserver
@@ -27,6 +28,7 @@ from .deadlines import Deadlines
 from .invocation import WorkerConfig, WorkerPorts
 from .ports import WorkerObserver
 from .reclaim import Parked, park_for_reclaim
+from .request_ledger import LedgerView, record_release_intent
 
 
 def apply_ensure(
@@ -39,17 +41,25 @@ def apply_ensure(
     observer: WorkerObserver,
     deadlines: Deadlines,
     pool_warnings: list[PoolLowWarning],
+    ledger: LedgerView,
 ) -> AllocationOutcome | Parked:
     """The terminal outcome of one ensure, or :class:`.Parked`; raises when a retry could succeed.
 
     ``request`` is the message's request; ``run`` the coalesced run it belongs to (None: it
-    stands alone).
+    stands alone). With a request ledger, the top-up's intent (totals before, target) is
+    recorded for every request it serves just before its transfer; a redelivery that finds the
+    child at its recorded target reports the top-up it made (before a store failed or the
+    function died), never ``hot-path``.
     """
     receive_count = message.receive_count
     if not config.dynamic_allocation:
         observer.record(DisabledNoop())
         return build_outcome(request, "disabled", receive_count)
-    ensurer = _Ensurer(config, ports, observer, deadlines, pool_warnings, receive_count)
+    landed = _landed_earlier(request, ports.gateway, ledger)
+    if landed is not None:
+        # Not counted again in HeadroomCheck: the delivery that transferred counted it.
+        return _served(request, receive_count, landed, 1, ports.parked, observer)
+    ensurer = _Ensurer(config, ports, observer, deadlines, pool_warnings, ledger, receive_count)
     combined = run if run is not None and run.combined else None
     try:
         if combined is not None:
@@ -63,6 +73,23 @@ def apply_ensure(
     # Re-read split: a leader whose combined call was refused was served on its own.
     coalesced = len(combined.members) if combined is not None and combined.combined else 1
     return _served(request, receive_count, result, coalesced, ports.parked, observer)
+
+
+def _landed_earlier(
+    request: EnsureRequest, gateway: WorkspaceGateway, ledger: LedgerView
+) -> EnsureResult | None:
+    """The top-up an earlier delivery recorded and made, or None when it must be applied.
+
+    Only an ensure with a recorded intent pays this extra read. The child holding exactly the
+    recorded target means the intent's transfer landed (FIFO order per child: no other
+    mutation of this child runs in between), as for a release's intent.
+    """
+    intent = ledger.intent(request.request_id)
+    if intent is None or intent.target == intent.before:
+        return None
+    if gateway.read_resources(request.workspace_id).totals() != intent.target:
+        return None
+    return EnsureResult(outcome="topped-up", before=intent.before, after=intent.target)
 
 
 def _served(
@@ -96,6 +123,7 @@ class _Ensurer:
     observer: WorkerObserver
     deadlines: Deadlines
     pool_warnings: list[PoolLowWarning]
+    ledger: LedgerView
     receive_count: int
 
     def apply_run(
@@ -109,7 +137,12 @@ class _Ensurer:
             return run.result
         attempt = self._attempt_observer()
         try:
-            result = self._call(request, run.need, run.ceiling, run.include_drafted, attempt)
+            result = self._call(
+                request,
+                (run.need, run.ceiling, run.include_drafted),
+                attempt,
+                served=[member.request_id for member in run.requests],
+            )
         except (BrandAiLimitError, OrgPoolExhaustedError):
             # The sum does not fit; each request may on its own. No request received this
             # refusal.
@@ -132,7 +165,10 @@ class _Ensurer:
         attempt = self._attempt_observer()
         try:
             result = self._call(
-                request, request.need, request.ceiling, request.include_drafted, attempt
+                request,
+                (request.need, request.ceiling, request.include_drafted),
+                attempt,
+                served=[request.request_id],
             )
         except OrgPoolExhaustedError:
             parked = self._park(request, attempt)
@@ -177,12 +213,20 @@ class _Ensurer:
     def _call(
         self,
         request: EnsureRequest,
-        need: Totals,
-        ceiling: Ceiling | None,
-        include_drafted: bool,
+        asked: tuple[Totals, Ceiling | None, bool],
         attempt: AttemptObserver,
+        *,
+        served: list[str],
     ) -> EnsureResult:
+        """One ensure call for ``asked`` (need, ceiling, include drafted) serving ``served``."""
         config, ports = self.config, self.ports
+        need, ceiling, include_drafted = asked
+        ledger = self.ledger
+
+        def record_intent(before: Totals, target: Totals) -> None:
+            for request_id in served:
+                record_release_intent(ledger, request_id, before, target)
+
         return ensure_headroom(
             ports.gateway,
             request.workspace_id,
@@ -201,4 +245,5 @@ class _Ensurer:
             is_unmetered=ports.is_unmetered,
             exact_fallback=config.tight_pool_fallback,
             is_parent_of=links.is_parent_of if (links := ports.parent_links) else None,
+            before_transfer=record_intent,
         )

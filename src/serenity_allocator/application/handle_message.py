@@ -159,6 +159,7 @@ def _apply(
         observer=inv.observer,
         deadlines=inv.deadlines,
         pool_warnings=inv.state.pool_warnings,
+        ledger=inv.state.ledger,
     )
     if isinstance(result, Parked):
         # Labels the outcome of a later receive (served after reclaim).

@@ -125,9 +125,17 @@ def start_batch(
     # A ledger write made while applying leaves the outcome publish its time; a dead letter,
     # or a write made while announcing, needs only to end before the function does.
     ledger.has_time = deadlines.fits_aws_call
-    settled = frozenset(rid for rid in ledger.entries if ledger.replay(rid) is not None)
-    if settled:  # replayed requests join no coalesced run
-        plan = plan_batch(inbound, dynamic_allocation=config.dynamic_allocation, settled=settled)
+    # Replayed requests, and those an earlier delivery may have applied (a recorded intent),
+    # join no coalesced run: each is settled on its own.
+    standalone = frozenset(
+        rid
+        for rid, entry in ledger.entries.items()
+        if entry.intent is not None or ledger.replay(rid) is not None
+    )
+    if standalone:
+        plan = plan_batch(
+            inbound, dynamic_allocation=config.dynamic_allocation, standalone=standalone
+        )
     return Invocation(
         config=config,
         ports=ports,

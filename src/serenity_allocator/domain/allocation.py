@@ -117,6 +117,10 @@ def plan_top_up(child: AiResources, required: Totals, blocks: Blocks) -> Totals:
     )
 
 
+def _no_announcement(before: Totals, target: Totals) -> None:
+    """No one to tell before a transfer (pure callers)."""
+
+
 def ensure_headroom(
     gateway: WorkspaceGateway,
     child_id: str,
@@ -131,6 +135,7 @@ def ensure_headroom(
     is_unmetered: Callable[[str], bool] | None = None,
     exact_fallback: bool = False,
     is_parent_of: Callable[[str, str], bool] | None = None,
+    before_transfer: Callable[[Totals, Totals], None] = _no_announcement,
 ) -> EnsureResult:
     """Make sure the child can take ``need`` more units, topping it up from the pool if short.
 
@@ -147,6 +152,9 @@ def ensure_headroom(
             real parent (the hot path trusts nothing and moves nothing, so it skips this).
         exact_fallback: on pool exhaustion, retry once with the exact required totals (no
             block rounding) before rejecting.
+        before_transfer: sees (totals before, target) just before each transfer is sent (the
+            worker records the top-up's intent there); whatever it raises propagates and
+            nothing is transferred.
 
     Raises:
         WiringError: a blank id, before any call.
@@ -182,13 +190,16 @@ def ensure_headroom(
     # a dry pool refuses.
     ctx.observer.record(HeadroomChecked("topped-up"))
     try:
+        before_transfer(before, new_totals)
         attempts = _transfer_recording_rejections(gateway, child_id, new_totals, policy, ctx)
     except OrgPoolExhaustedError:
         exact = _exact_totals(before, required)
         if not exact_fallback or exact == new_totals:
             ctx.observer.record(Rejected(OrgPoolExhaustedError.code))
             raise
-        attempts = _exact_fallback(gateway, child_id, pool, before, exact, policy, ctx)
+        attempts = _exact_fallback(
+            gateway, child_id, pool, (before, exact), policy, ctx, before_transfer
+        )
         return EnsureResult(
             outcome="topped-up",
             before=before,
@@ -217,17 +228,19 @@ def _exact_fallback(
     gateway: WorkspaceGateway,
     child_id: str,
     pool: AiResources,
-    before: Totals,
-    exact: Totals,
+    change: tuple[Totals, Totals],
     policy: TransferPolicy,
     ctx: TransferContext,
+    announce: Callable[[Totals, Totals], None],
 ) -> int:
     """Retry a refused block-rounded top-up once with the exact totals; re-raise if refused."""
+    before, exact = change
     try:
         if not _fits(pool, before, exact):
             # The pool read moments ago cannot cover even the exact raise: skip a transfer
             # that is all but sure to be refused (the read never blocks the first attempt).
             raise OrgPoolExhaustedError()
+        announce(before, exact)
         attempts = _transfer_recording_rejections(gateway, child_id, exact, policy, ctx)
     except OrgPoolExhaustedError:
         ctx.observer.record(TightPoolFallback("rejected"))
