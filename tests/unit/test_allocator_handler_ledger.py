@@ -1,4 +1,4 @@
-"""The Allocator Lambda in memory with its request ledger: replays, store failures, intents."""
+"""The Allocator Lambda in memory: the ledger (replays, store failures, intents), failure logs."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from serenity_allocator.adapters.observability import logger
+from serenity_allocator.domain.errors import UpstreamError
 from serenity_allocator.domain.ledger import LedgerUnavailableError, ReleaseIntent
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals
-from tests.fakes import RecordingOutcomes
+from tests.fakes import READ_RESOURCES, RecordingOutcomes, sqs_record
 from tests.unit.allocator_rig import (
     FULL,
     MAX_RECEIVE_COUNT,
@@ -172,3 +173,56 @@ def test_lambda_handler_coalesced_run_records_every_members_intent_before_its_tr
         (o.request_id, o.status, o.totals_before, o.totals_after)
         for o in (worker.outcome("req-m1"), worker.outcome("req-m2"))
     ] == [("req-m1", "topped-up", FULL, target), ("req-m2", "topped-up", FULL, target)]
+
+
+# ==== every failed record is logged once, with why =========================================
+
+
+def _failure_lines(logs: io.StringIO) -> list[tuple[str, str | None, str]]:
+    return [
+        (line["message_id"], line.get("request_id"), line["reason"])
+        for line in map(json.loads, logs.getvalue().splitlines())
+        if line["message"] == "record failed; SQS will redeliver it"
+    ]
+
+
+def test_lambda_handler_logs_each_failed_record_with_its_request_id_and_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given c1 whose first read fails (its second ensure is then skipped behind it), and c2
+    # whose top-up succeeds but whose outcome cannot be published
+    worker = new_worker(
+        family_gateway(("c1", FULL, FULL), ("c2", FULL, FULL)),
+        outcomes=RecordingOutcomes(fail_calls=[1]),
+    )
+    worker.gateway.script_errors(READ_RESOURCES, "c1", [UpstreamError(503, "busy", "read")])
+    logs = io.StringIO()
+    monkeypatch.setattr(logger.registered_handler, "stream", logs)
+
+    # When one batch holds all three
+    response = worker.invoke(
+        ensure_record("m1", "c1", 100),
+        ensure_record("m2", "c1", 100),
+        ensure_record("m3", "c2", 100),
+    )
+
+    # Then each failed record says once why it failed, with its own ids
+    assert failed_ids(response) == ["m1", "m2", "m3"]
+    assert _failure_lines(logs) == [
+        ("m1", "req-m1", "upstream503"),
+        ("m2", "req-m2", "skippedBehindFailedGroup"),
+        ("m3", "req-m3", "outcomeNotPublished"),
+    ]
+
+
+def test_lambda_handler_logs_an_invalid_record_without_a_request_id() -> None:
+    # Given no DLQ (an invalid record then fails so the redrive policy moves it)
+    worker = new_worker(family_gateway(("c1", FULL, FULL)), dlq=False)
+    logs = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(logger.registered_handler, "stream", logs)
+        response = worker.invoke(sqs_record("not json", message_id="m1", group_id="c1"))
+
+    # Then its failure line has no request id and names the error
+    assert failed_ids(response) == ["m1"]
+    assert _failure_lines(logs) == [("m1", None, "InvalidMessageError")]
