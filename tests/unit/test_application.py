@@ -153,6 +153,20 @@ def test_fits_aws_call_checks_the_phase_deadline() -> None:
     assert invocation.deadlines.fits_aws_call(finishing=True) is True
 
 
+def test_fits_aws_call_uses_the_finishing_deadline_once_the_batch_is_announced() -> None:
+    # Given 25 s to finish, of which the last 10 s are kept for publishing, and 6 s gone
+    clock = FakeClock()
+    invocation, _ = _invocation(
+        [_inbound("m1", "c1")], outcomes=RecordingOutcomes(), clock=clock, finish_in_s=25.0
+    )
+    clock.advance(6.0)
+    assert invocation.deadlines.fits_aws_call() is False
+
+    # When every record was handed over / Then any call may use the time up to the end
+    invocation.deadlines.start_announcing()
+    assert invocation.deadlines.fits_aws_call() is True
+
+
 # ==== verdicts count only when they stand ==================================================
 
 
