@@ -9,8 +9,10 @@ dimension set to 0 is silently ignored. Anything else an upstream can do (not re
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
+import re
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +28,7 @@ from serenity_allocator.domain.model import (
     WorkspaceRecord,
     WorkspaceStatus,
 )
+from serenity_allocator.domain.observations import AllocationEvent
 from serenity_allocator.domain.sweep_errors import StaleCheckpointError
 from serenity_allocator.domain.sweep_model import StoredCheckpoint
 from serenity_allocator.domain.transfer import TransferContext
@@ -78,46 +81,41 @@ class FakeClock:
 
 
 class RecordingObserver:
-    """An AllocationObserver that records every call as ``(method, args)``, in order."""
+    """An AllocationObserver that records every event, in order.
+
+    ``calls`` names each event by its type in snake case with its fields as arguments
+    (``Rejected("brandAiLimit")`` is ``("rejected", ("brandAiLimit",))``).
+    """
 
     def __init__(self) -> None:
-        self.calls: list[tuple[str, tuple[object, ...]]] = []
+        self.events: list[AllocationEvent] = []
+
+    def record(self, event: AllocationEvent, /) -> None:
+        """Record."""
+        self.events.append(event)
+
+    @property
+    def calls(self) -> list[tuple[str, tuple[object, ...]]]:
+        """Every event as ``(name, fields)``, in order."""
+        return [(event_name(event), event_fields(event)) for event in self.events]
 
     def names(self) -> list[str]:
-        """The method names called, in order."""
+        """The event names, in order."""
         return [name for name, _ in self.calls]
 
     def args_of(self, name: str) -> list[tuple[object, ...]]:
-        """The arguments of every call to ``name``, in order."""
+        """The fields of every event named ``name``, in order."""
         return [args for called, args in self.calls if called == name]
 
-    def headroom_checked(self, outcome: str) -> None:
-        """Record."""
-        self.calls.append(("headroom_checked", (outcome,)))
 
-    def transfer_timed(self, path: str, latency_ms: float) -> None:
-        """Record."""
-        self.calls.append(("transfer_timed", (path, latency_ms)))
+def event_name(event: object) -> str:
+    """An event type's name in snake case (``TightPoolFallback``: ``tight_pool_fallback``)."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", type(event).__name__).lower()
 
-    def pool_checked(self, parent_id: str, pool: AiResources) -> None:
-        """Record."""
-        self.calls.append(("pool_checked", (parent_id, pool)))
 
-    def rejected(self, reason: str) -> None:
-        """Record."""
-        self.calls.append(("rejected", (reason,)))
-
-    def not_ready_retry(self) -> None:
-        """Record."""
-        self.calls.append(("not_ready_retry", ()))
-
-    def release_finished(self, outcome: str) -> None:
-        """Record."""
-        self.calls.append(("release_finished", (outcome,)))
-
-    def tight_pool_fallback(self, result: str) -> None:
-        """Record."""
-        self.calls.append(("tight_pool_fallback", (result,)))
+def event_fields(event: object) -> tuple[object, ...]:
+    """An event's field values, in declaration order (not copied)."""
+    return tuple(getattr(event, f.name) for f in dataclasses.fields(event))  # type: ignore[arg-type]
 
 
 @dataclass

@@ -15,6 +15,7 @@ import pytest
 
 from serenity_allocator.adapters.dynamodb_request_ledger import DynamoDbRequestLedger
 from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
+from serenity_allocator.domain.ledger import LedgerUnavailableError
 from serenity_allocator.domain.model import AiResources, Totals
 from serenity_allocator.domain.ports import WorkspaceGateway
 from serenity_allocator.producer import OutcomeReader
@@ -180,6 +181,40 @@ def test_worker_without_a_ledger_table_applies_a_replay_again(
     # Then the replay re-plans from the lowered child (what the ledger exists to prevent)
     [outcome] = outcome_capture.outcomes()
     assert outcome["status"] == "nothing-to-release"
+
+
+def test_worker_replayed_ensure_joins_no_run_and_the_next_ensure_of_its_child_is_applied(
+    worker: AllocatorHarness,
+    sim: SimulatorServer,
+    outcome_capture: OutcomeCapture,
+    ledger: DynamoDbRequestLedger,
+) -> None:
+    # Given an ensure that topped the child up (stored final) whose outcome was not published
+    _seed(sim, _child(prompts=(150, 200)))
+    first_id = worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 0, "prompts": 230})
+    _apply_without_publishing(worker)
+
+    # When it comes back in one batch with a fresh ensure of the same child behind it
+    second_id = worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 0, "prompts": 300})
+    second = worker.invoke()
+
+    # Then the replay is announced as stored and the fresh ensure is applied on its own for
+    # its own need (150 used + 300 -> 500), not as a member of a run led by the replay
+    assert len(second.message_ids) == 2
+    assert second.failed == []
+    assert transfer_bodies(sim) == [
+        (CHILD, 200, {"projects": 1, "prompts": 400}),
+        (CHILD, 200, {"projects": 1, "prompts": 500}),
+    ]
+    by_id = {o["request_id"]: o for o in outcome_capture.outcomes()}
+    assert (by_id[first_id]["status"], by_id[first_id]["receive_count"]) == ("topped-up", 1)
+    fresh = by_id[second_id]
+    assert (fresh["status"], fresh["coalesced"]) == ("topped-up", 1)
+    assert (fresh["totals_before"], fresh["totals_after"]) == (
+        {"projects": 1, "prompts": 400},
+        {"projects": 1, "prompts": 500},
+    )
+    assert _ledger_outcome(ledger, second_id) == fresh
 
 
 # ---------------------------------------------------------------- one request, two records
@@ -595,3 +630,82 @@ def test_worker_replays_a_record_of_a_newer_version_and_fails_a_tampered_one_alo
         and "record: unreadable field(s) outcome.workspace_id" in text
         for text in invocation.exceptions
     )
+
+
+# ------------------------------------------------------- a store failing after the transfer
+
+
+class StoreFailsOnce:
+    """The real ledger, except that its next terminal store fails (DynamoDB throttling it)."""
+
+    def __init__(self, inner: DynamoDbRequestLedger) -> None:
+        self._inner = inner
+        self.failing_stores = 1
+
+    def store_outcome(
+        self, outcome: Any, *, dead_lettered: bool = False, provisional: bool = False
+    ) -> Any:
+        if not provisional and self.failing_stores > 0:
+            self.failing_stores -= 1
+            raise LedgerUnavailableError("ProvisionedThroughputExceededException")
+        return self._inner.store_outcome(
+            outcome, dead_lettered=dead_lettered, provisional=provisional
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@pytest.mark.parametrize("failed_receives", [0, 2, 4], ids=["first", "middle", "final"])
+def test_worker_ensure_whose_store_failed_after_its_transfer_is_later_reported_truthfully(
+    failed_receives: int,
+    worker: AllocatorHarness,
+    sim: SimulatorServer,
+    outcome_capture: OutcomeCapture,
+    ledger: DynamoDbRequestLedger,
+) -> None:
+    # Given an ensure of a 150/200 child that failed on its earlier receives (a stuck child)
+    final = failed_receives == worker.resources.max_receive_count - 1
+    _seed(sim, _child(prompts=(150, 200)))
+    sim.faults(stuck=[CHILD] if failed_receives else [])
+    request_id = worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 0, "prompts": 230})
+    for _ in range(failed_receives):
+        worker.redeliver_failed(worker.invoke())
+    sim.faults(stuck=[])
+
+    # When this receive tops the child up and then cannot store the outcome
+    real_ledger = worker.runtime.ledger
+    worker.runtime.ledger = StoreFailsOnce(ledger)  # type: ignore[assignment]
+    applied = worker.invoke()
+    worker.runtime.ledger = real_ledger
+
+    # Then the record fails with nothing announced, and the ledger holds the top-up's intent
+    assert applied.failed == applied.message_ids
+    assert applied.receive_counts() == [failed_receives + 1]
+    assert totals_of(sim)[CHILD] == (1, 400)
+    assert outcome_capture.outcomes() == []
+    entry = ledger.get(request_id)
+    assert entry is not None and entry.intent is not None
+    assert (entry.intent.before, entry.intent.target) == (
+        Totals(projects=1, prompts=200),
+        Totals(projects=1, prompts=400),
+    )
+
+    # When it comes back: redelivered, or redriven from the DLQ after its final receive
+    worker.redeliver_failed(applied)
+    if final:
+        assert worker.receive() == []  # SQS moved it to the DLQ
+        [dead] = worker.drain_dlq()
+        worker.send_raw(dead["Body"], group_id=CHILD, dedup_id="redrive-after-store-failure")
+    later = worker.invoke()
+
+    # Then it is not transferred again and says what it did: topped up 200 -> 400
+    assert later.failed == []
+    landed = [body for body in transfer_bodies(sim) if body[1] == 200]
+    assert landed == [(CHILD, 200, {"projects": 1, "prompts": 400})]
+    [outcome] = outcome_capture.outcomes()
+    assert (outcome["request_id"], outcome["status"]) == (request_id, "topped-up")
+    assert outcome["totals_before"] == {"projects": 1, "prompts": 200}
+    assert outcome["totals_after"] == {"projects": 1, "prompts": 400}
+    assert outcome.get("supersedes") == ("deadLettered" if final else None)
+    assert _ledger_outcome(ledger, request_id) == outcome

@@ -33,6 +33,7 @@ from serenity_allocator.domain.ledger import (
     LedgerUnavailableError,
     ReleaseIntent,
     RequestIdConflictError,
+    RequestKind,
 )
 from serenity_allocator.domain.messages import AllocationOutcome
 
@@ -106,11 +107,18 @@ class InMemoryRequestLedger:
             raise RequestIdConflictError(request_id)
         return entry
 
-    def record_intent(self, request_id: str, intent: ReleaseIntent, *, workspace_id: str) -> None:
+    def record_intent(
+        self,
+        request_id: str,
+        intent: ReleaseIntent,
+        *,
+        workspace_id: str,
+        kind: RequestKind = "release",
+    ) -> None:
         """Record an intent under the adapter's conditions."""
         self._check_up()
-        entry = self._check_bound(request_id, workspace_id, "release")
-        bound = {"workspace_id": workspace_id, "kind": "release", "updated_at": self._now}
+        entry = self._check_bound(request_id, workspace_id, kind)
+        bound = {"workspace_id": workspace_id, "kind": kind, "updated_at": self._now}
         if entry is None or entry.state == "intent":
             replacement = LedgerEntry(request_id=request_id, state="intent", intent=intent, **bound)
         elif entry.state == "deadLettered":

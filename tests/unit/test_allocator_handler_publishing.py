@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import io
+import json
 import re
 from typing import Any
 
 import pytest
 
 from serenity_allocator.adapters.aws_clients import AWS_CALL_BUDGET_S
-from serenity_allocator.adapters.observability import METRIC_CATALOG, NAMESPACE, SERVICE
+from serenity_allocator.adapters.observability import METRIC_CATALOG, NAMESPACE, SERVICE, logger
 from serenity_allocator.domain.errors import UpstreamError
 from serenity_allocator.domain.model import Totals
 from tests.fakes import (
@@ -183,18 +185,35 @@ def test_lambda_handler_emf_matches_the_catalog_and_carries_no_ids(
     assert any(d.name == "TopUpLatencyMs" and d.dimensions["Path"] == "fail-fast" for d in data)
 
 
-def test_lambda_handler_no_token_in_any_output(capsys: pytest.CaptureFixture[str]) -> None:
+def test_lambda_handler_no_token_in_any_output(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Given a worker configured with a loopback token, serving a top-up and a failure
     worker = new_worker(family_gateway(("c1", FULL, FULL), ("c2", FULL, FULL)))
     worker.gateway.script_errors(READ_RESOURCES, "c2", [UpstreamError(500, "boom", "read")])
+    # The Powertools handler holds the stdout it found at import: read its lines directly.
+    logs = io.StringIO()
+    monkeypatch.setattr(logger.registered_handler, "stream", logs)
 
     # When a batch runs
-    worker.invoke(ensure_record("m1", "c1", 100), ensure_record("m2", "c2", 100))
+    response = worker.invoke(ensure_record("m1", "c1", 100), ensure_record("m2", "c2", 100))
 
-    # Then the token never appears in what was printed, published or dead-lettered
-    captured = capsys.readouterr()
-    assert BASE_ENV["SEMRUSH_TOKEN"] not in captured.out + captured.err
+    # Then the top-up was announced and the failure comes back, both of them logged
+    assert failed_ids(response) == ["m2"]
     assert worker.outcomes is not None
+    assert [(o.request_id, o.status) for o in worker.outcomes.published] == [
+        ("req-m1", "topped-up")
+    ]
+    logged = [json.loads(line) for line in logs.getvalue().splitlines()]
+    assert [(line["message"], line["request_id"]) for line in logged] == [
+        ("allocation outcome", "req-m1"),
+        ("request will be retried", "req-m2"),
+        ("record failed; SQS will redeliver it", "req-m2"),
+    ]
+    # And the token never appears in what was logged, printed, published or dead-lettered
+    captured = capsys.readouterr()
+    assert '"PoolFreeRatio"' in captured.out  # the metrics were printed (and read here)
+    assert BASE_ENV["SEMRUSH_TOKEN"] not in logs.getvalue() + captured.out + captured.err
     assert all(
         BASE_ENV["SEMRUSH_TOKEN"] not in o.model_dump_json() for o in worker.outcomes.published
     )

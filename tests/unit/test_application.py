@@ -8,6 +8,7 @@ publishing and FIFO hold-back) one by one.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pytest
 
@@ -31,99 +32,36 @@ from serenity_allocator.domain.errors import (
     UpstreamError,
     WorkspaceBusyError,
 )
-from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest
-from serenity_allocator.domain.model import DEFAULT_BLOCKS, AiResources
-from serenity_allocator.domain.pool_watch import PoolLowWarning
+from serenity_allocator.domain.messages import EnsureRequest
+from serenity_allocator.domain.model import DEFAULT_BLOCKS
+from serenity_allocator.domain.observations import HeadroomChecked, Rejected, TightPoolFallback
 from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE
-from tests.fakes import FakeClock, InMemoryGateway, RecordingOutcomes
+from serenity_allocator.domain.worker_events import OutcomesNotPublished, WorkerEvent
+from tests.fakes import FakeClock, InMemoryGateway, RecordingOutcomes, event_name
 
 MAX_RECEIVE_COUNT = 5
 AWS_CALL_BUDGET_S = 10.0
 
 
+@dataclass(frozen=True)
+class Flush:
+    """Marks where the reporter was flushed among the events."""
+
+
 class RecordingReporter:
-    """The worker's observer, in memory: every report as (name, argument)."""
+    """The worker's observer, in memory: every event (and each flush), in order."""
 
     def __init__(self) -> None:
-        self.reports: list[tuple[str, object]] = []
+        self.events: list[WorkerEvent | Flush] = []
 
     def names(self) -> list[str]:
-        return [name for name, _ in self.reports]
+        return [event_name(event) for event in self.events]
 
-    def _add(self, name: str, argument: object = None) -> None:
-        self.reports.append((name, argument))
-
-    def headroom_checked(self, outcome: str) -> None:
-        self._add("headroom_checked", outcome)
-
-    def transfer_timed(self, path: str, latency_ms: float) -> None:
-        self._add("transfer_timed", path)
-
-    def pool_checked(self, parent_id: str, pool: AiResources) -> None:
-        self._add("pool_checked", parent_id)
-
-    def rejected(self, reason: str) -> None:
-        self._add("rejected", reason)
-
-    def not_ready_retry(self) -> None:
-        self._add("not_ready_retry")
-
-    def release_finished(self, outcome: str) -> None:
-        self._add("release_finished", outcome)
-
-    def tight_pool_fallback(self, result: str) -> None:
-        self._add("tight_pool_fallback", result)
-
-    def message_started(
-        self,
-        message_id: str,
-        workspace_id: str,
-        request_id: str | None,
-        kind: str | None,
-        receive_count: int,
-    ) -> None:
-        self._add("message_started", message_id)
-
-    def queue_lag(self, lag_ms: float) -> None:
-        self._add("queue_lag", lag_ms)
-
-    def invalid_message(self, reason: str) -> None:
-        self._add("invalid_message", reason)
-
-    def disabled_noop(self) -> None:
-        self._add("disabled_noop")
-
-    def coalesced(self, extra_requests: int) -> None:
-        self._add("coalesced", extra_requests)
-
-    def reclaim(self, result: str, count: int = 1) -> None:
-        self._add("reclaim", (result, count))
-
-    def parked_for_reclaim(self, siblings: Sequence[str]) -> None:
-        self._add("parked_for_reclaim", tuple(siblings))
-
-    def completed(self, outcome: AllocationOutcome) -> None:
-        self._add("completed", outcome.request_id)
-
-    def ledger_event(self, event: str) -> None:
-        self._add("ledger_event", event)
-
-    def will_retry(
-        self, error_code: str, *, final_receive: bool, expected: bool, error: Exception
-    ) -> None:
-        self._add("will_retry", (error_code, final_receive, expected))
-
-    def outcomes_not_published(self, error: Exception) -> None:
-        self._add("outcomes_not_published", type(error).__name__)
-
-    def pool_low(self, warning: PoolLowWarning) -> None:
-        self._add("pool_low", warning.parent_workspace_id)
-
-    def pool_low_not_published(self, error: Exception) -> None:
-        self._add("pool_low_not_published", type(error).__name__)
+    def record(self, event: WorkerEvent, /) -> None:
+        self.events.append(event)
 
     def flush(self) -> None:
-        self._add("flush")
+        self.events.append(Flush())
 
 
 def _config() -> WorkerConfig:
@@ -187,17 +125,19 @@ def test_start_batch_keeps_one_aws_call_per_publish_chunk_for_finishing(
     invocation, _ = _invocation(inbound, outcomes=RecordingOutcomes(), clock=clock)
 
     # Then applying ends one publish call per chunk of 10 before the invocation must be done
-    assert invocation.finish_deadline == clock() + 57.0
-    assert invocation.deadline == invocation.finish_deadline - chunks * AWS_CALL_BUDGET_S
+    assert invocation.deadlines.finishing == clock() + 57.0
+    assert (
+        invocation.deadlines.applying == invocation.deadlines.finishing - chunks * AWS_CALL_BUDGET_S
+    )
 
 
 def test_start_batch_without_an_outcome_sink_keeps_nothing_for_publishing() -> None:
     # Given no outcome sink wired / When the batch starts / Then applying may use all the time
     invocation, _ = _invocation([_inbound("m1", "c1")], outcomes=None)
-    assert invocation.deadline == invocation.finish_deadline
+    assert invocation.deadlines.applying == invocation.deadlines.finishing
 
 
-def test_has_time_to_call_aws_checks_the_phase_deadline() -> None:
+def test_fits_aws_call_checks_the_phase_deadline() -> None:
     # Given 25 s to finish, of which the last 10 s are kept for publishing
     clock = FakeClock()
     invocation, _ = _invocation(
@@ -206,11 +146,25 @@ def test_has_time_to_call_aws_checks_the_phase_deadline() -> None:
 
     # When 6 s have passed / Then a 10 s call still fits while applying (6 + 10 <= 15)
     clock.advance(5.0)
-    assert invocation.has_time_to_call_aws() is True
+    assert invocation.deadlines.fits_aws_call() is True
     clock.advance(1.0)
-    assert invocation.has_time_to_call_aws() is False
+    assert invocation.deadlines.fits_aws_call() is False
     # ... and while finishing, up to the invocation's own deadline (6 + 10 <= 25)
-    assert invocation.has_time_to_call_aws(finishing=True) is True
+    assert invocation.deadlines.fits_aws_call(finishing=True) is True
+
+
+def test_fits_aws_call_uses_the_finishing_deadline_once_the_batch_is_announced() -> None:
+    # Given 25 s to finish, of which the last 10 s are kept for publishing, and 6 s gone
+    clock = FakeClock()
+    invocation, _ = _invocation(
+        [_inbound("m1", "c1")], outcomes=RecordingOutcomes(), clock=clock, finish_in_s=25.0
+    )
+    clock.advance(6.0)
+    assert invocation.deadlines.fits_aws_call() is False
+
+    # When every record was handed over / Then any call may use the time up to the end
+    invocation.deadlines.start_announcing()
+    assert invocation.deadlines.fits_aws_call() is True
 
 
 # ==== verdicts count only when they stand ==================================================
@@ -220,20 +174,20 @@ def test_attempt_observer_holds_verdicts_until_committed() -> None:
     # Given an attempt that measured a check and was refused
     reporter = RecordingReporter()
     observer = AttemptObserver(reporter, None, [])
-    observer.headroom_checked("topped-up")
-    observer.rejected("orgPoolExhausted")
-    observer.tight_pool_fallback("rejected")
+    observer.record(HeadroomChecked("topped-up"))
+    observer.record(Rejected("orgPoolExhausted"))
+    observer.record(TightPoolFallback("rejected"))
 
     # Then the measurement went out at once, the verdicts not yet
-    assert reporter.reports == [("headroom_checked", "topped-up")]
+    assert reporter.events == [HeadroomChecked("topped-up")]
 
     # When the result stands / Then the verdicts follow, in order, once
     observer.commit()
     observer.commit()
-    assert reporter.reports == [
-        ("headroom_checked", "topped-up"),
-        ("rejected", "orgPoolExhausted"),
-        ("tight_pool_fallback", "rejected"),
+    assert reporter.events == [
+        HeadroomChecked("topped-up"),
+        Rejected("orgPoolExhausted"),
+        TightPoolFallback("rejected"),
     ]
 
 
@@ -241,12 +195,12 @@ def test_attempt_observer_discard_forgets_the_verdicts() -> None:
     # Given a refused attempt that was overturned (a parked ensure, a split run)
     reporter = RecordingReporter()
     observer = AttemptObserver(reporter, None, [])
-    observer.rejected("orgPoolExhausted")
+    observer.record(Rejected("orgPoolExhausted"))
 
     # When discarded, then committed / Then no rejection was ever reported
     observer.discard()
     observer.commit()
-    assert reporter.reports == []
+    assert reporter.events == []
 
 
 # ==== the final receive ====================================================================
@@ -329,14 +283,14 @@ def test_finish_batch_holds_back_a_group_from_its_first_unpublished_outcome() ->
     for message in invocation.plan.messages.values():
         assert message.request is not None
         outcome = final_receive_outcome(message.request, OutOfTimeError(), 1)
-        invocation.book.record(message.message_id, outcome)
+        invocation.state.book.record(message.message_id, outcome)
 
     # When the batch finishes with no failure of its own
     failed = finish_batch(invocation, [])
 
     # Then only m11 fails: its group's earlier messages were announced and must not repeat
     assert failed == ["m11"]
-    assert reporter.names()[-2:] == ["outcomes_not_published", "flush"]
+    assert reporter.names()[-3:] == ["outcomes_not_published", "record_failed", "flush"]
 
 
 def test_finish_batch_fails_the_records_whose_publish_no_longer_fits() -> None:
@@ -347,11 +301,10 @@ def test_finish_batch_fails_the_records_whose_publish_no_longer_fits() -> None:
         [_inbound("m1", "c1")], outcomes=sink, clock=clock, finish_in_s=AWS_CALL_BUDGET_S - 1
     )
     assert invocation.plan.message("m1").request is not None
-    invocation.book.record("m1", final_receive_outcome(ENSURE, OutOfTimeError(), 1))
+    invocation.state.book.record("m1", final_receive_outcome(ENSURE, OutOfTimeError(), 1))
 
     # When the batch finishes / Then the record fails at once, and nothing was sent
     assert finish_batch(invocation, []) == ["m1"]
-    assert (sink.publish_calls, reporter.reports[0]) == (
-        0,
-        ("outcomes_not_published", "OutOfTimeError"),
-    )
+    [first, *_] = reporter.events
+    assert isinstance(first, OutcomesNotPublished)
+    assert (sink.publish_calls, type(first.error)) == (0, OutOfTimeError)

@@ -55,6 +55,39 @@ def test_ensure_headroom_exact_fallback_saves_a_tight_pool() -> None:
     assert observer.args_of("rejected") == []
 
 
+def test_ensure_headroom_announces_each_transfer_before_sending_it() -> None:
+    # Given a pool with exactly the 10 prompts needed, but not a whole block of 100
+    gateway = one_child_family(
+        child_total=Totals(projects=1, prompts=100),
+        child_used=Totals(prompts=100),
+        pool_total=Totals(projects=5, prompts=10),
+    )
+    announced: list[tuple[Totals, Totals, int]] = []
+
+    def before_transfer(before: Totals, target: Totals) -> None:
+        announced.append((before, target, len(gateway.transfers)))
+
+    # When ensuring with the exact fallback on, told before each transfer
+    ensure_headroom(
+        gateway,
+        CHILD,
+        MASTER,
+        Totals(prompts=10),
+        transfer_context(FakeClock()),
+        policy=FAIL_FAST,
+        exact_fallback=True,
+        before_transfer=before_transfer,
+    )
+
+    # Then each transfer was announced with the child's totals before and its target, just
+    # before it was sent (the refused block top-up, then the exact one)
+    before = Totals(projects=1, prompts=100)
+    assert announced == [
+        (before, Totals(projects=1, prompts=200), 0),
+        (before, Totals(projects=1, prompts=110), 1),
+    ]
+
+
 def test_ensure_headroom_exact_fallback_is_skipped_when_the_pool_read_cannot_cover_it() -> None:
     # Given a pool with 9 free prompts, one short of the exact need
     gateway = one_child_family(

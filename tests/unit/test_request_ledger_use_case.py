@@ -12,7 +12,7 @@ from serenity_allocator.application.request_ledger import (
     LedgerView,
     mark_final_receive,
     read_ledger,
-    record_release_intent,
+    record_transfer_intent,
     replay_release,
     store_terminal,
 )
@@ -178,7 +178,7 @@ def test_store_terminal_stores_a_dead_letter_as_dead_lettered() -> None:
     # Given a request on its final receive that recorded a release intent
     ledger = InMemoryRequestLedger()
     view = _view(ledger)
-    record_release_intent(view, RELEASE, BEFORE, TARGET)
+    record_transfer_intent(view, RELEASE, BEFORE, TARGET)
 
     # When the worker dead-letters it
     held = store_terminal(view, DEAD)
@@ -317,20 +317,29 @@ def test_mark_final_receive_then_completing_replaces_the_provisional_record() ->
 
 
 def test_mark_final_receive_without_a_ledger_does_nothing() -> None:
-    # Given no ledger, When a final receive begins, Then nothing fails
-    mark_final_receive(LedgerView(), RELEASE, 5)
+    # Given no ledger
+    view = LedgerView()
+
+    # When a final receive begins
+    mark_final_receive(view, RELEASE, 5)
+
+    # Then no provisional record is kept, and the receive's own outcome is what completes it
+    assert view.entries == {}
+    assert view.replay(RELEASE) is None
+    assert store_terminal(view, _outcome(receive_count=5)) == _outcome(receive_count=5)
+    assert view.entries == {}
 
 
 # -- release intent and replay ---------------------------------------------------------------
 
 
-def test_record_release_intent_writes_it_and_keeps_it_in_the_view() -> None:
+def test_record_transfer_intent_writes_it_and_keeps_it_in_the_view() -> None:
     # Given a release about to transfer
     ledger = InMemoryRequestLedger()
     view = _view(ledger)
 
     # When its intent is recorded
-    record_release_intent(view, RELEASE, BEFORE, TARGET)
+    record_transfer_intent(view, RELEASE, BEFORE, TARGET)
 
     # Then the ledger and the batch's view both hold it
     intent = ReleaseIntent(before=BEFORE, target=TARGET)
@@ -341,14 +350,14 @@ def test_record_release_intent_writes_it_and_keeps_it_in_the_view() -> None:
     assert view.intent("req-1") == intent
 
 
-def test_record_release_intent_beside_a_dead_letter_keeps_the_terminal_view_entry() -> None:
+def test_record_transfer_intent_beside_a_dead_letter_keeps_the_terminal_view_entry() -> None:
     # Given a redriven release whose record is a published dead letter
     ledger = InMemoryRequestLedger()
     ledger.store_outcome(DEAD, dead_lettered=True)
     view = _view(ledger)
 
     # When its intent is recorded
-    record_release_intent(view, RELEASE, BEFORE, TARGET)
+    record_transfer_intent(view, RELEASE, BEFORE, TARGET)
 
     # Then the ledger adds the intent and the view still sees the dead letter
     assert ledger.entries["req-1"].state == "deadLettered"
@@ -356,7 +365,7 @@ def test_record_release_intent_beside_a_dead_letter_keeps_the_terminal_view_entr
     assert view.entries["req-1"].state == "deadLettered"
 
 
-def test_record_release_intent_over_a_final_record_conflicts() -> None:
+def test_record_transfer_intent_over_a_final_record_conflicts() -> None:
     # Given a release another delivery completed
     ledger = InMemoryRequestLedger()
     ledger.store_outcome(_outcome())
@@ -364,32 +373,32 @@ def test_record_release_intent_over_a_final_record_conflicts() -> None:
 
     # When this delivery records an intent, Then it is refused
     with pytest.raises(LedgerConflictError):
-        record_release_intent(view, RELEASE, BEFORE, TARGET)
+        record_transfer_intent(view, RELEASE, BEFORE, TARGET)
     assert ledger.entries["req-1"].intent is None
 
 
-def test_record_release_intent_with_no_time_left_writes_nothing() -> None:
+def test_record_transfer_intent_with_no_time_left_writes_nothing() -> None:
     # Given a view past its applying deadline (the finishing one still ahead)
     ledger = InMemoryRequestLedger()
     view = LedgerView(ledger, FINISH_ONLY)
 
     # When a release's intent is recorded, Then it fails before writing
     with pytest.raises(OutOfTimeError):
-        record_release_intent(view, RELEASE, BEFORE, TARGET)
+        record_transfer_intent(view, RELEASE, BEFORE, TARGET)
     assert (ledger.writes, view.entries) == (0, {})
 
 
-def test_record_release_intent_without_a_ledger_does_nothing() -> None:
+def test_record_transfer_intent_without_a_ledger_does_nothing() -> None:
     # Given no ledger, When an intent is recorded, Then the view stays empty
     view = LedgerView()
-    record_release_intent(view, RELEASE, BEFORE, TARGET)
+    record_transfer_intent(view, RELEASE, BEFORE, TARGET)
     assert view.entries == {}
 
 
 def test_request_ledger_release_replay_after_a_partial_application_reports_true_totals() -> None:
     # Given a delivery that recorded its intent, transferred, and died before storing
     ledger = InMemoryRequestLedger()
-    record_release_intent(_view(ledger), RELEASE, BEFORE, TARGET)
+    record_transfer_intent(_view(ledger), RELEASE, BEFORE, TARGET)
 
     # When the redelivery reads the lowered child and replays
     view = _view(ledger)
@@ -414,8 +423,8 @@ def test_request_ledger_release_replay_after_a_partial_application_reports_true_
 def test_replay_release_applies_again_when_the_transfer_did_not_land() -> None:
     # Given recorded intents, one a no-op (target equals before)
     ledger = InMemoryRequestLedger()
-    record_release_intent(_view(ledger), RELEASE, BEFORE, TARGET)
-    record_release_intent(
+    record_transfer_intent(_view(ledger), RELEASE, BEFORE, TARGET)
+    record_transfer_intent(
         _view(ledger), RELEASE.model_copy(update={"request_id": "req-noop"}), BEFORE, BEFORE
     )
     view = _view(ledger, "req-1", "req-noop", "req-none")

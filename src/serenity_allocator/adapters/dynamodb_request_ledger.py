@@ -46,6 +46,7 @@ from ..domain.ledger import (
     LedgerUnavailableError,
     ReleaseIntent,
     RequestIdConflictError,
+    RequestKind,
 )
 from ..domain.messages import AllocationOutcome
 from .aws_clients import AWS_CALL_BUDGET_S, LazyClient, aws_error_code, dynamodb_client
@@ -225,8 +226,15 @@ class DynamoDbRequestLedger:
 
     # -- writes ------------------------------------------------------------------------------
 
-    def record_intent(self, request_id: str, intent: ReleaseIntent, *, workspace_id: str) -> None:
-        """Record a release's intent before it transfers, bound to ``workspace_id``.
+    def record_intent(
+        self,
+        request_id: str,
+        intent: ReleaseIntent,
+        *,
+        workspace_id: str,
+        kind: RequestKind = "release",
+    ) -> None:
+        """Record a transfer's intent before it is sent, bound to ``workspace_id`` and ``kind``.
 
         It replaces nothing or an earlier intent; beside a dead letter (a final receive's
         provisional one, or a redriven message's) it is added and the dead letter stays the
@@ -240,7 +248,7 @@ class DynamoDbRequestLedger:
         """
         values: dict[str, AttributeValueTypeDef] = {
             ":body": {"S": intent.model_dump_json()},
-            **_binding(workspace_id, "release"),
+            **_binding(workspace_id, kind),
         }
         if self._update(
             request_id,
@@ -252,7 +260,7 @@ class DynamoDbRequestLedger:
         if self._update(request_id, f"SET intent = :body, {_COMMON_SET}", _DEAD_CONDITION, values):
             return
         held = self.get(request_id)
-        if held is not None and not held.belongs_to(workspace_id, "release"):
+        if held is not None and not held.belongs_to(workspace_id, kind):
             raise RequestIdConflictError(request_id)
         raise LedgerConflictError(request_id)
 

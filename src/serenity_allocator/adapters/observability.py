@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import warnings
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,9 +19,33 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.metrics.base import MetricManager
 
-from ..domain.messages import AllocationOutcome
 from ..domain.model import AiResources, Dimension, Totals
-from ..domain.pool_watch import PoolLowWarning
+from ..domain.observations import (
+    HeadroomChecked,
+    NotReadyRetry,
+    PoolChecked,
+    Rejected,
+    ReleaseFinished,
+    TightPoolFallback,
+    TransferTimed,
+)
+from ..domain.worker_events import (
+    Coalesced,
+    Completed,
+    DisabledNoop,
+    InvalidMessage,
+    LedgerEvent,
+    MessageStarted,
+    OutcomesNotPublished,
+    ParkedForReclaim,
+    PoolLow,
+    PoolLowNotPublished,
+    QueueLag,
+    Reclaim,
+    RecordFailed,
+    WillRetry,
+    WorkerEvent,
+)
 
 NAMESPACE = "SerenityAllocator"
 SERVICE = "serenity-allocator"
@@ -129,23 +153,77 @@ def _dumps(payload: Any) -> str:
     return json.dumps(payload, separators=(",", ":"))
 
 
+@dataclass(frozen=True)
+class EventMetric:
+    """How one event type becomes one catalog metric.
+
+    ``value`` names the event's field holding the metric's value (None: the event counts one);
+    ``dimension`` names the field holding the metric's own dimension value (None: the metric
+    has no dimension of its own). ``tests/unit/test_observability.py`` checks every row
+    against :data:`METRIC_CATALOG`.
+    """
+
+    metric: str
+    value: str | None = None
+    dimension: str | None = None
+
+
+EVENT_METRICS: dict[type[object], EventMetric] = {
+    HeadroomChecked: EventMetric("HeadroomCheck", dimension="outcome"),
+    TransferTimed: EventMetric("TopUpLatencyMs", value="latency_ms", dimension="path"),
+    Rejected: EventMetric("AllocationRejection", dimension="reason"),
+    NotReadyRetry: EventMetric("NotReadyRetry"),
+    ReleaseFinished: EventMetric("ReleaseOutcome", dimension="outcome"),
+    TightPoolFallback: EventMetric("TightPoolFallback", dimension="result"),
+    QueueLag: EventMetric("QueueLagMs", value="lag_ms"),
+    InvalidMessage: EventMetric("InvalidMessage"),
+    DisabledNoop: EventMetric("DisabledNoop"),
+    Coalesced: EventMetric("CoalescedEnsures", value="extra_requests"),
+    Reclaim: EventMetric("SiblingReclaim", value="count", dimension="result"),
+    LedgerEvent: EventMetric("RequestLedger", dimension="event"),
+}
+"""The one table from the observer vocabulary to the metric catalog.
+
+``PoolFreeRatio`` is derived from :class:`PoolChecked` (one value per dimension, see
+:meth:`MetricsObserver.record`); ``MeteredQuotaClassifier`` is the producer's own
+(``adapters/sqs_producer.py``). Adding a metric: a new event value where it happens, and one
+catalog entry plus one row here.
+"""
+
+DERIVED_METRICS = {"PoolFreeRatio": PoolChecked}
+"""Catalog metrics computed from an event rather than read from one field."""
+
+
 class MetricsObserver:
-    """The domain's AllocationObserver, reporting through metrics and structured logs."""
+    """The observer of both Lambdas: every event through :data:`EVENT_METRICS` and its log line.
+
+    Implements the domain's ``AllocationObserver`` and the application's ``WorkerObserver``
+    over the module's Logger and a per-invocation :class:`MetricsRecorder`.
+    """
 
     def __init__(self, recorder: MetricsRecorder, *, pool_low_ratio: float = 0.1) -> None:
         self._recorder = recorder
         self._pool_low_ratio = pool_low_ratio
 
-    def headroom_checked(self, outcome: str) -> None:
-        """Count one headroom check by outcome (the hot-path ratio)."""
-        self._recorder.record("HeadroomCheck", dimension_value=outcome)
+    def record(self, event: WorkerEvent, /) -> None:
+        """Count the event's metric (if it has one) and write its log line (if it has one)."""
+        rule = EVENT_METRICS.get(type(event))
+        if rule is not None:
+            value = 1.0 if rule.value is None else float(getattr(event, rule.value))
+            dimension = None if rule.dimension is None else str(getattr(event, rule.dimension))
+            self._recorder.record(rule.metric, value, dimension_value=dimension)
+        if isinstance(event, PoolChecked):
+            self._pool_checked(event.parent_id, event.pool)
+        log_line = _LOG_LINES.get(type(event))
+        if log_line is not None:
+            log_line(event)
 
-    def transfer_timed(self, path: str, latency_ms: float) -> None:
-        """Record the latency of one transfer call (accepted or refused) on its path."""
-        self._recorder.record("TopUpLatencyMs", latency_ms, dimension_value=path)
+    def flush(self) -> None:
+        """Print this invocation's dimensioned metrics."""
+        self._recorder.flush()
 
-    def pool_checked(self, parent_id: str, pool: AiResources) -> None:
-        """Record the pool's free ratio per dimension; log when it runs low (advisory only)."""
+    def _pool_checked(self, parent_id: str, pool: AiResources) -> None:
+        # The pool's free ratio per dimension; a log line when it runs low (advisory only).
         for dim in Dimension:
             usage = pool.get(dim)
             if usage.total <= 0:  # no ratio of an empty pool
@@ -163,115 +241,72 @@ class MetricsObserver:
                     },
                 )
 
-    def rejected(self, reason: str) -> None:
-        """Count one allocation rejection by reason."""
-        self._recorder.record("AllocationRejection", dimension_value=reason)
 
-    def not_ready_retry(self) -> None:
-        """Count one not-ready retry."""
-        self._recorder.record("NotReadyRetry")
-
-    def release_finished(self, outcome: str) -> None:
-        """Count one release outcome."""
-        self._recorder.record("ReleaseOutcome", dimension_value=outcome)
-
-    def tight_pool_fallback(self, result: str) -> None:
-        """Count one exact-totals fallback by result."""
-        self._recorder.record("TightPoolFallback", dimension_value=result)
+def _message_started(event: MessageStarted) -> None:
+    # The record's ids on every later log line (ids go to logs, never to metrics).
+    logger.append_keys(
+        message_id=event.message_id,
+        workspace_id=event.workspace_id,
+        request_id=event.request_id,
+        kind=event.kind,
+        receive_count=event.receive_count,
+    )
 
 
-class WorkerReporter(MetricsObserver):
-    """The Allocator's observer: the domain's measurements plus the worker's own events.
+def _completed(event: Completed) -> None:
+    outcome = event.outcome
+    logger.info(
+        "allocation outcome",
+        extra={
+            "status": outcome.status,
+            "error_code": outcome.error_code,
+            "totals_before": _totals(outcome.totals_before),
+            "totals_after": _totals(outcome.totals_after),
+            "coalesced": outcome.coalesced,
+        },
+    )
 
-    Implements the application's ``WorkerObserver`` port over the module's Logger and a
-    per-invocation :class:`MetricsRecorder`.
-    """
 
-    def message_started(
-        self,
-        message_id: str,
-        workspace_id: str,
-        request_id: str | None,
-        kind: str | None,
-        receive_count: int,
-    ) -> None:
-        """Put the record's ids on every later log line (ids go to logs, never to metrics)."""
-        logger.append_keys(
-            message_id=message_id,
-            workspace_id=workspace_id,
-            request_id=request_id,
-            kind=kind,
-            receive_count=receive_count,
+def _will_retry(event: WillRetry) -> None:
+    # An unexpected failure (no rule foresaw it) is logged with its trace.
+    extra = {"error_code": event.error_code, "final_receive": event.final_receive}
+    if event.expected:
+        logger.warning("request will be retried", extra=extra)
+    else:
+        logger.error(
+            "unexpected failure; request will be retried", exc_info=event.error, extra=extra
         )
 
-    def queue_lag(self, lag_ms: float) -> None:
-        """Record how long the record waited on the queue."""
-        self._recorder.record("QueueLagMs", lag_ms)
 
-    def invalid_message(self, reason: str) -> None:
-        """Count and log one invalid record."""
-        self._recorder.record("InvalidMessage")
-        logger.warning("invalid message", extra={"reason": reason})
+def _record_failed(event: RecordFailed) -> None:
+    # Said with the record's own ids: the failure may be reported after later records ran.
+    logger.warning(
+        "record failed; SQS will redeliver it",
+        extra={
+            "message_id": event.message_id,
+            "request_id": event.request_id,
+            "reason": event.reason,
+        },
+    )
 
-    def disabled_noop(self) -> None:
-        """Count one ensure completed with dynamic allocation off."""
-        self._recorder.record("DisabledNoop")
 
-    def coalesced(self, extra_requests: int) -> None:
-        """Count the requests a combined top-up served behind its leader."""
-        self._recorder.record("CoalescedEnsures", float(extra_requests))
-
-    def reclaim(self, result: str, count: int = 1) -> None:
-        """Count a sibling-reclaim step by result."""
-        self._recorder.record("SiblingReclaim", float(count), dimension_value=result)
-
-    def parked_for_reclaim(self, siblings: Sequence[str]) -> None:
-        """Log which siblings an ensure is waiting for."""
-        logger.info("ensure parked for sibling reclaim", extra={"siblings": list(siblings)})
-
-    def ledger_event(self, event: str) -> None:
-        """Count one request ledger event (``RequestLedger{Event}``) and log it."""
-        self._recorder.record("RequestLedger", dimension_value=event)
-        logger.info("request ledger", extra={"ledger_event": event})
-
-    def completed(self, outcome: AllocationOutcome) -> None:
-        """Log a request's terminal outcome."""
-        logger.info(
-            "allocation outcome",
-            extra={
-                "status": outcome.status,
-                "error_code": outcome.error_code,
-                "totals_before": _totals(outcome.totals_before),
-                "totals_after": _totals(outcome.totals_after),
-                "coalesced": outcome.coalesced,
-            },
-        )
-
-    def will_retry(
-        self, error_code: str, *, final_receive: bool, expected: bool, error: Exception
-    ) -> None:
-        """Log a failure SQS will retry; an unexpected one with its trace."""
-        extra = {"error_code": error_code, "final_receive": final_receive}
-        if expected:
-            logger.warning("request will be retried", extra=extra)
-        else:
-            logger.error("unexpected failure; request will be retried", exc_info=error, extra=extra)
-
-    def outcomes_not_published(self, error: Exception) -> None:
-        """Log outcomes that could not be published (their requests come back)."""
-        logger.error("outcome events not published; requests will be retried", exc_info=error)
-
-    def pool_low(self, warning: PoolLowWarning) -> None:
-        """Log a pool running low."""
-        logger.warning("org pool running low", extra=warning.model_dump())
-
-    def pool_low_not_published(self, error: Exception) -> None:
-        """Log a pool-low event that could not be published (advisory)."""
-        logger.error("pool-low event not published", exc_info=error)
-
-    def flush(self) -> None:
-        """Print this invocation's dimensioned metrics."""
-        self._recorder.flush()
+_LOG_LINES: dict[type[object], Callable[[Any], None]] = {
+    MessageStarted: _message_started,
+    InvalidMessage: lambda e: logger.warning("invalid message", extra={"reason": e.reason}),
+    ParkedForReclaim: lambda e: logger.info(
+        "ensure parked for sibling reclaim", extra={"siblings": list(e.siblings)}
+    ),
+    LedgerEvent: lambda e: logger.info("request ledger", extra={"ledger_event": e.event}),
+    Completed: _completed,
+    WillRetry: _will_retry,
+    RecordFailed: _record_failed,
+    OutcomesNotPublished: lambda e: logger.error(
+        "outcome events not published; requests will be retried", exc_info=e.error
+    ),
+    PoolLow: lambda e: logger.warning("org pool running low", extra=e.warning.model_dump()),
+    PoolLowNotPublished: lambda e: logger.error("pool-low event not published", exc_info=e.error),
+}
+"""The log line of each event that has one (a metric failure never stops a log line)."""
 
 
 def _totals(totals: Totals | None) -> dict[str, int] | None:

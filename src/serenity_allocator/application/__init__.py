@@ -17,13 +17,21 @@ One module per use case:
   receive (also when it was skipped behind its failed group).
 - :mod:`.finish_batch`: publish the outcomes and pool warnings, flush the metrics, fail what
   could not be announced.
-- :mod:`.attempt_observer`: verdict metrics (rejections, tight-pool fallback results) count
+- :mod:`.attempt_observer`: verdict events (rejections, tight-pool fallback results) count
   only when the attempt's result stands, so a split coalesced run or a parked ensure is not a
   rejection.
 - :mod:`.request_ledger`: the request ledger as the worker uses it (ADR 0009).
 - :mod:`.audit_dead_letters`: a terminal record for valid requests found in the DLQ.
-- :mod:`.invocation`: the configuration, the ports, the two deadlines (applying, finishing)
-  and what one batch produced; :mod:`.outcomes` builds outcomes and records them.
+- :mod:`.deadlines`: the two deadlines (applying, finishing) and the one answer to "does this
+  AWS call still fit?".
+- :mod:`.invocation`: the configuration, the ports and, for the two entry points only, one
+  batch's plan, deadlines and state; :mod:`.outcomes` records outcomes (the domain builds
+  them: :func:`serenity_allocator.domain.outcomes.build_outcome`).
+
+Every use case is handed what it needs (configuration, ports, deadlines, observer); only
+:func:`.handle_message` and :func:`.finish_batch` take the whole :class:`.Invocation`. Every
+report is a typed event (``domain/observations.py``, ``domain/worker_events.py``) through
+:meth:`.WorkerObserver.record` (ADR 0014).
 
 The per-request flow, and where the request ledger sits
 -------------------------------------------------------
@@ -35,8 +43,9 @@ else:
 1. Before applying: the batch's request ids are read once (``start_batch``); in
    ``handle_message`` a request with a final record is replayed (its stored outcome announced
    again, unchanged) and not applied; a final receive leaves a provisional dead letter first.
-2. Inside a release (``apply_release``): the intent (before, target) is recorded just before
-   the transfer.
+2. Inside a release (``apply_release``) and a top-up (``apply_ensure``): the intent (before,
+   target) is recorded just before the transfer, so a later delivery whose child is at the
+   target reports what was done even when the terminal store failed.
 3. When terminal (:meth:`.OutcomeBook.record`): every terminal outcome of the invocation enters
    through this one method (a completed request, a final receive, a skipped final receive), and
    the ledger stores it there, once, before it is announced.

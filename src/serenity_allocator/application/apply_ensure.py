@@ -1,49 +1,108 @@
 """Apply an ensure: alone, or as one combined top-up for a run of consecutive ensures.
 
-A run's leader makes the combined call; the members behind it share its result. When the sum
-does not fit (brand limit, pool exhausted) the run splits and each request is applied on its
-own, in order. A refusal is a returned ``rejected`` outcome; anything a retry could fix raises.
+A run's leader makes the combined call; the members behind it share its result (the run keeps
+it: :class:`~serenity_allocator.domain.coalescing.EnsureRun`). When the sum does not fit
+(brand limit, pool exhausted) the run splits and each request is applied on its own, in order.
+A refusal is a returned ``rejected`` outcome, a park for sibling reclaim a returned
+:class:`.Parked`; anything a retry could fix raises.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..domain.allocation import EnsureResult, ensure_headroom
 from ..domain.ceiling import Ceiling, combine_ceilings
 from ..domain.coalescing import EnsureRun
-from ..domain.errors import (
-    BrandAiLimitError,
-    OrgPoolExhaustedError,
-    OutOfTimeError,
-    ParkedForReclaimError,
-)
+from ..domain.errors import BrandAiLimitError, OrgPoolExhaustedError, OutOfTimeError
 from ..domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus
 from ..domain.model import Totals
+from ..domain.outcomes import build_outcome
+from ..domain.pool_watch import PoolLowWarning
+from ..domain.ports import WorkspaceGateway
+from ..domain.transfer import TransferContext
+from ..domain.worker_events import Coalesced, DisabledNoop, Reclaim
 from .attempt_observer import AttemptObserver
 from .batch_plan import BatchMessage
-from .invocation import Invocation
-from .outcomes import build_outcome
-from .reclaim import park_for_reclaim
+from .deadlines import Deadlines
+from .invocation import WorkerConfig, WorkerPorts
+from .ports import WorkerObserver
+from .reclaim import Parked, park_for_reclaim
+from .request_ledger import LedgerView, record_transfer_intent
 
 
 def apply_ensure(
-    inv: Invocation, message: BatchMessage, request: EnsureRequest
-) -> AllocationOutcome:
-    """The terminal outcome of one ensure message; raises when a retry could succeed."""
+    message: BatchMessage,
+    request: EnsureRequest,
+    run: EnsureRun | None,
+    *,
+    config: WorkerConfig,
+    ports: WorkerPorts,
+    observer: WorkerObserver,
+    deadlines: Deadlines,
+    pool_warnings: list[PoolLowWarning],
+    ledger: LedgerView,
+) -> AllocationOutcome | Parked:
+    """The terminal outcome of one ensure, or :class:`.Parked`; raises when a retry could succeed.
+
+    ``request`` is the message's request; ``run`` the coalesced run it belongs to (None: it
+    stands alone). With a request ledger, the top-up's intent (totals before, target) is
+    recorded for every request it serves just before its transfer; a redelivery that finds the
+    child at its recorded target reports the top-up it made (before a store failed or the
+    function died), never ``hot-path``.
+    """
     receive_count = message.receive_count
-    if not inv.config.dynamic_allocation:
-        inv.observer.disabled_noop()
+    if not config.dynamic_allocation:
+        observer.record(DisabledNoop())
         return build_outcome(request, "disabled", receive_count)
-    run = _combined_run(inv, message.message_id)
+    landed = _landed_earlier(request, ports.gateway, ledger)
+    if landed is not None:
+        # Not counted again in HeadroomCheck: the delivery that transferred counted it.
+        return _served(request, receive_count, landed, 1, ports.parked, observer)
+    ensurer = _Ensurer(config, ports, observer, deadlines, pool_warnings, ledger, receive_count)
+    combined = run if run is not None and run.combined else None
     try:
-        if run is not None:
-            result = _apply_run(inv, run, message.message_id, receive_count)
+        if combined is not None:
+            result = ensurer.apply_run(combined, message.message_id, request)
         else:
-            result = _apply_one(inv, request, receive_count)
+            result = ensurer.apply_one(request)
     except (BrandAiLimitError, OrgPoolExhaustedError) as exc:
         return build_outcome(request, "rejected", receive_count, error_code=exc.code)
+    if isinstance(result, Parked):
+        return result
+    # Re-read split: a leader whose combined call was refused was served on its own.
+    coalesced = len(combined.members) if combined is not None and combined.combined else 1
+    return _served(request, receive_count, result, coalesced, ports.parked, observer)
+
+
+def _landed_earlier(
+    request: EnsureRequest, gateway: WorkspaceGateway, ledger: LedgerView
+) -> EnsureResult | None:
+    """The top-up an earlier delivery recorded and made, or None when it must be applied.
+
+    Only an ensure with a recorded intent pays this extra read. The child holding exactly the
+    recorded target means the intent's transfer landed (FIFO order per child: no other
+    mutation of this child runs in between), as for a release's intent.
+    """
+    intent = ledger.intent(request.request_id)
+    if intent is None or intent.target == intent.before:
+        return None
+    if gateway.read_resources(request.workspace_id).totals() != intent.target:
+        return None
+    return EnsureResult(outcome="topped-up", before=intent.before, after=intent.target)
+
+
+def _served(
+    request: EnsureRequest,
+    receive_count: int,
+    result: EnsureResult,
+    coalesced: int,
+    parked: set[str],
+    observer: WorkerObserver,
+) -> AllocationOutcome:
     status: OutcomeStatus = result.outcome
-    if result.topped_up and request.request_id in inv.ports.parked:
-        inv.observer.reclaim("served")
+    if result.topped_up and request.request_id in parked:
+        observer.record(Reclaim("served"))
         status = "topped-up-after-reclaim"
     return build_outcome(
         request,
@@ -51,96 +110,140 @@ def apply_ensure(
         receive_count,
         before=result.before,
         after=result.after,
-        # Re-read split: a leader whose combined call was refused was served on its own.
-        coalesced=len(run.members) if run is not None and not run.split else 1,
+        coalesced=coalesced,
     )
 
 
-def _combined_run(inv: Invocation, message_id: str) -> EnsureRun | None:
-    """The run this message belongs to, when one combined call serves several requests."""
-    run = inv.plan.runs.get(message_id)
-    if run is None or len(run.members) < 2 or run.split:
-        return None
-    return run
+@dataclass
+class _Ensurer:
+    """One ensure message's attempt(s), over what the use case was handed."""
 
+    config: WorkerConfig
+    ports: WorkerPorts
+    observer: WorkerObserver
+    deadlines: Deadlines
+    pool_warnings: list[PoolLowWarning]
+    ledger: LedgerView
+    receive_count: int
 
-def _apply_run(
-    inv: Invocation, run: EnsureRun, message_id: str, receive_count: int
-) -> EnsureResult:
-    if message_id != run.leader:
-        # The leader's combined call already covered this request (a failed leader fails the
-        # rest of its group before we get here: skip_group_on_error).
-        return inv.run_results[run.leader]
-    observer = inv.attempt_observer()
-    leader = run.requests[0]
-    try:
-        result = _call(inv, leader, run.need, run.ceiling, run.include_drafted, observer)
-    except (BrandAiLimitError, OrgPoolExhaustedError):
-        # The sum does not fit; each request may on its own. No request received this refusal.
-        observer.discard()
-        run.split = True
-        return _apply_one(inv, leader, receive_count)
-    except Exception:
-        # Any other failure is the members' too: keep what it recorded (a busy rejection is
-        # real), and if it completes the leader (a terminal upstream answer), let the members
-        # behind it make their own call instead of reading a result never stored.
-        observer.commit()
-        run.split = True
-        raise
-    observer.commit()
-    inv.observer.coalesced(len(run.members) - 1)
-    inv.run_results[run.leader] = result
-    return result
-
-
-def _apply_one(inv: Invocation, request: EnsureRequest, receive_count: int) -> EnsureResult:
-    observer = inv.attempt_observer()
-    try:
-        result = _call(
-            inv, request, request.need, request.ceiling, request.include_drafted, observer
-        )
-    except OrgPoolExhaustedError:
+    def apply_run(
+        self, run: EnsureRun, message_id: str, request: EnsureRequest
+    ) -> EnsureResult | Parked:
+        if message_id != run.leader:
+            # The leader's combined call already covered this request (a failed leader fails
+            # the rest of its group before we get here: skip_group_on_error).
+            if run.result is None:
+                raise AssertionError("a run member was handled before its leader's result")
+            return run.result
+        attempt = self._attempt_observer()
         try:
-            park_for_reclaim(inv, request, receive_count)
-        except (ParkedForReclaimError, OutOfTimeError):
-            # Parked (or about to be) is waiting, not rejected, unless this receive is its last.
-            _settle(observer, keep=inv.is_final_receive(receive_count))
+            result = self._call(
+                request,
+                (run.need, run.ceiling, run.include_drafted),
+                attempt,
+                served=list(run.requests),
+            )
+        except (BrandAiLimitError, OrgPoolExhaustedError):
+            # The sum does not fit; each request may on its own. No request received this
+            # refusal.
+            attempt.discard()
+            run.split_up()
+            return self.apply_one(request)
+        except Exception:
+            # Any other failure is the members' too: keep what it recorded (a busy rejection is
+            # real), and if it completes the leader (a terminal upstream answer), let the
+            # members behind it make their own call instead of reading a result never stored.
+            attempt.commit()
+            run.split_up()
             raise
-        observer.commit()
-        raise
-    except Exception:
-        observer.commit()
-        raise
-    observer.commit()
-    return result
+        attempt.commit()
+        self.observer.record(Coalesced(len(run.members) - 1))
+        run.served(result)
+        return result
 
+    def apply_one(self, request: EnsureRequest) -> EnsureResult | Parked:
+        attempt = self._attempt_observer()
+        try:
+            result = self._call(
+                request,
+                (request.need, request.ceiling, request.include_drafted),
+                attempt,
+                served=[request],
+            )
+        except OrgPoolExhaustedError:
+            parked = self._park(request, attempt)
+            if parked is not None:
+                return parked
+            attempt.commit()
+            raise
+        except Exception:
+            attempt.commit()
+            raise
+        attempt.commit()
+        return result
 
-def _settle(observer: AttemptObserver, *, keep: bool) -> None:
-    if keep:
-        observer.commit()
-    else:
-        observer.discard()
+    def _park(self, request: EnsureRequest, attempt: AttemptObserver) -> Parked | None:
+        # Parked (or about to be) is waiting, not rejected, unless this receive is its last.
+        try:
+            parked = park_for_reclaim(
+                request,
+                self.receive_count,
+                config=self.config,
+                gateway=self.ports.gateway,
+                enqueuer=self.ports.enqueuer,
+                deadlines=self.deadlines,
+                observer=self.observer,
+            )
+        except OutOfTimeError:
+            self._settle(attempt)
+            raise
+        if parked is not None:
+            self._settle(attempt)
+        return parked
 
+    def _settle(self, attempt: AttemptObserver) -> None:
+        if self.config.is_final_receive(self.receive_count):
+            attempt.commit()
+        else:
+            attempt.discard()
 
-def _call(
-    inv: Invocation,
-    request: EnsureRequest,
-    need: Totals,
-    ceiling: Ceiling | None,
-    include_drafted: bool,
-    observer: AttemptObserver,
-) -> EnsureResult:
-    return ensure_headroom(
-        inv.ports.gateway,
-        request.workspace_id,
-        request.parent_workspace_id,
-        need,
-        inv.transfer_context(observer),
-        ceiling=combine_ceilings(ceiling, inv.config.ceiling_backstop),
-        blocks=inv.config.blocks,
-        include_drafted=include_drafted,
-        policy=inv.config.ensure_policy,
-        is_unmetered=inv.ports.is_unmetered,
-        exact_fallback=inv.config.tight_pool_fallback,
-        is_parent_of=links.is_parent_of if (links := inv.ports.parent_links) else None,
-    )
+    def _attempt_observer(self) -> AttemptObserver:
+        return AttemptObserver(self.observer, self.ports.pool_watch, self.pool_warnings)
+
+    def _call(
+        self,
+        request: EnsureRequest,
+        asked: tuple[Totals, Ceiling | None, bool],
+        attempt: AttemptObserver,
+        *,
+        served: list[EnsureRequest],
+    ) -> EnsureResult:
+        """One ensure call for ``asked`` (need, ceiling, include drafted) serving ``served``."""
+        config, ports = self.config, self.ports
+        need, ceiling, include_drafted = asked
+        ledger = self.ledger
+
+        def record_intent(before: Totals, target: Totals) -> None:
+            for member in served:
+                record_transfer_intent(ledger, member, before, target)
+
+        return ensure_headroom(
+            ports.gateway,
+            request.workspace_id,
+            request.parent_workspace_id,
+            need,
+            TransferContext(
+                clock=ports.clock,
+                sleep=ports.sleep,
+                deadline=self.deadlines.applying,
+                observer=attempt,
+            ),
+            ceiling=combine_ceilings(ceiling, config.ceiling_backstop),
+            blocks=config.blocks,
+            include_drafted=include_drafted,
+            policy=config.ensure_policy,
+            is_unmetered=ports.is_unmetered,
+            exact_fallback=config.tight_pool_fallback,
+            is_parent_of=links.is_parent_of if (links := ports.parent_links) else None,
+            before_transfer=record_intent,
+        )

@@ -9,15 +9,24 @@ from __future__ import annotations
 
 from ..domain.allocation import ReleasePlan, release_surplus
 from ..domain.messages import AllocationOutcome, ReleaseRequest
-from .invocation import Invocation
-from .outcomes import ReleaseIncompleteError, build_outcome
-from .request_ledger import record_release_intent, replay_release
+from ..domain.outcomes import build_outcome
+from ..domain.ports import WorkspaceGateway
+from ..domain.transfer import TransferContext
+from .invocation import WorkerConfig
+from .outcomes import ReleaseIncompleteError
+from .request_ledger import LedgerView, record_transfer_intent, replay_release
 
 
 def apply_release(
-    inv: Invocation, request: ReleaseRequest, receive_count: int
+    request: ReleaseRequest,
+    receive_count: int,
+    *,
+    config: WorkerConfig,
+    gateway: WorkspaceGateway,
+    ledger: LedgerView,
+    context: TransferContext,
 ) -> AllocationOutcome:
-    """The terminal outcome of one release.
+    """The terminal outcome of one release (``context`` carries the deadline and observer).
 
     Raises:
         ReleaseIncompleteError: An expected, transient failure (busy, settle timeout, 429...);
@@ -25,18 +34,17 @@ def apply_release(
         LedgerUnavailableError, LedgerConflictError: the intent could not be recorded; nothing
             was transferred and the release comes back.
     """
-    config = inv.config
-    replayed = _replayed(inv, request, receive_count)
+    replayed = _replayed(request, receive_count, gateway, ledger)
     if replayed is not None:
         return replayed
 
     def record_intent(plan: ReleasePlan) -> None:
-        record_release_intent(inv.ledger, request, plan.before, plan.target)
+        record_transfer_intent(ledger, request, plan.before, plan.target)
 
     result = release_surplus(
-        inv.ports.gateway,
+        gateway,
         request.workspace_id,
-        inv.transfer_context(inv.observer),
+        context,
         floor=request.floor or config.blocks.as_totals(),
         blocks=config.blocks,
         policy=config.release_policy,
@@ -53,13 +61,13 @@ def apply_release(
 
 
 def _replayed(
-    inv: Invocation, request: ReleaseRequest, receive_count: int
+    request: ReleaseRequest, receive_count: int, gateway: WorkspaceGateway, ledger: LedgerView
 ) -> AllocationOutcome | None:
     # Only a release with a recorded intent pays this extra read (a redelivery after its
     # transfer may have landed); the first delivery reads once, inside release_surplus.
-    if inv.ledger.intent(request.request_id) is None:
+    if ledger.intent(request.request_id) is None:
         return None
-    current = inv.ports.gateway.read_resources(request.workspace_id).totals()
+    current = gateway.read_resources(request.workspace_id).totals()
     template = build_outcome(request, "released", receive_count)
     # Not counted again in ReleaseOutcome: the delivery that transferred counted it.
-    return replay_release(inv.ledger, request, current, template)
+    return replay_release(ledger, request, current, template)

@@ -11,13 +11,10 @@ rejected (it may well be served on its next receive).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
-from ..domain.model import AiResources
+from ..domain.observations import VERDICTS, AllocationEvent, PoolChecked
 from ..domain.pool_watch import PoolLowWarning, PoolWatch
 from .ports import WorkerObserver
-
-_Verdict = tuple[Literal["rejected", "tight-pool-fallback"], str]
 
 
 @dataclass
@@ -33,47 +30,26 @@ class AttemptObserver:
     sink: WorkerObserver
     pool_watch: PoolWatch | None
     warnings: list[PoolLowWarning]
-    _held: list[_Verdict] = field(default_factory=list)
+    _held: list[AllocationEvent] = field(default_factory=list)
 
-    def headroom_checked(self, outcome: str) -> None:
-        """Pass on: a headroom check happened whatever the request's fate."""
-        self.sink.headroom_checked(outcome)
+    def record(self, event: AllocationEvent, /) -> None:
+        """Hold a verdict until the attempt's result stands; pass a measurement on at once.
 
-    def transfer_timed(self, path: str, latency_ms: float) -> None:
-        """Pass on: the transfer call happened."""
-        self.sink.transfer_timed(path, latency_ms)
-
-    def pool_checked(self, parent_id: str, pool: AiResources) -> None:
-        """Pass on, and feed the pool early warning."""
-        self.sink.pool_checked(parent_id, pool)
-        if self.pool_watch is not None:
-            warning = self.pool_watch.observe(parent_id, pool)
+        A pool read also feeds the pool early warning.
+        """
+        if isinstance(event, VERDICTS):
+            self._held.append(event)
+            return
+        self.sink.record(event)
+        if isinstance(event, PoolChecked) and self.pool_watch is not None:
+            warning = self.pool_watch.observe(event.parent_id, event.pool)
             if warning is not None:
                 self.warnings.append(warning)
 
-    def not_ready_retry(self) -> None:
-        """Pass on: the retry happened."""
-        self.sink.not_ready_retry()
-
-    def release_finished(self, outcome: str) -> None:
-        """Pass on (an ensure never releases; kept for the port)."""
-        self.sink.release_finished(outcome)
-
-    def rejected(self, reason: str) -> None:
-        """Hold: a rejection counts only if the attempt's result stands."""
-        self._held.append(("rejected", reason))
-
-    def tight_pool_fallback(self, result: str) -> None:
-        """Hold: the fallback's result counts only if the attempt's result stands."""
-        self._held.append(("tight-pool-fallback", result))
-
     def commit(self) -> None:
-        """The attempt's result stands: report the held verdicts."""
-        for kind, value in self._held:
-            if kind == "rejected":
-                self.sink.rejected(value)
-            else:
-                self.sink.tight_pool_fallback(value)
+        """The attempt's result stands: report the held verdicts, in order."""
+        for event in self._held:
+            self.sink.record(event)
         self._held.clear()
 
     def discard(self) -> None:

@@ -36,7 +36,7 @@ from ..domain.ledger import (
     RequestLedger,
 )
 from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest, parse_request
-from .outcomes import build_outcome
+from ..domain.outcomes import build_outcome
 from .ports import OutcomeSink
 
 RECEIVES_EXHAUSTED = "receivesExhausted"

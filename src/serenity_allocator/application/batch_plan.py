@@ -140,13 +140,14 @@ def plan_batch(
     inbound: Sequence[InboundMessage],
     *,
     dynamic_allocation: bool,
-    settled: frozenset[str] = frozenset(),
+    standalone: frozenset[str] = frozenset(),
 ) -> BatchPlan:
     """Validate every record and plan the coalesced ensure runs (none when allocation is off).
 
     A request id seen earlier in the batch marks the later record a duplicate, and requests
-    in ``settled`` (a final ledger record exists: they are replayed) join no run, so neither
-    adds its need to a combined top-up.
+    in ``standalone`` (a final ledger record exists: they are replayed; or a recorded intent:
+    an earlier delivery may have applied them) join no run, so none adds its need to a
+    combined top-up or leads one.
     """
     messages = _mark_duplicates([read_message(m) for m in inbound])
     runs = plan_ensure_runs(
@@ -155,7 +156,7 @@ def plan_batch(
             for m in messages.values()
             if (dynamic_allocation or not isinstance(m.request, EnsureRequest))
             and m.duplicate_of is None
-            and (m.request is None or m.request.request_id not in settled)
+            and (m.request is None or m.request.request_id not in standalone)
         ]
     )
     return BatchPlan(messages=messages, order=tuple(messages), runs=runs)

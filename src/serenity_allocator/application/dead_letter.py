@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 from ..domain.errors import OutOfTimeError
+from ..domain.worker_events import InvalidMessage
 from .batch_plan import BatchMessage
-from .invocation import Invocation
+from .deadlines import Deadlines
+from .ports import DeadLetterSink, WorkerObserver
 
 
 class InvalidMessageError(Exception):
     """An invalid message with no DLQ configured: fail it so the redrive policy moves it."""
 
 
-def dead_letter(inv: Invocation, message: BatchMessage) -> None:
+def dead_letter(
+    message: BatchMessage,
+    *,
+    sink: DeadLetterSink | None,
+    deadlines: Deadlines,
+    observer: WorkerObserver,
+) -> None:
     """Send the original body to the DLQ with its reason (the record then completes).
 
     Raises:
@@ -20,11 +28,10 @@ def dead_letter(inv: Invocation, message: BatchMessage) -> None:
         Whatever the DLQ sender raises: the record fails and comes back (nothing dropped).
     """
     reason = message.invalid_reason or "invalid message"
-    inv.observer.invalid_message(reason)
-    sink = inv.ports.dead_letters
+    observer.record(InvalidMessage(reason))
     if sink is None:
         raise InvalidMessageError(reason)
-    if not inv.has_time_to_call_aws():
+    if not deadlines.fits_aws_call():
         raise OutOfTimeError()
     sink.send_invalid(
         message.inbound.body,

@@ -16,8 +16,8 @@ from ..domain.errors import (
     error_code_of,
 )
 from ..domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus, ReleaseRequest
+from ..domain.outcomes import build_outcome
 from .batch_plan import BatchMessage
-from .outcomes import build_outcome
 
 TERMINAL_UPSTREAM_STATUSES = frozenset({400, 403, 404, 405, 409, 410, 413, 415})
 """Upstream answers a retry cannot fix: the request completes with a ``failed`` outcome."""

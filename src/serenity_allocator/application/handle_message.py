@@ -20,7 +20,9 @@
 7. A terminal result, or a failure a retry cannot fix (:mod:`.final_receive`), completes the
    record through :func:`_finish`; a failure a retry could fix raises, so Powertools fails the
    record and SQS redelivers it, after recording the terminal outcome when this is the final
-   receive.
+   receive. An ensure parked for sibling reclaim comes back as a value (:class:`.Parked`) and
+   is failed here, the one place a record is failed on purpose. Why each record failed is
+   kept for :func:`.finish_batch`, which logs one line per failed record.
 8. Every terminal outcome goes through :meth:`.OutcomeBook.record`, which stores it in the
    ledger once before it is announced.
 """
@@ -29,7 +31,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..domain.errors import AllocationError, OutOfTimeError, UpstreamError, error_code_of
+from ..domain.errors import (
+    AllocationError,
+    OutOfTimeError,
+    ParkedForReclaimError,
+    UpstreamError,
+    error_code_of,
+)
 from ..domain.ledger import (
     LedgerConflictError,
     LedgerRecordUnreadableError,
@@ -37,14 +45,18 @@ from ..domain.ledger import (
     RequestIdConflictError,
 )
 from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
+from ..domain.outcomes import build_outcome
 from ..domain.parent_links import ParentMismatchError
+from ..domain.transfer import TransferContext
+from ..domain.worker_events import Completed, LedgerEvent, MessageStarted, QueueLag, WillRetry
 from .apply_ensure import apply_ensure
 from .apply_release import apply_release
 from .batch_plan import BatchMessage
 from .dead_letter import dead_letter
 from .final_receive import final_receive_outcome, terminal_failure
 from .invocation import Invocation
-from .outcomes import ReleaseIncompleteError, build_outcome
+from .outcomes import ReleaseIncompleteError
+from .reclaim import Parked
 from .request_ledger import mark_final_receive
 
 
@@ -56,12 +68,19 @@ class DuplicateRequestError(Exception):
 
 def handle_message(inv: Invocation, message_id: str) -> None:
     """Apply one record; raise to fail it (SQS redelivers), return to complete it."""
-    message = inv.plan.message(message_id)
-    inv.handled.add(message_id)
+    inv.state.handled.add(message_id)
+    try:
+        _handle(inv, inv.plan.message(message_id))
+    except Exception as exc:
+        inv.state.failure_reasons[message_id] = error_code_of(exc)
+        raise
+
+
+def _handle(inv: Invocation, message: BatchMessage) -> None:
     request = message.request
     _report_start(inv, message)
     if request is None:
-        dead_letter(inv, message)
+        _dead_letter(inv, message)
         if message.invalid_outcome is not None:
             _finish(inv, message, message.invalid_outcome)
         return
@@ -70,15 +89,15 @@ def handle_message(inv: Invocation, message_id: str) -> None:
         return
     if message.duplicate_of is not None:
         _follow_first_copy(inv, message.duplicate_of)
-        inv.observer.ledger_event("duplicate")
+        inv.observer.record(LedgerEvent("duplicate"))
         return
-    replayed = inv.ledger.replay(request)
+    replayed = inv.state.ledger.replay(request)
     if replayed is not None:
-        inv.book.record(message_id, replayed, replayed=True)
-        inv.observer.ledger_event("replayed")
+        inv.state.book.record(message.message_id, replayed, replayed=True)
+        inv.observer.record(LedgerEvent("replayed"))
         return
     try:
-        inv.ledger.check(request.request_id)
+        inv.state.ledger.check(request.request_id)
         _mark_final_receive(inv, message, request)
         outcome = _apply(inv, message, request)
     except ParentMismatchError as exc:
@@ -95,41 +114,80 @@ def handle_message(inv: Invocation, message_id: str) -> None:
 
 def _report_start(inv: Invocation, message: BatchMessage) -> None:
     request = message.request
-    inv.observer.message_started(
-        message.message_id,
-        request.workspace_id if request else message.group_id,
-        request.request_id if request else None,
-        request.kind if request else None,
-        message.receive_count,
+    inv.observer.record(
+        MessageStarted(
+            message.message_id,
+            request.workspace_id if request else message.group_id,
+            request.request_id if request else None,
+            request.kind if request else None,
+            message.receive_count,
+        )
     )
-    _report_queue_lag(inv, message)
+    sent = message.inbound.sent_timestamp_ms
+    if sent:
+        inv.observer.record(QueueLag(max(0.0, inv.ports.wall_clock_ms() - sent)))
+
+
+def _dead_letter(inv: Invocation, message: BatchMessage) -> None:
+    dead_letter(
+        message, sink=inv.ports.dead_letters, deadlines=inv.deadlines, observer=inv.observer
+    )
 
 
 def _mark_final_receive(
     inv: Invocation, message: BatchMessage, request: EnsureRequest | ReleaseRequest
 ) -> None:
     # A provisional dead letter first, so a crash from here on still leaves a terminal record.
-    if inv.ledger.ledger is None or not inv.is_final_receive(message.receive_count):
+    if inv.state.ledger.ledger is None or not inv.config.is_final_receive(message.receive_count):
         return
-    if not inv.has_time_to_call_aws():
+    if not inv.deadlines.fits_aws_call():
         raise OutOfTimeError()
-    mark_final_receive(inv.ledger, request, message.receive_count)
+    mark_final_receive(inv.state.ledger, request, message.receive_count)
 
 
 def _apply(
     inv: Invocation, message: BatchMessage, request: EnsureRequest | ReleaseRequest
 ) -> AllocationOutcome:
+    """The request's terminal outcome; a parked ensure fails its record here (it comes back)."""
+    ports = inv.ports
     if isinstance(request, ReleaseRequest):
-        return apply_release(inv, request, message.receive_count)
-    return apply_ensure(inv, message, request)
+        return apply_release(
+            request,
+            message.receive_count,
+            config=inv.config,
+            gateway=ports.gateway,
+            ledger=inv.state.ledger,
+            context=TransferContext(
+                clock=ports.clock,
+                sleep=ports.sleep,
+                deadline=inv.deadlines.applying,
+                observer=inv.observer,
+            ),
+        )
+    result = apply_ensure(
+        message,
+        request,
+        inv.plan.runs.get(message.message_id),
+        config=inv.config,
+        ports=ports,
+        observer=inv.observer,
+        deadlines=inv.deadlines,
+        pool_warnings=inv.state.pool_warnings,
+        ledger=inv.state.ledger,
+    )
+    if isinstance(result, Parked):
+        # Labels the outcome of a later receive (served after reclaim).
+        ports.parked.add(request.request_id)
+        raise ParkedForReclaimError()
+    return result
 
 
 def _finish(inv: Invocation, message: BatchMessage, outcome: AllocationOutcome) -> None:
     """The request's terminal outcome: stored once in the ledger, then reported."""
-    held = inv.book.record(message.message_id, outcome)
+    held = inv.state.book.record(message.message_id, outcome)
     _forget_park(inv, outcome.request_id)
     if held is not None:
-        inv.observer.completed(held)
+        inv.observer.record(Completed(held))
         _report_ledger(inv, held)
 
 
@@ -141,7 +199,7 @@ def _refuse_parent(
 ) -> None:
     # Invalid like a malformed message (to the DLQ with its reason), but its request id is
     # real, so its service also hears back: an ``invalid`` outcome, stored and announced.
-    dead_letter(inv, replace(message, invalid_reason=str(exc)))
+    _dead_letter(inv, replace(message, invalid_reason=str(exc)))
     outcome = build_outcome(request, "invalid", message.receive_count, error_code=exc.code)
     _finish(inv, message, outcome.model_copy(update={"dead_lettered": True}))
 
@@ -151,7 +209,7 @@ def _is_bound_elsewhere(
 ) -> bool:
     # The id belongs to another workspace or kind: in the ledger, or to an earlier record of
     # this batch.
-    if inv.ledger.conflicts(request):
+    if inv.state.ledger.conflicts(request):
         return True
     first = inv.plan.message(message.duplicate_of).request if message.duplicate_of else None
     return first is not None and (first.workspace_id, first.kind) != (
@@ -169,25 +227,25 @@ def _refuse_request_id(
     outcome = build_outcome(
         request, "rejected", message.receive_count, error_code=RequestIdConflictError.code
     )
-    inv.book.record(message.message_id, outcome, replayed=True)
-    inv.observer.completed(outcome)
-    inv.observer.ledger_event("requestIdConflict")
+    inv.state.book.record(message.message_id, outcome, replayed=True)
+    inv.observer.record(Completed(outcome))
+    inv.observer.record(LedgerEvent("requestIdConflict"))
 
 
 def _follow_first_copy(inv: Invocation, first_message_id: str) -> None:
     # One request, two records: the first one's outcome is the request's. Complete with it
     # when it has one; otherwise fail, so this copy comes back with it (never applied twice).
-    if not any(message_id == first_message_id for message_id, _ in inv.book.entries):
+    if not any(message_id == first_message_id for message_id, _ in inv.state.book.entries):
         raise DuplicateRequestError(first_message_id)
 
 
 def _report_ledger(inv: Invocation, outcome: AllocationOutcome | None) -> None:
-    if outcome is None or inv.ledger.ledger is None:
+    if outcome is None or inv.state.ledger.ledger is None:
         return
     if outcome.dead_lettered:
-        inv.observer.ledger_event("deadLettered")
+        inv.observer.record(LedgerEvent("deadLettered"))
     elif outcome.supersedes is not None:
-        inv.observer.ledger_event("superseded")
+        inv.observer.record(LedgerEvent("superseded"))
 
 
 def _forget_park(inv: Invocation, request_id: str) -> None:
@@ -203,34 +261,24 @@ def _note_retry(
     request: EnsureRequest | ReleaseRequest,
     exc: Exception,
 ) -> None:
-    final_receive = inv.is_final_receive(message.receive_count)
-    inv.observer.will_retry(
-        error_code_of(exc),
-        final_receive=final_receive,
-        expected=isinstance(
-            exc,
-            AllocationError
-            | ReleaseIncompleteError
-            | UpstreamError
-            | LedgerUnavailableError
-            | LedgerConflictError
-            | LedgerRecordUnreadableError
-            | RequestIdConflictError,
-        ),
-        error=exc,
+    final_receive = inv.config.is_final_receive(message.receive_count)
+    expected = isinstance(
+        exc,
+        AllocationError
+        | ReleaseIncompleteError
+        | UpstreamError
+        | LedgerUnavailableError
+        | LedgerConflictError
+        | LedgerRecordUnreadableError
+        | RequestIdConflictError,
     )
+    inv.observer.record(WillRetry(error_code_of(exc), final_receive, expected, exc))
     if isinstance(exc, LedgerRecordUnreadableError):
-        inv.observer.ledger_event("unreadable")
+        inv.observer.record(LedgerEvent("unreadable"))
     if final_receive:
         # Terminal outcome now; SQS's redrive then moves the message to the DLQ.
         _forget_park(inv, request.request_id)
-        held = inv.book.record(
+        held = inv.state.book.record(
             message.message_id, final_receive_outcome(request, exc, message.receive_count)
         )
         _report_ledger(inv, held)
-
-
-def _report_queue_lag(inv: Invocation, message: BatchMessage) -> None:
-    sent = message.inbound.sent_timestamp_ms
-    if sent:
-        inv.observer.queue_lag(max(0.0, inv.ports.wall_clock_ms() - sent))

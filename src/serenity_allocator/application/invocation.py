@@ -5,16 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..domain.allocation import EnsureResult
 from ..domain.ceiling import NO_CEILING, Ceiling
 from ..domain.ledger import RequestLedger
 from ..domain.model import Blocks
 from ..domain.parent_links import ParentLinks
 from ..domain.pool_watch import PoolLowWarning, PoolWatch
-from ..domain.ports import AllocationObserver, Clock, Sleeper, WorkspaceGateway
-from ..domain.transfer import TransferContext, TransferPolicy
-from .attempt_observer import AttemptObserver
+from ..domain.ports import Clock, Sleeper, WorkspaceGateway
+from ..domain.transfer import TransferPolicy
 from .batch_plan import BatchPlan, InboundMessage, plan_batch
+from .deadlines import Deadlines
 from .outcomes import OutcomeBook
 from .ports import DeadLetterSink, OutcomeSink, ReleaseEnqueuer, WorkerObserver
 from .request_ledger import LedgerDeadlines, LedgerView, read_ledger
@@ -40,7 +39,12 @@ class WorkerConfig:
     ceiling_backstop: Ceiling = NO_CEILING
     """The environment's per-brand ceiling; the stricter of it and a message's ceiling applies."""
     aws_call_budget_s: float = 0.0
-    """The longest one AWS call (publish, DLQ send, enqueue) can take, retries included."""
+    """The longest one AWS call (publish, DLQ send, ledger write, enqueue) can take, retries
+    included (the invocation's :class:`.Deadlines` reserve it)."""
+
+    def is_final_receive(self, receive_count: int) -> bool:
+        """True when SQS moves the message to the DLQ if this receive fails too."""
+        return receive_count >= self.max_receive_count
 
 
 @dataclass
@@ -65,50 +69,34 @@ class WorkerPorts:
 
 
 @dataclass
+class BatchState:
+    """What one batch produced so far (the coalesced runs carry their own progress)."""
+
+    ledger: LedgerView
+    """The batch's ledger records, read once before applying."""
+    book: OutcomeBook
+    """The terminal outcomes, in the order they were reached (stored in ``ledger`` first)."""
+    pool_warnings: list[PoolLowWarning] = field(default_factory=list)
+    handled: set[str] = field(default_factory=set)
+    """Message ids Powertools handed over (the others were skipped behind a failed group)."""
+    failure_reasons: dict[str, str] = field(default_factory=dict)
+    """Why each record this invocation failed did fail (an error code), by message id."""
+
+
+@dataclass
 class Invocation:
-    """One batch being applied: the plan, the deadline and what the batch produced so far."""
+    """One batch: the configuration, the ports, the plan, the deadlines and the batch's state.
+
+    Only the two entry points (:func:`.handle_message`, :func:`.finish_batch`) take it whole;
+    each use case they call is handed what it needs.
+    """
 
     config: WorkerConfig
     ports: WorkerPorts
     observer: WorkerObserver
     plan: BatchPlan
-    deadline: float
-    """Monotonic time by which applying must be over: every upstream call and every AWS call
-    made while applying (DLQ sends, reclaim enqueues) ends by then."""
-    finish_deadline: float
-    """Monotonic time by which the invocation must be done (the remaining time less the safety
-    margin): publishing the outcomes ends by then."""
-    book: OutcomeBook = field(default_factory=OutcomeBook)
-    run_results: dict[str, EnsureResult] = field(default_factory=dict)
-    """A coalesced run's result, keyed by its leader's message id."""
-    pool_warnings: list[PoolLowWarning] = field(default_factory=list)
-    handled: set[str] = field(default_factory=set)
-    """Message ids Powertools handed over (the others were skipped behind a failed group)."""
-    ledger: LedgerView = field(default_factory=LedgerView)
-    """The batch's ledger records, read once before applying."""
-
-    def attempt_observer(self) -> AttemptObserver:
-        """A fresh observer for one ensure attempt (its verdicts held until committed)."""
-        return AttemptObserver(self.observer, self.ports.pool_watch, self.pool_warnings)
-
-    def transfer_context(self, observer: AllocationObserver) -> TransferContext:
-        """Clock, sleep and this invocation's deadline, reporting to ``observer``."""
-        ports = self.ports
-        return TransferContext(
-            clock=ports.clock, sleep=ports.sleep, deadline=self.deadline, observer=observer
-        )
-
-    def has_time_to_call_aws(self, *, finishing: bool = False) -> bool:
-        """True when one AWS call, retries included, still fits before the phase's deadline.
-
-        While applying, the time reserved for publishing the outcomes is not available.
-        """
-        limit = self.finish_deadline if finishing else self.deadline
-        return self.ports.clock() + self.config.aws_call_budget_s <= limit
-
-    def is_final_receive(self, receive_count: int) -> bool:
-        """True when SQS moves the message to the DLQ if this receive fails too."""
-        return receive_count >= self.config.max_receive_count
+    deadlines: Deadlines
+    state: BatchState
 
 
 def start_batch(
@@ -125,8 +113,12 @@ def start_batch(
     (one AWS call per chunk), so the outcomes of applied requests can always be announced.
     """
     plan = plan_batch(inbound, dynamic_allocation=config.dynamic_allocation)
-    chunks = -(-len(plan.order) // PUBLISH_CHUNK) if ports.outcomes is not None else 0
-    deadline = finish_deadline - chunks * config.aws_call_budget_s
+    deadlines = Deadlines.for_batch(
+        ports.clock,
+        finish_by=finish_deadline,
+        publish_calls=-(-len(plan.order) // PUBLISH_CHUNK) if ports.outcomes is not None else 0,
+        aws_call_s=config.aws_call_budget_s,
+    )
     requests = [m.request for m in plan.messages.values() if m.request is not None]
     # The lookup and every later ledger write are bounded by the applying deadline (a dead
     # letter, written as a record fails, only by the function's own).
@@ -136,21 +128,25 @@ def start_batch(
         LedgerDeadlines(
             clock=ports.clock,
             sleep=ports.sleep,
-            apply_by=deadline,
-            finish_by=finish_deadline,
+            apply_by=deadlines.applying,
+            finish_by=deadlines.finishing,
             call_budget_s=config.aws_call_budget_s,
         ),
     )
-    settled = ledger.settled(requests)
-    if settled:  # replayed or refused requests join no coalesced run
-        plan = plan_batch(inbound, dynamic_allocation=config.dynamic_allocation, settled=settled)
+    # Replayed, refused or unreadable requests, and those an earlier delivery may have applied
+    # (a recorded intent), join no coalesced run: each is settled on its own.
+    standalone = ledger.settled(requests) | {
+        rid for rid, entry in ledger.entries.items() if entry.intent is not None
+    }
+    if standalone:
+        plan = plan_batch(
+            inbound, dynamic_allocation=config.dynamic_allocation, standalone=standalone
+        )
     return Invocation(
         config=config,
         ports=ports,
         observer=observer,
         plan=plan,
-        deadline=deadline,
-        finish_deadline=finish_deadline,
-        ledger=ledger,
-        book=OutcomeBook(ledger=ledger),
+        deadlines=deadlines,
+        state=BatchState(ledger=ledger, book=OutcomeBook(ledger=ledger)),
     )

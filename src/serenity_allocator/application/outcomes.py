@@ -1,4 +1,6 @@
-"""Terminal outcomes: how one is built, and the one place an invocation records them.
+"""Terminal outcomes: the one place an invocation records them.
+
+Outcomes are built by the domain (:func:`serenity_allocator.domain.outcomes.build_outcome`).
 
 ``OutcomeBook.record`` is the only way an outcome enters the batch's results: a request that
 completes, one that runs out of receives, one skipped behind its group on its final receive.
@@ -9,13 +11,9 @@ docstring).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from ..domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus, ReleaseRequest
-from ..domain.model import Totals
-
-if TYPE_CHECKING:
-    from .request_ledger import LedgerView
+from ..domain.messages import AllocationOutcome
+from .request_ledger import LedgerView
 
 
 class ReleaseIncompleteError(Exception):
@@ -24,34 +22,6 @@ class ReleaseIncompleteError(Exception):
     def __init__(self, code: str) -> None:
         super().__init__(f"release incomplete: {code}")
         self.code = code
-
-
-def build_outcome(
-    request: EnsureRequest | ReleaseRequest,
-    status: OutcomeStatus,
-    receive_count: int,
-    *,
-    error_code: str | None = None,
-    before: Totals | None = None,
-    after: Totals | None = None,
-    coalesced: int = 1,
-) -> AllocationOutcome:
-    """The outcome event of ``request``, labelled with the receive it completed on."""
-    return AllocationOutcome(
-        request_id=request.request_id,
-        kind=request.kind,
-        workspace_id=request.workspace_id,
-        status=status,
-        error_code=error_code,
-        totals_before=before,
-        totals_after=after,
-        receive_count=receive_count,
-        coalesced=coalesced,
-        source=request.source if isinstance(request, ReleaseRequest) else None,
-        run_id=request.run_id if isinstance(request, ReleaseRequest) else None,
-        org_id=request.org_id,
-        brand_id=request.brand_id,
-    )
 
 
 @dataclass

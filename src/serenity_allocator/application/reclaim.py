@@ -1,37 +1,58 @@
 """Park an ensure the pool cannot cover: enqueue releases on its richest siblings, retry later.
 
 A bounded number of times per request (its receive count against the configured maximum), so
-a pool nobody can refill rejects the ensure instead of cycling it through the queue.
+a pool nobody can refill rejects the ensure instead of cycling it through the queue. Whether
+the ensure was parked is the returned value; the record is failed (so SQS brings it back) in
+one place, :func:`.handle_message`.
 """
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
-from ..domain.errors import OutOfTimeError, ParkedForReclaimError
+from ..domain.errors import OutOfTimeError
 from ..domain.messages import EnsureRequest, ReleaseRequest
+from ..domain.ports import WorkspaceGateway
 from ..domain.reclaim import choose_reclaim_siblings
-from .invocation import Invocation
+from ..domain.worker_events import ParkedForReclaim, Reclaim
+from .deadlines import Deadlines
+from .invocation import WorkerConfig
+from .ports import ReleaseEnqueuer, WorkerObserver
 
 
-def park_for_reclaim(inv: Invocation, request: EnsureRequest, receive_count: int) -> None:
-    """Enqueue sibling releases and fail the ensure for redelivery, when reclaim can help.
+@dataclass(frozen=True)
+class Parked:
+    """The ensure waits for the releases enqueued on ``siblings``; it comes back later."""
 
-    Returns without parking when reclaim is off, the request was parked often enough, or no
-    sibling has surplus; the caller then rejects the ensure.
+    siblings: tuple[str, ...]
+
+
+def park_for_reclaim(
+    request: EnsureRequest,
+    receive_count: int,
+    *,
+    config: WorkerConfig,
+    gateway: WorkspaceGateway,
+    enqueuer: ReleaseEnqueuer | None,
+    deadlines: Deadlines,
+    observer: WorkerObserver,
+) -> Parked | None:
+    """Enqueue sibling releases when reclaim can help; None when it cannot (reject the ensure).
+
+    Reclaim cannot help when it is off, the request was parked often enough, or no sibling
+    has surplus.
 
     Raises:
-        ParkedForReclaimError: The releases were enqueued; the ensure should come back.
         OutOfTimeError: Enqueueing would not fit before the deadline; the ensure comes back.
     """
-    config, enqueuer = inv.config, inv.ports.enqueuer
     if not config.sibling_reclaim or enqueuer is None:
-        return
+        return None
     if receive_count > config.sibling_reclaim_max_parks:
-        inv.observer.reclaim("exhausted")
-        return
+        observer.record(Reclaim("exhausted"))
+        return None
     candidates = choose_reclaim_siblings(
-        inv.ports.gateway,
+        gateway,
         request.parent_workspace_id,
         request.workspace_id,
         floor=config.blocks.as_totals(),
@@ -39,9 +60,9 @@ def park_for_reclaim(inv: Invocation, request: EnsureRequest, receive_count: int
         max_siblings=config.sibling_reclaim_max_siblings,
     )
     if not candidates:
-        inv.observer.reclaim("exhausted")
-        return
-    if not inv.has_time_to_call_aws():
+        observer.record(Reclaim("exhausted"))
+        return None
+    if not deadlines.fits_aws_call():
         raise OutOfTimeError()
     enqueuer.enqueue_many(
         [
@@ -55,11 +76,11 @@ def park_for_reclaim(inv: Invocation, request: EnsureRequest, receive_count: int
             for c in candidates
         ]
     )
-    inv.observer.reclaim("enqueued", len(candidates))
-    inv.observer.reclaim("parked")
-    inv.ports.parked.add(request.request_id)
-    inv.observer.parked_for_reclaim([c.workspace_id for c in candidates])
-    raise ParkedForReclaimError()
+    observer.record(Reclaim("enqueued", len(candidates)))
+    observer.record(Reclaim("parked"))
+    parked = Parked(tuple(c.workspace_id for c in candidates))
+    observer.record(ParkedForReclaim(parked.siblings))
+    return parked
 
 
 def reclaim_request_id(request_id: str, receive_count: int, sibling_id: str) -> str:

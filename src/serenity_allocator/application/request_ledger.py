@@ -13,7 +13,7 @@ The decision and what "exactly once" means: docs/decisions/0009-request-ledger.m
   redrive's outcome is marked as superseding the dead letter it replaces.
 - :func:`mark_final_receive` leaves a provisional dead letter as a final receive begins, so a
   request whose last receive crashes still ends with a terminal record.
-- :func:`record_release_intent` and :func:`replay_release` carry a release's intent across a
+- :func:`record_transfer_intent` and :func:`replay_release` carry a transfer's intent across a
   partial application.
 """
 
@@ -36,8 +36,8 @@ from ..domain.ledger import (
 )
 from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from ..domain.model import Totals
+from ..domain.outcomes import build_outcome
 from ..domain.ports import Clock, Sleeper
-from .outcomes import build_outcome
 
 FINAL_RECEIVE_UNFINISHED = "finalReceiveUnfinished"
 """The error code of a provisional dead letter: the final receive never finished (a crash)."""
@@ -278,10 +278,10 @@ def mark_final_receive(view: LedgerView, request: Request, receive_count: int) -
     view.ledger.store_outcome(outcome, provisional=True)
 
 
-def record_release_intent(
-    view: LedgerView, request: ReleaseRequest, before: Totals, target: Totals
+def record_transfer_intent(
+    view: LedgerView, request: EnsureRequest | ReleaseRequest, before: Totals, target: Totals
 ) -> None:
-    """Record a release's transfer before it is sent (a no-op without a ledger).
+    """Record the transfer an ensure or a release is about to send (a no-op without a ledger).
 
     Raises:
         LedgerConflictError: the request has a terminal record already.
@@ -295,14 +295,16 @@ def record_release_intent(
         raise OutOfTimeError()
     request_id = request.request_id
     intent = ReleaseIntent(before=before, target=target)
-    view.ledger.record_intent(request_id, intent, workspace_id=request.workspace_id)
+    view.ledger.record_intent(
+        request_id, intent, workspace_id=request.workspace_id, kind=request.kind
+    )
     entry = view.entries.get(request_id)
     if entry is None or not entry.is_terminal:
         view.entries[request_id] = LedgerEntry(
             request_id=request_id,
             state="intent",
             workspace_id=request.workspace_id,
-            kind="release",
+            kind=request.kind,
             intent=intent,
         )
 

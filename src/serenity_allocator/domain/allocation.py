@@ -16,6 +16,7 @@ from .errors import (
     WorkspaceBusyError,
 )
 from .model import DEFAULT_BLOCKS, AiResources, Blocks, Dimension, Totals
+from .observations import HeadroomChecked, PoolChecked, Rejected, ReleaseFinished, TightPoolFallback
 from .parent_links import ParentMismatchError
 from .ports import WorkspaceGateway
 from .resources import round_up_to_block
@@ -116,6 +117,10 @@ def plan_top_up(child: AiResources, required: Totals, blocks: Blocks) -> Totals:
     )
 
 
+def _no_announcement(before: Totals, target: Totals) -> None:
+    """No one to tell before a transfer (pure callers)."""
+
+
 def ensure_headroom(
     gateway: WorkspaceGateway,
     child_id: str,
@@ -130,6 +135,7 @@ def ensure_headroom(
     is_unmetered: Callable[[str], bool] | None = None,
     exact_fallback: bool = False,
     is_parent_of: Callable[[str, str], bool] | None = None,
+    before_transfer: Callable[[Totals, Totals], None] = _no_announcement,
 ) -> EnsureResult:
     """Make sure the child can take ``need`` more units, topping it up from the pool if short.
 
@@ -146,6 +152,9 @@ def ensure_headroom(
             real parent (the hot path trusts nothing and moves nothing, so it skips this).
         exact_fallback: on pool exhaustion, retry once with the exact required totals (no
             block rounding) before rejecting.
+        before_transfer: sees (totals before, target) just before each transfer is sent (the
+            worker records the top-up's intent there); whatever it raises propagates and
+            nothing is transferred.
 
     Raises:
         WiringError: a blank id, before any call.
@@ -160,7 +169,7 @@ def ensure_headroom(
     required = required_totals(child, need, include_drafted)
     new_totals = plan_top_up(child, required, blocks)
     if new_totals == before:
-        ctx.observer.headroom_checked("hot-path")
+        ctx.observer.record(HeadroomChecked("hot-path"))
         return EnsureResult(outcome="hot-path", before=before, after=before)
 
     # Before anything that trusts the parent (the unmetered shortcut, the pool, a transfer,
@@ -169,25 +178,28 @@ def ensure_headroom(
         raise ParentMismatchError()
 
     if is_unmetered is not None and is_unmetered(parent_id):
-        ctx.observer.headroom_checked("unmetered")
+        ctx.observer.record(HeadroomChecked("unmetered"))
         return EnsureResult(outcome="unmetered", before=before, after=before)
 
     new_totals = _capped_to_ceiling(before, required, new_totals, ceiling, ctx)
 
     pool = gateway.read_resources(parent_id)
-    ctx.observer.pool_checked(parent_id, pool)
+    ctx.observer.record(PoolChecked(parent_id, pool))
 
     # Counted when attempted, not when it succeeds: the hot-path ratio must show the top-ups
     # a dry pool refuses.
-    ctx.observer.headroom_checked("topped-up")
+    ctx.observer.record(HeadroomChecked("topped-up"))
     try:
+        before_transfer(before, new_totals)
         attempts = _transfer_recording_rejections(gateway, child_id, new_totals, policy, ctx)
     except OrgPoolExhaustedError:
         exact = _exact_totals(before, required)
         if not exact_fallback or exact == new_totals:
-            ctx.observer.rejected(OrgPoolExhaustedError.code)
+            ctx.observer.record(Rejected(OrgPoolExhaustedError.code))
             raise
-        attempts = _exact_fallback(gateway, child_id, pool, before, exact, policy, ctx)
+        attempts = _exact_fallback(
+            gateway, child_id, pool, (before, exact), policy, ctx, before_transfer
+        )
         return EnsureResult(
             outcome="topped-up",
             before=before,
@@ -208,7 +220,7 @@ def _capped_to_ceiling(
     try:
         return cap_to_ceiling(before, required, planned, ceiling)
     except BrandAiLimitError:
-        ctx.observer.rejected(BrandAiLimitError.code)
+        ctx.observer.record(Rejected(BrandAiLimitError.code))
         raise
 
 
@@ -216,23 +228,25 @@ def _exact_fallback(
     gateway: WorkspaceGateway,
     child_id: str,
     pool: AiResources,
-    before: Totals,
-    exact: Totals,
+    change: tuple[Totals, Totals],
     policy: TransferPolicy,
     ctx: TransferContext,
+    announce: Callable[[Totals, Totals], None],
 ) -> int:
     """Retry a refused block-rounded top-up once with the exact totals; re-raise if refused."""
+    before, exact = change
     try:
         if not _fits(pool, before, exact):
             # The pool read moments ago cannot cover even the exact raise: skip a transfer
             # that is all but sure to be refused (the read never blocks the first attempt).
             raise OrgPoolExhaustedError()
+        announce(before, exact)
         attempts = _transfer_recording_rejections(gateway, child_id, exact, policy, ctx)
     except OrgPoolExhaustedError:
-        ctx.observer.tight_pool_fallback("rejected")
-        ctx.observer.rejected(OrgPoolExhaustedError.code)
+        ctx.observer.record(TightPoolFallback("rejected"))
+        ctx.observer.record(Rejected(OrgPoolExhaustedError.code))
         raise
-    ctx.observer.tight_pool_fallback("saved")
+    ctx.observer.record(TightPoolFallback("saved"))
     return attempts
 
 
@@ -254,7 +268,7 @@ def _transfer_recording_rejections(
     try:
         return apply_transfer(gateway, child_id, totals, policy, ctx)
     except WorkspaceBusyError:
-        ctx.observer.rejected(WorkspaceBusyError.code)
+        ctx.observer.record(Rejected(WorkspaceBusyError.code))
         raise
 
 
@@ -314,7 +328,9 @@ def release_surplus(
         result = ReleaseResult(outcome="dry-run", plan=plan)
         # A preview counts what a real release would report: dry-run only when it would
         # release, so a sweep preview's nothing-to-release children are not counted as work.
-        ctx.observer.release_finished("dry-run" if plan.would_release else plan.natural_outcome)
+        ctx.observer.record(
+            ReleaseFinished("dry-run" if plan.would_release else plan.natural_outcome)
+        )
         return result
     if not plan.would_release:
         result = ReleaseResult(outcome=plan.natural_outcome, plan=plan)
@@ -322,7 +338,7 @@ def release_surplus(
         if before_transfer is not None:
             before_transfer(plan)
         result = _transfer_release(gateway, child_id, plan, policy, ctx)
-    ctx.observer.release_finished(result.outcome)
+    ctx.observer.record(ReleaseFinished(result.outcome))
     return result
 
 
@@ -338,10 +354,12 @@ def _transfer_release(
     except AllocationError as exc:
         if exc.code in _RELEASE_REJECTIONS:
             # A stuck child refuses releases too; the busy alarm must see it.
-            ctx.observer.rejected(exc.code)
+            ctx.observer.record(Rejected(exc.code))
         return ReleaseResult(outcome="error", plan=plan, error_code=exc.code)
     except Exception:
-        ctx.observer.release_finished("error")  # an uncoded failure is still a failed release
+        ctx.observer.record(
+            ReleaseFinished("error")
+        )  # an uncoded failure is still a failed release
         raise
     return ReleaseResult(outcome="released", plan=plan, attempts=attempts)
 

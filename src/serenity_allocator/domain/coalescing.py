@@ -3,6 +3,10 @@
 Each ensure stands for a write that has not consumed its units yet, so a run of them needs the
 SUM of their needs. A release (or an invalid message) between two ensures is a barrier: the
 requests around it are applied in their place in the order.
+
+A run also carries its progress through the batch, here and nowhere else: the leader's
+combined result, shared by the members behind it, or the split that sends each member to make
+its own call.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from .allocation import EnsureResult
 from .ceiling import Ceiling, combine_ceilings
 from .messages import EnsureRequest, ReleaseRequest
 from .model import Totals
@@ -23,12 +28,27 @@ class EnsureRun:
     """Message ids in order; the first is the leader that performs the call."""
     requests: list[EnsureRequest] = field(default_factory=list)
     split: bool = False
-    """Set when the combined call was refused: members then apply one by one, in order."""
+    """Set when the combined call did not serve the run: members then apply one by one."""
+    result: EnsureResult | None = None
+    """The leader's combined result, once it stands: every member's result."""
 
     @property
     def leader(self) -> str:
         """The message id whose handling performs the combined call."""
         return self.members[0]
+
+    @property
+    def combined(self) -> bool:
+        """True while one combined call serves several requests (not split)."""
+        return len(self.members) > 1 and not self.split
+
+    def served(self, result: EnsureResult) -> None:
+        """The leader's combined call stood: its result is every member's."""
+        self.result = result
+
+    def split_up(self) -> None:
+        """The combined call did not serve the run: each member makes its own call, in order."""
+        self.split = True
 
     @property
     def need(self) -> Totals:

@@ -233,8 +233,15 @@ class RequestLedger(Protocol):
         """
         ...
 
-    def record_intent(self, request_id: str, intent: ReleaseIntent, *, workspace_id: str) -> None:
-        """Record a release's intent before it transfers.
+    def record_intent(
+        self,
+        request_id: str,
+        intent: ReleaseIntent,
+        *,
+        workspace_id: str,
+        kind: RequestKind = "release",
+    ) -> None:
+        """Record the transfer an ensure or a release is about to send, bound to child and kind.
 
         It replaces an earlier intent; beside a ``deadLettered`` record (the provisional one of
         the final receive now applying, or a redriven message's) it is added and the dead

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from .model import AiResources, Totals, WorkspaceRecord
+from .observations import AllocationEvent
 
 
 class WorkspaceGateway(Protocol):
@@ -46,58 +47,13 @@ class Sleeper(Protocol):
 class AllocationObserver(Protocol):
     """Where the domain reports what it measured; adapters turn these into metrics and logs."""
 
-    def headroom_checked(self, outcome: str) -> None:
-        """One ensure finished the headroom check (``hot-path``, ``topped-up``, ...)."""
-        ...
-
-    def transfer_timed(self, path: str, latency_ms: float) -> None:
-        """One transfer call on a path (``fail-fast`` or ``settle``) ended after ``latency_ms``.
-
-        Accepted or refused alike; the call alone (no retry sleep, no settle poll).
-        """
-        ...
-
-    def pool_checked(self, parent_id: str, pool: AiResources) -> None:
-        """The advisory pool read returned ``pool`` (free counts, ratios)."""
-        ...
-
-    def rejected(self, reason: str) -> None:
-        """An allocation was refused for ``reason`` (an error code)."""
-        ...
-
-    def not_ready_retry(self) -> None:
-        """A transfer met ``workspace not ready`` and will be retried."""
-        ...
-
-    def release_finished(self, outcome: str) -> None:
-        """A release ended with ``outcome`` (released, nothing-to-release, ...)."""
-        ...
-
-    def tight_pool_fallback(self, result: str) -> None:
-        """The exact-totals fallback after a pool-exhausted top-up ``saved`` or ``rejected`` it."""
+    def record(self, event: AllocationEvent, /) -> None:
+        """Record one event (best-effort: a report never changes control flow)."""
         ...
 
 
 class NullObserver:
     """An observer that records nothing (the default for pure callers and tests)."""
 
-    def headroom_checked(self, outcome: str) -> None:
-        """Ignore."""
-
-    def transfer_timed(self, path: str, latency_ms: float) -> None:
-        """Ignore."""
-
-    def pool_checked(self, parent_id: str, pool: AiResources) -> None:
-        """Ignore."""
-
-    def rejected(self, reason: str) -> None:
-        """Ignore."""
-
-    def not_ready_retry(self) -> None:
-        """Ignore."""
-
-    def release_finished(self, outcome: str) -> None:
-        """Ignore."""
-
-    def tight_pool_fallback(self, result: str) -> None:
+    def record(self, event: AllocationEvent, /) -> None:
         """Ignore."""

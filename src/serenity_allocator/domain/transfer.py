@@ -21,6 +21,7 @@ from .errors import (
     WorkspaceBusyError,
 )
 from .model import Totals, WorkspaceStatus
+from .observations import NotReadyRetry, TransferTimed
 from .ports import AllocationObserver, Clock, NullObserver, Sleeper, WorkspaceGateway
 
 CALL_BUDGET_S = 15.0
@@ -118,7 +119,7 @@ def apply_transfer(
                 backoff + policy.attempt_budget_s
             ):
                 raise WorkspaceBusyError() from exc
-            ctx.observer.not_ready_retry()
+            ctx.observer.record(NotReadyRetry())
             ctx.sleep(backoff)
     _wait_until_created(gateway, workspace_id, policy, ctx)
     return attempt
@@ -137,7 +138,7 @@ def _timed_transfer(
     try:
         gateway.transfer(workspace_id, totals)
     finally:
-        ctx.observer.transfer_timed(policy.name, (ctx.clock() - started) * 1000.0)
+        ctx.observer.record(TransferTimed(policy.name, (ctx.clock() - started) * 1000.0))
 
 
 def _wait_until_created(

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..adapters.aws_clients import AWS_CALL_BUDGET_S
-from ..adapters.observability import MetricsRecorder, WorkerReporter, logger
+from ..adapters.observability import MetricsObserver, MetricsRecorder, logger
 from ..application import (
     DeadLetterSink,
     InboundMessage,
@@ -138,7 +138,7 @@ class AllocatorRuntime:
         settings = self.settings
         now = self.clock()
         budget_s = (context.get_remaining_time_in_millis() - settings.safety_margin_ms) / 1000.0
-        reporter = WorkerReporter(
+        reporter = MetricsObserver(
             MetricsRecorder(settings.environment), pool_low_ratio=settings.pool_low_ratio
         )
         invocation = start_batch(
@@ -150,7 +150,7 @@ class AllocatorRuntime:
         )
         # No upstream call, retry or backoff outlives the applying phase (measured from now:
         # planning read the request ledger, which took time of its own).
-        limit_gateway_time(self.gateway, invocation.deadline - self.clock())
+        limit_gateway_time(self.gateway, invocation.deadlines.applying - self.clock())
         return invocation
 
 

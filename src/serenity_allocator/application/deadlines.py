@@ -1,0 +1,54 @@
+"""The invocation's deadlines: the one answer to "does this call still fit?".
+
+Two phases. While applying, every upstream call and every AWS call made for a request (DLQ
+sends, ledger writes, reclaim enqueues) ends by ``applying``, which keeps one AWS call per
+publish chunk in reserve; once every record was handed over, announcing the batch (publishing,
+the ledger writes of skipped final receives) may use the time up to ``finishing``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..domain.ports import Clock
+
+
+@dataclass
+class Deadlines:
+    """Monotonic deadlines of one invocation and the worst case of one AWS call."""
+
+    clock: Clock
+    applying: float
+    """By when applying must be over (upstream calls, and AWS calls made for a request)."""
+    finishing: float
+    """By when the invocation must be done (the remaining time less the safety margin)."""
+    aws_call_s: float
+    """The longest one AWS call (publish, DLQ send, ledger write, enqueue) can take, retries
+    included."""
+    announcing: bool = False
+    """Set once every record was handed over: what is left is announcing the batch."""
+
+    @classmethod
+    def for_batch(
+        cls, clock: Clock, *, finish_by: float, publish_calls: int, aws_call_s: float
+    ) -> Deadlines:
+        """Applying ends early enough to leave ``publish_calls`` AWS calls before ``finish_by``."""
+        return cls(
+            clock=clock,
+            applying=finish_by - publish_calls * aws_call_s,
+            finishing=finish_by,
+            aws_call_s=aws_call_s,
+        )
+
+    def fits_aws_call(self, finishing: bool = False) -> bool:
+        """True when one AWS call, retries included, still fits before the phase's deadline.
+
+        ``finishing`` asks for the invocation's own deadline (a dead letter, or any call once
+        the batch is being announced); otherwise the time kept for publishing is not available.
+        """
+        limit = self.finishing if finishing or self.announcing else self.applying
+        return self.clock() + self.aws_call_s <= limit
+
+    def start_announcing(self) -> None:
+        """Every record was handed over: from now on calls may use the finishing deadline."""
+        self.announcing = True

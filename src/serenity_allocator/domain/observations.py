@@ -1,0 +1,89 @@
+"""The observer vocabulary: one frozen value per thing that happened, recorded through one method.
+
+The rules report :data:`AllocationEvent` values through the domain's port
+(:class:`.AllocationObserver`); the Allocator's use cases add the worker's own
+(:mod:`.worker_events`) and report every ``WorkerEvent`` through the application's
+``WorkerObserver``. The values live here, beside
+the other domain values, so the Powertools reporter (an adapter: it imports the domain only)
+can map each type to its metric through one table checked against the metric catalog
+(``adapters/observability.py``): a new measurement is a new value here and one row there.
+
+``Rejected`` and ``TightPoolFallback`` are verdicts: the worker holds them until the attempt's
+result stands (:class:`~serenity_allocator.application.attempt_observer.AttemptObserver`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .model import AiResources
+
+
+@dataclass(frozen=True)
+class HeadroomChecked:
+    """One ensure finished the headroom check (``hot-path``, ``topped-up``, ``unmetered``)."""
+
+    outcome: str
+
+
+@dataclass(frozen=True)
+class TransferTimed:
+    """One transfer call on a path (``fail-fast`` or ``settle``) ended after ``latency_ms``.
+
+    Accepted or refused alike; the call alone (no retry sleep, no settle poll).
+    """
+
+    path: str
+    latency_ms: float
+
+
+@dataclass(frozen=True)
+class PoolChecked:
+    """The advisory pool read of ``parent_id`` returned ``pool`` (free counts, ratios)."""
+
+    parent_id: str
+    pool: AiResources
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """An allocation was refused for ``reason`` (an error code). A verdict."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class NotReadyRetry:
+    """A transfer met ``workspace not ready`` and will be retried."""
+
+
+@dataclass(frozen=True)
+class ReleaseFinished:
+    """A release ended with ``outcome`` (``released``, ``nothing-to-release``, ...)."""
+
+    outcome: str
+
+
+@dataclass(frozen=True)
+class TightPoolFallback:
+    """The exact-totals fallback after a pool-exhausted top-up ``saved`` or ``rejected`` it.
+
+    A verdict.
+    """
+
+    result: str
+
+
+AllocationEvent = (
+    HeadroomChecked
+    | TransferTimed
+    | PoolChecked
+    | Rejected
+    | NotReadyRetry
+    | ReleaseFinished
+    | TightPoolFallback
+)
+"""Everything the domain's rules report."""
+
+VERDICTS = (Rejected, TightPoolFallback)
+"""The events that judge an attempt (held until its result stands)."""
