@@ -75,3 +75,69 @@ def patch_moto_fifo_redelivery() -> bool:
     setattr(receive_message, _PATCH_MARK, True)
     SQSBackend.receive_message = receive_message  # type: ignore[method-assign]
     return True
+
+
+DEDUPLICATION_WINDOW_MS = 5 * 60 * 1000
+"""SQS FIFO: a deduplication id is remembered for 5 minutes from its first send."""
+_DEDUP_MARK = "_serenity_fifo_dedup_fix"
+
+
+def patch_moto_fifo_dedup() -> bool:
+    """Make moto's FIFO deduplication and sequence numbers behave as AWS documents (idempotent).
+
+    Stock moto 5.x compares a dedup id only with the messages still IN the queue, so a message
+    deleted a second ago no longer deduplicates its resend (AWS remembers the id for the
+    5-minute interval from the first send, delete or not); it compares across the whole queue
+    even when ``DeduplicationScope`` is ``messageGroup`` (AWS then deduplicates per group);
+    and it hands out random sequence numbers (AWS: ``SequenceNumber`` keeps increasing within
+    a message group, which the outcome order key relies on). With this patch each FIFO queue
+    keeps its own record of dedup ids for the window, scoped as the queue says, and numbers
+    its messages with an increasing 20-digit sequence (compare them as integers).
+
+    Returns:
+        True when the patch was installed now, False when it already was.
+    """
+    from moto.sqs.models import Queue
+
+    original = Queue.add_message
+    if getattr(original, _DEDUP_MARK, False):
+        return False
+
+    @functools.wraps(original)
+    def add_message(self: Any, message: Any) -> None:
+        dedup_id = message.deduplication_id
+        if not self.fifo_queue or dedup_id is None:
+            return original(self, message)
+        if _seen_within_window(self, message):
+            return None  # accepted, not delivered: a duplicate inside the interval
+        self._serenity_sequence = getattr(self, "_serenity_sequence", 0) + 1
+        message.sequence_number = f"{self._serenity_sequence:020d}"
+        # Our record decides; moto's own scan (queue-wide, forgetful) is skipped.
+        message.deduplication_id = None
+        try:
+            return original(self, message)
+        finally:
+            message.deduplication_id = dedup_id
+
+    setattr(add_message, _DEDUP_MARK, True)
+    Queue.add_message = add_message  # type: ignore[method-assign]
+    return True
+
+
+def _seen_within_window(queue: Any, message: Any) -> bool:
+    per_group = queue.attributes.get("DeduplicationScope") == "messageGroup"
+    key = (message.group_id if per_group else None, message.deduplication_id)
+    seen: dict[tuple[str | None, str], int] = queue.__dict__.setdefault("_serenity_dedup", {})
+    now = int(message.sent_timestamp)
+    for old in [k for k, first in seen.items() if now - first >= DEDUPLICATION_WINDOW_MS]:
+        del seen[old]
+    if key in seen:
+        return True
+    seen[key] = now
+    return False
+
+
+def patch_moto_fifo() -> None:
+    """Both FIFO fixes: redelivery order and deduplication / sequence numbers."""
+    patch_moto_fifo_redelivery()
+    patch_moto_fifo_dedup()
