@@ -142,7 +142,7 @@ def start_batch(
         deadline=finish_deadline - chunks * config.aws_call_budget_s,
         finish_deadline=finish_deadline,
         ledger=ledger,
-        book=OutcomeBook(ledger=ledger),
+        book=OutcomeBook(ledger=ledger, sequence_numbers=_sequence_numbers(plan)),
     )
     # A ledger write made while applying must leave the outcome publish its time; a dead
     # letter, or a write made while finishing, needs only to end before the function does.
@@ -150,3 +150,12 @@ def start_batch(
         finishing=finishing or invocation.finishing
     )
     return invocation
+
+
+def _sequence_numbers(plan: BatchPlan) -> dict[str, str]:
+    """Message id -> SQS SequenceNumber, for the records that carry one."""
+    return {
+        mid: m.inbound.sequence_number
+        for mid, m in plan.messages.items()
+        if m.inbound.sequence_number is not None
+    }

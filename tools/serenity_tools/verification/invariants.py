@@ -88,6 +88,20 @@ def first_outcomes(outcomes: Iterable[AllocationOutcome]) -> dict[str, Allocatio
     return first
 
 
+def in_child_order(outcomes: Iterable[AllocationOutcome]) -> list[AllocationOutcome]:
+    """The first outcome of each request, sorted by its order key (``sequence_number``).
+
+    The key is the SQS sequence number of the message behind the outcome, so within a child
+    this is the order of its message group whatever order the bus delivered the events in.
+    Outcomes without a key (none from the worker) keep their arrival order, after the rest.
+    """
+    first = list(first_outcomes(outcomes).values())
+    return sorted(
+        first,
+        key=lambda o: (o.sequence_number is None, int(o.sequence_number or 0)),
+    )
+
+
 # -- 1. conservation ------------------------------------------------------------------------------
 
 
@@ -334,13 +348,14 @@ def check_order(
 ) -> InvariantResult:
     """4. Per child, requests were applied in enqueue order.
 
-    Two views must agree: the order of the children's outcome events equals their enqueue
-    order, and the totals the outcomes report after each change follow the sequence of
-    transfers the simulator applied to that child (its call log).
+    Two views must agree: the children's outcomes, ordered by their order key (the SQS
+    sequence number each carries, :func:`in_child_order`; never by arrival, which EventBridge
+    does not promise), follow the enqueue order, and the totals the outcomes report after each
+    change follow the sequence of transfers the simulator applied to that child (its call log).
 
     Args:
         requests: Every request enqueued, in enqueue order.
-        outcomes: The outcome events, in publication order.
+        outcomes: The outcome events, in any order.
         calls: The simulator's call log.
         before: The workspaces at the start (each child's totals before the first transfer).
         strict_transfers: The two sequences must be equal. False accepts transfers no outcome
@@ -355,7 +370,7 @@ def check_order(
         enqueued[request.workspace_id].append(request.request_id)
     known = {request.request_id for request in requests}
     applied: dict[str, list[AllocationOutcome]] = defaultdict(list)
-    for outcome in first_outcomes(outcomes).values():
+    for outcome in in_child_order(outcomes):
         if outcome.request_id in known:
             applied[outcome.workspace_id].append(outcome)
     transfers = transfer_sequences(calls, before)

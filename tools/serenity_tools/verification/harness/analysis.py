@@ -21,7 +21,7 @@ from serenity_tools.verification.harness.drain import DrainedRun
 from serenity_tools.verification.harness.workload import Org, Request
 from serenity_tools.verification.invariants import (
     InvariantResult,
-    first_outcomes,
+    in_child_order,
     transfer_sequences,
 )
 
@@ -117,7 +117,7 @@ def count_lost_updates(
     position = {request.request_id: index for index, request in enumerate(requests)}
     sequences = transfer_sequences(calls, before)
     by_child: dict[str, list[AllocationOutcome]] = defaultdict(list)
-    for outcome in first_outcomes(outcomes).values():
+    for outcome in in_child_order(outcomes):
         by_child[outcome.workspace_id].append(outcome)
     stale = Counter[str]()
     out_of_order: list[str] = []
