@@ -3,13 +3,18 @@
 AWS (SQS Developer Guide, "Using the message deduplication ID"; SendMessage): a dedup id is
 remembered for the 5-minute interval from its first send, whether or not the message was
 deleted since; with ``DeduplicationScope=messageGroup`` it is remembered per message group; and
-``SequenceNumber`` keeps increasing within a group. Stock moto 5.x does none of the three.
+``SequenceNumber`` keeps increasing within a group; a FIFO delete with an expired receipt handle
+is refused ("The receipt handle has expired", AWS Knowledge Center) and the message stays.
+Stock moto 5.x does none of these.
 """
 
 from __future__ import annotations
 
 import uuid
 from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
 
 from serenity_tools.standins.moto_server import MotoServer
 from serenity_tools.standins.resources import local_client
@@ -87,3 +92,37 @@ def test_sequence_numbers_increase_within_a_group(moto_server: MotoServer) -> No
     assert [m["Attributes"]["SequenceNumber"] for m in received] == sent
     assert [int(s) for s in sent] == sorted(int(s) for s in sent)
     assert len(set(sent)) == 5
+
+
+def test_a_delete_with_an_expired_receipt_handle_is_refused_and_the_message_stays(
+    moto_server: MotoServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from moto.sqs import models
+
+    # Given a message received with a 5 s visibility timeout
+    sqs, url = _queue(moto_server, VisibilityTimeout="5")
+    _send(sqs, url, "slow", "child-1", "req-1")
+    (first,) = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1)["Messages"]
+
+    # When its visibility timeout has passed (moto's clock moved on 6 s) before the delete
+    real_clock = models.unix_time_millis
+    monkeypatch.setattr(
+        models, "unix_time_millis", lambda dt=None: real_clock(dt) + (6000 if dt is None else 0)
+    )
+    with pytest.raises(ClientError) as refused:
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"])
+    batch = sqs.delete_message_batch(
+        QueueUrl=url, Entries=[{"Id": "0", "ReceiptHandle": first["ReceiptHandle"]}]
+    )
+
+    # Then both are refused and the message comes back, to be deleted with its new handle
+    assert refused.value.response["Error"]["Code"] == "InvalidParameterValue"
+    assert "The receipt handle has expired" in refused.value.response["Error"]["Message"]
+    assert [entry["Id"] for entry in batch.get("Failed", [])] == ["0"]
+    (again,) = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1)["Messages"]
+    assert again["MessageId"] == first["MessageId"]
+    # And the handle of the earlier receive stays refused even within the new visibility
+    with pytest.raises(ClientError):
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"])
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=again["ReceiptHandle"])
+    assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []

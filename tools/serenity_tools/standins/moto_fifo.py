@@ -137,7 +137,57 @@ def _seen_within_window(queue: Any, message: Any) -> bool:
     return False
 
 
+_RECEIPT_MARK = "_serenity_fifo_receipt_fix"
+
+
+def patch_moto_fifo_receipt_handles() -> bool:
+    """Refuse a FIFO delete whose receipt handle has expired, as AWS does (idempotent).
+
+    AWS answers ``InvalidParameterValue: ... The receipt handle has expired.`` when a FIFO
+    message is deleted after its visibility timeout passed (or with the handle of an earlier
+    receive), and the message stays in the queue; stock moto deletes it. The refusal raises
+    moto's ``ReceiptHandleIsInvalid`` family, so a ``DeleteMessageBatch`` reports the entry
+    as failed instead of failing the call.
+
+    Returns:
+        True when the patch was installed now, False when it already was.
+    """
+    from moto.sqs.exceptions import ReceiptHandleIsInvalid, SQSException
+    from moto.sqs.models import Queue
+
+    original = Queue.delete_message
+    if getattr(original, _RECEIPT_MARK, False):
+        return False
+
+    class ExpiredReceiptHandle(ReceiptHandleIsInvalid):
+        def __init__(self, receipt_handle: str) -> None:
+            SQSException.__init__(
+                self,
+                "InvalidParameterValue",
+                f"Value {receipt_handle} for parameter ReceiptHandle is invalid. Reason: "
+                "The receipt handle has expired.",
+            )
+
+    @functools.wraps(original)
+    def delete_message(self: Any, receipt_handle: str) -> None:
+        if self.fifo_queue and _expired(self, receipt_handle):
+            raise ExpiredReceiptHandle(receipt_handle)
+        return original(self, receipt_handle)
+
+    setattr(delete_message, _RECEIPT_MARK, True)
+    Queue.delete_message = delete_message  # type: ignore[method-assign]
+    return True
+
+
+def _expired(queue: Any, receipt_handle: str) -> bool:
+    for message in list(queue._messages):
+        if message.had_receipt_handle(receipt_handle):
+            return bool(message.receipt_handle != receipt_handle or message.visible)
+    return False
+
+
 def patch_moto_fifo() -> None:
-    """Both FIFO fixes: redelivery order and deduplication / sequence numbers."""
+    """Every FIFO fix: redelivery order, deduplication and sequence numbers, receipt handles."""
     patch_moto_fifo_redelivery()
     patch_moto_fifo_dedup()
+    patch_moto_fifo_receipt_handles()
