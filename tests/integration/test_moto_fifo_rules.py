@@ -126,3 +126,21 @@ def test_a_delete_with_an_expired_receipt_handle_is_refused_and_the_message_stay
         sqs.delete_message(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"])
     sqs.delete_message(QueueUrl=url, ReceiptHandle=again["ReceiptHandle"])
     assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []
+
+
+def test_one_receive_returns_each_groups_messages_together(moto_server: MotoServer) -> None:
+    # Given two groups whose messages were sent interleaved
+    sqs, url = _queue(moto_server)
+    for i in range(3):
+        _send(sqs, url, f"a{i}", "child-a", f"a{i}")
+        _send(sqs, url, f"b{i}", "child-b", f"b{i}")
+
+    # When one receive takes them all, then each group's come together, in group order
+    assert [m["Body"] for m in _receive_and_delete(sqs, url)] == [
+        "a0",
+        "a1",
+        "a2",
+        "b0",
+        "b1",
+        "b2",
+    ]

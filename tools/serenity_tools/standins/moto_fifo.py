@@ -18,8 +18,14 @@ delivers the group's last message first. Measured under ``make stress``: a group
 failed messages, the third delivered alone. It changes nothing else (visibility, receive
 counts and the redrive to the DLQ are moto's).
 
-The launchers in :mod:`.moto_server` apply it by default; ``fifo_fix=False`` keeps the stock
-broker available to show the violation.
+The same receive returns each group's messages together (AWS groups them; moto interleaves).
+:func:`patch_moto_fifo_dedup` and :func:`patch_moto_fifo_receipt_handles` model the other FIFO
+rules AWS documents and stock moto skips: the 5-minute deduplication window after a delete,
+deduplication per message group, increasing sequence numbers, and expired receipt handles
+refused. docs/reliability.md has the side-by-side table (AWS / moto / ours / LocalStack).
+
+The launchers in :mod:`.moto_server` apply them all (:func:`patch_moto_fifo`) by default;
+``fifo_fix=False`` keeps the stock broker available to show the violations.
 """
 
 from __future__ import annotations
@@ -68,7 +74,7 @@ def patch_moto_fifo_redelivery() -> bool:
             # group; free them all before moto snapshots the groups in flight.
             for message in [m for m in queue.pending_messages if m.visible]:
                 queue.pending_messages.discard(message)
-            return original(self, queue_name, *args, **kwargs)
+            return _grouped(original(self, queue_name, *args, **kwargs))
         finally:
             setattr(models, _CLOCK, clock)
 
@@ -80,6 +86,19 @@ def patch_moto_fifo_redelivery() -> bool:
 DEDUPLICATION_WINDOW_MS = 5 * 60 * 1000
 """SQS FIFO: a deduplication id is remembered for 5 minutes from its first send."""
 _DEDUP_MARK = "_serenity_fifo_dedup_fix"
+
+
+def _grouped(messages: list[Any]) -> list[Any]:
+    """One receive's messages with each group's together, groups in first-seen order.
+
+    AWS "first attempts to return as many messages with the same message group ID as
+    possible"; moto returns them interleaved in send order. Only the order within one receive
+    is modelled: which messages a receive of 10 picks over more than 10 is still moto's.
+    """
+    first_seen: dict[Any, int] = {}
+    for index, message in enumerate(messages):
+        first_seen.setdefault(message.group_id, index)
+    return sorted(messages, key=lambda m: first_seen[m.group_id])
 
 
 def patch_moto_fifo_dedup() -> bool:
