@@ -243,16 +243,13 @@ def check_terminal_outcomes(
         by_request[outcome.request_id].append(outcome)
     counts = Counter({rid: len(events) for rid, events in by_request.items()})
     known = {request.request_id for request in requests}
-    violations = _lost(known, counts, dead_lettered)
-    if ledger is not None:
-        violations += _without_terminal_record(known, ledger)
+    missing_records, records = _ledger_records(known, ledger)
+    violations = _lost(known, counts, dead_lettered) + missing_records
     replayed = sorted(rid for rid in known if counts[rid] > 1)
     explained, differing = _split_replays(replayed, by_request, replay_causes or {})
     violations += [] if allow_replays else differing
     covered = _terminal_coverage(known, counts, dead_lettered, len(replayed), len(explained))
-    if ledger is not None:
-        covered += f"; {sum(1 for rid in known if _terminal(ledger, rid))} terminal ledger records"
-    result = invariant_result(name, violations, covered)
+    result = invariant_result(name, violations, covered + records)
     return replace(result, explained=tuple(explained))
 
 
@@ -261,10 +258,15 @@ def _terminal(ledger: Mapping[str, LedgerEntry], request_id: str) -> bool:
     return entry is not None and entry.is_terminal
 
 
-def _without_terminal_record(known: set[str], ledger: Mapping[str, LedgerEntry]) -> list[str]:
-    return [
-        f"{rid}: no terminal ledger record" for rid in sorted(known) if not _terminal(ledger, rid)
-    ]
+def _ledger_records(
+    known: set[str], ledger: Mapping[str, LedgerEntry] | None
+) -> tuple[list[str], str]:
+    """(violations, coverage suffix): exactly one terminal ledger record per request."""
+    if ledger is None:
+        return [], ""
+    missing = [rid for rid in sorted(known) if not _terminal(ledger, rid)]
+    violations = [f"{rid}: no terminal ledger record" for rid in missing]
+    return violations, f"; {len(known) - len(missing)} terminal ledger records"
 
 
 def _lost(known: set[str], counts: Counter[str], dead_lettered: Collection[str]) -> list[str]:
