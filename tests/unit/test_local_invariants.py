@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from serenity_allocator.adapters.sqs_producer import build_ensure, build_release
 from serenity_allocator.domain.ledger import LedgerEntry
@@ -21,7 +24,13 @@ from serenity_tools.verification.invariants import (
     check_terminal_outcomes,
     workspaces_by_id,
 )
-from serenity_tools.verification.replays import PUBLISH_LANDED, explain_replays, explained_table
+from serenity_tools.verification.replays import (
+    NOT_PUBLISHED_LOG,
+    PUBLISH_LANDED,
+    explain_replays,
+    explained_table,
+    publish_failures,
+)
 
 
 def _ws(
@@ -432,3 +441,37 @@ def test_check_fifo_delivery_flags_the_moto_redelivery_bug_shape() -> None:
     assert not check_fifo_delivery(buggy, [a, b, c], 5).passed
     assert check_fifo_delivery(correct, [a, b, c], 5).passed
     assert check_fifo_delivery(redriven, [a, b, c], 5).passed
+
+
+def test_a_put_events_timeout_the_worker_logged_is_named_as_the_cause(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from serenity_allocator.adapters.eventbridge_outcomes import OutcomePublishError
+    from serenity_allocator.adapters.observability import logger
+
+    # Given the worker's own log line for a PutEvents that timed out (what a consumer's
+    # stdout holds), for a chunk of two requests whose records then failed
+    try:
+        raise OutcomePublishError(["r1", "r2"], "ReadTimeoutError")
+    except OutcomePublishError:
+        logger.exception(NOT_PUBLISHED_LOG)
+    log = tmp_path / "consumer-00.stdout.log"
+    log.write_text(capsys.readouterr().out, encoding="utf-8")
+    events = [
+        _batch(31, 1, ("m1", "a", "r1"), ("m2", "b", "r2"), ("m3", "c", "r3")),
+        {"ev": "release", "pid": 31, "batch": 1, "failures": ["m1", "m3"], "deleted": ["m2"]},
+    ]
+
+    # When the replays are explained with the logs
+    failures = publish_failures([log, tmp_path / "missing.log"])
+    causes = explain_replays(events, failures).by_request
+
+    # Then the failed record whose publish timed out gets the named cause; the other keeps
+    # the generic one, and a request whose record did not fail gets none from the log
+    assert set(failures) == {"r1", "r2"}
+    assert causes["r1"] == (
+        "PutEvents failed (ReadTimeoutError) but its events had landed; the record came back "
+        "and republished the stored outcome"
+    )
+    assert causes["r3"] == PUBLISH_LANDED
+    assert "r2" not in causes

@@ -18,7 +18,7 @@ request are a violation.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -90,11 +90,13 @@ class RunRecord:
     drained: bool = True
     ledger: Mapping[str, LedgerEntry] | None = None
     """The request ledger table at the end, by request id (None: the run had no ledger)."""
+    publish_failures: Mapping[str, str] = field(default_factory=dict)
+    """Request id -> the PutEvents failure the worker logged (:func:`.replays.publish_failures`)."""
 
     @cached_property
     def replays(self) -> ReplayCauses:
         """The interrupted batches and the replays they explain."""
-        return explain_replays(self.events)
+        return explain_replays(self.events, self.publish_failures)
 
     @property
     def dead_lettered(self) -> set[str]:

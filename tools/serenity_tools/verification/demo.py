@@ -57,7 +57,7 @@ from serenity_tools.standins.traces import read_trace_events, summarize_traces
 from serenity_tools.verification.checks import DEMO_CHECKS, RunRecord, explained_lines, run_checks
 from serenity_tools.verification.invariants import InvariantResult, workspaces_by_id
 from serenity_tools.verification.ledger_check import read_ledger_table
-from serenity_tools.verification.replays import explained_table
+from serenity_tools.verification.replays import explained_table, publish_failures
 from serenity_tools.verification.reports import (
     calls_table,
     dlq_table,
@@ -422,6 +422,7 @@ def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say:
         guarded_writes=guarded,
         drained=drained,
         ledger=read_ledger_table(stack.resources),
+        publish_failures=publish_failures(pool.stdout_paths),
     )
     return _Drained(record, kinds, pool, dry, real, sweep_log)
 

@@ -24,6 +24,7 @@ from serenity_tools.verification.invariants import (
     in_child_order,
     transfer_sequences,
 )
+from serenity_tools.verification.replays import publish_failures
 
 if TYPE_CHECKING:
     from serenity_tools.verification.emf import MetricKey
@@ -53,6 +54,7 @@ def run_record(
         strict_transfers=strict_transfers,
         drained=run.drained,
         ledger=run.ledger,
+        publish_failures=publish_failures(run.pool.stdout_paths),
     )
 
 
