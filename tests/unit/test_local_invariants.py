@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from serenity_allocator.adapters.sqs_producer import build_ensure, build_release
 from serenity_allocator.domain.ledger import LedgerEntry
@@ -443,20 +442,23 @@ def test_check_fifo_delivery_flags_the_moto_redelivery_bug_shape() -> None:
     assert check_fifo_delivery(redriven, [a, b, c], 5).passed
 
 
-def test_a_put_events_timeout_the_worker_logged_is_named_as_the_cause(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_put_events_timeout_the_worker_logged_is_named_as_the_cause(tmp_path: Path) -> None:
     from serenity_allocator.adapters.eventbridge_outcomes import OutcomePublishError
     from serenity_allocator.adapters.observability import logger
 
     # Given the worker's own log line for a PutEvents that timed out (what a consumer's
     # stdout holds), for a chunk of two requests whose records then failed
-    try:
-        raise OutcomePublishError(["r1", "r2"], "ReadTimeoutError")
-    except OutcomePublishError:
-        logger.exception(NOT_PUBLISHED_LOG)
     log = tmp_path / "consumer-00.stdout.log"
-    log.write_text(capsys.readouterr().out, encoding="utf-8")
+    with log.open("w", encoding="utf-8") as stream:
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(logger.registered_formatter)
+        logger.addHandler(handler)
+        try:
+            raise OutcomePublishError(["r1", "r2"], "ReadTimeoutError")
+        except OutcomePublishError:
+            logger.exception(NOT_PUBLISHED_LOG)
+        finally:
+            logger.removeHandler(handler)
     events = [
         _batch(31, 1, ("m1", "a", "r1"), ("m2", "b", "r2"), ("m3", "c", "r3")),
         {"ev": "release", "pid": 31, "batch": 1, "failures": ["m1", "m3"], "deleted": ["m2"]},

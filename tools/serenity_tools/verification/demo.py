@@ -467,7 +467,12 @@ def _report(run: _Drained, results: Sequence[InvariantResult], clock: _Clock) ->
 def _verdict(results: Sequence[InvariantResult], total_s: float) -> str:
     failed = [r for r in results if not r.passed]
     explained = len(explained_lines(results))
-    replays = f"; {explained} replays explained by crashes or timeouts" if explained else ""
+    replays = (
+        f"; {explained} replays explained (identical repeats: crashes, timeouts, publishes that"
+        " landed)"
+        if explained
+        else ""
+    )
     if not failed:
         return f"PASS: every check holds ({total_s:.1f} s{replays})"
     broker = any(r.name.startswith("broker") for r in failed)
