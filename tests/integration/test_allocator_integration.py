@@ -519,6 +519,10 @@ def test_worker_publishes_one_outcome_event_per_completed_request(
     assert OUTCOME_DETAIL_TYPE == "serenity.allocation.outcome"
     details = {e["detail"]["request_id"]: e["detail"] for e in events}
     assert set(details) == {topped, limited, released}
+    # And each carries its order key, the SQS sequence number of its message (ADR 0014; three
+    # children, three groups: the numbers are distinct, their order across groups means nothing)
+    keys = {int(details[rid].pop("sequence_number")) for rid in (topped, limited, released)}
+    assert len(keys) == 3
     assert details[topped] == {
         "request_id": topped,
         "kind": "ensure",

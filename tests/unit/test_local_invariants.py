@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
 from typing import Any
 
 from serenity_allocator.adapters.sqs_producer import build_ensure, build_release
+from serenity_allocator.domain.ledger import LedgerEntry
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals
 from serenity_tools.verification.checks import DEMO_CHECKS, RunRecord, run_checks
 from serenity_tools.verification.invariants import (
+    UNTRACED_REPEAT,
     InvariantResult,
     check_bounds,
     check_conservation,
@@ -19,7 +23,13 @@ from serenity_tools.verification.invariants import (
     check_terminal_outcomes,
     workspaces_by_id,
 )
-from serenity_tools.verification.replays import explain_replays, explained_table
+from serenity_tools.verification.replays import (
+    NOT_PUBLISHED_LOG,
+    PUBLISH_LANDED,
+    explain_replays,
+    explained_table,
+    publish_failures,
+)
 
 
 def _ws(
@@ -124,41 +134,81 @@ def test_check_bounds_partial_ceiling_caps_only_the_dimension_it_names() -> None
     assert result.violations == (f"{ensure.request_id} raised c prompts to 400 past ceiling 300",)
 
 
-def test_check_terminal_outcomes_finds_lost_and_duplicated_requests() -> None:
-    # Given three requests: one with two outcomes, one lost, one in the DLQ
-    a, b, c = (build_ensure(w, "m") for w in ("a", "b", "c"))
+def test_check_terminal_outcomes_finds_lost_and_differing_requests() -> None:
+    # Given four requests: one with two identical outcomes, one lost, one in the DLQ, one with
+    # two outcomes of different content
+    a, b, c, d = (build_ensure(w, "m") for w in ("a", "b", "c", "d"))
     outcomes = [_outcome(a.request_id, "a", "hot-path", (1, 1), (1, 1))] * 2
+    outcomes += [
+        _outcome(d.request_id, "d", "topped-up", (1, 100), (1, 200)),
+        _outcome(d.request_id, "d", "topped-up", (1, 200), (1, 300)),
+    ]
 
     # When
-    strict = check_terminal_outcomes([a, b, c], outcomes, {c.request_id})
-    lenient = check_terminal_outcomes([a, b, c], outcomes, {c.request_id}, allow_replays=True)
+    strict = check_terminal_outcomes([a, b, c, d], outcomes, {c.request_id})
+    lenient = check_terminal_outcomes([a, b, c, d], outcomes, {c.request_id}, allow_replays=True)
 
-    # Then
+    # Then the identical repeat is at-least-once, reported; the lost and the differing fail
     assert sorted(strict.violations) == sorted(
         [
-            f"{a.request_id}: 2 outcomes, no crash or timeout explains it",
             f"{b.request_id}: no outcome and not in the DLQ",
+            f"{d.request_id}: 2 outcomes with 2 different contents "
+            "(topped-up/-/r0, topped-up/-/r0)",
         ]
     )
+    assert strict.explained == (f"{a.request_id}: 2 identical outcomes ({UNTRACED_REPEAT})",)
     assert lenient.violations == (f"{b.request_id}: no outcome and not in the DLQ",)
 
 
-def test_check_terminal_outcomes_reports_an_explained_replay_and_flags_an_unexplained_one() -> None:
-    # Given two requests replayed: one whose batch's consumer died, one with no cause
+def test_a_timed_out_publish_that_landed_is_explained_and_a_real_double_outcome_fails() -> None:
+    # Given a record the handler failed after its PutEvents timed out but landed: the outcome
+    # is on the bus once from the first delivery and once from the redelivery (stored outcome)
     a, b = (build_ensure(w, "m") for w in ("a", "b"))
-    outcomes = [_outcome(a.request_id, "a", "hot-path", (1, 1), (1, 1))] * 2
-    outcomes += [_outcome(b.request_id, "b", "hot-path", (1, 1), (1, 1))] * 3
-    causes = {a.request_id: "consumer 1 died: function_timeout"}
+    events = [
+        _batch(21, 1, ("m1", "a", a.request_id), ("m2", "b", b.request_id)),
+        {"ev": "release", "pid": 21, "batch": 1, "failures": ["m1", "m2"], "deleted": []},
+        _batch(21, 2, ("m1", "a", a.request_id), ("m2", "b", b.request_id)),
+        {"ev": "release", "pid": 21, "batch": 2, "failures": [], "deleted": ["m1", "m2"]},
+    ]
+    causes = explain_replays(events).by_request
+    landed = [_outcome(a.request_id, "a", "topped-up", (1, 100), (1, 200))] * 2
+    # And b, in the same batch, published two DIFFERENT outcomes: a real double outcome
+    double = [
+        _outcome(b.request_id, "b", "topped-up", (1, 100), (1, 200)),
+        _outcome(b.request_id, "b", "topped-up", (1, 200), (1, 300)),
+    ]
 
-    # When the replays are checked against the causes the traces give
-    result = check_terminal_outcomes([a, b], outcomes, set(), replay_causes=causes)
+    # When check 3 judges them
+    result = check_terminal_outcomes([a, b], [*landed, *double], set(), replay_causes=causes)
 
-    # Then the explained one is reported with its cause, the other stays a violation
-    assert result.explained == (f"{a.request_id}: 2 outcomes (consumer 1 died: function_timeout)",)
-    assert result.violations == (f"{b.request_id}: 3 outcomes, no crash or timeout explains it",)
-    # And with only the explained one, the check passes and counts it
-    alone = check_terminal_outcomes([a], outcomes[:2], set(), replay_causes=causes)
-    assert alone.passed and "1 replayed (1 explained)" in alone.detail
+    # Then the landed publish is explained, named, and the double outcome is a violation
+    assert causes[a.request_id] == PUBLISH_LANDED
+    assert result.explained == (f"{a.request_id}: 2 identical outcomes ({PUBLISH_LANDED})",)
+    assert result.violations == (
+        f"{b.request_id}: 2 outcomes with 2 different contents (topped-up/-/r0, topped-up/-/r0)",
+    )
+    alone = check_terminal_outcomes([a], landed, set(), replay_causes=causes)
+    assert alone.passed and "1 repeated (1 identical: at-least-once)" in alone.detail
+
+
+def test_check_terminal_outcomes_counts_terminal_ledger_records() -> None:
+    # Given two requests with one outcome each, only one of them with a terminal record
+    a, b = (build_ensure(w, "m") for w in ("a", "b"))
+    outcomes = [
+        _outcome(a.request_id, "a", "hot-path", (1, 1), (1, 1)),
+        _outcome(b.request_id, "b", "hot-path", (1, 1), (1, 1)),
+    ]
+    ledger = {
+        a.request_id: LedgerEntry(request_id=a.request_id, state="final", outcome=outcomes[0]),
+        b.request_id: LedgerEntry(request_id=b.request_id, state="intent"),
+    }
+
+    result = check_terminal_outcomes([a, b], outcomes, set(), ledger=ledger)
+
+    assert result.violations == (f"{b.request_id}: no terminal ledger record",)
+    assert result.detail.startswith("1 violation(s)")
+    passing = check_terminal_outcomes([a], outcomes[:1], set(), ledger=ledger)
+    assert passing.passed and passing.detail.endswith("; 1 terminal ledger records")
 
 
 def _batch(pid: int, batch: int, *msgs: tuple[str, str, str]) -> dict[str, Any]:
@@ -390,3 +440,40 @@ def test_check_fifo_delivery_flags_the_moto_redelivery_bug_shape() -> None:
     assert not check_fifo_delivery(buggy, [a, b, c], 5).passed
     assert check_fifo_delivery(correct, [a, b, c], 5).passed
     assert check_fifo_delivery(redriven, [a, b, c], 5).passed
+
+
+def test_a_put_events_timeout_the_worker_logged_is_named_as_the_cause(tmp_path: Path) -> None:
+    from serenity_allocator.adapters.eventbridge_outcomes import OutcomePublishError
+    from serenity_allocator.adapters.observability import logger
+
+    # Given the worker's own log line for a PutEvents that timed out (what a consumer's
+    # stdout holds), for a chunk of two requests whose records then failed
+    log = tmp_path / "consumer-00.stdout.log"
+    with log.open("w", encoding="utf-8") as stream:
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(logger.registered_formatter)
+        logger.addHandler(handler)
+        try:
+            raise OutcomePublishError(["r1", "r2"], "ReadTimeoutError")
+        except OutcomePublishError:
+            logger.exception(NOT_PUBLISHED_LOG)
+        finally:
+            logger.removeHandler(handler)
+    events = [
+        _batch(31, 1, ("m1", "a", "r1"), ("m2", "b", "r2"), ("m3", "c", "r3")),
+        {"ev": "release", "pid": 31, "batch": 1, "failures": ["m1", "m3"], "deleted": ["m2"]},
+    ]
+
+    # When the replays are explained with the logs
+    failures = publish_failures([log, tmp_path / "missing.log"])
+    causes = explain_replays(events, failures).by_request
+
+    # Then the failed record whose publish timed out gets the named cause; the other keeps
+    # the generic one, and a request whose record did not fail gets none from the log
+    assert set(failures) == {"r1", "r2"}
+    assert causes["r1"] == (
+        "PutEvents failed (ReadTimeoutError) but its events had landed; the record came back "
+        "and republished the stored outcome"
+    )
+    assert causes["r3"] == PUBLISH_LANDED
+    assert "r2" not in causes

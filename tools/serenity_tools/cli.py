@@ -11,6 +11,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from serenity_tools.standins.aws_endpoints import EndpointError
+
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("serenity_tools.verification.demo", "run the scripted demo on the local stack"),
     "simulator": ("serenity_tools.standins.simulator", "serve the Semrush simulator"),
@@ -52,7 +54,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog=f"serenity-allocator {name}", description=COMMANDS[name][1]
     )
     module.configure(parser)
-    code: int = module.run(parser.parse_args(args[1:]))
+    try:
+        code: int = module.run(parser.parse_args(args[1:]))
+    except EndpointError as exc:
+        # An AWS_ENDPOINT_URL* variable that is not a loopback URL (the flag is checked above).
+        print(f"serenity-allocator {name}: {exc}", file=sys.stderr)
+        return 2
     return code
 
 

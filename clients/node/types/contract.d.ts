@@ -72,6 +72,7 @@ org_id?: (string | null)
 receive_count?: number
 request_id: string
 run_id?: (string | null)
+sequence_number?: (string | null)
 source?: (string | null)
 status: ("hot-path" | "topped-up" | "topped-up-after-reclaim" | "unmetered" | "disabled" | "released" | "nothing-to-release" | "requires-decommission" | "rejected" | "failed" | "invalid")
 supersedes?: ("deadLettered" | null)

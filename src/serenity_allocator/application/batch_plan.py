@@ -38,6 +38,8 @@ class InboundMessage:
     body: str
     receive_count: int = 1
     sent_timestamp_ms: float | None = None
+    sequence_number: str | None = None
+    """The record's SQS ``SequenceNumber`` (FIFO): the order key its outcome carries."""
     shape_error: str | None = None
     """Why the record's SQS envelope is malformed (a hand-made event); it is then invalid."""
 

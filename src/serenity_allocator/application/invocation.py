@@ -148,5 +148,17 @@ def start_batch(
         observer=observer,
         plan=plan,
         deadlines=deadlines,
-        state=BatchState(ledger=ledger, book=OutcomeBook(ledger=ledger)),
+        state=BatchState(
+            ledger=ledger,
+            book=OutcomeBook(ledger=ledger, sequence_numbers=_sequence_numbers(plan)),
+        ),
     )
+
+
+def _sequence_numbers(plan: BatchPlan) -> dict[str, str]:
+    """Message id -> SQS SequenceNumber, for the records that carry one."""
+    return {
+        mid: m.inbound.sequence_number
+        for mid, m in plan.messages.items()
+        if m.inbound.sequence_number is not None
+    }

@@ -10,6 +10,7 @@ docstring).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..domain.messages import AllocationOutcome
@@ -31,6 +32,8 @@ class OutcomeBook:
     entries: list[tuple[str, AllocationOutcome]] = field(default_factory=list)
     ledger: LedgerView | None = None
     """Where a terminal outcome is stored once, before it is announced."""
+    sequence_numbers: Mapping[str, str] = field(default_factory=dict)
+    """Message id -> its SQS SequenceNumber: the order key every recorded outcome carries."""
 
     def record(
         self, message_id: str, outcome: AllocationOutcome, *, replayed: bool = False
@@ -45,6 +48,9 @@ class OutcomeBook:
             LedgerUnavailableError: a completed request's outcome could not be stored (the
                 record fails and comes back; nothing is published for it).
         """
+        sequence_number = self.sequence_numbers.get(message_id)
+        if not replayed and outcome.sequence_number is None and sequence_number is not None:
+            outcome = outcome.model_copy(update={"sequence_number": sequence_number})
         if self.ledger is not None and not replayed:
             held = self.ledger.store(outcome)
             if held is None:

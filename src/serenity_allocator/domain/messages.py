@@ -245,6 +245,12 @@ class AllocationOutcome(BaseModel):
     absent otherwise, so outcome events of completed requests keep their shape."""
     supersedes: Literal["deadLettered"] | None = None
     """Set on the outcome of a redriven request: it replaces the earlier dead-lettered one."""
+    sequence_number: str | None = Field(default=None, pattern=r"^[0-9]{1,40}$")
+    """The order key: the SQS ``SequenceNumber`` of the message that produced this outcome.
+    It increases with the request's position in its child's message group, so a caller orders
+    a child's outcomes by it (compared as integers), never by their arrival: EventBridge
+    promises no delivery order. A replayed outcome carries its first delivery's number (the
+    message keeps it); absent where no message is known (an outcome the DLQ audit records)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -217,7 +217,14 @@ def inbound_message(raw: Mapping[str, object]) -> InboundMessage:
         body=str(raw.get("body") or ""),
         receive_count=receive_count or 1,
         sent_timestamp_ms=_number(attributes.get("SentTimestamp")),
+        sequence_number=_sequence_number(attributes.get("SequenceNumber")),
     )
+
+
+def _sequence_number(value: object) -> str | None:
+    # A FIFO record's decimal SequenceNumber; anything else (a hand-made event) is no order key.
+    text = str(value) if value is not None else ""
+    return text if text.isascii() and text.isdigit() and len(text) <= 40 else None
 
 
 def _positive_int(value: object) -> int | None:

@@ -10,7 +10,9 @@ Consequence for clients: use short polling (``WaitTimeSeconds=0``). A long poll 
 queue makes moto wait inside the request and holds every other client for that long.
 
 moto 5.x also breaks FIFO order when several in-flight messages of one group become visible
-together; both launchers apply :func:`.moto_fifo.patch_moto_fifo_redelivery` unless told not to.
+together, and forgets a dedup id once its message is deleted; both launchers apply
+:func:`.moto_fifo.patch_moto_fifo` (redelivery order, dedup window and scope, increasing
+sequence numbers) unless told not to.
 
 Run it standalone with ``python -m serenity_tools.standins.moto_server --port 5000``.
 """
@@ -28,7 +30,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Self
 
-from serenity_tools.standins.moto_fifo import patch_moto_fifo_redelivery
+from serenity_tools.standins.moto_fifo import patch_moto_fifo
 
 READY_PREFIX = "MOTO_READY "
 _START_TIMEOUT_S = 60.0
@@ -109,14 +111,14 @@ def start_moto_server(
     Args:
         host: The interface to bind.
         port: The port; 0 picks a free one.
-        fifo_fix: Apply :func:`.moto_fifo.patch_moto_fifo_redelivery` to this process's moto
+        fifo_fix: Apply :func:`.moto_fifo.patch_moto_fifo` to this process's moto
             first (stock moto 5.x breaks FIFO order on redelivery).
 
     Returns:
         The running server (``.endpoint_url``, ``.stop()``).
     """
     if fifo_fix:
-        patch_moto_fifo_redelivery()
+        patch_moto_fifo()
     server = make_single_threaded_server(host, port)
     thread = threading.Thread(target=server.serve_forever, name="moto-server", daemon=True)
     thread.start()
@@ -206,7 +208,7 @@ def _exit_when_orphaned(parent_pid: int) -> None:
 def serve(host: str, port: int, *, fifo_fix: bool = True, parent_pid: int | None = None) -> None:
     """Serve in the foreground until terminated, announcing the port on stdout first."""
     if fifo_fix:
-        patch_moto_fifo_redelivery()
+        patch_moto_fifo()
     if parent_pid is not None:
         threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
     server = make_single_threaded_server(host, port)

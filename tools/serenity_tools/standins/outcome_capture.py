@@ -3,12 +3,16 @@
 moto keeps no record of put events, but it does deliver them to an SQS target synchronously
 inside PutEvents (checked on moto 5.2.5: the event is in the target queue when PutEvents
 returns). So a rule on ``source = serenity.allocator`` with a STANDARD queue as its target is a
-faithful capture, and the order of the queue is the order of publication.
+faithful capture. Its arrival order is NOT publication order in general: AWS EventBridge
+promises no delivery order (LocalStack delivers each entry on its own thread), so whoever
+orders a child's outcomes sorts them by their order key (``sequence_number``), and a capture
+built with ``shuffle`` hands them out shuffled to prove a check does.
 """
 
 from __future__ import annotations
 
 import json
+import random
 from typing import TYPE_CHECKING, Any
 
 from serenity_allocator.adapters.eventbridge_outcomes import EVENT_SOURCE, OUTCOME_DETAIL_TYPE
@@ -30,22 +34,31 @@ class OutcomeCapture:
     Args:
         sqs: An SQS client on the local endpoint.
         queue_url: The capture queue.
+        shuffle: Deliver out of order, as a bus may: every read's new events are shuffled
+            with this generator before they join the captured list.
     """
 
-    def __init__(self, sqs: SQSClient, queue_url: str) -> None:
+    def __init__(
+        self, sqs: SQSClient, queue_url: str, *, shuffle: random.Random | None = None
+    ) -> None:
         self._sqs = sqs
         self.queue_url = queue_url
+        self._shuffle = shuffle
         self._captured: list[dict[str, Any]] = []
 
     def events(self) -> list[dict[str, Any]]:
-        """Every event captured so far (EventBridge envelopes), in publication order."""
+        """Every event captured so far (EventBridge envelopes), in arrival order."""
+        arrived: list[dict[str, Any]] = []
         while True:
             messages = self._sqs.receive_message(
                 QueueUrl=self.queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0
             ).get("Messages", [])
             if not messages:
+                if self._shuffle is not None:
+                    self._shuffle.shuffle(arrived)
+                self._captured.extend(arrived)
                 return list(self._captured)
-            self._captured.extend(json.loads(message["Body"]) for message in messages)
+            arrived.extend(json.loads(message["Body"]) for message in messages)
             self._sqs.delete_message_batch(
                 QueueUrl=self.queue_url,
                 Entries=[
@@ -55,7 +68,7 @@ class OutcomeCapture:
             )
 
     def outcome_details(self) -> list[dict[str, Any]]:
-        """The ``detail`` of every allocation outcome event, in publication order."""
+        """The ``detail`` of every allocation outcome event, in arrival order."""
         return [
             event["detail"]
             for event in self.events()
@@ -63,7 +76,7 @@ class OutcomeCapture:
         ]
 
     def outcomes(self) -> list[AllocationOutcome]:
-        """Every allocation outcome, parsed, in publication order."""
+        """Every allocation outcome, parsed, in arrival order (sort by ``sequence_number``)."""
         return [AllocationOutcome.model_validate(detail) for detail in self.outcome_details()]
 
     def clear(self) -> None:

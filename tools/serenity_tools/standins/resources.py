@@ -1,10 +1,11 @@
-"""Create, on a local AWS endpoint (moto), the resources template.yaml declares.
+"""Create, on a local AWS endpoint (moto, or any one given), the resources template.yaml declares.
 
-The allocation FIFO queue (content-based deduplication off: the request id is the dedup id)
-with a redrive policy to its FIFO DLQ, the sweep checkpoint bucket, the outcome event bus, the
-request ledger table (key ``request_id``, TTL on ``expires_at``) and, when a token is given, the
-Semrush token secret. Creating is idempotent, so ``local up`` can
-run twice against the same server.
+The allocation FIFO queue with a redrive policy to its FIFO DLQ, the sweep checkpoint bucket,
+the outcome event bus, the request ledger table and, when a token is given, the Semrush token
+secret. The queue, DLQ and table settings are read from template.yaml
+(:mod:`.template_resources`: deduplication scope per message group, throughput per group, the
+redrive policy, the ledger's key and TTL); only the named local overrides differ. Creating is
+idempotent, so ``local up`` can run twice against the same server.
 
 This is local tooling on a known local endpoint, so ``endpoint_url`` is passed explicitly here
 (production code never does: it follows ``AWS_ENDPOINT_URL``).
@@ -12,13 +13,15 @@ This is local tooling on a known local endpoint, so ``endpoint_url`` is passed e
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
+
+from serenity_tools.standins.aws_endpoints import ServiceEndpoints
+from serenity_tools.standins.template_resources import TemplateResources, template_resources
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -77,11 +80,18 @@ class LocalResources:
     secret_id: str | None
     max_receive_count: int
     visibility_timeout_s: int
+    endpoints: ServiceEndpoints | None = None
+    """Each service's endpoint (None: every one is ``endpoint_url``)."""
+
+    def endpoint(self, service: str) -> str:
+        """The endpoint of one service (``sqs``, ``events``, ``s3``, ...)."""
+        return self.endpoints.url(service) if self.endpoints else self.endpoint_url
 
     def environment(self) -> dict[str, str]:
         """The contract environment variables pointing at these resources."""
+        endpoints = self.endpoints or ServiceEndpoints.single(self.endpoint_url)
         env = {
-            "AWS_ENDPOINT_URL": self.endpoint_url,
+            **endpoints.environment(),
             "QUEUE_URL": self.queue_url,
             "DLQ_URL": self.dlq_url,
             "MAX_RECEIVE_COUNT": str(self.max_receive_count),
@@ -110,44 +120,41 @@ def local_client(service: str, endpoint_url: str) -> Any:
 
 
 def create_local_resources(
-    endpoint_url: str, names: LocalResourceNames, *, token: str | None = None
+    endpoints: str | ServiceEndpoints,
+    names: LocalResourceNames,
+    *,
+    token: str | None = None,
+    template: TemplateResources | None = None,
 ) -> LocalResources:
     """Create (or find) the queue, DLQ, bucket, bus, ledger table and, with ``token``, the secret.
 
     Args:
-        endpoint_url: The local AWS endpoint (a moto server).
+        endpoints: The local AWS endpoint (a moto server), or one per service.
         names: The resource names and queue settings.
         token: The Semrush token to store in the secret; no secret when absent.
+        template: The template's settings (default: template.yaml's).
 
     Returns:
         The created resources.
     """
-    sqs: SQSClient = local_client("sqs", endpoint_url)
-    s3: S3Client = local_client("s3", endpoint_url)
-    events: EventBridgeClient = local_client("events", endpoint_url)
+    urls = ServiceEndpoints.single(endpoints) if isinstance(endpoints, str) else endpoints
+    declared = template or template_resources()
+    sqs: SQSClient = local_client("sqs", urls.url("sqs"))
+    s3: S3Client = local_client("s3", urls.url("s3"))
+    events: EventBridgeClient = local_client("events", urls.url("events"))
 
-    dlq_url = sqs.create_queue(
-        QueueName=names.dlq_name,
-        Attributes={
-            "FifoQueue": "true",
-            "ContentBasedDeduplication": "false",
-            "MessageRetentionPeriod": "1209600",
-        },
-    )["QueueUrl"]
+    dlq_attributes: Any = dict(declared.dlq_attributes)
+    dlq_url = sqs.create_queue(QueueName=names.dlq_name, Attributes=dlq_attributes)["QueueUrl"]
     dlq_arn = _queue_arn(sqs, dlq_url)
-    queue_url = sqs.create_queue(
-        QueueName=names.queue_name,
-        Attributes={
-            "FifoQueue": "true",
-            "ContentBasedDeduplication": "false",
-            "VisibilityTimeout": str(names.visibility_timeout_s),
-            # Short polling only: a long poll would hold the single-threaded broker.
-            "ReceiveMessageWaitTimeSeconds": "0",
-            "RedrivePolicy": json.dumps(
-                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": names.max_receive_count}
-            ),
-        },
-    )["QueueUrl"]
+    # The stubs type the keys as literals; these come from the template (a test checks them).
+    queue_attributes: Any = declared.queue_create_attributes(
+        dlq_arn,
+        visibility_timeout_s=names.visibility_timeout_s,
+        max_receive_count=names.max_receive_count,
+    )
+    queue_url = sqs.create_queue(QueueName=names.queue_name, Attributes=queue_attributes)[
+        "QueueUrl"
+    ]
     queue_arn = _queue_arn(sqs, queue_url)
 
     try:
@@ -162,11 +169,13 @@ def create_local_resources(
         if _code(exc) != "ResourceAlreadyExistsException":
             raise
 
-    create_ledger_table(local_client("dynamodb", endpoint_url), names.ledger_table)
+    create_ledger_table(
+        local_client("dynamodb", urls.url("dynamodb")), names.ledger_table, declared
+    )
 
     secret_id: str | None = None
     if token is not None:
-        secrets: SecretsManagerClient = local_client("secretsmanager", endpoint_url)
+        secrets: SecretsManagerClient = local_client("secretsmanager", urls.url("secretsmanager"))
         try:
             secrets.create_secret(Name=names.secret_id, SecretString=token)
         except ClientError as exc:
@@ -176,7 +185,7 @@ def create_local_resources(
         secret_id = names.secret_id
 
     return LocalResources(
-        endpoint_url=endpoint_url,
+        endpoint_url=urls.default,
         queue_url=queue_url,
         queue_arn=queue_arn,
         dlq_url=dlq_url,
@@ -187,26 +196,34 @@ def create_local_resources(
         secret_id=secret_id,
         max_receive_count=names.max_receive_count,
         visibility_timeout_s=names.visibility_timeout_s,
+        endpoints=urls,
     )
 
 
-def create_ledger_table(dynamodb: DynamoDBClient, table_name: str) -> None:
-    """Create (or find) the request ledger table as the template declares it (on demand, TTL)."""
+def create_ledger_table(
+    dynamodb: DynamoDBClient, table_name: str, template: TemplateResources | None = None
+) -> None:
+    """Create (or find) the request ledger table as the template declares it (keys, TTL)."""
+    declared = template or template_resources()
     try:
         dynamodb.create_table(
             TableName=table_name,
-            AttributeDefinitions=[{"AttributeName": "request_id", "AttributeType": "S"}],
-            KeySchema=[{"AttributeName": "request_id", "KeyType": "HASH"}],
-            BillingMode="PAY_PER_REQUEST",
+            AttributeDefinitions=[dict(a) for a in declared.table_attribute_definitions],  # type: ignore[misc]
+            KeySchema=[dict(k) for k in declared.table_key_schema],  # type: ignore[misc]
+            BillingMode=declared.table_billing_mode,  # type: ignore[arg-type]
         )
     except ClientError as exc:
         if _code(exc) != "ResourceInUseException":
             raise
         return
-    dynamodb.update_time_to_live(
-        TableName=table_name,
-        TimeToLiveSpecification={"Enabled": True, "AttributeName": "expires_at"},
-    )
+    if declared.table_ttl.get("Enabled"):
+        dynamodb.update_time_to_live(
+            TableName=table_name,
+            TimeToLiveSpecification={
+                "Enabled": True,
+                "AttributeName": str(declared.table_ttl["AttributeName"]),
+            },
+        )
 
 
 def _fifo_name(name: str, tag: str) -> str:

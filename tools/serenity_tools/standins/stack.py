@@ -1,7 +1,9 @@
 """The local stack: everything the Allocator and the Sweep talk to, on this machine, no AWS.
 
 - A moto server in its OWN process, single-threaded (moto's SQS backend is not safe under
-  concurrent requests), with moto's FIFO redelivery order fixed (see :mod:`.moto_fifo`).
+  concurrent requests), with moto's FIFO redelivery order fixed (see :mod:`.moto_fifo`);
+  or, for the services given an endpoint (:mod:`.aws_endpoints`, ``--aws-endpoint``), that
+  endpoint instead (a second emulator on loopback), and moto only for the rest.
 - The Semrush simulator (a thread of this process; latency and not-ready window configurable).
 - The resources template.yaml declares (:func:`.resources.create_local_resources`): the FIFO
   queue with its redrive policy (maxReceiveCount 5) to the FIFO DLQ, the sweep bucket, the
@@ -46,6 +48,12 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
+from serenity_tools.standins.aws_endpoints import (
+    AwsEndpoints,
+    ServiceEndpoints,
+    add_endpoint_flag,
+    endpoints_from_args,
+)
 from serenity_tools.standins.consumer import DEFAULT_HANDLER, CrashPlan
 from serenity_tools.standins.consumer_pool import ConsumerPool, QueueDepth, queue_depth
 from serenity_tools.standins.outcome_capture import OutcomeCapture, create_outcome_capture
@@ -110,6 +118,9 @@ class LocalStack:
         host: Interface for moto and the simulator.
         moto_port: moto's port (0: ephemeral).
         simulator_port: The simulator's port (0: ephemeral).
+        endpoints: AWS endpoints given for some services; moto serves the others (default:
+            moto for all). On a given endpoint the resource names get a random suffix, so two
+            runs on one emulator never see each other's messages.
     """
 
     def __init__(
@@ -128,6 +139,7 @@ class LocalStack:
         moto_port: int = 0,
         simulator_port: int = 0,
         token: str | None = None,
+        endpoints: AwsEndpoints | None = None,
     ) -> None:
         if visibility_timeout_s < 2:
             raise ValueError("visibility_timeout_s must be at least 2 (the function needs 1 s)")
@@ -138,9 +150,12 @@ class LocalStack:
         self.retry_delay_s = (
             None if retry_delay_s is None else min(retry_delay_s, visibility_timeout_s)
         )
+        self.endpoints = endpoints or AwsEndpoints()
         self.names = names or LocalResourceNames(
             visibility_timeout_s=visibility_timeout_s, max_receive_count=max_receive_count
         )
+        if names is None and self.endpoints.given:
+            self.names = self.names.with_suffix()
         self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="serenity-local-"))
         self.fifo_safe_broker = fifo_safe_broker
         self.region = LOCAL_REGION
@@ -164,9 +179,11 @@ class LocalStack:
         from serenity_tools.standins.simulator import DEFAULT_ENFORCEMENT_LAG_MS, start_simulator
 
         try:
-            self._moto = start_moto_server_process(
-                self._host, self._moto_port, fifo_fix=self.fifo_safe_broker
-            )
+            if self.endpoints.moto_services():
+                self._moto = start_moto_server_process(
+                    self._host, self._moto_port, fifo_fix=self.fifo_safe_broker
+                )
+            urls = self.endpoints.resolved(self._moto.endpoint_url if self._moto else None)
             self._simulator = start_simulator(
                 self._host,
                 self._simulator_port,
@@ -179,15 +196,9 @@ class LocalStack:
                     else self.enforcement_lag_ms
                 ),
             )
-            self._resources = create_local_resources(
-                self._moto.endpoint_url, self.names, token=self._token
-            )
-            self._outcomes = create_outcome_capture(
-                self._moto.endpoint_url,
-                self._resources.bus_name,
-                f"{self.names.bus}-capture"[:80],
-            )
-            self._sqs = local_client("sqs", self._moto.endpoint_url)
+            self._resources = create_local_resources(urls, self.names, token=self._token)
+            self._outcomes = _outcome_capture(urls, self._resources.bus_name, self.names.bus)
+            self._sqs = local_client("sqs", urls.url("sqs"))
         except BaseException:
             self.stop()
             raise
@@ -219,8 +230,13 @@ class LocalStack:
 
     @property
     def moto(self) -> MotoServer:
-        """The running moto server."""
+        """The running moto server (none runs when every service was given an endpoint)."""
         return _started(self._moto)
+
+    @property
+    def runs_moto(self) -> bool:
+        """Whether a moto server was started (some service was given no endpoint)."""
+        return self._moto is not None
 
     @property
     def simulator(self) -> SimulatorServer:
@@ -253,8 +269,8 @@ class LocalStack:
         return round(max(0.5, min(15.0, self.function_timeout_s / 3)), 2)
 
     def client(self, service: str) -> Any:
-        """A boto3 client for ``service`` on moto (dummy credentials)."""
-        return local_client(service, self.moto.endpoint_url)
+        """A boto3 client for ``service`` on its endpoint (dummy credentials)."""
+        return local_client(service, self.resources.endpoint(service))
 
     # -- environment ----------------------------------------------------------------------------
 
@@ -445,8 +461,7 @@ class LocalStack:
         """(what, where) pairs for printing."""
         resources = self.resources
         return [
-            ("moto (AWS) endpoint", self.moto.endpoint_url),
-            ("moto pid", str(self.moto.pid)),
+            *_endpoint_lines(self._moto, resources.endpoints),
             ("Semrush simulator", self.simulator.origin),
             ("allocation queue", resources.queue_url),
             ("dead-letter queue", resources.dlq_url),
@@ -508,6 +523,26 @@ def drain(
         trace_paths=pool.trace_paths,
         stdout_paths=pool.stdout_paths,
     )
+
+
+def _outcome_capture(urls: ServiceEndpoints, bus_name: str, bus_stem: str) -> OutcomeCapture:
+    # The bus delivers to a queue on its own emulator: the capture queue lives where the bus is.
+    return create_outcome_capture(urls.url("events"), bus_name, f"{bus_stem}-capture"[:80])
+
+
+def _endpoint_lines(
+    moto: MotoServer | None, endpoints: ServiceEndpoints | None
+) -> list[tuple[str, str]]:
+    lines: list[tuple[str, str]] = []
+    if moto is not None:
+        lines += [("moto (AWS) endpoint", moto.endpoint_url), ("moto pid", str(moto.pid))]
+    if endpoints is not None:
+        lines += [
+            (f"{service} endpoint", url)
+            for service, url in endpoints.urls.items()
+            if moto is None or url != moto.endpoint_url
+        ]
+    return lines
 
 
 def _started(part: _T | None) -> _T:
@@ -596,6 +631,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="the bearer the simulator accepts (default: a random one, kept in the moto secret)",
     )
+    add_endpoint_flag(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -614,6 +650,7 @@ def run(args: argparse.Namespace) -> int:
         moto_port=args.moto_port,
         simulator_port=args.simulator_port,
         token=args.token,
+        endpoints=endpoints_from_args(args),
     ) as stack:
         pool = stack.start_consumers(args.consumers) if args.consumers > 0 else None
         if threading.current_thread() is threading.main_thread():

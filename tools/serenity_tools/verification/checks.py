@@ -8,15 +8,17 @@ run it; if it needs an observation the record lacks, add a field with a default 
 :class:`RunRecord` and fill it where the run is recorded (``demo.run_demo``,
 ``harness.drain.drain_workload``).
 
-Replays: :attr:`RunRecord.replays` (:func:`.replays.explain_replays`) names the batches whose
-consumer died. A second outcome of a request in such a batch is explained and reported; any
-other duplicate is a violation.
+Replays: outcome events are at-least-once (ADR 0009), so an identical repeat is reported with
+its cause, never a violation: :attr:`RunRecord.replays` (:func:`.replays.explain_replays`)
+names the batches whose consumer died and the records that failed after their outcome went
+out (a PutEvents that timed out but landed). Two events with different content for one
+request are a violation.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -88,11 +90,13 @@ class RunRecord:
     drained: bool = True
     ledger: Mapping[str, LedgerEntry] | None = None
     """The request ledger table at the end, by request id (None: the run had no ledger)."""
+    publish_failures: Mapping[str, str] = field(default_factory=dict)
+    """Request id -> the PutEvents failure the worker logged (:func:`.replays.publish_failures`)."""
 
     @cached_property
     def replays(self) -> ReplayCauses:
         """The interrupted batches and the replays they explain."""
-        return explain_replays(self.events)
+        return explain_replays(self.events, self.publish_failures)
 
     @property
     def dead_lettered(self) -> set[str]:
@@ -141,9 +145,13 @@ def bounds(run: RunRecord) -> InvariantResult:
 
 
 def terminal_outcomes(run: RunRecord) -> InvariantResult:
-    """3. One terminal outcome per request, or the DLQ; replays only where a crash explains."""
+    """3. One terminal ledger record per request, or the DLQ; events judged by content."""
     return check_terminal_outcomes(
-        run.requests, run.outcomes, run.dead_lettered, replay_causes=run.replays.by_request
+        run.requests,
+        run.outcomes,
+        run.dead_lettered,
+        replay_causes=run.replays.by_request,
+        ledger=run.ledger,
     )
 
 

@@ -24,6 +24,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from serenity_allocator.domain.ledger import LedgerEntry
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from serenity_allocator.domain.model import DEFAULT_BLOCKS, Dimension, Totals
 
@@ -85,6 +86,20 @@ def first_outcomes(outcomes: Iterable[AllocationOutcome]) -> dict[str, Allocatio
     for outcome in outcomes:
         first.setdefault(outcome.request_id, outcome)
     return first
+
+
+def in_child_order(outcomes: Iterable[AllocationOutcome]) -> list[AllocationOutcome]:
+    """The first outcome of each request, sorted by its order key (``sequence_number``).
+
+    The key is the SQS sequence number of the message behind the outcome, so within a child
+    this is the order of its message group whatever order the bus delivered the events in.
+    Outcomes without a key (none from the worker) keep their arrival order, after the rest.
+    """
+    first = list(first_outcomes(outcomes).values())
+    return sorted(
+        first,
+        key=lambda o: (o.sequence_number is None, int(o.sequence_number or 0)),
+    )
 
 
 # -- 1. conservation ------------------------------------------------------------------------------
@@ -200,32 +215,58 @@ def check_terminal_outcomes(
     *,
     allow_replays: bool = False,
     replay_causes: Mapping[str, str] | None = None,
+    ledger: Mapping[str, LedgerEntry] | None = None,
 ) -> InvariantResult:
-    """3. Every request has exactly one terminal outcome, or sits in the DLQ; none is lost.
+    """3. Every request has one terminal result, or sits in the DLQ; none is lost.
 
-    A request with more than one outcome is a violation unless the run explains it: its
-    message was in a batch whose consumer died (a traced crash, a function timeout) or whose
-    delete failed, so the broker rightly delivered it again (absolute transfers make that
-    replay harmless). Explained replays are listed in ``explained``: count, request, why.
+    Judged by the contract (ADR 0009): the ledger holds exactly one terminal record per
+    request, and its outcome EVENTS are at-least-once. So events are compared by content:
+    identical repeats are the promised at-least-once and are reported (count and cause: a
+    crash or timeout that brought the batch back, a record failed after its outcome went out,
+    typically a PutEvents that timed out but landed, or a publish retried by botocore after a
+    timed-out attempt that had landed). Two events with DIFFERENT content for one request are
+    a violation (except the documented redrive that supersedes a dead letter), and so is a
+    request with no event and no DLQ entry.
 
     Args:
         requests: Every request enqueued.
         outcomes: The outcome events.
         dead_lettered: Request ids found in the DLQ.
-        allow_replays: Accept every replay, explained or not (still counted in the detail).
+        allow_replays: Accept differing repeats too (still counted in the detail).
         replay_causes: Request id -> why its message was delivered again
             (:func:`.replays.explain_replays`).
+        ledger: The ledger table at the end, by request id; None when the run had none.
     """
     name = "3 one terminal outcome or DLQ"
-    counts = Counter(outcome.request_id for outcome in outcomes)
+    by_request: dict[str, list[AllocationOutcome]] = defaultdict(list)
+    for outcome in outcomes:
+        by_request[outcome.request_id].append(outcome)
+    counts = Counter({rid: len(events) for rid, events in by_request.items()})
     known = {request.request_id for request in requests}
-    violations = _lost(known, counts, dead_lettered)
+    missing_records, records = _ledger_records(known, ledger)
+    violations = _lost(known, counts, dead_lettered) + missing_records
     replayed = sorted(rid for rid in known if counts[rid] > 1)
-    explained, unexplained = _split_replays(replayed, counts, replay_causes or {})
-    violations += [] if allow_replays else unexplained
+    explained, differing = _split_replays(replayed, by_request, replay_causes or {})
+    violations += [] if allow_replays else differing
     covered = _terminal_coverage(known, counts, dead_lettered, len(replayed), len(explained))
-    result = invariant_result(name, violations, covered)
+    result = invariant_result(name, violations, covered + records)
     return replace(result, explained=tuple(explained))
+
+
+def _terminal(ledger: Mapping[str, LedgerEntry], request_id: str) -> bool:
+    entry = ledger.get(request_id)
+    return entry is not None and entry.is_terminal
+
+
+def _ledger_records(
+    known: set[str], ledger: Mapping[str, LedgerEntry] | None
+) -> tuple[list[str], str]:
+    """(violations, coverage suffix): exactly one terminal ledger record per request."""
+    if ledger is None:
+        return [], ""
+    missing = [rid for rid in sorted(known) if not _terminal(ledger, rid)]
+    violations = [f"{rid}: no terminal ledger record" for rid in missing]
+    return violations, f"; {len(known) - len(missing)} terminal ledger records"
 
 
 def _lost(known: set[str], counts: Counter[str], dead_lettered: Collection[str]) -> list[str]:
@@ -245,23 +286,54 @@ def _terminal_coverage(
     unknown = len(set(counts) - known)
     return (
         f"{len(known)} requests: {with_outcome} with an outcome, {in_dlq} in the DLQ, "
-        f"{replayed} replayed ({explained} explained), {unknown} outcomes of other requests"
+        f"{replayed} repeated ({explained} identical: at-least-once), "
+        f"{unknown} outcomes of other requests"
     )
 
 
+UNTRACED_REPEAT = (
+    "no record failed or came back: a PutEvents retried after a timed-out attempt that had "
+    "landed, or the bus delivering twice"
+)
+"""The cause of an identical repeat the consumers' traces do not explain."""
+
+
 def _split_replays(
-    replayed: Sequence[str], counts: Mapping[str, int], causes: Mapping[str, str]
+    replayed: Sequence[str],
+    by_request: Mapping[str, Sequence[AllocationOutcome]],
+    causes: Mapping[str, str],
 ) -> tuple[list[str], list[str]]:
-    """(explained, unexplained) lines for the replayed request ids."""
-    explained = [
-        f"{rid}: {counts[rid]} outcomes ({causes[rid]})" for rid in replayed if rid in causes
-    ]
-    unexplained = [
-        f"{rid}: {counts[rid]} outcomes, no crash or timeout explains it"
-        for rid in replayed
-        if rid not in causes
-    ]
-    return explained, unexplained
+    """(explained, violations): identical repeats with their cause, differing ones."""
+    explained: list[str] = []
+    differing: list[str] = []
+    for rid in replayed:
+        events = by_request[rid]
+        contents = _distinct_contents(events)
+        if len(contents) == 1:
+            why = causes.get(rid, UNTRACED_REPEAT)
+            explained.append(f"{rid}: {len(events)} identical outcomes ({why})")
+        else:
+            shown = ", ".join(
+                f"{o.status}/{o.error_code or '-'}/r{o.receive_count}" for o in contents
+            )
+            differing.append(
+                f"{rid}: {len(events)} outcomes with {len(contents)} different contents ({shown})"
+            )
+    return explained, differing
+
+
+def _distinct_contents(events: Sequence[AllocationOutcome]) -> list[AllocationOutcome]:
+    distinct: list[AllocationOutcome] = []
+    for event in events:
+        if event in distinct or _supersedes_dead_letter(event, distinct):
+            continue
+        distinct.append(event)
+    return distinct
+
+
+def _supersedes_dead_letter(event: AllocationOutcome, earlier: Sequence[AllocationOutcome]) -> bool:
+    # An operator's redrive replaces a dead-lettered outcome explicitly (ADR 0009).
+    return event.supersedes == "deadLettered" and all(e.dead_lettered for e in earlier)
 
 
 # -- 4. order per child ---------------------------------------------------------------------------
@@ -278,13 +350,14 @@ def check_order(
 ) -> InvariantResult:
     """4. Per child, requests were applied in enqueue order.
 
-    Two views must agree: the order of the children's outcome events equals their enqueue
-    order, and the totals the outcomes report after each change follow the sequence of
-    transfers the simulator applied to that child (its call log).
+    Two views must agree: the children's outcomes, ordered by their order key (the SQS
+    sequence number each carries, :func:`in_child_order`; never by arrival, which EventBridge
+    does not promise), follow the enqueue order, and the totals the outcomes report after each
+    change follow the sequence of transfers the simulator applied to that child (its call log).
 
     Args:
         requests: Every request enqueued, in enqueue order.
-        outcomes: The outcome events, in publication order.
+        outcomes: The outcome events, in any order.
         calls: The simulator's call log.
         before: The workspaces at the start (each child's totals before the first transfer).
         strict_transfers: The two sequences must be equal. False accepts transfers no outcome
@@ -299,7 +372,7 @@ def check_order(
         enqueued[request.workspace_id].append(request.request_id)
     known = {request.request_id for request in requests}
     applied: dict[str, list[AllocationOutcome]] = defaultdict(list)
-    for outcome in first_outcomes(outcomes).values():
+    for outcome in in_child_order(outcomes):
         if outcome.request_id in known:
             applied[outcome.workspace_id].append(outcome)
     transfers = transfer_sequences(calls, before)

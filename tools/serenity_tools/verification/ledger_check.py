@@ -27,7 +27,7 @@ def read_ledger_table(resources: LocalResources) -> dict[str, LedgerEntry]:
     """Every item of the local ledger table, by request id (a Scan: local tooling only)."""
     from serenity_allocator.adapters.ledger_item import item_to_entry
 
-    dynamodb: Any = local_client("dynamodb", resources.endpoint_url)
+    dynamodb: Any = local_client("dynamodb", resources.endpoint("dynamodb"))
     entries: dict[str, LedgerEntry] = {}
     for page in dynamodb.get_paginator("scan").paginate(
         TableName=resources.ledger_table, ConsistentRead=True
@@ -50,14 +50,16 @@ def audit_local_dead_letters(resources: LocalResources) -> int:
     from serenity_tools.operator.dlq_audit import peek_dead_letters
 
     read = peek_dead_letters(
-        local_client("sqs", resources.endpoint_url), resources.dlq_url, wait_s=0
+        local_client("sqs", resources.endpoint("sqs")), resources.dlq_url, wait_s=0
     )
     report = audit_dead_letters(
         read.letters,
         DynamoDbRequestLedger(
-            resources.ledger_table, local_client("dynamodb", resources.endpoint_url)
+            resources.ledger_table, local_client("dynamodb", resources.endpoint("dynamodb"))
         ),
-        OutcomePublisher(resources.bus_name, events=local_client("events", resources.endpoint_url)),
+        OutcomePublisher(
+            resources.bus_name, events=local_client("events", resources.endpoint("events"))
+        ),
     )
     return len(report.recorded)
 

@@ -25,6 +25,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from serenity_tools.standins.aws_endpoints import (
+    AwsEndpoints,
+    add_endpoint_flag,
+    endpoints_from_args,
+)
 from serenity_tools.verification.demo import DemoConfig, run_demo
 from serenity_tools.verification.harness.config import SCENARIOS, HarnessConfig
 from serenity_tools.verification.harness.scenarios import run_scenario
@@ -76,10 +81,11 @@ def _load() -> float:
     return round(os.getloadavg()[0], 2)
 
 
-def _demo(work_dir: Path | None) -> tuple[StressRun, str]:
+def _demo(work_dir: Path | None, endpoints: AwsEndpoints) -> tuple[StressRun, str]:
     out = io.StringIO()
     started = time.monotonic()
-    code = run_demo(DemoConfig(work_dir=work_dir / "demo" if work_dir else None), out)
+    config = DemoConfig(work_dir=work_dir / "demo" if work_dir else None, endpoints=endpoints)
+    code = run_demo(config, out)
     report = out.getvalue()
     explained = _explained_count(report)
     run = StressRun("demo", code == 0, time.monotonic() - started, explained, _load())
@@ -145,6 +151,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--no-demo", action="store_true", help="skip the demo")
     parser.add_argument("--work-dir", type=Path, default=None, help="traces and logs")
+    add_endpoint_flag(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -155,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
         consumers=args.consumers,
         seed=args.seed,
         work_dir=args.work_dir,
+        endpoints=endpoints_from_args(args),
     )
     runs: list[StressRun] = []
     print(f"# stress: starting {args.burners} CPU burners ...", file=sys.stderr, flush=True)
@@ -162,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
         time.sleep(1.0)  # let the burners take the cores before the first stack starts
         if not args.no_demo:
             print("# stress: make demo ...", file=sys.stderr, flush=True)
-            demo_run, report = _demo(args.work_dir)
+            demo_run, report = _demo(args.work_dir, config.endpoints)
             runs.append(demo_run)
             print(report, flush=True)
         for name in args.scenario or DEFAULT_SCENARIOS:

@@ -472,13 +472,8 @@ def guarded_service_writes(
     the gate's lag (``enforcement_lag_s``) has passed, inside ``deadline_s``. Returns the writes
     and the ensures the guards sent.
     """
-    from serenity_tools.standins.resources import local_client
-
-    endpoint = stack.moto.endpoint_url
-    enqueuer = RecordingEnqueuer(
-        AllocationProducer(stack.resources.queue_url, local_client("sqs", endpoint))
-    )
-    reader = OutcomeReader(stack.resources.ledger_table, local_client("dynamodb", endpoint))
+    enqueuer = RecordingEnqueuer(AllocationProducer(stack.resources.queue_url, stack.client("sqs")))
+    reader = OutcomeReader(stack.resources.ledger_table, stack.client("dynamodb"))
     gate = GateClient(stack.simulator.write_url, stack.env()["SEMRUSH_TOKEN"])
     policy = GuardPolicy(
         interval_s=retry_interval_s, deadline_s=deadline_s, enforcement_lag_s=enforcement_lag_s

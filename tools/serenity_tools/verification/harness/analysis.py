@@ -21,9 +21,10 @@ from serenity_tools.verification.harness.drain import DrainedRun
 from serenity_tools.verification.harness.workload import Org, Request
 from serenity_tools.verification.invariants import (
     InvariantResult,
-    first_outcomes,
+    in_child_order,
     transfer_sequences,
 )
+from serenity_tools.verification.replays import publish_failures
 
 if TYPE_CHECKING:
     from serenity_tools.verification.emf import MetricKey
@@ -53,6 +54,7 @@ def run_record(
         strict_transfers=strict_transfers,
         drained=run.drained,
         ledger=run.ledger,
+        publish_failures=publish_failures(run.pool.stdout_paths),
     )
 
 
@@ -117,7 +119,7 @@ def count_lost_updates(
     position = {request.request_id: index for index, request in enumerate(requests)}
     sequences = transfer_sequences(calls, before)
     by_child: dict[str, list[AllocationOutcome]] = defaultdict(list)
-    for outcome in first_outcomes(outcomes).values():
+    for outcome in in_child_order(outcomes):
         by_child[outcome.workspace_id].append(outcome)
     stale = Counter[str]()
     out_of_order: list[str] = []

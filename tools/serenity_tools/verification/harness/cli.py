@@ -7,6 +7,10 @@ import json
 import sys
 from pathlib import Path
 
+from serenity_tools.standins.aws_endpoints import (
+    add_endpoint_flag,
+    endpoints_from_args,
+)
 from serenity_tools.verification.harness import scenarios
 from serenity_tools.verification.harness.config import SCENARIOS, HarnessConfig
 from serenity_tools.verification.harness.results import ScenarioResult, summary_table
@@ -54,6 +58,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drain-timeout-s", type=float, default=defaults.drain_timeout_s)
     parser.add_argument("--work-dir", type=Path, default=None, help="traces and logs")
     parser.add_argument("--json", type=Path, default=None, dest="json_path", help="results file")
+    add_endpoint_flag(parser)
 
 
 def _config(args: argparse.Namespace, consumers: int) -> HarnessConfig:
@@ -68,6 +73,7 @@ def _config(args: argparse.Namespace, consumers: int) -> HarnessConfig:
         poison=args.poison,
         drain_timeout_s=args.drain_timeout_s,
         work_dir=args.work_dir,
+        endpoints=endpoints_from_args(args),
     )
 
 

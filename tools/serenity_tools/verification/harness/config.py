@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from serenity_tools.standins.aws_endpoints import AwsEndpoints
 from serenity_tools.verification.harness.workload import MIN_CHILDREN
 
 SCENARIOS = ("concurrency", "standard-queue", "crash", "faults", "poison", "sweep-crash")
@@ -43,6 +44,8 @@ class HarnessConfig:
         poison: Poison messages (poison scenario); None means a tenth of ``requests``.
         drain_timeout_s: Give up on a run after this long.
         work_dir: Where traces and logs go (a new temporary directory per run when absent).
+        endpoints: AWS endpoints given for some services (``--aws-endpoint``); moto serves
+            the rest.
     """
 
     children: int = 200
@@ -56,6 +59,7 @@ class HarnessConfig:
     poison: int | None = None
     drain_timeout_s: float = 900.0
     work_dir: Path | None = None
+    endpoints: AwsEndpoints = field(default_factory=AwsEndpoints)
 
     def __post_init__(self) -> None:
         if self.children < MIN_CHILDREN:

@@ -91,7 +91,7 @@ def run_crash(config: HarnessConfig) -> ScenarioResult:
         "consumer restarts": run.pool.restarts,
         "outcome replays (at-least-once)": sum(n - 1 for n in counts.values() if n > 1),
         "requests replayed": sum(1 for n in counts.values() if n > 1),
-        "replays explained by a crash": len(explained_lines(checks)),
+        "identical replays explained": len(explained_lines(checks)),
         "messages redelivered": redelivered(run.events, {r.request_id for r in requests}),
     }
     return finished("crash", config, started, checks, numbers, run)

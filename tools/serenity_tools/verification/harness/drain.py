@@ -316,6 +316,7 @@ def local_stack(
         visibility_timeout_s=visibility,
         max_receive_count=config.max_receive_count,
         work_dir=work_dir,
+        endpoints=config.endpoints,
         **kwargs,
     ) as stack:
         yield stack
