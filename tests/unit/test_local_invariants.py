@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from serenity_allocator.adapters.sqs_producer import build_ensure, build_release
-from serenity_allocator.domain.ledger import LedgerEntry
+from serenity_allocator.domain.ledger import LedgerEntry, ReleaseIntent
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals
 from serenity_tools.verification.checks import DEMO_CHECKS, RunRecord, run_checks
@@ -200,7 +200,13 @@ def test_check_terminal_outcomes_counts_terminal_ledger_records() -> None:
     ]
     ledger = {
         a.request_id: LedgerEntry(request_id=a.request_id, state="final", outcome=outcomes[0]),
-        b.request_id: LedgerEntry(request_id=b.request_id, state="intent"),
+        b.request_id: LedgerEntry(
+            request_id=b.request_id,
+            state="intent",
+            intent=ReleaseIntent(
+                before=Totals(projects=1, prompts=1), target=Totals(projects=1, prompts=2)
+            ),
+        ),
     }
 
     result = check_terminal_outcomes([a, b], outcomes, set(), ledger=ledger)
