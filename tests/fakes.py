@@ -118,6 +118,10 @@ class RecordingObserver:
         """Record."""
         self.calls.append(("tight_pool_fallback", (result,)))
 
+    def tiered_met(self, role: str) -> None:
+        """Record."""
+        self.calls.append(("tiered_met", (role,)))
+
 
 @dataclass
 class _Usage:

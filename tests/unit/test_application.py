@@ -74,6 +74,9 @@ class RecordingReporter:
     def tight_pool_fallback(self, result: str) -> None:
         self._add("tight_pool_fallback", result)
 
+    def tiered_met(self, role: str) -> None:
+        self._add("tiered_met", role)
+
     def message_started(
         self,
         message_id: str,

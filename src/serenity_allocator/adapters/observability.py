@@ -53,8 +53,12 @@ METRIC_CATALOG: dict[str, MetricSpec] = {
     "TopUpLatencyMs": MetricSpec("Milliseconds", "Path", ("settle", "fail-fast")),
     "PoolFreeRatio": MetricSpec("Percent", "Dim", ("projects", "prompts")),
     "AllocationRejection": MetricSpec(
-        "Count", "Reason", ("orgPoolExhausted", "brandAiLimit", "workspaceBusy"), pager=True
+        "Count",
+        "Reason",
+        ("orgPoolExhausted", "brandAiLimit", "workspaceBusy", "tieredPrompts"),
+        pager=True,
     ),
+    "TieredWorkspace": MetricSpec("Count", "Role", ("child", "pool")),
     "NotReadyRetry": MetricSpec("Count"),
     "ReleaseOutcome": MetricSpec(
         "Count",
@@ -176,6 +180,10 @@ class MetricsObserver:
     def tight_pool_fallback(self, result: str) -> None:
         """Count one exact-totals fallback by result."""
         self._recorder.record("TightPoolFallback", dimension_value=result)
+
+    def tiered_met(self, role: str) -> None:
+        """Count one request that met a tiered workspace as its child or pool."""
+        self._recorder.record("TieredWorkspace", dimension_value=role)
 
 
 class WorkerReporter(MetricsObserver):

@@ -15,6 +15,7 @@ from ..domain.errors import (
     OrgPoolExhaustedError,
     OutOfTimeError,
     ParkedForReclaimError,
+    TieredPromptsError,
 )
 from ..domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus
 from ..domain.model import Totals
@@ -39,7 +40,7 @@ def apply_ensure(
             result = _apply_run(inv, run, message.message_id, receive_count)
         else:
             result = _apply_one(inv, request, receive_count)
-    except (BrandAiLimitError, OrgPoolExhaustedError) as exc:
+    except (BrandAiLimitError, OrgPoolExhaustedError, TieredPromptsError) as exc:
         return build_outcome(request, "rejected", receive_count, error_code=exc.code)
     status: OutcomeStatus = result.outcome
     if result.topped_up and request.request_id in inv.ports.parked:
@@ -75,8 +76,9 @@ def _apply_run(
     leader = run.requests[0]
     try:
         result = _call(inv, leader, run.need, run.ceiling, run.include_drafted, observer)
-    except (BrandAiLimitError, OrgPoolExhaustedError):
-        # The sum does not fit; each request may on its own. No request received this refusal.
+    except (BrandAiLimitError, OrgPoolExhaustedError, TieredPromptsError):
+        # The sum does not fit (a tiered child's tiers may cover each need alone, never the
+        # sum); each request may on its own. No request received this refusal.
         observer.discard()
         run.split = True
         return _apply_one(inv, leader, receive_count)

@@ -59,6 +59,10 @@ class AttemptObserver:
         """Pass on (an ensure never releases; kept for the port)."""
         self.sink.release_finished(outcome)
 
+    def tiered_met(self, role: str) -> None:
+        """Pass on: the read met a tiered workspace whatever the request's fate."""
+        self.sink.tiered_met(role)
+
     def rejected(self, reason: str) -> None:
         """Hold: a rejection counts only if the attempt's result stands."""
         self._held.append(("rejected", reason))

@@ -14,8 +14,12 @@ class WorkspaceGateway(Protocol):
         """Read a workspace's AI resources (the org pool when given a master id)."""
         ...
 
-    def transfer(self, workspace_id: str, totals: Totals) -> None:
-        """Set the child's totals ABSOLUTELY, both dimensions in one body."""
+    def transfer(self, workspace_id: str, totals: Totals, *, include_prompts: bool = True) -> None:
+        """Set the child's totals ABSOLUTELY, both dimensions in one body.
+
+        ``include_prompts=False`` sends projects only: the call for a tiered child or pool,
+        which must never get a flat ``prompts`` (the domain passes it only then).
+        """
         ...
 
     def read_status(self, workspace_id: str) -> str:
@@ -77,6 +81,10 @@ class AllocationObserver(Protocol):
         """The exact-totals fallback after a pool-exhausted top-up ``saved`` or ``rejected`` it."""
         ...
 
+    def tiered_met(self, role: str) -> None:
+        """A request met a workspace in the tiered prompt shape as its ``child`` or ``pool``."""
+        ...
+
 
 class NullObserver:
     """An observer that records nothing (the default for pure callers and tests)."""
@@ -100,4 +108,7 @@ class NullObserver:
         """Ignore."""
 
     def tight_pool_fallback(self, result: str) -> None:
+        """Ignore."""
+
+    def tiered_met(self, role: str) -> None:
         """Ignore."""

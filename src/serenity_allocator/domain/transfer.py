@@ -87,8 +87,13 @@ def apply_transfer(
     totals: Totals,
     policy: TransferPolicy,
     ctx: TransferContext,
+    *,
+    include_prompts: bool = True,
 ) -> int:
     """Send one absolute transfer under ``policy``; return the number of attempts made.
+
+    ``include_prompts=False`` sends projects only (a tiered child or pool never gets a flat
+    ``prompts``).
 
     Raises:
         OrgPoolExhaustedError: 422 insufficient units (terminal; recorded by the caller).
@@ -104,7 +109,7 @@ def apply_transfer(
         if not ctx.has_time_for(policy.attempt_budget_s):
             raise OutOfTimeError()
         try:
-            _timed_transfer(gateway, workspace_id, totals, policy, ctx)
+            _timed_transfer(gateway, workspace_id, totals, policy, ctx, include_prompts)
             break
         except UpstreamError as exc:
             if is_pool_exhausted(exc.status, exc.body):
@@ -130,12 +135,17 @@ def _timed_transfer(
     totals: Totals,
     policy: TransferPolicy,
     ctx: TransferContext,
+    include_prompts: bool,
 ) -> None:
     # Every call is timed, refused ones too, and only the call: a latency that hid refusals or
     # included retry sleeps would flatter the path exactly when the pool runs dry.
     started = ctx.clock()
     try:
-        gateway.transfer(workspace_id, totals)
+        if include_prompts:
+            gateway.transfer(workspace_id, totals)
+        else:
+            # Only here: every flat-shape gateway keeps its two-argument call.
+            gateway.transfer(workspace_id, totals, include_prompts=False)
     finally:
         ctx.observer.transfer_timed(policy.name, (ctx.clock() - started) * 1000.0)
 
