@@ -65,7 +65,8 @@ METRIC_CATALOG: dict[str, MetricSpec] = {
         "Outcome",
         ("released", "nothing-to-release", "requires-decommission", "error", "dry-run"),
     ),
-    "MeteredQuotaClassifier": MetricSpec("Count", "Matched", ("true", "false")),
+    # Pages on Matched=true: the first disguised 405 says enforcement is back (dormant watch).
+    "MeteredQuotaClassifier": MetricSpec("Count", "Matched", ("true", "false"), pager=True),
     "InvalidMessage": MetricSpec("Count"),
     "CoalescedEnsures": MetricSpec("Count"),
     "QueueLagMs": MetricSpec("Milliseconds"),

@@ -56,14 +56,21 @@ FAIL_FAST = TransferPolicy(
 )
 """Request path: exactly one attempt, never polls (the first allocator's rule)."""
 
+SETTLE_POLL_ATTEMPTS = 30
+SETTLE_POLL_INTERVAL_S = 1.0
+# Settling can take longer than 15 s; the upstream polls 30 x 1 s (semrush-user-manager.md,
+# "Child workspaces, and other read-side facts"): the first allocator's 12 polls were too few.
+
 SETTLE = TransferPolicy(
     name="settle",
     not_ready_retries=3,
     retry_interval_s=1.0,
-    settle_poll_attempts=12,
-    settle_poll_interval_s=1.0,
+    settle_poll_attempts=SETTLE_POLL_ATTEMPTS,
+    settle_poll_interval_s=SETTLE_POLL_INTERVAL_S,
 )
-"""Release path: 3 not-ready retries (4 transfers), interval x attempt, then 12 polls 1 s apart."""
+"""Release path: 3 not-ready retries (4 transfers), interval x attempt, then up to 30 polls 1 s
+apart (configurable: ``SETTLE_POLL_ATTEMPTS``, ``SETTLE_POLL_INTERVAL_S``), never past the
+deadline."""
 
 
 @dataclass(frozen=True)
