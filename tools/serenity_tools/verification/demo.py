@@ -65,6 +65,7 @@ from serenity_tools.verification.reports import (
 )
 from serenity_tools.verification.seeding import seed_child, usage
 from serenity_tools.verification.tables import format_table
+from serenity_tools.verification.tiered import check_tiered, tiered_family, tiered_requests
 from serenity_tools.verification.write_path import (
     as_metered_writes,
     guarded_service_writes,
@@ -341,13 +342,15 @@ class _Drained:
     dry: list[dict[str, Any]]
     real: list[dict[str, Any]]
     sweep_log: Path
+    tiered: InvariantResult
+    """The tiered children's outcomes and the simulator's flat-prompts counter."""
 
 
 def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say: Any) -> _Drained:
     """Seed, enqueue, drain, write, sweep, drain again; record what the run left behind."""
     rng = random.Random(config.seed)
     kinds = plan_children(config, rng)
-    stack.simulator.seed(seed_workspaces(kinds, rng))
+    stack.simulator.seed([*seed_workspaces(kinds, rng), *tiered_family()])
     stack.simulator.faults(
         stuck=[c for c, k in kinds.items() if k == "zombie"],
         enforcement_lag_ms=config.enforcement_lag_ms,
@@ -366,6 +369,13 @@ def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say:
     )
     send_malformed(stack)
     requests = produce(stack, plans, kinds, config.producers)
+    tiered = tiered_requests()
+    tiered_producer = AllocationProducer(
+        stack.resources.queue_url, local_client("sqs", stack.moto.endpoint_url)
+    )
+    for request, _ in tiered:
+        tiered_producer.enqueue(request)
+    requests += [request for request, _ in tiered]
     clock.lap("enqueue")
     drained = pool.wait_drained(stack.queue_depth, timeout_s=config.drain_timeout_s)
     clock.lap("drain")
@@ -418,7 +428,8 @@ def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say:
         drained=drained,
         ledger=read_ledger_table(stack.resources),
     )
-    return _Drained(record, kinds, pool, dry, real, sweep_log)
+    tiered_check = check_tiered(tiered, record.outcomes, dump)
+    return _Drained(record, kinds, pool, dry, real, sweep_log, tiered_check)
 
 
 def _consumers_table(run: _Drained) -> str:
@@ -487,7 +498,7 @@ def run_demo(config: DemoConfig, out: TextIO | None = None) -> int:
         fifo_safe_broker=config.fifo_safe_broker,
     ) as stack:
         run = _drain_everything(config, stack, clock, say)
-        results = run_checks(run.record, DEMO_CHECKS)
+        results = [*run_checks(run.record, DEMO_CHECKS), run.tiered]
         clock.lap("report")
     for table in _report(run, results, clock):
         say()
