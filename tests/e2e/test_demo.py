@@ -25,6 +25,7 @@ EXPECTED_CHECKS = (
     "broker: one holder per group",
     "broker: FIFO delivery order",
     "tiered workspaces",
+    "real-sized pools",
 )
 
 

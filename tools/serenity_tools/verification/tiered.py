@@ -13,6 +13,10 @@ of each case beside the synthetic pools of the demo and the harness:
 
 The check: each request ended as expected, and the simulator's ``flat_prompts_to_tiered``
 counter stayed 0.
+
+Beside it, the real sizes (the doc's "Child workspaces, and other read-side facts"): the flat
+pools above are gold-tier (13 projects / 800 prompts); a dev-like parent reads 0/2 projects and
+0/1913 prompts; a customer parent is unmetered with 200 projects, 0 used.
 """
 
 from __future__ import annotations
@@ -29,9 +33,8 @@ Request = Any
 
 FLAT_POOL = "tiered-org-flat-pool"
 TIERED_POOL = "tiered-org-tiered-pool"
-TIERED_IDS = frozenset(
-    {FLAT_POOL, TIERED_POOL, "tiered-roomy", "tiered-short", "tiered-projects", "tiered-pool-child"}
-)
+DEV_PARENT = "real-dev-parent"
+CUSTOMER_PARENT = "real-customer-parent"
 
 
 def _tiers(projects: tuple[int, int], daily: tuple[int, int], weekly: tuple[int, int]) -> Any:
@@ -69,6 +72,40 @@ def tiered_family() -> list[dict[str, Any]]:
     ]
 
 
+def real_sized_family() -> list[dict[str, Any]]:
+    """A dev-like parent (0/2, 0/1913) and an unmetered customer parent (200 projects)."""
+    return [
+        {"id": DEV_PARENT, "title": "Dev-like parent", "ai": _flat((0, 2), (0, 1913))},
+        {"id": "real-dev-child", "parent_id": DEV_PARENT, "ai": _flat((0, 0), (0, 0))},
+        {
+            "id": CUSTOMER_PARENT,
+            "title": "Customer parent (unmetered)",
+            "limits_enabled": False,
+            "ai": _flat((0, 200), (0, 0)),
+        },
+        {"id": "real-customer-child", "parent_id": CUSTOMER_PARENT, "ai": _flat((0, 0), (0, 0))},
+    ]
+
+
+def real_sized_requests() -> list[tuple[Request, tuple[str, str | None]]]:
+    """Their requests, each with its expected ``(status, error_code)``."""
+    return [
+        (
+            build_ensure("real-dev-child", DEV_PARENT, {"projects": 1, "prompts": 150}),
+            ("topped-up", None),
+        ),
+        # Two projects in the whole dev parent: a third cannot be carved.
+        (
+            build_ensure("real-dev-child", DEV_PARENT, {"projects": 2}),
+            ("rejected", "orgPoolExhausted"),
+        ),
+        (
+            build_ensure("real-customer-child", CUSTOMER_PARENT, {"projects": 1, "prompts": 40}),
+            ("unmetered", None),
+        ),
+    ]
+
+
 def tiered_requests() -> list[tuple[Request, tuple[str, str | None]]]:
     """The requests, in enqueue order, each with its expected ``(status, error_code)``."""
     return [
@@ -83,22 +120,48 @@ def tiered_requests() -> list[tuple[Request, tuple[str, str | None]]]:
     ]
 
 
+def check_real_sized(
+    expected: Iterable[tuple[Request, tuple[str, str | None]]],
+    outcomes: Iterable[AllocationOutcome],
+) -> InvariantResult:
+    """Every request on the dev-like and customer parents ended as expected."""
+    cases = list(expected)
+    # A refusal may come after a sibling-reclaim park: its receive is not checked here.
+    violations = _unexpected(cases, outcomes, first_receive=False)
+    return invariant_result(
+        "real-sized pools",
+        violations,
+        f"{len(cases)} requests on the dev-like (0/2, 0/1913) and unmetered customer parents",
+    )
+
+
+def _unexpected(
+    cases: list[tuple[Request, tuple[str, str | None]]],
+    outcomes: Iterable[AllocationOutcome],
+    *,
+    first_receive: bool = True,
+) -> list[str]:
+    first: dict[str, AllocationOutcome] = {}
+    for outcome in outcomes:
+        first.setdefault(outcome.request_id, outcome)
+    violations: list[str] = []
+    for request, (status, code) in cases:
+        got = first.get(request.request_id)
+        seen = None if got is None else (got.status, got.error_code)
+        late = first_receive and got is not None and got.receive_count != 1
+        if seen != (status, code) or late:
+            violations.append(f"{request.workspace_id}: expected {status}/{code}, got {seen}")
+    return violations
+
+
 def check_tiered(
     expected: Iterable[tuple[Request, tuple[str, str | None]]],
     outcomes: Iterable[AllocationOutcome],
     dump: Mapping[str, Any],
 ) -> InvariantResult:
     """Every tiered request ended as expected; no flat ``prompts`` reached a tiered workspace."""
-    first: dict[str, AllocationOutcome] = {}
-    for outcome in outcomes:
-        first.setdefault(outcome.request_id, outcome)
-    violations: list[str] = []
     cases = list(expected)
-    for request, (status, code) in cases:
-        got = first.get(request.request_id)
-        seen = None if got is None else (got.status, got.error_code)
-        if seen != (status, code) or (got is not None and got.receive_count != 1):
-            violations.append(f"{request.workspace_id}: expected {status}/{code}, got {seen}")
+    violations = _unexpected(cases, outcomes)
     flat = int(dump.get("violations", {}).get("flat_prompts_to_tiered", 0))
     if flat:
         violations.append(f"{flat} flat prompts transfer(s) sent to a tiered workspace")
