@@ -284,9 +284,58 @@ def markdown(section: dict[str, Any]) -> str:
         "",
         "## Recommendation for a gold pool",
         "",
-        f"From the gold-pool table: **{section['recommendation']['label']}** (fewest",
-        "`orgPoolExhausted`, then fewest refused writes and stranded prompts). See",
-        "[README](README.md#real-sized-pools) for the reasoning.",
+        *recommendation_lines(section),
         "",
     ]
     return "\n".join(lines)
+
+
+def recommendation_lines(section: dict[str, Any]) -> list[str]:
+    """The gold-pool recommendation, with the numbers it rests on."""
+    gold = section["pools"]["gold"]["variants"]
+    best_key = section["recommendation"]["variant"]
+    best, default = gold[best_key], gold["default"]
+    dormant = section["dormant"]
+
+    def cells(v: dict[str, Any]) -> str:
+        return (
+            f"{v['org_pool_exhausted']} of {v['requests']} refused `orgPoolExhausted`, "
+            f"{v['stranded']['prompts']} prompts stranded, {v['calls_per_request']} calls/request"
+        )
+
+    return [
+        f"**{best['label']}.** On the gold pool the template's defaults give {cells(default)};",
+        f"the recommended setting gives {cells(best)}. With 100-prompt blocks four new children",
+        "take the pool's 400 free prompts in whole blocks and the next four are refused although",
+        "the writes they ask for would fit: in a pool of 800, the block, not the demand, drains",
+        "it. The exact-need fallback alone cannot help once the free units are 0; sibling",
+        "reclaim hands back the idle children's surplus (its parks and releases cost calls), and",
+        "a smaller block stops the carving from running ahead of the writes. Smaller blocks mean",
+        "more top-ups per child (more calls), so the smallest block is not free: compare the",
+        "`calls/request` column before going below 25. For a gold pool set `BLOCK_PROMPTS` to",
+        "the recommended block, keep `SERENITY_TIGHT_POOL_FALLBACK=true` and turn on",
+        "`SERENITY_SIBLING_RECLAIM=true` (with `QUEUE_URL`); leave `BLOCK_PROJECTS=1`.",
+        "",
+        "Dormant: with the kill switch off an ensure costs "
+        f"{dormant['switch_off']['calls_per_request']} upstream calls and "
+        f"{dormant['switch_off']['handler_ms_per_request']} ms of handler time; switched on",
+        "under an unmetered customer parent it costs "
+        f"{dormant['unmetered']['calls_per_request']} calls (the child read, the parent's",
+        "metering flag cached per container) and "
+        f"{dormant['unmetered']['handler_ms_per_request']} ms; the same parent metered costs "
+        f"{dormant['metered']['calls_per_request']} calls and "
+        f"{dormant['metered']['handler_ms_per_request']} ms.",
+    ]
+
+
+def readme_lines(section: dict[str, Any] | None) -> list[str]:
+    """The README's section: a pointer to real-sizes.md and the recommendation in one line."""
+    if section is None:
+        return ["## 8. Real-sized pools", "", "Not measured in this run."]
+    return [
+        "## 8. Real-sized pools",
+        "",
+        "Gold (13 / 800), dev-like (0/2, 0/1913) and unmetered customer (200 projects) pools under",
+        "five block/switch variants, and the dormant cost: [real-sizes.md](real-sizes.md).",
+        f"Recommended for a gold pool: **{section['recommendation']['label']}**.",
+    ]
