@@ -94,9 +94,9 @@ def real_sized_requests() -> list[tuple[Request, tuple[str, str | None]]]:
             build_ensure("real-dev-child", DEV_PARENT, {"projects": 1, "prompts": 150}),
             ("topped-up", None),
         ),
-        # Two projects in the whole dev parent: a third cannot be carved.
+        # Two projects in the whole dev parent: three cannot be carved.
         (
-            build_ensure("real-dev-child", DEV_PARENT, {"projects": 2}),
+            build_ensure("real-dev-child", DEV_PARENT, {"projects": 3}),
             ("rejected", "orgPoolExhausted"),
         ),
         (
