@@ -22,7 +22,7 @@ from serenity_allocator.adapters.semrush_client import SemrushClient
 from serenity_allocator.adapters.sqs_producer import AllocationProducer
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.domain.sweep import StoredCheckpoint
+from serenity_allocator.domain.sweep_model import StoredCheckpoint
 from serenity_allocator.handlers.settings import SweepSettings
 from serenity_allocator.handlers.sweep import SweepRuntime, lambda_handler
 from serenity_tools.standins.lambda_context import LocalLambdaContext

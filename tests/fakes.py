@@ -26,12 +26,13 @@ from serenity_allocator.domain.model import (
     WorkspaceRecord,
     WorkspaceStatus,
 )
-from serenity_allocator.domain.sweep import StaleCheckpointError, StoredCheckpoint
+from serenity_allocator.domain.sweep_errors import StaleCheckpointError
+from serenity_allocator.domain.sweep_model import StoredCheckpoint
 from serenity_allocator.domain.transfer import TransferContext
 
 if TYPE_CHECKING:
+    from serenity_allocator.application.sweep_ports import CheckpointStore, SurplusReleaseQueue
     from serenity_allocator.domain.ports import AllocationObserver, WorkspaceGateway
-    from serenity_allocator.domain.sweep import CheckpointStore, ReleaseEnqueuer
 
 POOL_EXHAUSTED_BODY = '{"message": "insufficient available units in subscription"}'
 NOT_READY_BODY = '{"message": "workspace not ready"}'
@@ -443,7 +444,7 @@ class EnqueuedRelease:
 
 
 class RecordingEnqueuer:
-    """A ReleaseEnqueuer (sweep) and ``enqueue_many`` producer (sibling reclaim) that records.
+    """A SurplusReleaseQueue (sweep) and ``enqueue_many`` producer (sibling reclaim) that records.
 
     ``crash_after`` makes the call after that many successful enqueues raise ``crash`` AFTER
     recording it, once (the message reached the queue, then the process died before its
@@ -593,4 +594,4 @@ if TYPE_CHECKING:
     _gateway: WorkspaceGateway = InMemoryGateway()
     _observer: AllocationObserver = RecordingObserver()
     _store: CheckpointStore = InMemoryCheckpointStore()
-    _enqueuer: ReleaseEnqueuer = RecordingEnqueuer()
+    _enqueuer: SurplusReleaseQueue = RecordingEnqueuer()

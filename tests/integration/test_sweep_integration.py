@@ -20,14 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from serenity_allocator.application.sweep_ports import CheckpointStore, SurplusReleaseQueue
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.domain.sweep import (
-    CheckpointStore,
-    ReleaseEnqueuer,
-    RunInProgressError,
-    StoredCheckpoint,
-    SweepRefusedError,
-)
+from serenity_allocator.domain.sweep_errors import RunInProgressError, SweepRefusedError
+from serenity_allocator.domain.sweep_model import StoredCheckpoint
 from serenity_allocator.handlers.sweep import (
     SweepPayloadError,
     parse_sweep_request,
@@ -282,7 +278,7 @@ class CrashingStore:
 class CrashingEnqueuer:
     """The real producer, with the process dying at the N-th release (before or after sending)."""
 
-    def __init__(self, inner: ReleaseEnqueuer, die_at_call: int, *, after_send: bool) -> None:
+    def __init__(self, inner: SurplusReleaseQueue, die_at_call: int, *, after_send: bool) -> None:
         self._inner = inner
         self._die_at_call = die_at_call
         self._after_send = after_send

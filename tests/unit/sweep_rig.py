@@ -1,4 +1,4 @@
-"""The sweep's in-memory rig shared by the domain sweep tests: families, a store, clocks."""
+"""The sweep's in-memory rig shared by the sweep use-case tests: families, a store, clocks."""
 
 from __future__ import annotations
 
@@ -6,14 +6,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from serenity_allocator.application.run_sweep_batch import run_sweep_batch
+from serenity_allocator.application.sweep_ports import SweepEnvironment
 from serenity_allocator.domain.model import Blocks, Totals
-from serenity_allocator.domain.sweep import (
-    SweepEnvironment,
-    SweepItem,
-    SweepRequest,
-    SweepResult,
-    run_sweep_batch,
-)
+from serenity_allocator.domain.sweep_model import SweepItem, SweepRequest, SweepResult
 from tests.fakes import (
     FakeClock,
     InMemoryCheckpointStore,

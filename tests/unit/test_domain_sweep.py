@@ -9,15 +9,14 @@ from pydantic import ValidationError
 
 from serenity_allocator.domain.allocation import plan_release
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.domain.sweep import (
-    RunInProgressError,
+from serenity_allocator.domain.sweep_errors import RunInProgressError, SweepRefusedError
+from serenity_allocator.domain.sweep_model import (
     StoredCheckpoint,
     SweepItem,
-    SweepRefusedError,
     SweepRequest,
-    release_request_id,
+    checkpoint_name,
 )
-from serenity_allocator.domain.sweep_model import checkpoint_name
+from serenity_allocator.domain.sweep_runs import release_request_id
 from tests.fakes import (
     LIST_FAMILY,
     READ_RESOURCES,

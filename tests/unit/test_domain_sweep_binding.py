@@ -7,16 +7,19 @@ from typing import Any
 
 import pytest
 
+from serenity_allocator.application.abandon_sweep_run import abandon_sweep_run
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.domain.sweep import (
+from serenity_allocator.domain.sweep_errors import (
     CheckpointCorruptError,
     ParentHeldError,
     RunInProgressError,
-    SweepAbandonRequest,
     SweepRefusedError,
-    abandon_sweep_run,
 )
-from serenity_allocator.domain.sweep_model import checkpoint_name, parent_claim_name
+from serenity_allocator.domain.sweep_model import (
+    SweepAbandonRequest,
+    checkpoint_name,
+    parent_claim_name,
+)
 from tests.fakes import LIST_FAMILY, READ_STATUS
 from tests.unit.sweep_rig import EPOCH, MASTER, OTHER_MASTER, POOL, RUN, Rig, surplus_family
 

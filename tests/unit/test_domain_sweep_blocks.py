@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from serenity_allocator.application.run_sweep_batch import run_sweep_batch
 from serenity_allocator.domain.model import Blocks, Totals
-from serenity_allocator.domain.sweep import run_sweep_batch
 from tests.fakes import EnqueuedRelease, InMemoryGateway
 from tests.unit.sweep_rig import MASTER, POOL, RUN, Rig, sweep_request
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.domain.sweep import SweepCounts, SweepItem, SweepResult
+from serenity_allocator.domain.sweep_model import SweepCounts, SweepItem, SweepResult
 from serenity_tools import cli
 from serenity_tools.operator import sweep_cli
 from serenity_tools.operator.sweep_cli import (
@@ -487,3 +487,27 @@ def test_cli_abandon_refuses_bad_flags_before_any_invocation(argv: list[str], me
     assert code == 2
     assert message in err
     assert invoker.payloads == []
+
+
+def test_cli_abandon_by_parent_clears_an_unreadable_claim_and_says_so() -> None:
+    # Given the function's answer to an abandon by parent whose claim was unreadable
+    answer = {
+        "dry_run": False,
+        "abandoned": True,
+        "released_parents": ["m1"],
+        "checkpoint": "s3://bucket/sweep/parents/m1.json",
+        "unreadable": "not valid JSON",
+    }
+    invoker = ScriptedInvoker([answer])
+
+    # When the operator abandons whatever holds m1
+    code, out, _ = run_cli(["--abandon", "--parent", "m1", *TARGET], invoker)
+
+    # Then one abandon-by-parent payload went out and the output says what was replaced
+    assert code == 0
+    assert invoker.payloads == [{"abandon": True, "parent_workspace_id": "m1"}]
+    assert out.splitlines() == [
+        "unreadable claim cleared; parents freed: m1",
+        "replaced an unreadable document (not valid JSON)",
+        "checkpoint kept at s3://bucket/sweep/parents/m1.json",
+    ]

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..domain.sweep_model import CheckpointCorruptError, StaleCheckpointError, StoredCheckpoint
+from ..domain.sweep_errors import CheckpointCorruptError, StaleCheckpointError
+from ..domain.sweep_model import StoredCheckpoint
 from .aws_clients import LazyClient, aws_error_code, s3_client
 
 if TYPE_CHECKING:
@@ -102,7 +103,8 @@ class S3CheckpointStore:
         """Read a document; ``None`` when there is none yet.
 
         Raises:
-            CheckpointCorruptError: The object is not a JSON object (the domain's error).
+            CheckpointCorruptError: The object is not a JSON object (the domain's error, with
+                the object's ETag so an abandon can replace exactly that version).
             CheckpointStoreError: S3 refused or could not be reached.
         """
         key = self.key(name)
@@ -117,13 +119,14 @@ class S3CheckpointStore:
             ) from exc
         except BotoCoreError as exc:
             raise CheckpointStoreError("could not read the checkpoint") from exc
+        etag = response["ETag"]
         try:
             body = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CheckpointCorruptError(name, "not valid JSON") from exc
+            raise CheckpointCorruptError(name, "not valid JSON", etag=etag) from exc
         if not isinstance(body, dict):
-            raise CheckpointCorruptError(name, "not a JSON object")
-        return StoredCheckpoint(body=body, etag=response["ETag"])
+            raise CheckpointCorruptError(name, "not a JSON object", etag=etag)
+        return StoredCheckpoint(body=body, etag=etag)
 
     def save(self, name: str, body: Mapping[str, Any], *, expected_etag: str | None) -> str:
         """Write a document only if it is still the version the caller read.

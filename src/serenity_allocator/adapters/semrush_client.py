@@ -11,12 +11,10 @@ The client does not log; callers log the typed errors it raises.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Self
 from urllib.parse import quote
 
 import httpx
@@ -33,55 +31,36 @@ from serenity_allocator.domain.transfer import CALL_BUDGET_S
 
 from .secret_redaction import redact_secret
 from .semrush_limits import MAX_RETRIES
+from .semrush_operations import (
+    CREATE_CHILD,
+    LIST_FAMILY,
+    MAX_BACKOFF_S,
+    MAX_RETRY_AFTER_S,
+    READ_RESOURCES,
+    READ_STATUS,
+    TRANSFER,
+    Operation,
+    backoff_delay,
+    is_resendable,
+    is_retryable_status,
+    retry_after_s,
+    retry_delay,
+)
 from .semrush_origin import (
     API_PATH,
     ConfigurationError,
     validate_base_url,
 )
-from .semrush_payloads import parse_ai_resources, transfer_body
+from .semrush_payloads import parse_ai_resources, transfer_body, workspace_record
 from .token_provider import TokenProvider
 
-MAX_RETRY_AFTER_S: Final = 10.0
-"""Ceiling on an honoured ``Retry-After``: a worker's time budget is seconds, not minutes."""
-
-MAX_BACKOFF_S: Final = 8.0
-"""Ceiling on one exponential backoff sleep."""
-
-_RETRY_AFTER_STATUSES: Final = frozenset({429, 503})
-# Transport failures that prove the request never reached the server: safe to retry even for a
-# non-idempotent call. A read timeout or a dropped connection may come after the server acted.
-_NOT_SENT_ERRORS: Final = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
-
-
-@dataclass(frozen=True)
-class _Operation:
-    name: str
-    method: str
-    route: str
-    """Path under the API base with ``{id}`` for the (quoted) workspace id."""
-    idempotent: bool
-
-
-# On a master id this is the org pool. Never ``/v1/workspaces/{id}/parent/resources``: that
-# answers the workspace's OWN allocation, not the pool (the doc's read-side facts; pinned by
-# tests/unit/test_settle_and_pool_reads.py).
-_READ_RESOURCES: Final = _Operation(
-    "read_resources", "GET", "/v1/workspaces/{id}/resources", idempotent=True
-)
-# An absolute set: sending the same totals twice moves nothing, so retrying is harmless.
-_TRANSFER: Final = _Operation(
-    "transfer", "POST", "/v2/workspaces/{id}/resources/transfer", idempotent=True
-)
-_READ_STATUS: Final = _Operation(
-    "read_status", "GET", "/v1/workspaces/{id}/status", idempotent=True
-)
-_LIST_FAMILY: Final = _Operation(
-    "list_family", "GET", "/v1/workspaces/{id}/family", idempotent=True
-)
-# A second POST after an unanswered first one could create a second child.
-_CREATE_CHILD: Final = _Operation(
-    "create_child", "POST", "/v2/workspaces/{id}/child", idempotent=False
-)
+__all__ = [
+    "API_PATH",
+    "MAX_BACKOFF_S",
+    "MAX_RETRY_AFTER_S",
+    "ConfigurationError",
+    "SemrushClient",
+]
 
 
 def _ai_body(totals: Totals) -> dict[str, Any]:
@@ -102,6 +81,12 @@ class SemrushClient:
     :data:`MAX_RETRY_AFTER_S`), else ``backoff_s * 2**n`` (capped at :data:`MAX_BACKOFF_S`).
     ``create_child`` is retried only when the request provably never took effect (429, or a
     failure to connect). A 401 refreshes the token once and retries once, outside that budget.
+    Which operation and which failure may be sent again: :mod:`.semrush_operations`.
+
+    Time: without a deadline one call can take ``(max_retries + 1) x timeout_s`` plus a
+    ``Retry-After`` of up to 10 s per retry (65 s with the defaults, 15 s more after a 401), so
+    what bounds a call in a Lambda is :meth:`limit_time`, which both handlers set to a deadline
+    inside the invocation (at most its remaining time less ``SAFETY_MARGIN_MS``).
 
     Args:
         base_url: The API origin, see :func:`validate_base_url`.
@@ -156,8 +141,12 @@ class SemrushClient:
         """Bound every later call to ``seconds`` from now (None: unbounded).
 
         A Lambda sets this to its remaining time at the start of an invocation: then no
-        request, retry or backoff sleep outlives the function. A call with no time left raises
-        :class:`OutOfTimeError` (transient) instead of being cut off mid-flight.
+        attempt starts past the deadline, each attempt's timeout is cut to the time left, and a
+        retry whose pause leaves no time for a request is not taken (the last answer's error is
+        raised). A call with no time left raises :class:`OutOfTimeError` (transient) instead of
+        being cut off mid-flight. httpx applies the timeout to each phase of a request
+        (connect, write, every read), not to the whole exchange: the safety margin the
+        handlers keep below the Lambda deadline absorbs that slack.
         """
         self._deadline = None if seconds is None else self._clock() + seconds
 
@@ -171,9 +160,11 @@ class SemrushClient:
 
     @property
     def max_call_duration_s(self) -> float:
-        """Worst-case seconds one call can take: every attempt timing out plus every backoff.
+        """Seconds one call takes when every attempt times out and every retry backs off.
 
-        Excludes ``Retry-After`` longer than the backoff and the single 401 refresh retry.
+        Not the bound of a call: a ``Retry-After`` (up to :data:`MAX_RETRY_AFTER_S` per retry)
+        and the single 401 refresh retry come on top; the deadline set by :meth:`limit_time`
+        is what bounds a call.
         """
         attempts = self._max_retries + 1
         sleeps = sum(self._backoff_delay(n) for n in range(self._max_retries))
@@ -189,7 +180,7 @@ class SemrushClient:
             UpstreamUnavailableError: No answer (connection error or timeout) after retries.
             MalformedResponseError: A 2xx whose body breaks the documented shape.
         """
-        body = self._json(self._call(_READ_RESOURCES, workspace_id), _READ_RESOURCES)
+        body = self._json(self._call(READ_RESOURCES, workspace_id), READ_RESOURCES)
         return parse_ai_resources(body)
 
     def transfer(self, workspace_id: str, totals: Totals, *, include_prompts: bool = True) -> None:
@@ -204,7 +195,7 @@ class SemrushClient:
             UpstreamError: A non-2xx answer after retries (the caller classifies the 422s).
             UpstreamUnavailableError: No answer after retries.
         """
-        self._call(_TRANSFER, workspace_id, transfer_body(totals, include_prompts=include_prompts))
+        self._call(TRANSFER, workspace_id, transfer_body(totals, include_prompts=include_prompts))
 
     def read_status(self, workspace_id: str) -> str:
         """Read the workspace's lifecycle status (``created``, ``not ready``, ...).
@@ -216,7 +207,7 @@ class SemrushClient:
             UpstreamUnavailableError: No answer after retries.
             MalformedResponseError: No string ``status`` in the body.
         """
-        body = self._json(self._call(_READ_STATUS, workspace_id), _READ_STATUS)
+        body = self._json(self._call(READ_STATUS, workspace_id), READ_STATUS)
         if isinstance(body, list) and len(body) == 1:
             body = body[0]
         status = body.get("status") if isinstance(body, Mapping) else None
@@ -232,10 +223,10 @@ class SemrushClient:
             UpstreamUnavailableError: No answer after retries.
             MalformedResponseError: The body is not an array of workspace objects.
         """
-        body = self._json(self._call(_LIST_FAMILY, parent_id), _LIST_FAMILY)
+        body = self._json(self._call(LIST_FAMILY, parent_id), LIST_FAMILY)
         if not isinstance(body, list):
             raise MalformedResponseError("list_family: body is not a JSON array")
-        return [_workspace_record(item, _LIST_FAMILY.name) for item in body]
+        return [workspace_record(item, LIST_FAMILY.name) for item in body]
 
     def create_child(
         self, parent_id: str, title: str, resources: Totals | None = None
@@ -257,8 +248,8 @@ class SemrushClient:
             MalformedResponseError: The 2xx body is not a workspace object.
         """
         body = {"title": title, "resources": {} if resources is None else _ai_body(resources)}
-        answer = self._json(self._call(_CREATE_CHILD, parent_id, body), _CREATE_CHILD)
-        return _workspace_record(answer, _CREATE_CHILD.name)
+        answer = self._json(self._call(CREATE_CHILD, parent_id, body), CREATE_CHILD)
+        return workspace_record(answer, CREATE_CHILD.name)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -284,7 +275,7 @@ class SemrushClient:
     # -- the request loop --------------------------------------------------------------------
 
     def _call(
-        self, op: _Operation, workspace_id: str, body: dict[str, Any] | None = None
+        self, op: Operation, workspace_id: str, body: dict[str, Any] | None = None
     ) -> httpx.Response:
         if not isinstance(workspace_id, str) or not workspace_id.strip():
             raise WiringError(f"{op.name}: workspace id must be a non-blank string")
@@ -305,7 +296,7 @@ class SemrushClient:
                 refreshed = True
                 token = self._tokens.get_token(refresh=True)
                 continue
-            retryable = self._is_retryable_status(op, status)
+            retryable = is_retryable_status(op, status)
             if self._slept_before_retry(retry, retryable, self._retry_delay(response, retry)):
                 retry += 1
                 continue
@@ -315,11 +306,11 @@ class SemrushClient:
                 response.text,
                 op.name,
                 shown=redact_secret(response.text, token),
-                retry_after_s=_retry_after_s(response.headers.get("Retry-After")),
+                retry_after_s=retry_after_s(response.headers.get("Retry-After")),
             )
 
     def _attempt(
-        self, op: _Operation, url: str, body: dict[str, Any] | None, token: str, retry: int
+        self, op: Operation, url: str, body: dict[str, Any] | None, token: str, retry: int
     ) -> httpx.Response | None:
         """Send once within the time left; None when a transport failure may be retried."""
         left = self._time_left()
@@ -337,7 +328,7 @@ class SemrushClient:
         except httpx.TransportError as exc:
             # Only what the retry-safety table allows: a request that may have reached the
             # upstream is sent again only when the operation is idempotent.
-            resendable = op.idempotent or isinstance(exc, _NOT_SENT_ERRORS)
+            resendable = is_resendable(op, exc)
             if self._slept_before_retry(retry, resendable, self._backoff_delay(retry)):
                 return None
             # The cause is kept for the traceback; httpx's messages carry no URL or header.
@@ -350,95 +341,18 @@ class SemrushClient:
             return True
         return False
 
-    @staticmethod
-    def _is_retryable_status(op: _Operation, status: int) -> bool:
-        if status == 429:
-            # The rate limiter refused the request before it was handled: safe even to create.
-            return True
-        return op.idempotent and 500 <= status <= 599
-
     def _backoff_delay(self, retry: int) -> float:
-        return float(min(self._backoff_s * 2**retry, MAX_BACKOFF_S))
+        return backoff_delay(self._backoff_s, retry)
 
     def _retry_delay(self, response: httpx.Response, retry: int) -> float:
-        if response.status_code in _RETRY_AFTER_STATUSES:
-            retry_after = _retry_after_s(response.headers.get("Retry-After"))
-            if retry_after is not None:
-                return min(retry_after, MAX_RETRY_AFTER_S)
-        return self._backoff_delay(retry)
+        return retry_delay(
+            response.status_code, response.headers.get("Retry-After"), self._backoff_s, retry
+        )
 
     @staticmethod
-    def _json(response: httpx.Response, op: _Operation) -> Any:
+    def _json(response: httpx.Response, op: Operation) -> Any:
         try:
             return response.json()
         except ValueError:
             # from None: the decoder's message quotes the body, which we do not need twice.
             raise MalformedResponseError(f"{op.name}: response body is not JSON") from None
-
-
-def _retry_after_s(value: str | None) -> float | None:
-    # Only the delay-seconds form; an HTTP-date falls back to the backoff (no clock needed).
-    if value is None:
-        return None
-    try:
-        seconds = float(value.strip())
-    except ValueError:
-        return None
-    if not math.isfinite(seconds) or seconds < 0:
-        return None
-    return seconds
-
-
-def _workspace_record(item: Any, operation: str) -> WorkspaceRecord:
-    if not isinstance(item, Mapping):
-        raise MalformedResponseError(f"{operation}: workspace is not a JSON object")
-    workspace_id = item.get("id")
-    status = item.get("status")
-    title = item.get("title") or ""
-    if not isinstance(workspace_id, str) or not workspace_id:
-        raise MalformedResponseError(f"{operation}: workspace has no string id")
-    if not isinstance(status, str):
-        raise MalformedResponseError(f"{operation}: workspace has no string status")
-    if not isinstance(title, str):
-        raise MalformedResponseError(f"{operation}: workspace title is not a string")
-    return WorkspaceRecord(
-        id=workspace_id,
-        title=title,
-        status=status,
-        parent_id=_parent_id(item, operation),
-        ai_limits_enabled=_ai_limits_enabled(item, operation),
-    )
-
-
-def _parent_id(item: Mapping[str, Any], operation: str) -> str | None:
-    parent_id = item.get("parent_id")
-    if parent_id is None:
-        # The swagger also has a nested ``parent: {id, title}``; take it when the flat field
-        # is absent.
-        parent = item.get("parent")
-        parent_id = parent.get("id") if isinstance(parent, Mapping) else None
-    if parent_id is None or parent_id == "":
-        # A master workspace has no parent; an empty string means the same.
-        return None
-    if not isinstance(parent_id, str):
-        raise MalformedResponseError(f"{operation}: workspace parent_id is not a string")
-    return parent_id
-
-
-def _ai_limits_enabled(item: Mapping[str, Any], operation: str) -> bool | None:
-    # swagger: product_tiers[] of {product: {id: "ai" | "seo" | ..., limits_enabled}, tier}.
-    tiers = item.get("product_tiers")
-    if tiers is None:
-        return None
-    if not isinstance(tiers, list):
-        raise MalformedResponseError(f"{operation}: workspace product_tiers is not an array")
-    for tier in tiers:
-        product = tier.get("product") if isinstance(tier, Mapping) else None
-        if isinstance(product, Mapping) and product.get("id") == "ai":
-            enabled = product.get("limits_enabled")
-            if enabled is None:
-                return None
-            if not isinstance(enabled, bool):
-                raise MalformedResponseError(f"{operation}: ai limits_enabled is not a boolean")
-            return enabled
-    return None

@@ -18,7 +18,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..domain.errors import MalformedResponseError
-from ..domain.model import AiResources, Dimension, DimensionUsage, PromptTiers, Totals
+from ..domain.model import (
+    AiResources,
+    Dimension,
+    DimensionUsage,
+    PromptTiers,
+    Totals,
+    WorkspaceRecord,
+)
 
 
 def _count(value: Any, where: str) -> int:
@@ -84,3 +91,59 @@ def transfer_body(totals: Totals, *, include_prompts: bool = True) -> dict[str, 
     if include_prompts:
         ai["prompts"] = totals.prompts
     return {"resources": {"ai": ai}}
+
+
+def workspace_record(item: Any, operation: str) -> WorkspaceRecord:
+    """One workspace object of a listing or a creation, read strictly (``operation`` names it)."""
+    if not isinstance(item, Mapping):
+        raise MalformedResponseError(f"{operation}: workspace is not a JSON object")
+    workspace_id = item.get("id")
+    status = item.get("status")
+    title = item.get("title") or ""
+    if not isinstance(workspace_id, str) or not workspace_id:
+        raise MalformedResponseError(f"{operation}: workspace has no string id")
+    if not isinstance(status, str):
+        raise MalformedResponseError(f"{operation}: workspace has no string status")
+    if not isinstance(title, str):
+        raise MalformedResponseError(f"{operation}: workspace title is not a string")
+    return WorkspaceRecord(
+        id=workspace_id,
+        title=title,
+        status=status,
+        parent_id=_parent_id(item, operation),
+        ai_limits_enabled=_ai_limits_enabled(item, operation),
+    )
+
+
+def _parent_id(item: Mapping[str, Any], operation: str) -> str | None:
+    parent_id = item.get("parent_id")
+    if parent_id is None:
+        # The swagger also has a nested ``parent: {id, title}``; take it when the flat field
+        # is absent.
+        parent = item.get("parent")
+        parent_id = parent.get("id") if isinstance(parent, Mapping) else None
+    if parent_id is None or parent_id == "":
+        # A master workspace has no parent; an empty string means the same.
+        return None
+    if not isinstance(parent_id, str):
+        raise MalformedResponseError(f"{operation}: workspace parent_id is not a string")
+    return parent_id
+
+
+def _ai_limits_enabled(item: Mapping[str, Any], operation: str) -> bool | None:
+    # swagger: product_tiers[] of {product: {id: "ai" | "seo" | ..., limits_enabled}, tier}.
+    tiers = item.get("product_tiers")
+    if tiers is None:
+        return None
+    if not isinstance(tiers, list):
+        raise MalformedResponseError(f"{operation}: workspace product_tiers is not an array")
+    for tier in tiers:
+        product = tier.get("product") if isinstance(tier, Mapping) else None
+        if isinstance(product, Mapping) and product.get("id") == "ai":
+            enabled = product.get("limits_enabled")
+            if enabled is None:
+                return None
+            if not isinstance(enabled, bool):
+                raise MalformedResponseError(f"{operation}: ai limits_enabled is not a boolean")
+            return enabled
+    return None

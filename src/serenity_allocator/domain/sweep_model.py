@@ -1,4 +1,4 @@
-"""The sweep's values: its payloads, its checkpoint, its results, its errors and its store port.
+"""The sweep's values: its payloads, its checkpoint, its results and its errors.
 
 A checkpoint is bound to its run: it records the run id, the parents, the allow-list, the
 dry-run flag and a hash of the payload that started it, and it must be consistent with itself
@@ -17,7 +17,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Protocol, get_args
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import quote
 
 from pydantic import (
@@ -32,6 +32,7 @@ from pydantic import (
 
 from .messages import WorkspaceId
 from .model import Totals
+from .sweep_errors import CheckpointCorruptError
 from .validation import describe_validation_error
 
 RunId = Annotated[str, StringConstraints(strip_whitespace=True, pattern=r"^[A-Za-z0-9._-]{1,64}$")]
@@ -77,13 +78,28 @@ class SweepRequest(BaseModel):
 class SweepAbandonRequest(BaseModel):
     """The operator's explicit end of an unfinished run: ``{"abandon": true, "run_id": ...}``.
 
-    The run's checkpoint is kept (marked abandoned, never resumable) and its parents are freed.
+    The run's checkpoint is kept (marked abandoned, never resumable) and its parents are freed;
+    an unreadable checkpoint is replaced by an abandoned marker (the bucket keeps the old one).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     abandon: Literal[True]
     run_id: RunId
+    reason: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class SweepParentAbandonRequest(BaseModel):
+    """``{"abandon": true, "parent_workspace_id": ...}``: end whatever run holds a parent.
+
+    Abandons the run the parent's claim names; a claim that cannot be read is cleared instead
+    (overwritten as released; the bucket keeps the old one).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    abandon: Literal[True]
+    parent_workspace_id: WorkspaceId
     reason: str | None = Field(default=None, min_length=1, max_length=200)
 
 
@@ -235,6 +251,30 @@ def parse_checkpoint(body: Mapping[str, Any], name: str) -> SweepCheckpoint:
         raise CheckpointCorruptError(name, describe_validation_error(exc)) from None
 
 
+class AbandonedUnreadableCheckpoint(BaseModel):
+    """What an abandon writes over a checkpoint it could not read (the bucket keeps the old one).
+
+    A run with this marker is finished: never resumable, and its parents' claims free to take.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: RunId
+    state: Literal["abandoned"] = "abandoned"
+    abandon_reason: str
+    unreadable: str = Field(min_length=1)
+    """Why the checkpoint it replaced could not be read."""
+
+
+def is_abandoned_marker(body: object) -> bool:
+    """True when ``body`` is an :class:`AbandonedUnreadableCheckpoint` (never a checkpoint)."""
+    try:
+        AbandonedUnreadableCheckpoint.model_validate(body)
+    except ValidationError:
+        return False
+    return True
+
+
 class ParentClaim(BaseModel):
     """Which real run a parent belongs to (``run_id`` None: released)."""
 
@@ -305,59 +345,21 @@ class SweepAbandonResult(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    run_id: str
+    run_id: str | None
+    """None when an unreadable claim was cleared (its holder unknown)."""
     dry_run: bool
     abandoned: Literal[True] = True
     released_parents: list[str]
-    processed: int
-    total: int
+    processed: int | None = None
+    """None when the checkpoint was unreadable (so are ``total``'s targets)."""
+    total: int | None = None
     checkpoint: str
+    """The checkpoint (or, for a cleared claim, the claim) that now says abandoned/released."""
+    unreadable: str | None = None
+    """What could not be read and was replaced (the old version stays in the bucket)."""
 
 
-# ---------------------------------------------------------------- errors
-
-
-class SweepRefusedError(Exception):
-    """The sweep will not start (kill switch off, run mismatch); the message says why."""
-
-
-class RunInProgressError(SweepRefusedError):
-    """Another invocation holds this run (or wrote its checkpoint first)."""
-
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
-        super().__init__(f"run {run_id!r} already in progress in another invocation")
-
-
-class ParentHeldError(SweepRefusedError):
-    """A parent belongs to another unfinished real run."""
-
-    def __init__(self, parent_id: str, holder_run_id: str) -> None:
-        self.parent_id = parent_id
-        self.holder_run_id = holder_run_id
-        super().__init__(
-            f"parent {parent_id!r} belongs to unfinished run {holder_run_id!r}; wait until it is "
-            f'done or abandon it with {{"abandon": true, "run_id": "{holder_run_id}"}}'
-        )
-
-
-class CheckpointCorruptError(Exception):
-    """A stored checkpoint cannot be trusted: nothing was enqueued.
-
-    Attributes:
-        name: The checkpoint's storage name.
-    """
-
-    def __init__(self, name: str, problem: str) -> None:
-        self.name = name
-        super().__init__(f"checkpoint {name!r} is corrupt: {problem}")
-
-
-class StaleCheckpointError(Exception):
-    """A conditional write lost: the document changed (or appeared) since it was read."""
-
-
-# ---------------------------------------------------------------- the store port
+# ---------------------------------------------------------------- stored documents
 
 
 @dataclass(frozen=True)
@@ -366,25 +368,3 @@ class StoredCheckpoint:
 
     body: dict[str, Any]
     etag: str
-
-
-class CheckpointStore(Protocol):
-    """Where checkpoints and parent claims live; ``save`` is conditional on the version read.
-
-    Names come from :func:`checkpoint_name` and :func:`parent_claim_name`.
-    """
-
-    def load(self, name: str) -> StoredCheckpoint | None:
-        """Read a document, or None when there is none."""
-        ...
-
-    def save(self, name: str, body: Mapping[str, Any], *, expected_etag: str | None) -> str:
-        """Write if unchanged since ``expected_etag`` (None: only if absent); return the tag.
-
-        Raises StaleCheckpointError when the condition fails.
-        """
-        ...
-
-    def location(self, name: str) -> str:
-        """Where the document is, for the report (e.g. ``s3://bucket/key``)."""
-        ...

@@ -3,7 +3,9 @@
 Invoked by an operator (dry run first) or by the state machine that loops it until ``done``.
 The payload is validated before any upstream call; the result is the state machine's input for
 its Choice (``done``, ``aborted``, ``counts.unexpected_errors``). A payload with an ``abandon``
-key (``{"abandon": true, "run_id": ...}``) ends that run for good instead (runbook: sweep.md).
+key (``{"abandon": true, "run_id": ...}``, or ``"parent_workspace_id"`` for the run holding a
+parent) ends that run for good instead, also over an unreadable checkpoint or claim (runbook:
+sweep.md).
 """
 
 from __future__ import annotations
@@ -19,17 +21,16 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from ..adapters.observability import MetricsObserver, MetricsRecorder, logger, metrics
+from ..application.abandon_sweep_run import abandon_sweep_run
+from ..application.run_sweep_batch import run_sweep_batch
+from ..application.sweep_ports import CheckpointStore, SurplusReleaseQueue, SweepEnvironment
 from ..domain.errors import UpstreamError
 from ..domain.ports import Clock, Sleeper, WorkspaceGateway
-from ..domain.sweep import (
-    CheckpointStore,
-    ReleaseEnqueuer,
+from ..domain.sweep_model import (
     SweepAbandonRequest,
-    SweepEnvironment,
     SweepItem,
+    SweepParentAbandonRequest,
     SweepRequest,
-    abandon_sweep_run,
-    run_sweep_batch,
 )
 from ..domain.validation import describe_validation_error
 from .settings import SweepSettings
@@ -79,7 +80,7 @@ class SweepRuntime:
     settings: SweepSettings
     gateway: WorkspaceGateway
     store: CheckpointStore
-    enqueuer: ReleaseEnqueuer
+    enqueuer: SurplusReleaseQueue
     clock: Clock = time.monotonic
     wall_clock: Clock = time.time
     sleep: Sleeper = time.sleep
@@ -121,14 +122,21 @@ def parse_sweep_request(event: Any) -> SweepRequest:
         ) from None
 
 
-def parse_sweep_payload(event: Any) -> SweepRequest | SweepAbandonRequest:
+AbandonPayload = SweepAbandonRequest | SweepParentAbandonRequest
+
+
+def parse_sweep_payload(event: Any) -> SweepRequest | AbandonPayload:
     """Validate either payload the function takes: a sweep batch, or an abandon.
 
-    A payload with an ``abandon`` key is an abandon (``{"abandon": true, "run_id": ...}``).
+    A payload with an ``abandon`` key is an abandon: of a run (``{"abandon": true, "run_id":
+    ...}``), or, with a ``parent_workspace_id`` key, of whatever run holds that parent.
     """
     if isinstance(event, Mapping) and "abandon" in event:
+        model: type[AbandonPayload] = (
+            SweepParentAbandonRequest if "parent_workspace_id" in event else SweepAbandonRequest
+        )
         try:
-            return SweepAbandonRequest.model_validate(event)
+            return model.model_validate(event)
         except ValidationError as exc:
             problems = describe_validation_error(exc)
             raise SweepPayloadError(f"invalid abandon payload: {problems}") from None
@@ -147,16 +155,13 @@ def lambda_handler(
     """Run one batch of a sweep (or abandon a run) and return its result."""
     request = parse_sweep_payload(event)
     rt = runtime or get_sweep_runtime()
-    run_id = request.run_id or rt.new_run_id()
-    logger.append_keys(run_id=run_id)
     recorder = MetricsRecorder(rt.settings.environment)
     env = _environment(rt, context, recorder)
     try:
-        if isinstance(request, SweepAbandonRequest):
-            abandoned = abandon_sweep_run(request, env)
-            logger.info("sweep run abandoned", extra=abandoned.model_dump(mode="json"))
-            return abandoned.model_dump(mode="json")
-        logger.append_keys(dry_run=request.dry_run)
+        if isinstance(request, (SweepAbandonRequest, SweepParentAbandonRequest)):
+            return _abandon(request, env)
+        run_id = request.run_id or rt.new_run_id()
+        logger.append_keys(run_id=run_id, dry_run=request.dry_run)
         result = run_sweep_batch(request, run_id, env)
     except UpstreamError as exc:
         # The body stays out of the error (and the history); the log keeps the status only.
@@ -179,6 +184,17 @@ def lambda_handler(
         },
     )
     return result.model_dump(mode="json")
+
+
+def _abandon(request: AbandonPayload, env: SweepEnvironment) -> dict[str, Any]:
+    if isinstance(request, SweepParentAbandonRequest):
+        logger.append_keys(parent_workspace_id=request.parent_workspace_id)
+    else:
+        logger.append_keys(run_id=request.run_id)
+    # Only the fields that apply: a cleared claim has no run, an unreadable checkpoint no counts.
+    abandoned = abandon_sweep_run(request, env).model_dump(mode="json", exclude_none=True)
+    logger.info("sweep run abandoned", extra=abandoned)
+    return abandoned
 
 
 def _environment(

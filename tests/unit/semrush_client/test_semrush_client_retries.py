@@ -286,3 +286,63 @@ def test_semrush_client_rejects_impossible_retry_settings(settings: dict[str, An
     # Then it is a configuration error
     with pytest.raises(ConfigurationError):
         SemrushClient("https://www.semrush.com", StaticTokenProvider(SECRET_TOKEN), **settings)
+
+
+# -- the bound of one call ----------------------------------------------------------------------
+
+
+def _slow_upstream(clock: SteppingClock, seconds: float) -> httpx.Client:
+    """A real HTTP client whose every answer costs ``seconds`` on the injected clock."""
+
+    def spend(_response: httpx.Response) -> None:
+        clock.now += seconds
+
+    return httpx.Client(event_hooks={"response": [spend]})
+
+
+def test_semrush_client_call_without_a_deadline_outlasts_the_backoff_bound(
+    sim: SimulatorServer, make_client: Callable[..., SemrushClient], sleeps: RecordingSleep
+) -> None:
+    # Given the default budget (15 s, 2 retries), an upstream whose every answer takes the whole
+    # timeout and three 429s advertising Retry-After: 10, and no deadline
+    sim.faults(fail_next=[{"status": 429, "count": 3, "op": "status", "retry_after": 10}])
+    clock = SteppingClock(sleeps)
+    with _slow_upstream(clock, 15.0) as http:
+        client = make_client(
+            http=http, timeout_s=15.0, max_retries=2, sleep=clock.sleep, clock=clock
+        )
+
+        # When the status is read
+        with pytest.raises(UpstreamError) as raised:
+            client.read_status("c1")
+
+    # Then it slept the advertised 10 s twice: 3 x 15 s + 2 x 10 s = 65 s, not the 46.5 s of
+    # timeouts and backoff alone (the Allocator's timeout is 60 s)
+    assert raised.value.status == 429
+    assert sleeps.calls == [10.0, 10.0]
+    assert clock.now - 100.0 == 65.0
+    assert client.max_call_duration_s == 46.5
+
+
+def test_semrush_client_call_ends_inside_its_deadline_despite_retry_after(
+    sim: SimulatorServer, make_client: Callable[..., SemrushClient], sleeps: RecordingSleep
+) -> None:
+    # Given the same slow, rate-limited upstream and a client limited to 50 s from now
+    sim.faults(fail_next=[{"status": 429, "count": 3, "op": "status", "retry_after": 10}])
+    clock = SteppingClock(sleeps)
+    with _slow_upstream(clock, 15.0) as http:
+        client = make_client(
+            http=http, timeout_s=15.0, max_retries=2, sleep=clock.sleep, clock=clock
+        )
+        client.limit_time(50.0)
+
+        # When the status is read
+        with pytest.raises(UpstreamError) as raised:
+            client.read_status("c1")
+
+    # Then the second 10 s pause was not taken (it would leave no time for a request): the call
+    # ended at 40 s, inside its 50 s deadline, after two attempts
+    assert raised.value.status == 429
+    assert statuses_of(sim, "status") == [429, 429]
+    assert sleeps.calls == [10.0]
+    assert clock.now - 100.0 == 40.0

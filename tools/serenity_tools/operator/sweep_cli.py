@@ -13,7 +13,8 @@ or ``aborted``. What "send" means is a :class:`SweepInvoker`:
   current environment (what ``serenity-allocator local up`` printed).
 
 The payload is built from the flags and validated with the handler's own model before anything
-is invoked, so a bad value is refused here, naming the flag and the payload field.
+is invoked, so a bad value is refused here, naming the flag and the payload field
+(:mod:`.sweep_payloads`); the summary and the report are :mod:`.sweep_report`'s.
 
 Exit codes: 0 when the run finished with no unexpected error; 1 when it aborted, finished with
 unexpected errors, or an invocation failed; 2 for bad flags or configuration; 130 when
@@ -23,18 +24,12 @@ interrupted (the run resumes with ``--run-id``).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
-
-from pydantic import ValidationError
-
-from serenity_allocator.domain.sweep import SweepAbandonRequest, SweepCounts, SweepRequest
+from typing import Any, TextIO
 
 from .sweep_invokers import (
     LAMBDA_MAX_TIMEOUT_S,
@@ -45,6 +40,8 @@ from .sweep_invokers import (
     SweepInvocationError,
     SweepInvoker,
 )
+from .sweep_payloads import SweepCliError, build_abandon_payload, build_payload, int_or_text
+from .sweep_report import SweepRun, format_summary, write_report
 
 __all__ = [
     "LAMBDA_MAX_TIMEOUT_S",
@@ -66,138 +63,11 @@ __all__ = [
     "write_report",
 ]
 
-if TYPE_CHECKING:
-    pass
-
 MAX_STALLED_BATCHES = 3
 """Batches in a row that process nothing (too little time left to start a target) before the
 loop gives up instead of invoking forever."""
 
-FIELD_FLAGS: dict[str, str] = {
-    "dry_run": "--dry-run",
-    "parent_workspace_ids": "--parent",
-    "workspace_ids": "--workspace",
-    "limit": "--limit",
-    "rate_limit_ms": "--rate-limit-ms",
-    "max_consecutive_errors": "--max-consecutive-errors",
-    "batch_size": "--batch-size",
-    "max_attempts": "--max-attempts",
-    "rate_limit_backoff_s": "--rate-limit-backoff-s",
-    "run_id": "--run-id",
-    "floor": "--floor-projects/--floor-prompts",
-    "allow_when_disabled": "--allow-when-disabled",
-}
-"""Which flag sets which payload field (for error messages)."""
-
-FAILED_SHOWN = 20
-"""Failed targets the summary names one by one (the report lists them all)."""
-
-COUNT_NAMES = tuple(SweepCounts.model_fields)
-"""The run's counters, in the order the domain declares them."""
-
-REPORT_COLUMNS = (
-    "workspace_id",
-    "parent_workspace_id",
-    "outcome",
-    "before_projects",
-    "before_prompts",
-    "target_projects",
-    "target_prompts",
-    "units_returned_projects",
-    "units_returned_prompts",
-    "error_code",
-    "request_id",
-    "attempt",
-    "final",
-)
-
-
-class SweepCliError(ValueError):
-    """A flag or the configuration is unusable; nothing was invoked."""
-
-
 # ---------------------------------------------------------------- the loop
-
-
-@dataclass
-class SweepRun:
-    """What the loop saw of one run: the latest result, every item, and how it ended."""
-
-    payload: dict[str, Any]
-    results: list[dict[str, Any]] = field(default_factory=list)
-    items: list[dict[str, Any]] = field(default_factory=list)
-    error: dict[str, Any] | None = None
-    interrupted: bool = False
-
-    @property
-    def last(self) -> dict[str, Any] | None:
-        """The latest batch result, if any."""
-        return self.results[-1] if self.results else None
-
-    @property
-    def run_id(self) -> str | None:
-        """The run's id (from the latest result, else from the payload)."""
-        if self.last is not None:
-            return str(self.last["run_id"])
-        run_id = self.payload.get("run_id")
-        return None if run_id is None else str(run_id)
-
-    @property
-    def dry_run(self) -> bool:
-        """Whether the run previews only."""
-        if self.last is not None and "dry_run" in self.last:
-            return bool(self.last["dry_run"])
-        return bool(self.payload.get("dry_run", True))
-
-    @property
-    def failed(self) -> list[dict[str, Any]]:
-        """Every target that ended failed, and why (from the latest result)."""
-        return list((self.last or {}).get("failed") or [])
-
-    @property
-    def counts(self) -> dict[str, int]:
-        """The run's running counts (cumulative across invocations, from its checkpoint)."""
-        counts = self.last["counts"] if self.last is not None else {}
-        return {name: int(counts.get(name, 0)) for name in COUNT_NAMES}
-
-    @property
-    def done(self) -> bool:
-        """The run processed every target."""
-        return self.last is not None and bool(self.last["done"])
-
-    @property
-    def aborted(self) -> bool:
-        """The run stopped after too many consecutive unexpected errors."""
-        return self.last is not None and bool(self.last["aborted"])
-
-    @property
-    def succeeded(self) -> bool:
-        """Finished, not aborted, no invocation error and no unexpected error."""
-        return (
-            self.error is None
-            and not self.interrupted
-            and self.done
-            and not self.aborted
-            and self.counts["unexpected_errors"] == 0
-        )
-
-    @property
-    def status(self) -> str:
-        """One word for the summary and the report."""
-        if self.interrupted:
-            return "interrupted"
-        if self.error is not None:
-            return "failed"
-        if self.aborted:
-            return "aborted"
-        if self.done:
-            return "done" if self.succeeded else "done-with-unexpected-errors"
-        return "incomplete"
-
-    def add(self, result: dict[str, Any]) -> None:
-        """Take in one batch result."""
-        self.results.append(result)
-        self.items.extend(result.get("items") or [])
 
 
 def drive_sweep(
@@ -291,178 +161,6 @@ class ProgressDisplay:
             self._shown = 0
 
 
-def format_summary(run: SweepRun) -> str:
-    """The end-of-run table: status, progress, one row per count, where the checkpoint is."""
-    last = run.last or {}
-    rows = [
-        *_status_rows(run, last),
-        ("processed", f"{last.get('processed', 0)} / {last.get('total', '?')}"),
-        *((name, str(value)) for name, value in run.counts.items()),
-        *_failed_rows(run.failed),
-    ]
-    if last.get("checkpoint"):
-        rows.append(("checkpoint", str(last["checkpoint"])))
-    return _table(rows)
-
-
-def _status_rows(run: SweepRun, last: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """Which run, how it ended, and why when it was aborted or an invocation failed."""
-    kind = "dry run" if run.dry_run else "real run"
-    rows = [("run", f"{run.run_id or '-'} ({kind})"), ("status", run.status)]
-    if last.get("abort_reason"):
-        rows.append(("abort reason", str(last["abort_reason"])))
-    if run.error is not None:
-        rows.append(("error", f"{run.error.get('errorType')}: {run.error.get('errorMessage')}"))
-    return rows
-
-
-def _failed_rows(failed: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
-    """The first FAILED_SHOWN failed targets by name, then how many more the report holds."""
-    rows = [
-        (
-            f"failed {target['workspace_id']}",
-            f"{target['error_code']} after {target['attempts']} attempt(s)",
-        )
-        for target in failed[:FAILED_SHOWN]
-    ]
-    if len(failed) > FAILED_SHOWN:
-        rows.append(("failed (more)", f"{len(failed) - FAILED_SHOWN} more in the report"))
-    return rows
-
-
-def _table(rows: Sequence[tuple[str, str]]) -> str:
-    """Labels padded to one column, between two rules as wide as the widest row."""
-    width = max(len(label) for label, _ in rows)
-    rule = "-" * (width + 2 + max(len(value) for _, value in rows))
-    return "\n".join([rule, *(f"{label:<{width}}  {value}" for label, value in rows), rule])
-
-
-def _flat_item(item: Mapping[str, Any]) -> dict[str, Any]:
-    row: dict[str, Any] = {column: "" for column in REPORT_COLUMNS}
-    for key in (
-        "workspace_id",
-        "parent_workspace_id",
-        "outcome",
-        "error_code",
-        "request_id",
-        "attempt",
-        "final",
-    ):
-        value = item.get(key)
-        row[key] = "" if value is None else value
-    for key in ("before", "target", "units_returned"):
-        totals = item.get(key) or {}
-        for dim in ("projects", "prompts"):
-            value = totals.get(dim)
-            row[f"{key}_{dim}"] = "" if value is None else value
-    return row
-
-
-def write_report(path: Path, run: SweepRun) -> None:
-    """Write every per-child line of the run: JSON (with the summary) or CSV, by extension."""
-    if path.suffix.lower() == ".csv":
-        with path.open("w", encoding="utf-8", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=REPORT_COLUMNS)
-            writer.writeheader()
-            for item in run.items:
-                writer.writerow(_flat_item(item))
-        return
-    last = run.last or {}
-    document = {
-        "run_id": run.run_id,
-        "dry_run": run.dry_run,
-        "status": run.status,
-        "done": run.done,
-        "aborted": run.aborted,
-        "abort_reason": last.get("abort_reason"),
-        "processed": last.get("processed", 0),
-        "remaining": last.get("remaining"),
-        "total": last.get("total"),
-        "counts": run.counts,
-        "checkpoint": last.get("checkpoint"),
-        "invocations": len(run.results),
-        "error": run.error,
-        "failed": run.failed,
-        "failed_listed_all": last.get("failed_listed_all", True),
-        "items": run.items,
-    }
-    path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-
-
-# ---------------------------------------------------------------- flags -> payload
-
-
-def _int_or_text(value: str) -> int | str:
-    # Non-numbers are passed on as text so the payload model refuses them, naming the field.
-    try:
-        return int(value)
-    except ValueError:
-        return value
-
-
-def _split_ids(values: Sequence[str] | None) -> list[str] | None:
-    if values is None:
-        return None
-    return [part.strip() for value in values for part in value.split(",") if part.strip()]
-
-
-def build_payload(args: argparse.Namespace) -> dict[str, Any]:
-    """The Sweep payload the flags describe, validated with the handler's model.
-
-    Raises:
-        SweepCliError: A flag value breaks the payload contract; the message names the flag
-            and the payload field.
-    """
-    payload: dict[str, Any] = {
-        "dry_run": bool(args.dry_run),
-        "parent_workspace_ids": _split_ids(args.parents) or [],
-    }
-    workspaces = _split_ids(args.workspaces)
-    if workspaces is not None:
-        payload["workspace_ids"] = workspaces
-    numbers = ("limit", "rate_limit_ms", "max_consecutive_errors", "batch_size", "max_attempts")
-    for name in (*numbers, "rate_limit_backoff_s", "run_id"):
-        value = getattr(args, name)
-        if value is not None:
-            payload[name] = value
-    if (args.floor_projects is None) != (args.floor_prompts is None):
-        raise SweepCliError("--floor-projects and --floor-prompts go together: give both")
-    if args.floor_projects is not None:
-        payload["floor"] = {"projects": args.floor_projects, "prompts": args.floor_prompts}
-    if args.allow_when_disabled:
-        payload["allow_when_disabled"] = True
-    _validate(SweepRequest, payload)
-    return payload
-
-
-def build_abandon_payload(args: argparse.Namespace) -> dict[str, Any]:
-    """The abandon payload ``--abandon --run-id ID [--reason TEXT]`` describes, validated.
-
-    Raises:
-        SweepCliError: No run id, or a flag that only a sweep takes.
-    """
-    if args.parents or args.workspaces or args.dry_run:
-        raise SweepCliError("--abandon takes --run-id (and --reason) only, not a sweep's flags")
-    payload: dict[str, Any] = {"abandon": True, "run_id": args.run_id}
-    if args.reason is not None:
-        payload["reason"] = args.reason
-    _validate(SweepAbandonRequest, payload)
-    return payload
-
-
-def _validate(model: type[SweepRequest] | type[SweepAbandonRequest], payload: Any) -> None:
-    try:
-        model.model_validate(payload)
-    except ValidationError as exc:
-        problems = []
-        for error in exc.errors(include_url=False, include_input=False):
-            location = ".".join(str(part) for part in error["loc"]) or "payload"
-            flag = FIELD_FLAGS.get(str(error["loc"][0]) if error["loc"] else "", "")
-            where = f"{flag} (payload field {location})" if flag else f"payload field {location}"
-            problems.append(f"{where}: {error['msg']}")
-        raise SweepCliError("invalid sweep flags: " + "; ".join(problems)) from None
-
-
 def _report_path(value: str | None) -> Path | None:
     if value is None:
         return None
@@ -505,12 +203,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         ("--floor-prompts", "lowest prompts total to keep (with --floor-projects)"),
     )
     for flag, help_text in numbers:
-        parser.add_argument(flag, type=_int_or_text, metavar="N", help=help_text)
+        parser.add_argument(flag, type=int_or_text, metavar="N", help=help_text)
     parser.add_argument("--run-id", help="resume this run (absent: a new run)")
     parser.add_argument(
         "--abandon",
         action="store_true",
-        help="end the unfinished run --run-id for good and free its parents (one invocation)",
+        help="end the unfinished run --run-id (or the run holding one --parent) for good and "
+        "free its parents; also over an unreadable checkpoint or claim (one invocation)",
     )
     parser.add_argument("--reason", help="why the run is abandoned (with --abandon)")
     parser.add_argument(
@@ -631,7 +330,12 @@ def _abandon(
         print("sweep: abandon failed:", json.dumps(exc.payload, default=str), file=err)
         return 1
     freed = ", ".join(result.get("released_parents") or []) or "none"
-    print(f"run {result['run_id']} abandoned; parents freed: {freed}", file=out)
+    if result.get("run_id") is None:
+        print(f"unreadable claim cleared; parents freed: {freed}", file=out)
+    else:
+        print(f"run {result['run_id']} abandoned; parents freed: {freed}", file=out)
+    if result.get("unreadable"):
+        print(f"replaced an unreadable document ({result['unreadable']})", file=out)
     print(f"checkpoint kept at {result.get('checkpoint')}", file=out)
     return 0
 

@@ -122,7 +122,7 @@ class ManualWallClock:
 
 
 def _checkpoint_problems(store: Any, run_id: str) -> list[str]:
-    from serenity_allocator.domain.sweep import SweepCheckpoint
+    from serenity_allocator.domain.sweep_model import SweepCheckpoint
 
     try:
         stored = store.load(run_id)
