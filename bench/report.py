@@ -147,4 +147,7 @@ def readme(results: dict[str, Any], plots: list[str]) -> str:
     from .ledger import markdown as ledger_markdown
 
     lines += ["", *ledger_markdown(measured(results, "ledger"))]
+    from .real_sizes import readme_lines
+
+    lines += ["", *readme_lines(measured(results, "real_sizes"))]
     return "\n".join(lines).rstrip() + "\n"

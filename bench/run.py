@@ -26,7 +26,16 @@ from .common import note
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results.json"
 DOCS = ROOT / "docs" / "benchmarks"
-SECTIONS = ("calls", "overhead", "throughput", "coldstart", "sweep", "writes", "ledger")
+SECTIONS = (
+    "calls",
+    "overhead",
+    "throughput",
+    "coldstart",
+    "sweep",
+    "writes",
+    "ledger",
+    "real_sizes",
+)
 
 
 def _commit() -> str:
@@ -89,6 +98,16 @@ def _writes() -> dict[str, Any]:
     return writes.measure()
 
 
+def _real_sizes() -> dict[str, Any]:
+    from serenity_tools.standins.simulator import start_simulator
+
+    from . import real_sizes
+    from .common import BENCH_TOKEN
+
+    with start_simulator(accepted_tokens=[BENCH_TOKEN]) as sim:
+        return real_sizes.measure(sim)
+
+
 def _ledger() -> dict[str, Any]:
     from . import ledger
 
@@ -130,6 +149,12 @@ def _write(results: dict[str, Any], semrush_rps: float) -> None:
         from . import writes
 
         (DOCS / "writes.md").write_text(writes.markdown(results["writes"]), encoding="utf-8")
+    if "error" not in results.get("real_sizes", {"error": "not run"}):
+        from . import real_sizes
+
+        (DOCS / "real-sizes.md").write_text(
+            real_sizes.markdown(results["real_sizes"]), encoding="utf-8"
+        )
     note(f"wrote {RESULTS.relative_to(ROOT)}, docs/benchmarks/ ({len(written)} plots)")
 
 
@@ -163,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         "sweep": _sweep,
         "writes": _writes,
         "ledger": _ledger,
+        "real_sizes": _real_sizes,
     }
     started = time.monotonic()
     failed = _run_sections(selected, runners, results)

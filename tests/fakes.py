@@ -117,6 +117,10 @@ def event_fields(event: object) -> tuple[object, ...]:
     """An event's field values, in declaration order (not copied)."""
     return tuple(getattr(event, f.name) for f in dataclasses.fields(event))  # type: ignore[arg-type]
 
+    def tiered_met(self, role: str) -> None:
+        """Record."""
+        self.calls.append(("tiered_met", (role,)))
+
 
 @dataclass
 class _Usage:

@@ -24,6 +24,8 @@ EXPECTED_CHECKS = (
     "guarded writes refused only when the pool was short",
     "broker: one holder per group",
     "broker: FIFO delivery order",
+    "tiered workspaces",
+    "real-sized pools",
 )
 
 

@@ -73,7 +73,13 @@ def test_harness_concurrency_keeps_every_invariant_with_the_allocation_features_
     # Then invariants 1-5, the broker checks and the services' writes all hold
     _assert_passed(result)
     names = {check.name for check in result.checks}
-    assert {"1 conservation", "4 per-child order", "broker: one holder per group"} <= names
+    assert {
+        "1 conservation",
+        "4 per-child order",
+        "broker: one holder per group",
+        "tiered workspaces",
+        "real-sized pools",
+    } <= names
     # And the features were exercised, not just switched on
     numbers = result.numbers
     assert numbers["HeadroomCheck{unmetered}"] > 0

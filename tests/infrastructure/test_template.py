@@ -37,6 +37,8 @@ PAGER_ALARMS = {
     "AllocatorErrorsAlarm",
     "AllocatorThrottlesAlarm",
     "SweepExecutionFailedAlarm",
+    "EnforcementBackClassifierAlarm",
+    "EnforcementBackRetryAlarm",
 }
 DASHBOARD_ONLY_ALARMS = {
     "OrgPoolExhaustedRejectionAlarm",
@@ -51,6 +53,7 @@ PLANNED_RUNBOOKS = {
     "docs/runbooks/pool-exhaustion.md",
     "docs/runbooks/sweep.md",
     "docs/runbooks/allocator-errors.md",
+    "docs/runbooks/enforcement-is-back.md",
 }
 
 
@@ -320,9 +323,9 @@ def test_custom_metric_alarms_use_the_catalogs_names_and_dimensions(
     custom = {
         name: alarm
         for name, alarm in _alarms(template).items()
-        if alarm["Namespace"] == globals_env["POWERTOOLS_METRICS_NAMESPACE"]
+        if alarm.get("Namespace") == globals_env["POWERTOOLS_METRICS_NAMESPACE"]
     }
-    assert len(custom) == 6
+    assert len(custom) == 7
     for name, alarm in custom.items():
         # Then the metric exists in the code's catalog, with exactly the dimensions it emits
         spec = METRIC_CATALOG[alarm["MetricName"]]
@@ -340,8 +343,36 @@ def test_pager_custom_metric_alarms_are_on_metrics_the_catalog_marks_pager_worth
 ) -> None:
     alarms = _alarms(template)
     for name in PAGER_ALARMS:
-        if alarms[name]["Namespace"] == "SerenityAllocator":
+        if alarms[name].get("Namespace") == "SerenityAllocator":
             assert METRIC_CATALOG[alarms[name]["MetricName"]].pager, name
+
+
+def test_enforcement_is_back_pages_on_the_first_disguised_405_anywhere(
+    template: dict[str, Any],
+) -> None:
+    # Given the two "enforcement is back" alarms
+    alarms = _alarms(template)
+    classifier = alarms["EnforcementBackClassifierAlarm"]
+    retry = alarms["EnforcementBackRetryAlarm"]
+
+    # Then the classifier's alarm fires on one matched 405 from any service
+    assert (classifier["MetricName"], classifier["Statistic"]) == ("MeteredQuotaClassifier", "Sum")
+    assert _metric_dimensions(classifier)["Matched"] == "true"
+    # And the retry alarm counts every recovery cycle of every call site, in this environment
+    (query,) = retry["Metrics"]
+    expression = " ".join(
+        resolver(template, EnvironmentName="prod").resolve(query["Expression"]).split()
+    )
+    assert expression == (
+        'SELECT COUNT(QuotaRetryOutcome) FROM SCHEMA("SerenityAllocator", Environment, Outcome,'
+        " Site) WHERE Environment = 'prod'"
+    )
+    assert query["ReturnData"] is True
+    # And both page at the first one
+    for alarm in (classifier, retry):
+        assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+        assert (alarm["Period"] if "Period" in alarm else query["Period"]) == 300
+        assert alarm["EvaluationPeriods"] == 1
 
 
 def test_threshold_alarms_use_their_parameters(template: dict[str, Any]) -> None:

@@ -111,6 +111,7 @@ def test_sweep_dry_run_transfers_nothing_and_reports_exact_targets(stack: SweepS
         "expected_errors": 0,
         "unexpected_errors": 0,
         "failed_attempts": 0,
+        "tiered": 0,
     }
     # And nothing moved: no transfer reached Semrush, nothing was enqueued
     assert api_calls(stack.sim, "transfer") == []

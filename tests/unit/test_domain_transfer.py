@@ -134,11 +134,12 @@ def test_apply_transfer_settle_status_never_created_is_settle_timeout(
     gateway.set_status(CHILD, "not ready")
     observer = RecordingObserver()
 
-    # When sent on the settle path / Then it gives up after 12 polls 1 s apart
+    # When sent on the settle path / Then it gives up after 30 polls 1 s apart (the upstream's
+    # 30 x 1 s: settling can outlast 15 s)
     with pytest.raises(SettleTimeoutError):
         apply_transfer(gateway, CHILD, RAISED, SETTLE, transfer_context(clock, observer))
-    assert gateway.calls_of(READ_STATUS) == [CHILD] * 12
-    assert clock.sleeps == [1.0] * 11
+    assert gateway.calls_of(READ_STATUS) == [CHILD] * 30
+    assert clock.sleeps == [1.0] * 29
     assert observer.args_of("transfer_timed") == [("settle", 0.0)]  # the call, not the polls
 
 

@@ -273,6 +273,7 @@ def test_cli_csv_report_has_one_row_per_child_with_flat_totals(tmp_path: Path) -
         "units_returned_prompts": "300",
         "error_code": "",
         "request_id": "",
+        "tiered": "",
         "attempt": "1",
         "final": "True",
     }

@@ -26,6 +26,7 @@ from ..domain.observations import (
     PoolChecked,
     Rejected,
     ReleaseFinished,
+    TieredWorkspaceMet,
     TightPoolFallback,
     TransferTimed,
 )
@@ -77,15 +78,20 @@ METRIC_CATALOG: dict[str, MetricSpec] = {
     "TopUpLatencyMs": MetricSpec("Milliseconds", "Path", ("settle", "fail-fast")),
     "PoolFreeRatio": MetricSpec("Percent", "Dim", ("projects", "prompts")),
     "AllocationRejection": MetricSpec(
-        "Count", "Reason", ("orgPoolExhausted", "brandAiLimit", "workspaceBusy"), pager=True
+        "Count",
+        "Reason",
+        ("orgPoolExhausted", "brandAiLimit", "workspaceBusy", "tieredPrompts"),
+        pager=True,
     ),
+    "TieredWorkspace": MetricSpec("Count", "Role", ("child", "pool")),
     "NotReadyRetry": MetricSpec("Count"),
     "ReleaseOutcome": MetricSpec(
         "Count",
         "Outcome",
         ("released", "nothing-to-release", "requires-decommission", "error", "dry-run"),
     ),
-    "MeteredQuotaClassifier": MetricSpec("Count", "Matched", ("true", "false")),
+    # Pages on Matched=true: the first disguised 405 says enforcement is back (dormant watch).
+    "MeteredQuotaClassifier": MetricSpec("Count", "Matched", ("true", "false"), pager=True),
     "InvalidMessage": MetricSpec("Count"),
     "CoalescedEnsures": MetricSpec("Count"),
     "QueueLagMs": MetricSpec("Milliseconds"),
@@ -175,6 +181,7 @@ EVENT_METRICS: dict[type[object], EventMetric] = {
     NotReadyRetry: EventMetric("NotReadyRetry"),
     ReleaseFinished: EventMetric("ReleaseOutcome", dimension="outcome"),
     TightPoolFallback: EventMetric("TightPoolFallback", dimension="result"),
+    TieredWorkspaceMet: EventMetric("TieredWorkspace", dimension="role"),
     QueueLag: EventMetric("QueueLagMs", value="lag_ms"),
     InvalidMessage: EventMetric("InvalidMessage"),
     DisabledNoop: EventMetric("DisabledNoop"),

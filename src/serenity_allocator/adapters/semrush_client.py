@@ -51,7 +51,7 @@ from .semrush_origin import (
     ConfigurationError,
     validate_base_url,
 )
-from .semrush_payloads import parse_ai_resources, workspace_record
+from .semrush_payloads import parse_ai_resources, transfer_body, workspace_record
 from .token_provider import TokenProvider
 
 __all__ = [
@@ -183,8 +183,11 @@ class SemrushClient:
         body = self._json(self._call(READ_RESOURCES, workspace_id), READ_RESOURCES)
         return parse_ai_resources(body)
 
-    def transfer(self, workspace_id: str, totals: Totals) -> None:
+    def transfer(self, workspace_id: str, totals: Totals, *, include_prompts: bool = True) -> None:
         """Set the child's AI totals ABSOLUTELY, both dimensions in one body.
+
+        ``include_prompts=False`` sends ``projects`` alone: a tiered workspace must never get a
+        flat ``prompts`` (see :func:`.semrush_payloads.transfer_body`).
 
         The answer (the child's workspace object) is not read: the caller re-reads what it needs.
 
@@ -192,7 +195,7 @@ class SemrushClient:
             UpstreamError: A non-2xx answer after retries (the caller classifies the 422s).
             UpstreamUnavailableError: No answer after retries.
         """
-        self._call(TRANSFER, workspace_id, {"resources": _ai_body(totals)})
+        self._call(TRANSFER, workspace_id, transfer_body(totals, include_prompts=include_prompts))
 
     def read_status(self, workspace_id: str) -> str:
         """Read the workspace's lifecycle status (``created``, ``not ready``, ...).

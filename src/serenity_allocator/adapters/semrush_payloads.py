@@ -3,6 +3,13 @@
 The upstream's shapes are the adapter's business (semrush-user-manager.md): the domain receives
 ``AiResources`` and never sees a response body. A missing or mistyped field raises
 ``MalformedResponseError`` naming it, because a silent 0 would over- or under-allocate.
+
+Two shapes of ``/resources`` are known (the doc's "The tiered prompt shape"): the flat one
+(``prompts``) and, since 2026-08, the tiered one (``daily_prompts`` + ``weekly_prompts``, no
+``prompts``). They are read as the upstream did: flat ``prompts`` first; else both tiers
+complete; else the shape is unrecognised, a malformed answer. The flat shape may carry a
+``weekly_prompts`` of its own, so only ``daily_prompts`` (without ``prompts``) marks a tiered
+body.
 """
 
 from __future__ import annotations
@@ -11,7 +18,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..domain.errors import MalformedResponseError
-from ..domain.model import AiResources, Dimension, DimensionUsage, WorkspaceRecord
+from ..domain.model import (
+    AiResources,
+    Dimension,
+    DimensionUsage,
+    PromptTiers,
+    Totals,
+    WorkspaceRecord,
+)
 
 
 def _count(value: Any, where: str) -> int:
@@ -21,9 +35,13 @@ def _count(value: Any, where: str) -> int:
     return value
 
 
-def _dimension(block: Mapping[str, Any], dim: Dimension) -> DimensionUsage:
-    where = f"product_resources.ai.resources.{dim.value}"
-    raw = block.get(dim.value)
+_WHERE = "product_resources.ai.resources"
+_TIERS = ("daily_prompts", "weekly_prompts")
+
+
+def _dimension(block: Mapping[str, Any], key: str) -> DimensionUsage:
+    where = f"{_WHERE}.{key}"
+    raw = block.get(key)
     if not isinstance(raw, Mapping):
         raise MalformedResponseError(f"{where} is missing")
     for required in ("used", "total"):
@@ -39,7 +57,11 @@ def _dimension(block: Mapping[str, Any], dim: Dimension) -> DimensionUsage:
 
 
 def parse_ai_resources(body: Any) -> AiResources:
-    """Parse ``GET /v1/workspaces/{id}/resources``; a missing field raises, ``drafted`` is 0."""
+    """Parse ``GET /v1/workspaces/{id}/resources`` in either shape; ``drafted`` defaults to 0.
+
+    Raises:
+        MalformedResponseError: a missing or mistyped field, or neither shape (naming it).
+    """
     if not isinstance(body, Mapping):
         raise MalformedResponseError("resources body is not a JSON object")
     product = body.get("product_resources")
@@ -47,10 +69,28 @@ def parse_ai_resources(body: Any) -> AiResources:
     resources = ai.get("resources") if isinstance(ai, Mapping) else None
     if not isinstance(resources, Mapping):
         raise MalformedResponseError("product_resources.ai.resources is missing")
-    return AiResources(
-        projects=_dimension(resources, Dimension.PROJECTS),
-        prompts=_dimension(resources, Dimension.PROMPTS),
-    )
+    projects = _dimension(resources, Dimension.PROJECTS.value)
+    # ``weekly_prompts`` alone is part of the flat shape too: only ``daily_prompts`` says tiered.
+    if Dimension.PROMPTS.value in resources or _TIERS[0] not in resources:
+        return AiResources(
+            projects=projects, prompts=_dimension(resources, Dimension.PROMPTS.value)
+        )
+    # Tiered: both tiers must be complete; half a tiered body is as malformed as no prompts.
+    daily, weekly = (_dimension(resources, tier) for tier in _TIERS)
+    return AiResources.tiered(projects, PromptTiers(daily=daily, weekly=weekly))
+
+
+def transfer_body(totals: Totals, *, include_prompts: bool = True) -> dict[str, Any]:
+    """The body of ``POST /v2/workspaces/{id}/resources/transfer``.
+
+    Both dimensions, normally: a partial body would leave the other dimension to the upstream.
+    Without prompts only for a tiered workspace, where that is exactly the point: nobody knows
+    what a flat ``prompts`` does to its daily and weekly tiers.
+    """
+    ai: dict[str, int] = {"projects": totals.projects}
+    if include_prompts:
+        ai["prompts"] = totals.prompts
+    return {"resources": {"ai": ai}}
 
 
 def workspace_record(item: Any, operation: str) -> WorkspaceRecord:

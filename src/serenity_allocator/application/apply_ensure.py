@@ -14,7 +14,12 @@ from dataclasses import dataclass
 from ..domain.allocation import EnsureResult, ensure_headroom
 from ..domain.ceiling import Ceiling, combine_ceilings
 from ..domain.coalescing import EnsureRun
-from ..domain.errors import BrandAiLimitError, OrgPoolExhaustedError, OutOfTimeError
+from ..domain.errors import (
+    BrandAiLimitError,
+    OrgPoolExhaustedError,
+    OutOfTimeError,
+    TieredPromptsError,
+)
 from ..domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus
 from ..domain.model import Totals
 from ..domain.outcomes import build_outcome
@@ -66,7 +71,7 @@ def apply_ensure(
             result = ensurer.apply_run(combined, message.message_id, request)
         else:
             result = ensurer.apply_one(request)
-    except (BrandAiLimitError, OrgPoolExhaustedError) as exc:
+    except (BrandAiLimitError, OrgPoolExhaustedError, TieredPromptsError) as exc:
         return build_outcome(request, "rejected", receive_count, error_code=exc.code)
     if isinstance(result, Parked):
         return result
@@ -143,9 +148,9 @@ class _Ensurer:
                 attempt,
                 served=list(run.requests),
             )
-        except (BrandAiLimitError, OrgPoolExhaustedError):
-            # The sum does not fit; each request may on its own. No request received this
-            # refusal.
+        except (BrandAiLimitError, OrgPoolExhaustedError, TieredPromptsError):
+            # The sum does not fit (a tiered child's tiers may cover each need alone, never
+            # the sum); each request may on its own. No request received this refusal.
             attempt.discard()
             run.split_up()
             return self.apply_one(request)

@@ -45,6 +45,10 @@ def sweep_target(
     except Exception as exc:
         return record_failure(request, checkpoint, item, classify_failure(exc))
     record_success(checkpoint, child_id, count)
+    if item.tiered:
+        # Its own count, never an error: a tiered answer is a known shape (the abort rule
+        # counts only failures).
+        checkpoint.counts.add("tiered")
     return item
 
 
@@ -95,7 +99,13 @@ def _preview_and_act(
     plan = preview.plan
     assert plan is not None  # a dry run always carries its plan
     item = item.model_copy(
-        update={"before": plan.before, "target": plan.target, "units_returned": plan.units_returned}
+        update={
+            "before": plan.before,
+            "target": plan.target,
+            "units_returned": plan.units_returned,
+            # The plan leaves a tiered child's prompts alone; the release it enqueues does too.
+            "tiered": True if plan.tiered else None,
+        }
     )
     outcome = plan.natural_outcome
     if outcome == "requires-decommission":

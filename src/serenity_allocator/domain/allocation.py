@@ -20,6 +20,7 @@ from .observations import HeadroomChecked, PoolChecked, Rejected, ReleaseFinishe
 from .parent_links import ParentMismatchError
 from .ports import WorkspaceGateway
 from .resources import round_up_to_block
+from .tiered import is_flat_pair, note_tiered, refuse_tiered_prompts
 from .transfer import SETTLE, TransferContext, TransferPolicy, apply_transfer
 
 EnsureOutcome = Literal["hot-path", "topped-up", "unmetered"]
@@ -55,6 +56,8 @@ class ReleasePlan(_Result):
     lowered: tuple[Dimension, ...]
     requires_decommission: tuple[Dimension, ...]
     drafted: Totals
+    tiered: bool = False
+    """The child is in the tiered prompt shape: its prompts are left alone, projects only."""
 
     @property
     def would_release(self) -> bool:
@@ -160,13 +163,17 @@ def ensure_headroom(
         WiringError: a blank id, before any call.
         ParentMismatchError: the parent is not the child's parent (no transfer).
         BrandAiLimitError: the exact need would pass the ceiling (no transfer).
+        TieredPromptsError: a prompts top-up on a tiered child or from a tiered pool (no
+            transfer; terminal). A projects-only top-up there sends projects only.
         OrgPoolExhaustedError, WorkspaceBusyError, and the transfer's other errors.
     """
     _require_ids(child_id=child_id, parent_id=parent_id)
     need = need or Totals()
     child = gateway.read_resources(child_id)
+    note_tiered(child, "child", ctx)
     before = child.totals()
     required = required_totals(child, need, include_drafted)
+    # On a tiered child the prompts view is its tightest tier: a need that fits it fits both.
     new_totals = plan_top_up(child, required, blocks)
     if new_totals == before:
         ctx.observer.record(HeadroomChecked("hot-path"))
@@ -181,24 +188,57 @@ def ensure_headroom(
         ctx.observer.record(HeadroomChecked("unmetered"))
         return EnsureResult(outcome="unmetered", before=before, after=before)
 
+    refuse_tiered_prompts(child, before, new_totals, ctx)
     new_totals = _capped_to_ceiling(before, required, new_totals, ceiling, ctx)
+    return _top_up(
+        gateway,
+        (child_id, parent_id),
+        child,
+        (required, new_totals),
+        policy,
+        ctx,
+        exact_fallback=exact_fallback,
+        before_transfer=before_transfer,
+    )
 
+
+def _top_up(
+    gateway: WorkspaceGateway,
+    ids: tuple[str, str],
+    child: AiResources,
+    sizes: tuple[Totals, Totals],
+    policy: TransferPolicy,
+    ctx: TransferContext,
+    *,
+    exact_fallback: bool,
+    before_transfer: Callable[[Totals, Totals], None],
+) -> EnsureResult:
+    """Read the pool and transfer ``planned`` (``sizes`` is required, planned) to the child."""
+    child_id, parent_id = ids
+    required, planned = sizes
+    before = child.totals()
     pool = gateway.read_resources(parent_id)
+    note_tiered(pool, "pool", ctx)
     ctx.observer.record(PoolChecked(parent_id, pool))
+    # A prompts raise would come out of a tiered pool: the same unknown as a tiered child.
+    refuse_tiered_prompts(pool, before, planned, ctx)
+    with_prompts = is_flat_pair(child, pool)
 
     # Counted when attempted, not when it succeeds: the hot-path ratio must show the top-ups
     # a dry pool refuses.
     ctx.observer.record(HeadroomChecked("topped-up"))
     try:
-        before_transfer(before, new_totals)
-        attempts = _transfer_recording_rejections(gateway, child_id, new_totals, policy, ctx)
+        before_transfer(before, planned)
+        attempts = _transfer_recording_rejections(
+            gateway, child_id, planned, policy, ctx, with_prompts
+        )
     except OrgPoolExhaustedError:
         exact = _exact_totals(before, required)
-        if not exact_fallback or exact == new_totals:
+        if not exact_fallback or exact == planned:
             ctx.observer.record(Rejected(OrgPoolExhaustedError.code))
             raise
         attempts = _exact_fallback(
-            gateway, child_id, pool, (before, exact), policy, ctx, before_transfer
+            gateway, child_id, pool, (before, exact), policy, ctx, before_transfer, with_prompts
         )
         return EnsureResult(
             outcome="topped-up",
@@ -207,7 +247,7 @@ def ensure_headroom(
             attempts=attempts,
             used_exact_fallback=True,
         )
-    return EnsureResult(outcome="topped-up", before=before, after=new_totals, attempts=attempts)
+    return EnsureResult(outcome="topped-up", before=before, after=planned, attempts=attempts)
 
 
 def _capped_to_ceiling(
@@ -232,6 +272,7 @@ def _exact_fallback(
     policy: TransferPolicy,
     ctx: TransferContext,
     announce: Callable[[Totals, Totals], None],
+    with_prompts: bool,
 ) -> int:
     """Retry a refused block-rounded top-up once with the exact totals; re-raise if refused."""
     before, exact = change
@@ -241,7 +282,9 @@ def _exact_fallback(
             # that is all but sure to be refused (the read never blocks the first attempt).
             raise OrgPoolExhaustedError()
         announce(before, exact)
-        attempts = _transfer_recording_rejections(gateway, child_id, exact, policy, ctx)
+        attempts = _transfer_recording_rejections(
+            gateway, child_id, exact, policy, ctx, with_prompts
+        )
     except OrgPoolExhaustedError:
         ctx.observer.record(TightPoolFallback("rejected"))
         ctx.observer.record(Rejected(OrgPoolExhaustedError.code))
@@ -264,9 +307,10 @@ def _transfer_recording_rejections(
     totals: Totals,
     policy: TransferPolicy,
     ctx: TransferContext,
+    with_prompts: bool,
 ) -> int:
     try:
-        return apply_transfer(gateway, child_id, totals, policy, ctx)
+        return apply_transfer(gateway, child_id, totals, policy, ctx, include_prompts=with_prompts)
     except WorkspaceBusyError:
         ctx.observer.record(Rejected(WorkspaceBusyError.code))
         raise
@@ -277,13 +321,14 @@ def plan_release(child: AiResources, floor: Totals, blocks: Blocks) -> ReleasePl
 
     Per dimension, target = max(floor, round_up(used + drafted, block)). Only a target below the
     total AND above 0 lowers the dimension; a would-be 0 keeps its total and is reported as
-    requiring decommission, because the gateway silently ignores a transfer to 0.
+    requiring decommission, because the gateway silently ignores a transfer to 0. A tiered
+    child's prompts keep their total: a release never sends it a flat ``prompts``.
     """
     before = child.totals()
-    target: dict[str, int] = {}
+    target: dict[str, int] = {Dimension.PROMPTS.value: before.prompts}
     lowered: list[Dimension] = []
     decommission: list[Dimension] = []
-    for dim in Dimension:
+    for dim in (Dimension.PROJECTS,) if child.is_tiered else tuple(Dimension):
         usage = child.get(dim)
         wanted = max(floor.get(dim), round_up_to_block(usage.used + usage.drafted, blocks.get(dim)))
         if wanted == 0 and before.get(dim) > 0:
@@ -300,6 +345,7 @@ def plan_release(child: AiResources, floor: Totals, blocks: Blocks) -> ReleasePl
         lowered=tuple(lowered),
         requires_decommission=tuple(decommission),
         drafted=Totals(projects=child.projects.drafted, prompts=child.prompts.drafted),
+        tiered=child.is_tiered,
     )
 
 
@@ -323,7 +369,9 @@ def release_surplus(
     release's intent there); whatever it raises propagates and nothing is transferred.
     """
     _require_ids(child_id=child_id)
-    plan = plan_release(gateway.read_resources(child_id), floor or blocks.as_totals(), blocks)
+    child = gateway.read_resources(child_id)
+    note_tiered(child, "child", ctx)
+    plan = plan_release(child, floor or blocks.as_totals(), blocks)
     if dry_run:
         result = ReleaseResult(outcome="dry-run", plan=plan)
         # A preview counts what a real release would report: dry-run only when it would
@@ -350,7 +398,9 @@ def _transfer_release(
     ctx: TransferContext,
 ) -> ReleaseResult:
     try:
-        attempts = apply_transfer(gateway, child_id, plan.target, policy, ctx)
+        attempts = apply_transfer(
+            gateway, child_id, plan.target, policy, ctx, include_prompts=not plan.tiered
+        )
     except AllocationError as exc:
         if exc.code in _RELEASE_REJECTIONS:
             # A stuck child refuses releases too; the busy alarm must see it.

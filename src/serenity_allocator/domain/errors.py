@@ -41,6 +41,18 @@ class BrandAiLimitError(AllocationError):
         self.ceiling = ceiling
 
 
+class TieredPromptsError(AllocationError):
+    """The ensure needs a prompts transfer on a workspace in the tiered prompt shape.
+
+    Terminal: the transfer takes only a flat ``prompts`` number whose effect on a daily/weekly
+    tiered workspace nobody knows, so the allocator never sends one (semrush-user-manager.md,
+    "The tiered prompt shape"). A retry would meet the same shape.
+    """
+
+    code = "tieredPrompts"
+    message = "the workspace's prompt quota is tiered; the allocator cannot top it up"
+
+
 class WorkspaceBusyError(AllocationError):
     """The child stayed ``not ready`` through every allowed retry."""
 

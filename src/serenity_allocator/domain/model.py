@@ -72,11 +72,48 @@ class DimensionUsage(_Frozen):
         return self.total - self.used
 
 
+class PromptTiers(_Frozen):
+    """The tiered prompt shape: a daily and a weekly tier, each ``{used, total}``, no drafts.
+
+    Seen live since 2026-08 (semrush-user-manager.md, "The tiered prompt shape"): such a
+    workspace has no flat ``prompts`` at all, and nobody knows which tier a flat transfer moves.
+    """
+
+    daily: DimensionUsage
+    weekly: DimensionUsage
+
+    def fits(self, more: int) -> bool:
+        """True when ``more`` prompts fit on BOTH tiers (``used + more <= total`` on each)."""
+        return all(tier.used + more <= tier.total for tier in (self.daily, self.weekly))
+
+    def tightest(self) -> DimensionUsage:
+        """The tier with the fewest free prompts (daily on a tie): what a write meets first."""
+        return self.weekly if self.weekly.free < self.daily.free else self.daily
+
+
 class AiResources(_Frozen):
-    """A workspace's AI resources; on a master workspace this is the org pool."""
+    """A workspace's AI resources; on a master workspace this is the org pool.
+
+    A tiered workspace carries ``prompt_tiers``; its ``prompts`` is then the tightest tier, a
+    read-only view for reports and headroom checks. No transfer is ever planned from it: a
+    tiered workspace never gets a flat ``prompts`` transfer (see :attr:`is_tiered`).
+    """
 
     projects: DimensionUsage
     prompts: DimensionUsage
+    prompt_tiers: PromptTiers | None = None
+
+    @classmethod
+    def tiered(cls, projects: DimensionUsage, tiers: PromptTiers) -> AiResources:
+        """A tiered workspace's resources, its ``prompts`` view being the tightest tier."""
+        tightest = tiers.tightest()
+        view = DimensionUsage(used=tightest.used, total=tightest.total)
+        return cls(projects=projects, prompts=view, prompt_tiers=tiers)
+
+    @property
+    def is_tiered(self) -> bool:
+        """True for the tiered prompt shape (daily + weekly tiers, no flat ``prompts``)."""
+        return self.prompt_tiers is not None
 
     def get(self, dim: Dimension) -> DimensionUsage:
         """Return the usage of one dimension."""

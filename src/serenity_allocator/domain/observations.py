@@ -74,6 +74,16 @@ class TightPoolFallback:
     result: str
 
 
+@dataclass(frozen=True)
+class TieredWorkspaceMet:
+    """A request met a workspace in the tiered prompt shape as its ``child`` or ``pool``.
+
+    Counted whatever the request's fate (it says where the allocator is blind).
+    """
+
+    role: str
+
+
 AllocationEvent = (
     HeadroomChecked
     | TransferTimed
@@ -82,6 +92,7 @@ AllocationEvent = (
     | NotReadyRetry
     | ReleaseFinished
     | TightPoolFallback
+    | TieredWorkspaceMet
 )
 """Everything the domain's rules report."""
 

@@ -15,8 +15,12 @@ class WorkspaceGateway(Protocol):
         """Read a workspace's AI resources (the org pool when given a master id)."""
         ...
 
-    def transfer(self, workspace_id: str, totals: Totals) -> None:
-        """Set the child's totals ABSOLUTELY, both dimensions in one body."""
+    def transfer(self, workspace_id: str, totals: Totals, *, include_prompts: bool = True) -> None:
+        """Set the child's totals ABSOLUTELY, both dimensions in one body.
+
+        ``include_prompts=False`` sends projects only: the call for a tiered child or pool,
+        which must never get a flat ``prompts`` (the domain passes it only then).
+        """
         ...
 
     def read_status(self, workspace_id: str) -> str:

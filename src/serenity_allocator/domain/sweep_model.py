@@ -154,7 +154,9 @@ class SweepCounts(BaseModel):
 
     Each target counts once, under its terminal result (``expected_errors`` and
     ``unexpected_errors`` are targets that ended failed after their last attempt);
-    ``failed_attempts`` counts every failed attempt, retried or not.
+    ``failed_attempts`` counts every failed attempt, retried or not. ``tiered`` counts the
+    targets in the tiered prompt shape besides their terminal result: their prompts are never
+    released (no flat ``prompts`` to a tiered workspace), only their projects.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -168,8 +170,9 @@ class SweepCounts(BaseModel):
     expected_errors: Count = 0
     unexpected_errors: Count = 0
     failed_attempts: Count = 0
+    tiered: Count = 0
 
-    def add(self, name: SweepCountName | Literal["failed_attempts"]) -> None:
+    def add(self, name: SweepCountName | Literal["failed_attempts", "tiered"]) -> None:
         """Count one more of ``name``."""
         setattr(self, name, getattr(self, name) + 1)
 
@@ -306,6 +309,8 @@ class SweepItem(BaseModel):
     units_returned: Totals | None = None
     error_code: str | None = None
     request_id: str | None = None
+    tiered: Literal[True] | None = None
+    """True for a child in the tiered prompt shape: its prompts were skipped."""
     attempt: int = 1
     final: bool = True
     """False for a failed attempt the run will retry."""

@@ -57,14 +57,21 @@ FAIL_FAST = TransferPolicy(
 )
 """Request path: exactly one attempt, never polls (the first allocator's rule)."""
 
+SETTLE_POLL_ATTEMPTS = 30
+SETTLE_POLL_INTERVAL_S = 1.0
+# Settling can take longer than 15 s; the upstream polls 30 x 1 s (semrush-user-manager.md,
+# "Child workspaces, and other read-side facts"): the first allocator's 12 polls were too few.
+
 SETTLE = TransferPolicy(
     name="settle",
     not_ready_retries=3,
     retry_interval_s=1.0,
-    settle_poll_attempts=12,
-    settle_poll_interval_s=1.0,
+    settle_poll_attempts=SETTLE_POLL_ATTEMPTS,
+    settle_poll_interval_s=SETTLE_POLL_INTERVAL_S,
 )
-"""Release path: 3 not-ready retries (4 transfers), interval x attempt, then 12 polls 1 s apart."""
+"""Release path: 3 not-ready retries (4 transfers), interval x attempt, then up to 30 polls 1 s
+apart (configurable: ``SETTLE_POLL_ATTEMPTS``, ``SETTLE_POLL_INTERVAL_S``), never past the
+deadline."""
 
 
 @dataclass(frozen=True)
@@ -88,8 +95,13 @@ def apply_transfer(
     totals: Totals,
     policy: TransferPolicy,
     ctx: TransferContext,
+    *,
+    include_prompts: bool = True,
 ) -> int:
     """Send one absolute transfer under ``policy``; return the number of attempts made.
+
+    ``include_prompts=False`` sends projects only (a tiered child or pool never gets a flat
+    ``prompts``).
 
     Raises:
         OrgPoolExhaustedError: 422 insufficient units (terminal; recorded by the caller).
@@ -105,7 +117,7 @@ def apply_transfer(
         if not ctx.has_time_for(policy.attempt_budget_s):
             raise OutOfTimeError()
         try:
-            _timed_transfer(gateway, workspace_id, totals, policy, ctx)
+            _timed_transfer(gateway, workspace_id, totals, policy, ctx, include_prompts)
             break
         except UpstreamError as exc:
             if is_pool_exhausted(exc.status, exc.body):
@@ -131,12 +143,17 @@ def _timed_transfer(
     totals: Totals,
     policy: TransferPolicy,
     ctx: TransferContext,
+    include_prompts: bool,
 ) -> None:
     # Every call is timed, refused ones too, and only the call: a latency that hid refusals or
     # included retry sleeps would flatter the path exactly when the pool runs dry.
     started = ctx.clock()
     try:
-        gateway.transfer(workspace_id, totals)
+        if include_prompts:
+            gateway.transfer(workspace_id, totals)
+        else:
+            # Only here: every flat-shape gateway keeps its two-argument call.
+            gateway.transfer(workspace_id, totals, include_prompts=False)
     finally:
         ctx.observer.record(TransferTimed(policy.name, (ctx.clock() - started) * 1000.0))
 

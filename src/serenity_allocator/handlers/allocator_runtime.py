@@ -96,7 +96,13 @@ class AllocatorRuntime:
     @property
     def release_policy(self) -> TransferPolicy:
         """The settle policy, each attempt budgeted at the client's worst-case call time."""
-        return SETTLE.model_copy(update={"attempt_budget_s": self.attempt_budget_s})
+        return SETTLE.model_copy(
+            update={
+                "attempt_budget_s": self.attempt_budget_s,
+                "settle_poll_attempts": self.settings.settle_poll_attempts,
+                "settle_poll_interval_s": self.settings.settle_poll_interval_s,
+            }
+        )
 
     def worker_config(self) -> WorkerConfig:
         """The use cases' configuration, from the settings."""

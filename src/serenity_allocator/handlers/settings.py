@@ -17,7 +17,7 @@ from ..adapters.semrush_limits import MAX_RETRIES
 from ..adapters.semrush_origin import is_loopback_origin, validate_base_url
 from ..domain.ceiling import Ceiling, parse_ceiling_value
 from ..domain.model import Blocks
-from ..domain.transfer import CALL_BUDGET_S
+from ..domain.transfer import CALL_BUDGET_S, SETTLE_POLL_ATTEMPTS, SETTLE_POLL_INTERVAL_S
 from ..domain.validation import describe_validation_error
 
 
@@ -128,6 +128,12 @@ class AllocatorSettings(CommonSettings):
     ensure_not_ready_retries: int = Field(default=2, ge=0, le=5, alias="ENSURE_NOT_READY_RETRIES")
     ensure_retry_interval_s: float = Field(
         default=0.25, ge=0, le=5, alias="ENSURE_RETRY_INTERVAL_S"
+    )
+    settle_poll_attempts: int = Field(
+        default=SETTLE_POLL_ATTEMPTS, ge=0, le=60, alias="SETTLE_POLL_ATTEMPTS"
+    )
+    settle_poll_interval_s: float = Field(
+        default=SETTLE_POLL_INTERVAL_S, gt=0, le=5, alias="SETTLE_POLL_INTERVAL_S"
     )
     unmetered_check: bool = Field(default=True, alias="SERENITY_UNMETERED_CHECK")
     unmetered_cache_ttl_s: float = Field(default=300.0, ge=0, alias="UNMETERED_CACHE_TTL_S")

@@ -626,3 +626,22 @@ def test_simulator_cli_serves_until_sigterm(tmp_path: Path) -> None:
         if process.poll() is None:
             process.kill()
             process.wait(timeout=10)
+
+
+def test_seed_refuses_a_flat_prompts_key_in_a_tiered_workspace(sim: SimulatorServer) -> None:
+    # Given a tiered ai object that also carries a flat prompts (neither shape)
+    bad = {
+        "id": "m",
+        "ai": {
+            "projects": {"total": 1},
+            "daily_prompts": {"used": 0, "total": 5},
+            "weekly_prompts": {"used": 0, "total": 5},
+            "prompts": {"total": 5},
+        },
+    }
+
+    # When seeded / Then refused, naming the key
+    with pytest.raises(SimulatorControlError) as refused:
+        sim.seed([bad])
+    assert refused.value.status == 400
+    assert refused.value.body == {"message": "workspaces[0].ai has unknown keys: prompts"}

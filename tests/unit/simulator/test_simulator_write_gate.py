@@ -448,3 +448,36 @@ def test_write_gate_deletes_drafted_prompts_without_metering(
     assert too_many.status_code == 400
     assert too_many.json() == {"message": "count exceeds the drafted prompts"}
     assert [c["op"] for c in gate_sim.calls()] == ["discard_drafts", "discard_drafts"]
+
+
+def test_write_gate_meters_a_tiered_workspace_on_both_tiers(
+    gate_sim: SimulatorServer, client: httpx.Client
+) -> None:
+    # Given a tiered child: daily 8/10, weekly 20/50, under a metered pool
+    gate_sim.seed(
+        [
+            {"id": MASTER, "ai": {"projects": usage(0, 50), "prompts": usage(0, 5000)}},
+            {
+                "id": "c1",
+                "parent_id": MASTER,
+                "ai": {
+                    "projects": usage(0, 1),
+                    "daily_prompts": {"used": 8, "total": 10},
+                    "weekly_prompts": {"used": 20, "total": 50},
+                },
+            },
+        ]
+    )
+
+    # When a batch of 3 is written (past the daily tier), then a batch of 2 (fits both)
+    refused = write_prompts(client, 3)
+    accepted = write_prompts(client, 2)
+
+    # Then the first is the disguised 405, whole; the second lands on both tiers
+    assert is_metered_quota(refused.status_code, refused.text)
+    assert accepted.status_code == 200
+    assert accepted.json() == {
+        "workspace_id": "c1",
+        "daily_prompts": {"used": 10, "total": 10},
+        "weekly_prompts": {"used": 22, "total": 50},
+    }

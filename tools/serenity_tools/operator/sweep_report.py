@@ -32,6 +32,7 @@ REPORT_COLUMNS = (
     "units_returned_prompts",
     "error_code",
     "request_id",
+    "tiered",
     "attempt",
     "final",
 )
@@ -172,6 +173,7 @@ def _flat_item(item: Mapping[str, Any]) -> dict[str, Any]:
         "outcome",
         "error_code",
         "request_id",
+        "tiered",
         "attempt",
         "final",
     ):

@@ -69,6 +69,14 @@ from serenity_tools.verification.reports import (
 )
 from serenity_tools.verification.seeding import seed_child, usage
 from serenity_tools.verification.tables import format_table
+from serenity_tools.verification.tiered import (
+    check_real_sized,
+    check_tiered,
+    real_sized_family,
+    real_sized_requests,
+    tiered_family,
+    tiered_requests,
+)
 from serenity_tools.verification.write_path import (
     as_metered_writes,
     guarded_service_writes,
@@ -346,13 +354,15 @@ class _Drained:
     dry: list[dict[str, Any]]
     real: list[dict[str, Any]]
     sweep_log: Path
+    beside: tuple[InvariantResult, ...]
+    """The tiered and real-sized families' checks (outcomes, the flat-prompts counter)."""
 
 
 def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say: Any) -> _Drained:
     """Seed, enqueue, drain, write, sweep, drain again; record what the run left behind."""
     rng = random.Random(config.seed)
     kinds = plan_children(config, rng)
-    stack.simulator.seed(seed_workspaces(kinds, rng))
+    stack.simulator.seed([*seed_workspaces(kinds, rng), *tiered_family(), *real_sized_family()])
     stack.simulator.faults(
         stuck=[c for c, k in kinds.items() if k == "zombie"],
         enforcement_lag_ms=config.enforcement_lag_ms,
@@ -371,6 +381,13 @@ def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say:
     )
     send_malformed(stack)
     requests = produce(stack, plans, kinds, config.producers)
+    tiered, real_sized = tiered_requests(), real_sized_requests()
+    beside = AllocationProducer(
+        stack.resources.queue_url, local_client("sqs", stack.moto.endpoint_url)
+    )
+    for request, _ in [*tiered, *real_sized]:
+        beside.enqueue(request)
+    requests += [request for request, _ in [*tiered, *real_sized]]
     clock.lap("enqueue")
     drained = pool.wait_drained(stack.queue_depth, timeout_s=config.drain_timeout_s)
     clock.lap("drain")
@@ -424,7 +441,11 @@ def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say:
         ledger=read_ledger_table(stack.resources),
         publish_failures=publish_failures(pool.stdout_paths),
     )
-    return _Drained(record, kinds, pool, dry, real, sweep_log)
+    checks = (
+        check_tiered(tiered, record.outcomes, dump),
+        check_real_sized(real_sized, record.outcomes),
+    )
+    return _Drained(record, kinds, pool, dry, real, sweep_log, checks)
 
 
 def _consumers_table(run: _Drained) -> str:
@@ -499,7 +520,7 @@ def run_demo(config: DemoConfig, out: TextIO | None = None) -> int:
         endpoints=config.endpoints,
     ) as stack:
         run = _drain_everything(config, stack, clock, say)
-        results = run_checks(run.record, DEMO_CHECKS)
+        results = [*run_checks(run.record, DEMO_CHECKS), *run.beside]
         clock.lap("report")
     for table in _report(run, results, clock):
         say()

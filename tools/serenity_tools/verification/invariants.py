@@ -72,8 +72,15 @@ def workspaces_by_id(workspaces: Iterable[Mapping[str, Any]]) -> dict[str, Mappi
     return {str(workspace["id"]): workspace for workspace in workspaces}
 
 
-def _dim(workspace: Mapping[str, Any], dim: str, key: str) -> int:
-    return int(workspace.get("ai", {}).get(dim, {}).get(key, 0))
+def workspace_dim(workspace: Mapping[str, Any], dim: str, key: str) -> int:
+    """One count of a seed-shape workspace (0 when absent); a tiered one's tightest tier."""
+    ai = workspace.get("ai", {})
+    if dim == "prompts" and "prompts" not in ai and "daily_prompts" in ai:
+        # A tiered workspace: its prompts are the tightest tier, as the allocator reads them.
+        daily, weekly = ai["daily_prompts"], ai["weekly_prompts"]
+        free = {name: tier["total"] - tier["used"] for name, tier in (("d", daily), ("w", weekly))}
+        return int((weekly if free["w"] < free["d"] else daily).get(key, 0))
+    return int(ai.get(dim, {}).get(key, 0))
 
 
 def _children(workspaces: Workspaces, parent_id: str) -> list[Mapping[str, Any]]:
@@ -111,8 +118,10 @@ def check_conservation(parent_id: str, before: Workspaces, after: Workspaces) ->
 
     def pool_sum(workspaces: Workspaces, dim: str) -> int:
         master = workspaces.get(parent_id)
-        own = _dim(master, dim, "total") if master is not None else 0
-        return own + sum(_dim(child, dim, "total") for child in _children(workspaces, parent_id))
+        own = workspace_dim(master, dim, "total") if master is not None else 0
+        return own + sum(
+            workspace_dim(child, dim, "total") for child in _children(workspaces, parent_id)
+        )
 
     violations = []
     sums = []
@@ -171,11 +180,12 @@ def _below_used(
     children: Iterable[Mapping[str, Any]], metered_below_used: Collection[str]
 ) -> list[str]:
     return [
-        f"{child['id']} {dim} total {_dim(child, dim, 'total')} < used {_dim(child, dim, 'used')}"
+        f"{child['id']} {dim} total {workspace_dim(child, dim, 'total')} < used "
+        f"{workspace_dim(child, dim, 'used')}"
         for child in children
         if child["id"] not in metered_below_used
         for dim in DIMENSIONS
-        if _dim(child, dim, "total") < _dim(child, dim, "used")
+        if workspace_dim(child, dim, "total") < workspace_dim(child, dim, "used")
     ]
 
 
@@ -436,7 +446,7 @@ def transfer_sequences(
         child = str(call.get("workspace_id"))
         if child not in state:
             start = before.get(child, {})
-            state[child] = {dim: _dim(start, dim, "total") for dim in DIMENSIONS}
+            state[child] = {dim: workspace_dim(start, dim, "total") for dim in DIMENSIONS}
         state[child].update(_sent_totals(call))
         totals = (state[child]["projects"], state[child]["prompts"])
         # A re-sent absolute transfer (a retry after a lost response) moves nothing.
@@ -504,10 +514,10 @@ def check_headroom(
         child = usage.get(request.workspace_id, {})
         after = outcome.totals_after
         required = {
-            "projects": _dim(child, "projects", "used") + request.need.projects,
-            "prompts": _dim(child, "prompts", "used")
+            "projects": workspace_dim(child, "projects", "used") + request.need.projects,
+            "prompts": workspace_dim(child, "prompts", "used")
             + request.need.prompts
-            + (_dim(child, "prompts", "drafted") if request.include_drafted else 0),
+            + (workspace_dim(child, "prompts", "drafted") if request.include_drafted else 0),
         }
         if after is None:
             violations.append(f"{outcome.request_id}: {outcome.status} without totals_after")

@@ -10,7 +10,7 @@ from typing import Any
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_tools.standins.stack import DeadLetter
 from serenity_tools.verification.emf import count_metrics_in_files
-from serenity_tools.verification.invariants import InvariantResult
+from serenity_tools.verification.invariants import InvariantResult, workspace_dim
 from serenity_tools.verification.tables import format_table
 
 
@@ -25,9 +25,7 @@ def pool_table(
     master_id: str,
 ) -> str:
     """The pool row and every child whose totals changed."""
-
-    def dim(workspace: Mapping[str, Any], name: str, key: str) -> int:
-        return int(workspace["ai"][name][key])
+    dim = workspace_dim  # a tiered child's prompts: its tightest tier
 
     rows: list[list[object]] = []
     changed = 0

@@ -55,6 +55,10 @@ WORKSPACE_STATUSES = (STATUS_CREATED, STATUS_NOT_READY, "error", "deleting")
 
 DIMENSIONS = ("projects", "prompts", "weekly_prompts")
 TRANSFERABLE_DIMENSIONS = ("projects", "prompts")
+# The tiered prompt shape (semrush-user-manager.md): daily + weekly tiers, each {used, total},
+# and no ``prompts`` key at all; seeded and served in exactly that shape.
+PROMPT_TIERS = ("daily_prompts", "weekly_prompts")
+TIERED_DIMENSIONS = ("projects", *PROMPT_TIERS)
 
 MSG_NOT_AUTHENTICATED = "Not authenticated"
 MSG_INVALID_ACCESS = "invalid access attempt"
@@ -169,6 +173,8 @@ class _Workspace:
     ai: dict[str, _Usage]
     created_at: str
     not_ready_until: float = float("-inf")
+    tiered: bool = False
+    """Seeded in the tiered prompt shape: ``ai`` holds projects and the two prompt tiers."""
     total_history: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
     """Per dimension, ``(since, total)`` changes: the write gate enforces a lagged total."""
 
@@ -377,6 +383,7 @@ def _parse_seed_entry(entry: Mapping[str, Any], index: int) -> _Workspace:
         limits_enabled=True if limits_enabled is None else limits_enabled,
         ai=_parse_seed_ai(entry.get("ai"), f"{where}.ai"),
         created_at=_now_iso(),
+        tiered=_is_tiered_seed(entry.get("ai")),
     )
 
 
@@ -388,13 +395,23 @@ def _seed_parent_id(parent_id: Any, workspace_id: str, where: str) -> str | None
     return parent_id
 
 
+def _is_tiered_seed(raw: Any) -> bool:
+    return isinstance(raw, Mapping) and "daily_prompts" in raw
+
+
 def _parse_seed_ai(raw: Any, where: str) -> dict[str, _Usage]:
-    """The seed's ``ai`` object: every dimension, an omitted one (or count) being 0."""
+    """The seed's ``ai`` object: every dimension, an omitted one (or count) being 0.
+
+    A ``daily_prompts`` key makes it the tiered shape: projects and both tiers, no ``prompts``
+    (the flat ``prompts`` slot stays 0 and is never served for it).
+    """
     ai_raw = _object(raw or {}, where)
-    unknown = set(ai_raw) - set(DIMENSIONS)
+    dims = TIERED_DIMENSIONS if _is_tiered_seed(ai_raw) else DIMENSIONS
+    unknown = set(ai_raw) - set(dims)
     if unknown:
         raise _bad_request(f"{where} has unknown keys: {', '.join(sorted(unknown))}")
-    return {dim: _parse_seed_usage(ai_raw.get(dim), f"{where}.{dim}") for dim in DIMENSIONS}
+    parsed = {dim: _parse_seed_usage(ai_raw.get(dim), f"{where}.{dim}") for dim in dims}
+    return {dim: parsed.get(dim, _Usage()) for dim in (*DIMENSIONS, *dims)}
 
 
 def _parse_seed_usage(raw: Any, where: str) -> _Usage:
@@ -493,11 +510,11 @@ def _parse_usage_body(body: Any) -> tuple[str, dict[str, dict[str, int]]]:
     workspace_id = body.get("id")
     if not isinstance(workspace_id, str) or not workspace_id:
         raise _bad_request("id must be a non-empty string")
-    unknown = set(body) - {"id", *DIMENSIONS}
+    unknown = set(body) - {"id", *DIMENSIONS, *PROMPT_TIERS}
     if unknown:
         raise _bad_request(f"unknown keys: {', '.join(sorted(unknown))}")
     changes: dict[str, dict[str, int]] = {}
-    for dim in (d for d in DIMENSIONS if d in body):
+    for dim in (d for d in (*DIMENSIONS, *PROMPT_TIERS) if d in body):
         values = _object(body[dim], dim)
         extra = set(values) - {"used", "drafted"}
         if extra:

@@ -41,6 +41,7 @@ from .model import (
     PROJECT_ENGINE_PREFIX,
     STATUS_CREATED,
     STATUS_NOT_READY,
+    TIERED_DIMENSIONS,
     QuotaRefusedError,
     SimResponse,
     SimulatorRequestError,
@@ -133,6 +134,7 @@ class SimulatorState:
         self._calls: list[dict[str, Any]] = []
         self._seq = 0
         self._child_counter = 0
+        self._flat_prompts_to_tiered = 0
         self.reset()
 
     # -- control operations --------------------------------------------------------------------
@@ -154,6 +156,7 @@ class SimulatorState:
             self._calls = []
             self._seq = 0
             self._child_counter = 0
+            self._flat_prompts_to_tiered = 0
         self.ims.reset()
 
     def set_auth(self, tokens: Iterable[str] | None) -> None:
@@ -206,6 +209,9 @@ class SimulatorState:
             workspace = self._workspaces.get(workspace_id)
             if workspace is None:
                 raise SimulatorRequestError(404, "unknown workspace")
+            foreign = set(changes) - set(workspace.ai)
+            if foreign:
+                raise _bad_request(f"workspace has no {', '.join(sorted(foreign))}")
             if self._is_metered(workspace):
                 for dim, values in changes.items():
                     current = workspace.ai[dim]
@@ -234,12 +240,17 @@ class SimulatorState:
             return self._faults.as_dict()
 
     def dump(self) -> dict[str, Any]:
-        """``{"workspaces": [seed shape, effective status], "calls": [...], "faults": {...}}``."""
+        """``{"workspaces": [seed shape, effective status], "calls", "faults", "violations"}``.
+
+        ``violations.flat_prompts_to_tiered`` counts transfers that carried a flat ``prompts``
+        to a tiered workspace: what the allocator must never send (kept 0 by every scenario).
+        """
         with self._lock:
             return {
                 "workspaces": [self._seed_shape(w) for w in self._workspaces.values()],
                 "calls": [dict(call) for call in self._calls],
                 "faults": self._faults.as_dict(),
+                "violations": {"flat_prompts_to_tiered": self._flat_prompts_to_tiered},
             }
 
     def calls(self) -> list[dict[str, Any]]:
@@ -445,8 +456,7 @@ class SimulatorState:
 
     def _read_resources(self, workspace_id: str) -> SimResponse:
         workspace = self._get(workspace_id)
-        resources = {dim: workspace.ai[dim].as_dict() for dim in DIMENSIONS}
-        return SimResponse(200, {"product_resources": {"ai": {"resources": resources}}})
+        return SimResponse(200, {"product_resources": {"ai": {"resources": _ai_shape(workspace)}}})
 
     def _family(self, workspace_id: str) -> SimResponse:
         root = self._get(workspace_id)
@@ -473,6 +483,10 @@ class SimulatorState:
             raise _bad_request("workspace has no parent to transfer from")
         self._refuse_if_not_ready(child)
         parent = self._workspaces[child.parent_id]
+        if (child.tiered or parent.tiered) and "prompts" in requested:
+            # Nobody knows which tier a flat prompts would move (the doc): record it, move none.
+            self._flat_prompts_to_tiered += 1
+            del requested["prompts"]
         # A 0 is silently ignored by the gateway (the doc): nothing moves for that dimension.
         deltas = {
             dim: value - child.ai[dim].total for dim, value in requested.items() if value != 0
@@ -615,5 +629,17 @@ class SimulatorState:
             "parent_id": workspace.parent_id,
             "status": self._status_of(workspace),
             "limits_enabled": workspace.limits_enabled,
-            "ai": {dim: workspace.ai[dim].as_dict() for dim in DIMENSIONS},
+            "ai": _ai_shape(workspace),
         }
+
+
+def _ai_shape(workspace: _Workspace) -> dict[str, dict[str, int]]:
+    """The workspace's AI resources as served: flat, or tiered ({used, total}, no prompts)."""
+    if workspace.tiered:
+        return {
+            dim: workspace.ai[dim].as_dict()
+            if dim == "projects"
+            else {"used": workspace.ai[dim].used, "total": workspace.ai[dim].total}
+            for dim in TIERED_DIMENSIONS
+        }
+    return {dim: workspace.ai[dim].as_dict() for dim in DIMENSIONS}

@@ -34,6 +34,7 @@ from .model import (
     OP_DISCARD_DRAFTS,
     OP_PUBLISH_PROMPTS,
     OP_WRITE_PROMPTS,
+    PROMPT_TIERS,
     TRANSFERABLE_DIMENSIONS,
     SimResponse,
     _bad_request,
@@ -117,7 +118,13 @@ def parse_project_body(body: Any) -> None:
 def write_prompts(
     workspace: _Workspace, count: int, *, metered: bool, now: float, lag_s: float
 ) -> SimResponse:
-    """Draft ``count`` prompts; refused when used + drafted + count passes the enforced total."""
+    """Draft ``count`` prompts; refused when used + drafted + count passes the enforced total.
+
+    A tiered workspace has no drafts and no transfers to lag behind: the write lands as used on
+    both tiers, refused whole when either tier would pass its total.
+    """
+    if workspace.tiered:
+        return _write_tiered(workspace, count, metered=metered)
     prompts = workspace.ai["prompts"]
     limit = enforced_total(workspace, "prompts", now, lag_s)
     if metered and prompts.used + prompts.drafted + count > limit:
@@ -173,6 +180,24 @@ def delete_project(workspace: _Workspace) -> SimResponse:
         raise _bad_request("the workspace has no project to delete")
     projects.used -= 1
     return SimResponse(200, _answer(workspace, "projects"))
+
+
+def _write_tiered(workspace: _Workspace, count: int, *, metered: bool) -> SimResponse:
+    tiers = [workspace.ai[tier] for tier in PROMPT_TIERS]
+    if metered and any(tier.used + count > tier.total for tier in tiers):
+        return QUOTA_REFUSAL
+    for tier in tiers:
+        tier.used += count
+    return SimResponse(
+        200,
+        {
+            "workspace_id": workspace.id,
+            **{
+                tier: {"used": workspace.ai[tier].used, "total": workspace.ai[tier].total}
+                for tier in PROMPT_TIERS
+            },
+        },
+    )
 
 
 def _answer(workspace: _Workspace, dim: str) -> dict[str, Any]:

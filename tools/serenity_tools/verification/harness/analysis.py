@@ -23,6 +23,7 @@ from serenity_tools.verification.invariants import (
     InvariantResult,
     in_child_order,
     transfer_sequences,
+    workspace_dim,
 )
 from serenity_tools.verification.replays import publish_failures
 
@@ -126,12 +127,10 @@ def count_lost_updates(
     stale_lines: list[str] = []
     for child, child_outcomes in by_child.items():
         out_of_order += _out_of_order(child, child_outcomes, position)
-        start = before.get(child, {}).get("ai", {})
+        start = before.get(child, {})
         totals = [
-            (
-                int(start.get("projects", {}).get("total", 0)),
-                int(start.get("prompts", {}).get("total", 0)),
-            ),
+            # A tiered child's prompts: its tightest tier, as the allocator reports them.
+            (workspace_dim(start, "projects", "total"), workspace_dim(start, "prompts", "total")),
             *sequences.get(child, []),
         ]
         stale_lines += _stale_changes(child, child_outcomes, totals, stale)

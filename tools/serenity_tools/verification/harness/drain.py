@@ -6,7 +6,7 @@ import contextlib
 import signal
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from serenity_allocator.adapters.eventbridge_outcomes import POOL_LOW_DETAIL_TYPE
@@ -156,6 +156,8 @@ class DrainedRun:
     max_receive_count: int
     ledger: dict[str, LedgerEntry] | None = None
     """The request ledger table after the drain, by request id."""
+    violations: Mapping[str, int] = field(default_factory=dict)
+    """The simulator's ``violations`` (``flat_prompts_to_tiered``) after the drain."""
 
 
 def drain_workload(
@@ -250,6 +252,7 @@ def drain_workload(
         visibility_timeout_s=stack.visibility_timeout_s,
         max_receive_count=stack.resources.max_receive_count,
         ledger=read_ledger_table(stack.resources),
+        violations=dump.get("violations", {}),
     )
 
 
@@ -335,8 +338,13 @@ def fifo_run(
     not_ready_ms: float = 0.0,
     visibility_timeout_s: int | None = None,
     guarded_writes: bool = False,
+    beside: tuple[Sequence[dict[str, Any]], Sequence[Outgoing]] = ((), ()),
 ) -> tuple[DrainedRun, list[Request], MeteredWritesResult]:
     """Seed, drain through the FIFO queue, and do the services' writes; return the run.
+
+    ``beside``: more workspaces to seed and requests to send after the workload's (each its own
+    unit), outside the workload: no service writes for them, not in the returned requests (the
+    tiered family, checked on its own).
 
     ``guarded_writes``: the services write through ``WriteGuard`` on the simulator's write gate
     (lag :data:`GUARDED_LAG_MS`), with consumers serving the guards' ensures, instead of setting
@@ -345,12 +353,12 @@ def fifo_run(
     with local_stack(
         config, name, visibility_timeout_s=visibility_timeout_s, not_ready_ms=not_ready_ms
     ) as stack:
-        stack.simulator.seed(list(workload.org.workspaces))
+        stack.simulator.seed([*workload.org.workspaces, *beside[0]])
         if faults:
             stack.simulator.faults(**faults)
         run = drain_workload(
             stack,
-            units if units is not None else workload.units,
+            [*(units if units is not None else workload.units), *((r,) for r in beside[1])],
             consumers=config.consumers,
             timeout_s=config.drain_timeout_s,
             crash=crash,
