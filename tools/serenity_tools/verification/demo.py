@@ -382,9 +382,7 @@ def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say:
     send_malformed(stack)
     requests = produce(stack, plans, kinds, config.producers)
     tiered, real_sized = tiered_requests(), real_sized_requests()
-    beside = AllocationProducer(
-        stack.resources.queue_url, local_client("sqs", stack.moto.endpoint_url)
-    )
+    beside = AllocationProducer(stack.resources.queue_url, stack.sqs)
     for request, _ in [*tiered, *real_sized]:
         beside.enqueue(request)
     requests += [request for request, _ in [*tiered, *real_sized]]
