@@ -37,7 +37,7 @@ def test_stress_runs_the_demo_and_each_scenario_and_fails_when_one_fails(
     # Given a demo that passes and scenarios of which "crash" fails
     ran: list[str] = []
 
-    def demo(work_dir: object) -> tuple[StressRun, str]:
+    def demo(work_dir: object, endpoints: object) -> tuple[StressRun, str]:
         ran.append("demo")
         return StressRun("demo", True, 1.0, 0, 0.5), "demo report"
 

@@ -195,7 +195,7 @@ def test_ensure_whose_need_every_tier_covers_is_a_hot_path(
     # Then no transfer; the request is counted as meeting a tiered child
     assert result.outcome == "hot-path"
     assert transfers(family) == []
-    assert observer.args_of("tiered_met") == [("child",)]
+    assert observer.args_of("tiered_workspace_met") == [("child",)]
 
 
 def test_ensure_needing_prompts_on_a_tiered_child_is_refused_terminal_without_transfer(
@@ -238,7 +238,7 @@ def test_ensure_needing_prompts_from_a_tiered_pool_is_refused_without_transfer(
 
     # Then the pool was read (it is what is tiered), nothing was transferred
     assert [c["op"] for c in family.calls()] == ["read_resources", "read_resources"]
-    assert observer.args_of("tiered_met") == [("pool",)]
+    assert observer.args_of("tiered_workspace_met") == [("pool",)]
     assert transfers(family) == []
 
 
@@ -296,7 +296,7 @@ def test_release_on_a_tiered_child_lowers_projects_only(
     assert result.plan is not None and result.plan.lowered == ("projects",)
     assert transfers(sim) == [("tiered", {"resources": {"ai": {"projects": 1}}})]
     assert violations(sim) == 0
-    assert observer.args_of("tiered_met") == [("child",)]
+    assert observer.args_of("tiered_workspace_met") == [("child",)]
 
 
 def test_release_on_a_tiered_child_with_no_project_surplus_sends_nothing(
