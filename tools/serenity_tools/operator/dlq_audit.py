@@ -53,6 +53,8 @@ class DlqRead:
     groups_cut_at_ten: list[str] = field(default_factory=list)
     """Groups whose re-read returned 10 messages: later ones of theirs may be unread."""
     limit_reached: bool = False
+    reads: dict[str, int] = field(default_factory=dict)
+    """Message id -> times this read received it (each counted one receive on the DLQ)."""
 
     @property
     def left_unread(self) -> int:
@@ -74,6 +76,8 @@ class _Peek:
         self.handles: dict[str, str] = {}
         self.groups: dict[str, dict[str, DeadLetterCopy]] = {}
         self.seen: dict[str, DeadLetterCopy] = {}
+        self.reads: dict[str, int] = {}
+        """How often this peek received each message (each one counted a receive on the DLQ)."""
 
     def receive_until_empty(self) -> dict[str, int]:
         """Receive (holding) until SQS returns nothing; the most one receive gave per group."""
@@ -92,7 +96,9 @@ class _Peek:
                 break
             counts: dict[str, int] = {}
             for message in messages:
-                copy = _copy(message)
+                message_id = message["MessageId"]
+                self.reads[message_id] = self.reads.get(message_id, 0) + 1
+                copy = _copy(message, self.reads[message_id])
                 self.handles[copy.message_id] = message["ReceiptHandle"]
                 self.seen.setdefault(copy.message_id, copy)
                 self.groups.setdefault(copy.group_id, {}).setdefault(copy.message_id, copy)
@@ -160,6 +166,7 @@ def peek_dead_letters(
         # Back in the queue for the operators' triage and redrive.
         peek.release(list(peek.handles))
     read.letters = list(peek.seen.values())
+    read.reads = dict(peek.reads)
     read.limit_reached = len(peek.seen) >= limit
     return read
 
@@ -175,15 +182,15 @@ def _approximate_count(sqs: SQSClient, dlq_url: str) -> int:
     )
 
 
-def _copy(message: Any) -> DeadLetterCopy:
+def _copy(message: Any, reads: int) -> DeadLetterCopy:
     attributes = message.get("Attributes", {})
     reason = message.get("MessageAttributes", {}).get(REASON_ATTRIBUTE, {})
     return DeadLetterCopy(
         message_id=message["MessageId"],
         body=message.get("Body", ""),
         reason=reason.get("StringValue"),
-        # This read counted one more receive, on the DLQ.
-        receive_count=max(1, _whole(attributes.get("ApproximateReceiveCount")) - 1),
+        # Each of this peek's reads counted one more receive, on the DLQ.
+        receive_count=max(1, _whole(attributes.get("ApproximateReceiveCount")) - reads),
         group_id=str(attributes.get("MessageGroupId", "")),
     )
 

@@ -425,14 +425,14 @@ class LocalStack:
             )
 
     def read_dead_letters(
-        self, dlq_url: str | None = None, *, earlier_reads: int = 0
+        self, dlq_url: str | None = None, *, earlier_reads: Mapping[str, int] | None = None
     ) -> list[DeadLetter]:
         """Read AND delete every message in the DLQ (or in ``dlq_url``, another DLQ on moto).
 
         Args:
             dlq_url: Another DLQ on moto (default: the allocation DLQ).
-            earlier_reads: Times each message was already received from the DLQ without being
-                deleted (an audit that peeks): each counted one receive, like this read.
+            earlier_reads: Message id -> times it was already received from the DLQ without
+                being deleted (an audit that peeks): each counted one receive, like this read.
         """
         from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
 
@@ -452,7 +452,7 @@ class LocalStack:
                     # The DLQ reads themselves counted one more receive each.
                     receive_count=int(attributes.get("ApproximateReceiveCount", "1"))
                     - 1
-                    - earlier_reads,
+                    - (earlier_reads or {}).get(message["MessageId"], 0),
                 )
             )
         return letters

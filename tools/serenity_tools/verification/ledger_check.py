@@ -38,8 +38,12 @@ def read_ledger_table(resources: LocalResources) -> dict[str, LedgerEntry]:
     return entries
 
 
-def audit_local_dead_letters(resources: LocalResources) -> int:
-    """Run the DLQ audit on the local stack, as an operator would; return how many it recorded.
+def audit_local_dead_letters(resources: LocalResources) -> dict[str, int]:
+    """Run the DLQ audit on the local stack, as an operator would; return its reads per message.
+
+    The audit receives each DLQ message at least once without deleting it (a group re-read
+    more than once): the returned count per message id is what a later read subtracts from
+    ``ApproximateReceiveCount``.
 
     The harness runs it after the drain and before it reads outcomes and the DLQ: a request
     whose final receive died before our code ran has its terminal record only from the audit.
@@ -52,7 +56,7 @@ def audit_local_dead_letters(resources: LocalResources) -> int:
     read = peek_dead_letters(
         local_client("sqs", resources.endpoint("sqs")), resources.dlq_url, wait_s=0
     )
-    report = audit_dead_letters(
+    audit_dead_letters(
         read.letters,
         DynamoDbRequestLedger(
             resources.ledger_table, local_client("dynamodb", resources.endpoint("dynamodb"))
@@ -61,7 +65,7 @@ def audit_local_dead_letters(resources: LocalResources) -> int:
             resources.bus_name, events=local_client("events", resources.endpoint("events"))
         ),
     )
-    return len(report.recorded)
+    return read.reads
 
 
 def check_ledger(

@@ -226,10 +226,10 @@ def drain_workload(
     dump = stack.simulator.dump()
     # As an operator would on the DLQ alarm: requests whose last receive never ran our code
     # get their terminal dead letter (and its outcome) before anything is read.
-    audit_local_dead_letters(stack.resources)
+    audit_reads = audit_local_dead_letters(stack.resources)
     outcomes = stack.outcomes.outcomes()
     events = read_trace_events(pool.trace_paths)
-    letters = stack.read_dead_letters(earlier_reads=1)  # the audit peeked at each once
+    letters = stack.read_dead_letters(earlier_reads=audit_reads)  # the audit's own receives
     if dlq_url is not None:
         letters += stack.read_dead_letters(dlq_url)
     return DrainedRun(
