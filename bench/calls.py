@@ -32,11 +32,12 @@ from serenity_allocator.adapters.sqs_producer import (
     build_release,
 )
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
-from serenity_allocator.domain.allocation import plan_release, plan_top_up, required_totals
+from serenity_allocator.domain.allocation import plan_top_up, required_totals
 from serenity_allocator.domain.classify import is_pool_exhausted
 from serenity_allocator.domain.errors import UpstreamError
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest, parse_request
 from serenity_allocator.domain.model import Blocks, WorkspaceStatus
+from serenity_allocator.domain.release import plan_release
 from serenity_allocator.handlers.allocator import lambda_handler
 from serenity_allocator.handlers.allocator_runtime import build_runtime
 from serenity_allocator.handlers.settings import AllocatorSettings

@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from serenity_allocator.domain.allocation import plan_release
 from serenity_allocator.domain.errors import UpstreamError
 from serenity_allocator.domain.model import Blocks, Totals
 from serenity_allocator.domain.reclaim import choose_reclaim_siblings
+from serenity_allocator.domain.release import plan_release
 from tests.fakes import READ_RESOURCES, InMemoryGateway
 
 MASTER = "master-1"

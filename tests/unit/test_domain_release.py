@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from serenity_allocator.domain.allocation import plan_release, release_surplus
 from serenity_allocator.domain.errors import (
     MalformedResponseError,
     UpstreamError,
@@ -16,6 +15,7 @@ from serenity_allocator.domain.errors import (
     WiringError,
 )
 from serenity_allocator.domain.model import AiResources, Blocks, Dimension, DimensionUsage, Totals
+from serenity_allocator.domain.release import plan_release, release_surplus
 from serenity_allocator.domain.resources import round_up_to_block
 from tests.fakes import (
     READ_RESOURCES,

@@ -13,9 +13,10 @@ import pytest
 
 from serenity_allocator.adapters.semrush_client import SemrushClient
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
-from serenity_allocator.domain.allocation import ensure_headroom, release_surplus
+from serenity_allocator.domain.allocation import ensure_headroom
 from serenity_allocator.domain.errors import SettleTimeoutError
 from serenity_allocator.domain.model import Totals
+from serenity_allocator.domain.release import release_surplus
 from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE, TransferPolicy
 from serenity_allocator.handlers.allocator_runtime import AllocatorRuntime
 from serenity_allocator.handlers.settings import AllocatorSettings

@@ -12,9 +12,10 @@ import pytest
 
 from serenity_allocator.adapters.semrush_client import SemrushClient
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
-from serenity_allocator.domain.allocation import ensure_headroom, release_surplus
+from serenity_allocator.domain.allocation import ensure_headroom
 from serenity_allocator.domain.errors import MalformedResponseError, TieredPromptsError
 from serenity_allocator.domain.model import AiResources, DimensionUsage, PromptTiers, Totals
+from serenity_allocator.domain.release import release_surplus
 from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE
 from serenity_tools.standins.simulator import SimulatorServer
 from tests.fakes import FakeClock, RecordingObserver, transfer_context

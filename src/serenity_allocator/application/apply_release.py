@@ -7,10 +7,10 @@ transfer. A redelivered release that finds an intent and a child already at the 
 
 from __future__ import annotations
 
-from ..domain.allocation import ReleasePlan, release_surplus
 from ..domain.messages import AllocationOutcome, ReleaseRequest
 from ..domain.outcomes import build_outcome
 from ..domain.ports import WorkspaceGateway
+from ..domain.release import ReleasePlan, release_surplus
 from ..domain.transfer import TransferContext
 from .invocation import WorkerConfig
 from .outcomes import ReleaseIncompleteError

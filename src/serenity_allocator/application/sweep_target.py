@@ -9,10 +9,10 @@ classified and counted by the domain's failure rules.
 
 from __future__ import annotations
 
-from ..domain.allocation import release_surplus
 from ..domain.errors import RateLimitedError, UpstreamError
 from ..domain.model import Totals, WorkspaceStatus
 from ..domain.ports import NullObserver
+from ..domain.release import release_surplus
 from ..domain.sweep_failures import (
     backoff_delay,
     classify_failure,

@@ -1,4 +1,7 @@
-"""The two use cases: ensure headroom before a write, release surplus after deletes."""
+"""Ensure headroom before a write: block math, the ceiling, the tight-pool fallback.
+
+The other use case, releasing surplus after deletes, is :mod:`.release`.
+"""
 
 from __future__ import annotations
 
@@ -9,31 +12,29 @@ from pydantic import BaseModel, ConfigDict
 
 from .ceiling import Ceiling, cap_to_ceiling
 from .errors import (
-    AllocationError,
     BrandAiLimitError,
     OrgPoolExhaustedError,
     WiringError,
     WorkspaceBusyError,
 )
 from .model import DEFAULT_BLOCKS, AiResources, Blocks, Dimension, Totals
-from .observations import HeadroomChecked, PoolChecked, Rejected, ReleaseFinished, TightPoolFallback
+from .observations import HeadroomChecked, PoolChecked, Rejected, TightPoolFallback
 from .parent_links import ParentMismatchError
 from .ports import WorkspaceGateway
 from .resources import round_up_to_block
 from .tiered import is_flat_pair, note_tiered, refuse_tiered_prompts
-from .transfer import SETTLE, TransferContext, TransferPolicy, apply_transfer
+from .transfer import TransferContext, TransferPolicy, apply_transfer
 
 EnsureOutcome = Literal["hot-path", "topped-up", "unmetered"]
-ReleaseOutcome = Literal[
-    "released", "nothing-to-release", "requires-decommission", "dry-run", "error"
-]
 
 
-class _Result(BaseModel):
+class FrozenResult(BaseModel):
+    """A frozen result value: what a use case did."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class EnsureResult(_Result):
+class EnsureResult(FrozenResult):
     """What one ensure did: its outcome, the totals before and after, and the attempts made."""
 
     outcome: EnsureOutcome
@@ -48,50 +49,8 @@ class EnsureResult(_Result):
         return self.outcome == "topped-up"
 
 
-class ReleasePlan(_Result):
-    """The exact transfer a release would send, computed from one read of the child."""
-
-    before: Totals
-    target: Totals
-    lowered: tuple[Dimension, ...]
-    requires_decommission: tuple[Dimension, ...]
-    drafted: Totals
-    tiered: bool = False
-    """The child is in the tiered prompt shape: its prompts are left alone, projects only."""
-
-    @property
-    def would_release(self) -> bool:
-        """True when at least one dimension would be lowered."""
-        return bool(self.lowered)
-
-    @property
-    def units_returned(self) -> Totals:
-        """Units the pool would get back."""
-        return Totals(
-            projects=self.before.projects - self.target.projects,
-            prompts=self.before.prompts - self.target.prompts,
-        )
-
-    @property
-    def natural_outcome(self) -> ReleaseOutcome:
-        """The outcome a real release would report, were the transfer to succeed."""
-        if self.lowered:
-            return "released"
-        if self.requires_decommission:
-            return "requires-decommission"
-        return "nothing-to-release"
-
-
-class ReleaseResult(_Result):
-    """What one release did (or, in a dry run, would do)."""
-
-    outcome: ReleaseOutcome
-    plan: ReleasePlan | None = None
-    error_code: str | None = None
-    attempts: int = 0
-
-
-def _require_ids(**ids: str) -> None:
+def require_ids(**ids: str) -> None:
+    """Refuse a blank id before any call (``WiringError`` naming it)."""
     for name, value in ids.items():
         if not value or not value.strip():
             raise WiringError(f"{name} must be a non-blank workspace id")
@@ -167,7 +126,7 @@ def ensure_headroom(
             transfer; terminal). A projects-only top-up there sends projects only.
         OrgPoolExhaustedError, WorkspaceBusyError, and the transfer's other errors.
     """
-    _require_ids(child_id=child_id, parent_id=parent_id)
+    require_ids(child_id=child_id, parent_id=parent_id)
     need = need or Totals()
     child = gateway.read_resources(child_id)
     note_tiered(child, "child", ctx)
@@ -314,104 +273,3 @@ def _transfer_recording_rejections(
     except WorkspaceBusyError:
         ctx.observer.record(Rejected(WorkspaceBusyError.code))
         raise
-
-
-def plan_release(child: AiResources, floor: Totals, blocks: Blocks) -> ReleasePlan:
-    """The single source of truth for what a release does: floor, round-up, never to zero.
-
-    Per dimension, target = max(floor, round_up(used + drafted, block)). Only a target below the
-    total AND above 0 lowers the dimension; a would-be 0 keeps its total and is reported as
-    requiring decommission, because the gateway silently ignores a transfer to 0. A tiered
-    child's prompts keep their total: a release never sends it a flat ``prompts``.
-    """
-    before = child.totals()
-    target: dict[str, int] = {Dimension.PROMPTS.value: before.prompts}
-    lowered: list[Dimension] = []
-    decommission: list[Dimension] = []
-    for dim in (Dimension.PROJECTS,) if child.is_tiered else tuple(Dimension):
-        usage = child.get(dim)
-        wanted = max(floor.get(dim), round_up_to_block(usage.used + usage.drafted, blocks.get(dim)))
-        if wanted == 0 and before.get(dim) > 0:
-            decommission.append(dim)
-            target[dim.value] = before.get(dim)
-        elif wanted < before.get(dim):
-            lowered.append(dim)
-            target[dim.value] = wanted
-        else:
-            target[dim.value] = before.get(dim)
-    return ReleasePlan(
-        before=before,
-        target=Totals(**target),
-        lowered=tuple(lowered),
-        requires_decommission=tuple(decommission),
-        drafted=Totals(projects=child.projects.drafted, prompts=child.prompts.drafted),
-        tiered=child.is_tiered,
-    )
-
-
-def release_surplus(
-    gateway: WorkspaceGateway,
-    child_id: str,
-    ctx: TransferContext,
-    *,
-    floor: Totals | None = None,
-    blocks: Blocks = DEFAULT_BLOCKS,
-    dry_run: bool = False,
-    policy: TransferPolicy = SETTLE,
-    before_transfer: Callable[[ReleasePlan], None] | None = None,
-) -> ReleaseResult:
-    """Hand a child's surplus back to the pool, down to max(floor, used + drafted in blocks).
-
-    A dry run reads and reports the exact target a real call would send, and transfers nothing.
-    Expected failures (busy, settle timeout, pool exhausted, rate limited, unreachable) become
-    an ``error`` result with a typed ``error_code``; anything unexpected propagates.
-    ``before_transfer`` sees the plan just before its transfer is sent (the worker records the
-    release's intent there); whatever it raises propagates and nothing is transferred.
-    """
-    _require_ids(child_id=child_id)
-    child = gateway.read_resources(child_id)
-    note_tiered(child, "child", ctx)
-    plan = plan_release(child, floor or blocks.as_totals(), blocks)
-    if dry_run:
-        result = ReleaseResult(outcome="dry-run", plan=plan)
-        # A preview counts what a real release would report: dry-run only when it would
-        # release, so a sweep preview's nothing-to-release children are not counted as work.
-        ctx.observer.record(
-            ReleaseFinished("dry-run" if plan.would_release else plan.natural_outcome)
-        )
-        return result
-    if not plan.would_release:
-        result = ReleaseResult(outcome=plan.natural_outcome, plan=plan)
-    else:
-        if before_transfer is not None:
-            before_transfer(plan)
-        result = _transfer_release(gateway, child_id, plan, policy, ctx)
-    ctx.observer.record(ReleaseFinished(result.outcome))
-    return result
-
-
-def _transfer_release(
-    gateway: WorkspaceGateway,
-    child_id: str,
-    plan: ReleasePlan,
-    policy: TransferPolicy,
-    ctx: TransferContext,
-) -> ReleaseResult:
-    try:
-        attempts = apply_transfer(
-            gateway, child_id, plan.target, policy, ctx, include_prompts=not plan.tiered
-        )
-    except AllocationError as exc:
-        if exc.code in _RELEASE_REJECTIONS:
-            # A stuck child refuses releases too; the busy alarm must see it.
-            ctx.observer.record(Rejected(exc.code))
-        return ReleaseResult(outcome="error", plan=plan, error_code=exc.code)
-    except Exception:
-        ctx.observer.record(
-            ReleaseFinished("error")
-        )  # an uncoded failure is still a failed release
-        raise
-    return ReleaseResult(outcome="released", plan=plan, attempts=attempts)
-
-
-_RELEASE_REJECTIONS = frozenset({WorkspaceBusyError.code, OrgPoolExhaustedError.code})

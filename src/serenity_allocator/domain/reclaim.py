@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from .allocation import plan_release
 from .errors import AllocationError, UpstreamError
 from .model import Blocks, Dimension, Totals, WorkspaceStatus
 from .ports import WorkspaceGateway
+from .release import plan_release
 
 
 class ReclaimCandidate(BaseModel):
