@@ -19,8 +19,7 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final
 from urllib.parse import SplitResult, urlsplit
 
 import httpx
@@ -32,6 +31,7 @@ from serenity_allocator.domain.errors import (
     OutOfTimeError,
 )
 
+from .http_lifecycle import OwnedHttpClient
 from .secret_redaction import redact_secret
 from .semrush_origin import ConfigurationError, is_dns_name, is_loopback_origin
 
@@ -133,7 +133,7 @@ def _origin_parts(text: str) -> SplitResult:
     return parts
 
 
-class ImsClient:
+class ImsClient(OwnedHttpClient):
     """Mint, exchange and invalidate promise tokens, with timeouts, retries and a deadline.
 
     One ``httpx.Client`` is reused; an injected one stays the caller's. Redirects are never
@@ -247,27 +247,6 @@ class ImsClient:
         except (NeedsReauthError, ImsUnavailableError, ImsRequestError, OutOfTimeError):
             return False
         return True
-
-    # -- lifecycle ---------------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Close the HTTP client if this object built it."""
-        if self._owns_http:
-            self._http.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"ImsClient(origin={self.origin!r})"
 
     # -- the request loop --------------------------------------------------------------------
 

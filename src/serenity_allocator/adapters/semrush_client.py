@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -29,6 +28,7 @@ from serenity_allocator.domain.errors import (
 from serenity_allocator.domain.model import AiResources, Totals, WorkspaceRecord
 from serenity_allocator.domain.transfer import CALL_BUDGET_S
 
+from .http_lifecycle import OwnedHttpClient
 from .secret_redaction import redact_secret
 from .semrush_limits import MAX_RETRIES
 from .semrush_operations import (
@@ -68,7 +68,7 @@ def _ai_body(totals: Totals) -> dict[str, Any]:
     return {"ai": {"projects": totals.projects, "prompts": totals.prompts}}
 
 
-class SemrushClient:
+class SemrushClient(OwnedHttpClient):
     """The User Manager operations the allocator needs, with auth, timeouts and retries.
 
     Implements :class:`serenity_allocator.domain.ports.WorkspaceGateway` and adds
@@ -250,27 +250,6 @@ class SemrushClient:
         body = {"title": title, "resources": {} if resources is None else _ai_body(resources)}
         answer = self._json(self._call(CREATE_CHILD, parent_id, body), CREATE_CHILD)
         return workspace_record(answer, CREATE_CHILD.name)
-
-    # -- lifecycle ---------------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Close the HTTP client if this object built it (an injected one is the caller's)."""
-        if self._owns_http:
-            self._http.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"SemrushClient(origin={self.origin!r})"
 
     # -- the request loop --------------------------------------------------------------------
 
