@@ -11,11 +11,14 @@ from serenity_tools.standins.aws_endpoints import (
     SERVICES,
     AwsEndpoints,
     EndpointError,
+    ServiceEndpoints,
     add_endpoint_flag,
     endpoints_from,
     from_environment,
     from_flags,
 )
+from serenity_tools.standins.resources import LocalResources
+from serenity_tools.standins.stack import guide_lines
 
 
 def test_one_flag_points_every_service_and_a_service_flag_wins() -> None:
@@ -106,3 +109,72 @@ def test_the_flag_is_checked_when_parsed(capsys: pytest.CaptureFixture[str]) -> 
     with pytest.raises(SystemExit):
         parser.parse_args(["--aws-endpoint", "http://example.com"])
     assert "not a loopback endpoint" in capsys.readouterr().err
+
+
+def _resources(endpoints: ServiceEndpoints | None) -> LocalResources:
+    return LocalResources(
+        endpoint_url="http://127.0.0.1:5000",
+        queue_url="http://127.0.0.1:4566/000000000000/q.fifo",
+        queue_arn="arn:aws:sqs:us-east-1:000000000000:q.fifo",
+        dlq_url="http://127.0.0.1:4566/000000000000/dlq.fifo",
+        dlq_arn="arn:aws:sqs:us-east-1:000000000000:dlq.fifo",
+        bucket="b",
+        bus_name="bus",
+        ledger_table="ledger",
+        secret_id="token",
+        max_receive_count=5,
+        visibility_timeout_s=60,
+        endpoints=endpoints,
+    )
+
+
+def _guide(resources: LocalResources) -> list[str]:
+    return guide_lines(
+        resources, region="us-east-1", simulator_origin="http://127.0.0.1:7", enforcement_lag_ms=0
+    )
+
+
+def test_the_service_guide_prints_the_endpoint_each_service_really_uses() -> None:
+    # Given SQS and Secrets Manager on a second emulator, the rest on the stack's moto
+    resources = _resources(
+        AwsEndpoints(
+            {"sqs": "http://127.0.0.1:4566", "secretsmanager": "http://127.0.0.1:4566"}
+        ).resolved("http://127.0.0.1:5000")
+    )
+
+    guide = _guide(resources)
+
+    # Then the AWS line sends SQS and Secrets Manager there and the default to moto
+    assert guide[1] == (
+        "export AWS_ENDPOINT_URL=http://127.0.0.1:5000 "
+        "AWS_ENDPOINT_URL_SQS=http://127.0.0.1:4566 "
+        "AWS_ENDPOINT_URL_SECRETS_MANAGER=http://127.0.0.1:4566 "
+        "AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1 "
+        "AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing"
+    )
+    # And the secret is read where it lives, not on moto
+    assert guide[7] == (
+        "#   aws --endpoint-url http://127.0.0.1:4566 secretsmanager get-secret-value "
+        "--secret-id token --query SecretString --output text"
+    )
+
+
+def test_the_service_guide_with_every_service_elsewhere_names_no_moto() -> None:
+    # Given every service on one emulator (no moto started)
+    resources = _resources(from_flags(["http://localhost:4566"]).resolved(None))
+
+    guide = "\n".join(_guide(resources))
+
+    # Then that endpoint is the default and nothing points at the (unused) moto address
+    assert "export AWS_ENDPOINT_URL=http://localhost:4566 AWS_REGION=us-east-1" in guide
+    assert "127.0.0.1:5000" not in guide
+    assert "--endpoint-url http://localhost:4566 secretsmanager" in guide
+
+
+def test_the_service_guide_on_moto_alone_points_everything_at_moto() -> None:
+    # Given no endpoint given (resources created on moto only)
+    guide = _guide(_resources(None))
+
+    # Then one AWS_ENDPOINT_URL, moto's, and no service variable
+    assert guide[1].startswith("export AWS_ENDPOINT_URL=http://127.0.0.1:5000 AWS_REGION=")
+    assert "AWS_ENDPOINT_URL_" not in "\n".join(guide)

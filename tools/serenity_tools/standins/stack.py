@@ -582,20 +582,41 @@ _SIMULATOR_ROUTES = (
 
 def service_guide(stack: LocalStack) -> list[str]:
     """What a service on this machine needs: AWS settings, the bearer, the simulator's routes."""
-    resources = stack.resources
-    endpoint = stack.moto.endpoint_url
-    lag = stack.enforcement_lag_ms
+    return guide_lines(
+        stack.resources,
+        region=stack.region,
+        simulator_origin=stack.simulator.origin,
+        enforcement_lag_ms=stack.enforcement_lag_ms,
+    )
+
+
+def guide_lines(
+    resources: LocalResources,
+    *,
+    region: str,
+    simulator_origin: str,
+    enforcement_lag_ms: float | None,
+) -> list[str]:
+    """:func:`service_guide` from its parts: each service's endpoint as the stack uses it.
+
+    ``AWS_ENDPOINT_URL`` is the default endpoint (moto when one runs) and every service
+    elsewhere gets its ``AWS_ENDPOINT_URL_<SERVICE>`` (the same variables the handlers get), so
+    a service configured from this guide talks to the endpoint the stack created its queue on.
+    """
+    endpoints = resources.endpoints or ServiceEndpoints.single(resources.endpoint_url)
+    aws = " ".join(f"{name}={shlex.quote(url)}" for name, url in endpoints.environment().items())
+    secrets = shlex.quote(endpoints.url("secretsmanager"))
+    lag = enforcement_lag_ms
     lines = [
         "# for a service (any language; AWS SDKs read these, awscli v1 needs --endpoint-url):",
-        f"export AWS_ENDPOINT_URL={shlex.quote(endpoint)} AWS_REGION={stack.region} "
-        f"AWS_DEFAULT_REGION={stack.region} AWS_ACCESS_KEY_ID=testing "
-        "AWS_SECRET_ACCESS_KEY=testing",
+        f"export {aws} AWS_REGION={region} AWS_DEFAULT_REGION={region} "
+        "AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing",
         f"export QUEUE_URL={shlex.quote(resources.queue_url)}",
         f"export REQUEST_LEDGER_TABLE={shlex.quote(resources.ledger_table)}",
         f"export OUTCOME_BUS_NAME={shlex.quote(resources.bus_name)}",
-        f"export SIMULATOR_ORIGIN={shlex.quote(stack.simulator.origin)}",
+        f"export SIMULATOR_ORIGIN={shlex.quote(simulator_origin)}",
         "# the simulator's bearer (every route but /__*; pass --token to choose it):",
-        f"#   aws --endpoint-url {endpoint} secretsmanager get-secret-value "
+        f"#   aws --endpoint-url {secrets} secretsmanager get-secret-value "
         f"--secret-id {resources.secret_id or '-'} --query SecretString --output text",
         "# write gate: enforcement lag "
         f"{9000.0 if lag is None else lag:g} ms; a refusal is 405 text/html (the quota 405)",
