@@ -5,7 +5,8 @@ outcome publishing (:func:`.handlers.crash_while_publishing_handler`). Redeliver
 a request replayed because its batch's consumer died is an explained replay (at-least-once,
 reported with its cause); any other duplicate is a violation. A request whose every receive
 died runs out of receives and rightly ends in the DLQ, as one truthful dead letter
-(:func:`.crash_dead_letters.check_crash_dead_letters`).
+(:func:`.crash_dead_letters.check_crash_dead_letters`). The real-sized dev-like and unmetered
+customer parents run beside the synthetic pools and end as expected (or as such a dead letter).
 
 The scenario is ABOUT redelivery after a crash, so it sets a short visibility timeout
 (:data:`CRASH_VISIBILITY_TIMEOUT_S`): a dead container's batch comes back when it passes. On a
@@ -38,6 +39,11 @@ from serenity_tools.verification.harness.handlers import (
 )
 from serenity_tools.verification.harness.results import ScenarioResult, finished, run_numbers
 from serenity_tools.verification.harness.workload import plan_workload
+from serenity_tools.verification.tiered import (
+    check_real_sized,
+    real_sized_family,
+    real_sized_requests,
+)
 
 CRASH_VISIBILITY_TIMEOUT_S = 15
 """A killed container's batch comes back after this (the function timeout is 1 s less).
@@ -64,6 +70,7 @@ def run_crash(config: HarnessConfig) -> ScenarioResult:
         "SEMRUSH_TIMEOUT_S": repr(CRASH_SEMRUSH_TIMEOUT_S),
         "AWS_CALL_BUDGET_S": repr(CRASH_SEMRUSH_TIMEOUT_S),
     }
+    real_sized = real_sized_requests()
     run, requests, writes = fifo_run(
         config,
         "crash",
@@ -72,7 +79,10 @@ def run_crash(config: HarnessConfig) -> ScenarioResult:
         handler=PUBLISH_CRASH_HANDLER,
         env=env,
         visibility_timeout_s=CRASH_VISIBILITY_TIMEOUT_S,
+        beside=(real_sized_family(), [request for request, _ in real_sized]),
     )
+    # One whose every receive died is a dead letter, judged with the others below.
+    dead = {letter.request_id for letter in run.letters}
     checks = [
         *invariant_checks(run_record(workload.org, requests, run)),
         writes.result,
@@ -80,6 +90,7 @@ def run_crash(config: HarnessConfig) -> ScenarioResult:
         # A request may run out of receives to crashes alone; it must still end as one
         # truthful dead letter (record and outcome). Anything else in the DLQ is a violation.
         check_crash_dead_letters(run.letters, run.ledger, run.outcomes, run.events),
+        check_real_sized([c for c in real_sized if c[0].request_id not in dead], run.outcomes),
     ]
     traced = Counter(str(e.get("at")) for e in run.events if e.get("ev") == "crash")
     counts = Counter(o.request_id for o in run.outcomes)

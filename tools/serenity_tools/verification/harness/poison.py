@@ -1,7 +1,8 @@
 """Scenario ``poison``: malformed and invalid bodies in the stream; none reaches Semrush.
 
 Each poison message lands in the DLQ with its reason, and valid requests are not delayed
-(compared with the same workload run without poison).
+(compared with the same workload run without poison). The real-sized dev-like and unmetered
+customer parents run beside the synthetic pools in both runs and end as expected.
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ from serenity_tools.verification.harness.poison_bodies import (
 from serenity_tools.verification.harness.results import ScenarioResult, finished, run_numbers
 from serenity_tools.verification.harness.workload import Request, plan_workload
 from serenity_tools.verification.invariants import InvariantResult, invariant_result
+from serenity_tools.verification.tiered import (
+    check_real_sized,
+    real_sized_family,
+    real_sized_requests,
+)
 
 
 def _with_poison(
@@ -152,21 +158,29 @@ def run_poison(
     valid_groups = sorted(workload.plans)
     if poison is None:
         poison = poison_messages(RandomDraws(rng), config.poison_count, valid_groups)
-    baseline, _, _ = fifo_run(config, "poison-baseline", workload)
+    # The real-sized parents beside it, in both runs (the delay comparison stays like for like).
+    real_sized = real_sized_requests()
+    beside = (real_sized_family(), [request for request, _ in real_sized])
+    baseline, _, _ = fifo_run(config, "poison-baseline", workload, beside=beside)
     mixed = _with_poison(workload.units, poison, random.Random(config.seed + 1))
-    run, requests, writes = fifo_run(config, "poison", workload, units=mixed)
+    run, requests, writes = fifo_run(config, "poison", workload, units=mixed, beside=beside)
     valid = {r.request_id for r in requests}
     checks = [
         *invariant_checks(run_record(workload.org, requests, run)),
         *check_poison(poison, run.letters, run.calls, run.outcomes),
         check_poison_delay(
-            list(request_latencies(baseline.enqueued_at, baseline.events).values()),
+            [
+                v
+                for k, v in request_latencies(baseline.enqueued_at, baseline.events).items()
+                if k in valid
+            ],
             [v for k, v in request_latencies(run.enqueued_at, run.events).items() if k in valid],
             redelivered(baseline.events, valid),
             redelivered(run.events, valid),
             run.visibility_timeout_s,
         ),
         writes.result,
+        check_real_sized(real_sized, run.outcomes),
         InvariantResult(
             "queue drained",
             run.drained and baseline.drained,
