@@ -261,8 +261,35 @@ def _dormant_rows(dormant: dict[str, Any]) -> list[str]:
     return rows
 
 
-def markdown(section: dict[str, Any]) -> str:
-    """docs/benchmarks/real-sizes.md from the section's numbers."""
+def gold_choice(section: dict[str, Any], writes: dict[str, Any] | None) -> dict[str, Any]:
+    """The gold-pool setting to recommend, from both workloads when the write one ran.
+
+    The write workload (guards on the write gate, the real worker behind them) decides first,
+    because its refusals are what a customer sees: fewest requests refused, then the fewest
+    ensures rejected ``orgPoolExhausted`` over both workloads, then the fewest prompts stranded
+    over both, then the fewest calls per request in the write workload. Without it, the calls
+    workload's :func:`recommend`.
+    """
+    calls = section["pools"]["gold"]["variants"]
+    if not writes or "gold" not in writes:
+        chosen: dict[str, Any] = section["recommendation"]
+        return chosen
+    wrote = writes["gold"]["variants"]
+    best = min(
+        (k for k in calls if k in wrote),
+        key=lambda k: (
+            wrote[k]["requests_refused"],
+            wrote[k]["org_pool_exhausted"] + calls[k]["org_pool_exhausted"],
+            wrote[k]["stranded"]["prompts"] + calls[k]["stranded"]["prompts"],
+            wrote[k]["calls_per_request"],
+        ),
+    )
+    return {"variant": best, "label": calls[best]["label"]}
+
+
+def markdown(section: dict[str, Any], writes: dict[str, Any] | None = None) -> str:
+    """docs/benchmarks/real-sizes.md from the section's numbers (and the write workload's on
+    the same pools, ``writes``: the writes section's ``real_sized_pools``)."""
     lines = [
         "# Real-sized pools, and the cost of staying dormant",
         "",
@@ -274,6 +301,10 @@ def markdown(section: dict[str, Any]) -> str:
     ]
     for pool in section["pools"].values():
         lines += [f"## {pool['title']}", "", *_pool_rows(pool), ""]
+    if writes:
+        from .writes_pools import markdown_lines
+
+        lines += markdown_lines(writes, heading="##")
     lines += [
         "## Dormant cost",
         "",
@@ -284,16 +315,18 @@ def markdown(section: dict[str, Any]) -> str:
         "",
         "## Recommendation for a gold pool",
         "",
-        *recommendation_lines(section),
+        *recommendation_lines(section, writes),
         "",
     ]
     return "\n".join(lines)
 
 
-def recommendation_lines(section: dict[str, Any]) -> list[str]:
+def recommendation_lines(
+    section: dict[str, Any], writes: dict[str, Any] | None = None
+) -> list[str]:
     """The gold-pool recommendation, with the numbers it rests on."""
     gold = section["pools"]["gold"]["variants"]
-    best_key = section["recommendation"]["variant"]
+    best_key = gold_choice(section, writes)["variant"]
     best, default = gold[best_key], gold["default"]
     dormant = section["dormant"]
 
@@ -303,18 +336,39 @@ def recommendation_lines(section: dict[str, Any]) -> list[str]:
             f"{v['stranded']['prompts']} prompts stranded, {v['calls_per_request']} calls/request"
         )
 
+    lines = [
+        f"**{best['label']}.** Calls workload: the template's defaults give {cells(default)};",
+        f"the recommended setting gives {cells(best)}.",
+    ]
+    if writes and "gold" in writes:
+        wrote = writes["gold"]["variants"]
+
+        def written(v: dict[str, Any]) -> str:
+            return (
+                f"{v['requests_refused']} of {v['requests']} requests refused "
+                f"({v['org_pool_exhausted']} ensures `orgPoolExhausted`), "
+                f"{v['stranded']['prompts']} prompts stranded, "
+                f"{v['calls_per_request']} calls/request"
+            )
+
+        lines += [
+            f"Write workload: the defaults give {written(wrote['default'])}; fallback and",
+            f"reclaim on give {written(wrote['reclaim'])}; the recommended setting gives",
+            f"{written(wrote[best_key])}.",
+        ]
     return [
-        f"**{best['label']}.** On the gold pool the template's defaults give {cells(default)};",
-        f"the recommended setting gives {cells(best)}. With 100-prompt blocks four new children",
-        "take the pool's 400 free prompts in whole blocks and the next four are refused although",
-        "the writes they ask for would fit: in a pool of 800, the block, not the demand, drains",
-        "it. The exact-need fallback alone cannot help once the free units are 0; sibling",
-        "reclaim hands back the idle children's surplus (its parks and releases cost calls), and",
-        "a smaller block stops the carving from running ahead of the writes. Smaller blocks mean",
-        "more top-ups per child (more calls), so the smallest block is not free: compare the",
-        "`calls/request` column before going below 25. For a gold pool set `BLOCK_PROMPTS` to",
-        "the recommended block, keep `SERENITY_TIGHT_POOL_FALLBACK=true` and turn on",
-        "`SERENITY_SIBLING_RECLAIM=true` (with `QUEUE_URL`); leave `BLOCK_PROJECTS=1`.",
+        *lines,
+        "",
+        "With 100-prompt blocks the first new children take the pool's 400 free prompts in whole",
+        "blocks and the next ones are refused although the writes they ask for would fit: in a",
+        "pool of 800, the block, not the demand, drains it. The exact-need fallback alone cannot",
+        "help once the free units are 0; sibling reclaim hands back the idle children's surplus",
+        "(its parks and releases cost calls), and a smaller block stops the carving from running",
+        "ahead of the writes. Smaller blocks mean more top-ups per child (more calls), so the",
+        "smallest block is not free: compare the `calls/request` columns before going below 25.",
+        "For a gold pool set `BLOCK_PROMPTS` to the recommended block, keep",
+        "`SERENITY_TIGHT_POOL_FALLBACK=true` and turn on `SERENITY_SIBLING_RECLAIM=true` (with",
+        "`QUEUE_URL`); leave `BLOCK_PROJECTS=1`.",
         "",
         "Dormant: with the kill switch off an ensure costs "
         f"{dormant['switch_off']['calls_per_request']} upstream calls and "
@@ -328,14 +382,19 @@ def recommendation_lines(section: dict[str, Any]) -> list[str]:
     ]
 
 
-def readme_lines(section: dict[str, Any] | None) -> list[str]:
+def readme_lines(
+    section: dict[str, Any] | None, writes_section: dict[str, Any] | None = None
+) -> list[str]:
     """The README's section: a pointer to real-sizes.md and the recommendation in one line."""
     if section is None:
         return ["## 8. Real-sized pools", "", "Not measured in this run."]
+    writes = (writes_section or {}).get("real_sized_pools")
+    both = " and the write workload (guards on the gate, the real worker)" if writes else ""
     return [
         "## 8. Real-sized pools",
         "",
         "Gold (13 / 800), dev-like (0/2, 0/1913) and unmetered customer (200 projects) pools under",
-        "five block/switch variants, and the dormant cost: [real-sizes.md](real-sizes.md).",
-        f"Recommended for a gold pool: **{section['recommendation']['label']}**.",
+        f"five block/switch variants in the calls workload{both}, and the dormant cost:",
+        "[real-sizes.md](real-sizes.md).",
+        f"Recommended for a gold pool: **{gold_choice(section, writes)['label']}**.",
     ]

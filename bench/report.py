@@ -149,5 +149,5 @@ def readme(results: dict[str, Any], plots: list[str]) -> str:
     lines += ["", *ledger_markdown(measured(results, "ledger"))]
     from .real_sizes import readme_lines
 
-    lines += ["", *readme_lines(measured(results, "real_sizes"))]
+    lines += ["", *readme_lines(measured(results, "real_sizes"), measured(results, "writes"))]
     return "\n".join(lines).rstrip() + "\n"

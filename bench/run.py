@@ -152,8 +152,9 @@ def _write(results: dict[str, Any], semrush_rps: float) -> None:
     if "error" not in results.get("real_sizes", {"error": "not run"}):
         from . import real_sizes
 
+        pools = results.get("writes", {}).get("real_sized_pools")
         (DOCS / "real-sizes.md").write_text(
-            real_sizes.markdown(results["real_sizes"]), encoding="utf-8"
+            real_sizes.markdown(results["real_sizes"], pools), encoding="utf-8"
         )
     note(f"wrote {RESULTS.relative_to(ROOT)}, docs/benchmarks/ ({len(written)} plots)")
 

@@ -18,6 +18,9 @@ Reported per style: writes, writes refused at the end, upstream calls per write 
 calls plus write-gate attempts, from the simulator's call log) and the extra ones beyond the
 write itself, and the added write latency (p50/p95 over all writes, and over the writes that
 waited) that the lag causes. The pool always has room, so every refusal is avoidable.
+
+Beside this synthetic org, the guard style runs on the real-sized pools with the real worker
+behind it, under each block size and switch: :mod:`bench.writes_pools`.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any
 import httpx
 
 from serenity_allocator.adapters.semrush_client import SemrushClient
+from serenity_allocator.adapters.sqs_producer import build_ensure
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_allocator.domain.allocation import ensure_headroom
 from serenity_allocator.domain.classify import is_metered_quota
@@ -44,6 +48,9 @@ from serenity_tools.verification.write_path import GateClient, InProcessAllocato
 from .common import BENCH_TOKEN, note, ratio
 
 MASTER = "bench-org"
+REAL_SIZED = "real_sized_pools"
+"""The section's key for the real-sized pools (:mod:`bench.writes_pools`)."""
+NOT_STYLES = frozenset({"workload", "targets", "seconds", "error", REAL_SIZED})
 GATE_OPS = frozenset({"write_prompts", "create_project"})
 
 
@@ -148,7 +155,7 @@ class _Run:
 
 def _no_guard(run: _Run, request: Request) -> None:
     for need, call in run.writes(request):
-        run.allocator.enqueue_ensure(request.child, MASTER, need, include_drafted=False)
+        run.allocator.enqueue(build_ensure(request.child, MASTER, need, include_drafted=False))
         answer = call()
         run.outcomes.append(Outcome(answer.status_code >= 400, 0.0))
 
@@ -264,6 +271,9 @@ def measure(
         results[name] = _measure_style(
             style, plan, children=children, seed=seed, queue_latency_s=queue_latency_s
         )
+    from . import writes_pools  # it builds on this module's workload types
+
+    results[REAL_SIZED] = writes_pools.measure(queue_latency_s)
     guard, inline = results["guard"], results["inline"]
     results["targets"] = {
         "guard_refused": guard["refused"],
@@ -300,7 +310,7 @@ def summary_rows(section: dict[str, Any]) -> list[dict[str, Any]]:
 def markdown(section: dict[str, Any]) -> str:
     """docs/benchmarks/writes.md from the section's numbers."""
     work = section["workload"]
-    styles = [name for name in section if name not in ("workload", "targets", "seconds", "error")]
+    styles = [name for name in section if name not in NOT_STYLES]
     header = (
         "| style | writes | refused | calls/write | extra calls/write | waited | "
         "latency p50 / p95 (all) | p50 / p95 (waited) |"
@@ -331,5 +341,15 @@ def markdown(section: dict[str, Any]) -> str:
             "write-gate attempt. Latency is the time a write spent waiting for the gate (0 for "
             "a write accepted first time).",
             "",
+            *_real_sized_lines(section.get(REAL_SIZED)),
         ]
     )
+
+
+def _real_sized_lines(pools: dict[str, Any] | None) -> list[str]:
+    """The guard style on the real-sized pools, served by the real handler (writes_pools)."""
+    if not pools:
+        return []
+    from .writes_pools import markdown_lines
+
+    return markdown_lines(pools, heading="##")

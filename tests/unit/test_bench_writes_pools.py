@@ -1,0 +1,98 @@
+"""The real-sized write workload of the bench: guards on the gate, the real worker behind them.
+
+Counts only (refusals, stranded units, calls): the bench's numbers must mean what its tables
+say, on the simulator over HTTP with a simulated clock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.real_sizes import VARIANTS, gold_choice, gold_pool
+from bench.writes_pools import PoolWrites, Request, run, stranded
+
+
+def _five_new_children_write_ten_each() -> PoolWrites:
+    # The gold pool: 13 / 800 in all, 400 prompts free; two idle children carved 200 (30 used)
+    base = gold_pool()
+    requests = [Request(float(i), f"gold-busy-{i}", (10,), False) for i in range(5)]
+    return PoolWrites("gold", base.title, "gold-pool", base.seed, requests)
+
+
+def test_default_blocks_drain_a_gold_pool_and_reclaim_serves_the_request_they_refuse() -> None:
+    # Given five new children of a gold pool each writing one batch of 10 prompts
+    pool = _five_new_children_write_ten_each()
+
+    # When they write through their guards, with the defaults and with reclaim switched on
+    default = run(pool, VARIANTS["default"][1])
+    reclaim = run(pool, VARIANTS["reclaim"][1])
+
+    # Then with 100-prompt blocks four top-ups take the 400 free prompts and the fifth
+    # request is refused for orgPoolExhausted (its front and its recovery both rejected)
+    assert default["requests"] == 5
+    assert default["org_pool_exhausted"] == 1
+    assert default["requests_refused"] == 1
+    assert default["ensures_pool_exhausted"] == 2
+    # And 4 x 90 carved and unused in the busy children, 2 x 170 in the idle ones
+    assert default["stranded"] == {"projects": 2, "prompts": 700}
+    # And with reclaim the idle children hand back all but a block each and nobody is refused
+    assert reclaim["org_pool_exhausted"] == 0
+    assert reclaim["requests_refused"] == 0
+    assert reclaim["outcomes"]["topped-up-after-reclaim"] == 1
+    assert reclaim["stranded"] == {"projects": 2, "prompts": 590}
+    # And the park and the releases cost User Manager calls; the write attempts are the same
+    assert reclaim["user_manager_calls"] > default["user_manager_calls"]
+    assert reclaim["write_attempts"] == default["write_attempts"]
+    assert default["dead_letters"] == reclaim["dead_letters"] == 0
+
+
+def test_stranded_counts_carved_minus_used_and_drafted_in_the_pools_children_only() -> None:
+    def ws(ws_id: str, parent: str | None, prompts: dict[str, int]) -> dict[str, Any]:
+        projects = {"used": 1, "total": 2}
+        return {"id": ws_id, "parent_id": parent, "ai": {"projects": projects, "prompts": prompts}}
+
+    workspaces = [
+        ws("pool", None, {"used": 0, "total": 800}),
+        ws("a", "pool", {"used": 30, "drafted": 20, "total": 100}),
+        ws("b", "pool", {"used": 100, "total": 100}),
+        ws("elsewhere", "other", {"used": 0, "total": 500}),
+    ]
+
+    assert stranded(workspaces, "pool") == {"projects": 2, "prompts": 50}
+
+
+def _variant(refused: int, exhausted: int, prompts: int, calls: float) -> dict[str, Any]:
+    return {
+        "label": "x",
+        "requests_refused": refused,
+        "org_pool_exhausted": exhausted,
+        "stranded": {"prompts": prompts},
+        "calls_per_request": calls,
+    }
+
+
+def test_the_gold_recommendation_follows_the_write_workloads_refusals_first() -> None:
+    # Given the calls workload preferring reclaim and the write workload refusing fewer at 25
+    section = {
+        "pools": {
+            "gold": {
+                "variants": {
+                    "reclaim": _variant(0, 0, 100, 2.0),
+                    "blocks_25": _variant(0, 1, 90, 4.0),
+                }
+            }
+        },
+        "recommendation": {"variant": "reclaim", "label": "x"},
+    }
+    writes = {
+        "gold": {
+            "variants": {
+                "reclaim": _variant(3, 3, 200, 9.0),
+                "blocks_25": _variant(1, 1, 100, 11.0),
+            }
+        }
+    }
+
+    # Then the write workload decides; without it, the calls workload does
+    assert gold_choice(section, writes)["variant"] == "blocks_25"
+    assert gold_choice(section, None)["variant"] == "reclaim"
