@@ -106,6 +106,13 @@ def real_sized_requests() -> list[tuple[Request, tuple[str, str | None]]]:
     ]
 
 
+def real_sized_beside(
+    cases: Iterable[tuple[Request, tuple[str, str | None]]],
+) -> tuple[list[dict[str, Any]], list[Request]]:
+    """The real-sized family and ``cases``' requests, as a harness run's ``beside``."""
+    return real_sized_family(), [request for request, _ in cases]
+
+
 def tiered_requests() -> list[tuple[Request, tuple[str, str | None]]]:
     """The requests, in enqueue order, each with its expected ``(status, error_code)``."""
     return [

@@ -19,9 +19,11 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from serenity_tools.standins.consumer import CRASH_POINTS, CrashPlan
+from serenity_tools.standins.stack import DeadLetter
 from serenity_tools.verification.checks import explained_lines
 from serenity_tools.verification.crash_dead_letters import check_crash_dead_letters
 from serenity_tools.verification.harness.analysis import (
@@ -41,7 +43,7 @@ from serenity_tools.verification.harness.results import ScenarioResult, finished
 from serenity_tools.verification.harness.workload import plan_workload
 from serenity_tools.verification.tiered import (
     check_real_sized,
-    real_sized_family,
+    real_sized_beside,
     real_sized_requests,
 )
 
@@ -56,6 +58,12 @@ CRASH_SEMRUSH_TIMEOUT_S = 2.0
 """The simulator answers in milliseconds; a short per-call timeout keeps the worker's per-call
 time reservation small inside the shorter function."""
 _PUBLISH_CRASH = "during_publish"
+
+
+def _not_dead_lettered(cases: list[Any], letters: Sequence[DeadLetter]) -> list[Any]:
+    """The cases whose request is not a dead letter (the dead-letter check judges those)."""
+    dead = {letter.request_id for letter in letters}
+    return [case for case in cases if case[0].request_id not in dead]
 
 
 def run_crash(config: HarnessConfig) -> ScenarioResult:
@@ -79,10 +87,8 @@ def run_crash(config: HarnessConfig) -> ScenarioResult:
         handler=PUBLISH_CRASH_HANDLER,
         env=env,
         visibility_timeout_s=CRASH_VISIBILITY_TIMEOUT_S,
-        beside=(real_sized_family(), [request for request, _ in real_sized]),
+        beside=real_sized_beside(real_sized),
     )
-    # One whose every receive died is a dead letter, judged with the others below.
-    dead = {letter.request_id for letter in run.letters}
     checks = [
         *invariant_checks(run_record(workload.org, requests, run)),
         writes.result,
@@ -90,7 +96,7 @@ def run_crash(config: HarnessConfig) -> ScenarioResult:
         # A request may run out of receives to crashes alone; it must still end as one
         # truthful dead letter (record and outcome). Anything else in the DLQ is a violation.
         check_crash_dead_letters(run.letters, run.ledger, run.outcomes, run.events),
-        check_real_sized([c for c in real_sized if c[0].request_id not in dead], run.outcomes),
+        check_real_sized(_not_dead_lettered(real_sized, run.letters), run.outcomes),
     ]
     traced = Counter(str(e.get("at")) for e in run.events if e.get("ev") == "crash")
     counts = Counter(o.request_id for o in run.outcomes)

@@ -24,7 +24,7 @@ from serenity_tools.verification.harness.analysis import (
     run_record,
 )
 from serenity_tools.verification.harness.config import HarnessConfig
-from serenity_tools.verification.harness.drain import Outgoing, fifo_run
+from serenity_tools.verification.harness.drain import DrainedRun, Outgoing, fifo_run
 from serenity_tools.verification.harness.poison_bodies import (
     PoisonMessage,
     RandomDraws,
@@ -35,7 +35,7 @@ from serenity_tools.verification.harness.workload import Request, plan_workload
 from serenity_tools.verification.invariants import InvariantResult, invariant_result
 from serenity_tools.verification.tiered import (
     check_real_sized,
-    real_sized_family,
+    real_sized_beside,
     real_sized_requests,
 )
 
@@ -141,6 +141,12 @@ def check_poison_delay(
     return InvariantResult(name, True, detail)
 
 
+def _latencies(run: DrainedRun, valid: set[str]) -> list[float]:
+    """Send-to-delete seconds of the workload's valid requests (not the ones beside it)."""
+    latencies = request_latencies(run.enqueued_at, run.events)
+    return [seconds for request_id, seconds in latencies.items() if request_id in valid]
+
+
 def run_poison(
     config: HarnessConfig, poison: Sequence[PoisonMessage] | None = None
 ) -> ScenarioResult:
@@ -160,7 +166,7 @@ def run_poison(
         poison = poison_messages(RandomDraws(rng), config.poison_count, valid_groups)
     # The real-sized parents beside it, in both runs (the delay comparison stays like for like).
     real_sized = real_sized_requests()
-    beside = (real_sized_family(), [request for request, _ in real_sized])
+    beside = real_sized_beside(real_sized)
     baseline, _, _ = fifo_run(config, "poison-baseline", workload, beside=beside)
     mixed = _with_poison(workload.units, poison, random.Random(config.seed + 1))
     run, requests, writes = fifo_run(config, "poison", workload, units=mixed, beside=beside)
@@ -169,12 +175,8 @@ def run_poison(
         *invariant_checks(run_record(workload.org, requests, run)),
         *check_poison(poison, run.letters, run.calls, run.outcomes),
         check_poison_delay(
-            [
-                v
-                for k, v in request_latencies(baseline.enqueued_at, baseline.events).items()
-                if k in valid
-            ],
-            [v for k, v in request_latencies(run.enqueued_at, run.events).items() if k in valid],
+            _latencies(baseline, valid),
+            _latencies(run, valid),
             redelivered(baseline.events, valid),
             redelivered(run.events, valid),
             run.visibility_timeout_s,
