@@ -264,11 +264,9 @@ def _dormant_rows(dormant: dict[str, Any]) -> list[str]:
 def gold_choice(section: dict[str, Any], writes: dict[str, Any] | None) -> dict[str, Any]:
     """The gold-pool setting to recommend, from both workloads when the write one ran.
 
-    The write workload (guards on the write gate, the real worker behind them) decides first,
-    because its refusals are what a customer sees: fewest requests refused, then the fewest
-    ensures rejected ``orgPoolExhausted`` over both workloads, then the fewest prompts stranded
-    over both, then the fewest calls per request in the write workload. Without it, the calls
-    workload's :func:`recommend`.
+    The write workload decides first (its refusals are what a customer sees): fewest requests
+    refused, then fewest ``orgPoolExhausted`` and prompts stranded over both workloads, then
+    fewest calls per request in the write workload. Without it, :func:`recommend`.
     """
     calls = section["pools"]["gold"]["variants"]
     if not writes or "gold" not in writes:
@@ -304,7 +302,7 @@ def markdown(section: dict[str, Any], writes: dict[str, Any] | None = None) -> s
     if writes:
         from .writes_pools import markdown_lines
 
-        lines += markdown_lines(writes, heading="##")
+        lines += markdown_lines(writes, heading="##", other="[writes.md](writes.md)")
     lines += [
         "## Dormant cost",
         "",
@@ -346,14 +344,16 @@ def recommendation_lines(
         def written(v: dict[str, Any]) -> str:
             return (
                 f"{v['requests_refused']} of {v['requests']} requests refused "
-                f"({v['org_pool_exhausted']} ensures `orgPoolExhausted`), "
+                f"({v['org_pool_exhausted']} of them for `orgPoolExhausted`), "
                 f"{v['stranded']['prompts']} prompts stranded, "
                 f"{v['calls_per_request']} calls/request"
             )
 
         lines += [
-            f"Write workload: the defaults give {written(wrote['default'])}; fallback and",
-            f"reclaim on give {written(wrote['reclaim'])}; the recommended setting gives",
+            f"Write workload ({wrote['default']['prompts_asked']} prompts asked against 400 free "
+            "and 340 unused in the idle children): the defaults give "
+            f"{written(wrote['default'])}; fallback and reclaim on give "
+            f"{written(wrote['reclaim'])}; the recommended setting gives "
             f"{written(wrote[best_key])}.",
         ]
     return [

@@ -352,4 +352,4 @@ def _real_sized_lines(pools: dict[str, Any] | None) -> list[str]:
         return []
     from .writes_pools import markdown_lines
 
-    return markdown_lines(pools, heading="##")
+    return markdown_lines(pools, heading="##", other="[real-sizes.md](real-sizes.md)")
