@@ -366,9 +366,11 @@ def recommendation_lines(
         "(its parks and releases cost calls), and a smaller block stops the carving from running",
         "ahead of the writes. Smaller blocks mean more top-ups per child (more calls), so the",
         "smallest block is not free: compare the `calls/request` columns before going below 25.",
-        "For a gold pool set `BLOCK_PROMPTS` to the recommended block, keep",
-        "`SERENITY_TIGHT_POOL_FALLBACK=true` and turn on `SERENITY_SIBLING_RECLAIM=true` (with",
-        "`QUEUE_URL`); leave `BLOCK_PROJECTS=1`.",
+        "For a gold pool set `BLOCK_PROMPTS` to the recommended block (the `BlockPrompts`",
+        "parameter: one block for every pool of the deployment, so read the dev-like and",
+        "customer tables too), keep `SERENITY_TIGHT_POOL_FALLBACK=true` and turn on",
+        "`SERENITY_SIBLING_RECLAIM=true` (not a template parameter: the Allocator function's",
+        "environment, beside its `QUEUE_URL`); leave `BLOCK_PROJECTS=1`.",
         "",
         "Dormant: with the kill switch off an ensure costs "
         f"{dormant['switch_off']['calls_per_request']} upstream calls and "
