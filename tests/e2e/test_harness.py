@@ -290,16 +290,29 @@ def test_count_lost_updates_flags_a_release_computed_from_a_stale_read() -> None
 
 def test_with_worker_releases_places_reclaim_releases_where_the_broker_delivered_them() -> None:
     # Given a donor with one service request, and a reclaim release the worker enqueued
-    # later, delivered after it; plus a poison body that also carries a request id
+    # later, delivered after it; plus two poison bodies that also carry a request id, one in
+    # the donor's group, each answered ``invalid`` under its id (its body's kind, if readable)
     service = [build_ensure("d1", "m", request_id="s1")]
     events = [
         {"ev": "receive", "msgs": [{"group": "d1", "request_id": "s1", "id": "m1"}]},
         {"ev": "receive", "msgs": [{"group": "d1", "request_id": "reclaim-abc", "id": "m2"}]},
         {"ev": "receive", "msgs": [{"group": "px-1", "request_id": "px-1-r", "id": "m3"}]},
+        {"ev": "receive", "msgs": [{"group": "d1", "request_id": "px-2-r", "id": "m4"}]},
+    ]
+    invalid = [
+        AllocationOutcome(
+            request_id=rid,
+            kind=kind,
+            workspace_id=workspace,
+            status="invalid",
+            error_code="invalidMessage",
+            dead_lettered=True,
+        )
+        for rid, kind, workspace in (("px-1-r", "unknown", "px-1"), ("px-2-r", "release", "px-2"))
     ]
 
     # When the request list is completed
-    requests = with_worker_releases(service, events, [])
+    requests = with_worker_releases(service, events, invalid)
 
     # Then the reclaim release follows the service request in its child's order; the poison
     # is not taken for a request

@@ -231,6 +231,27 @@ def test_ledger_contract_refuses_a_write_for_another_kind(ledger: RequestLedger)
     assert _state(ledger) == ("deadLettered", DEAD, None, False)
 
 
+def test_ledger_contract_reads_back_an_invalid_body_of_unknown_kind_and_binds_its_id(
+    ledger: RequestLedger,
+) -> None:
+    # Given the invalid outcome of a refused body whose request id was readable, its kind not
+    invalid = _outcome("invalid", kind="unknown", error_code="invalidMessage", dead_lettered=True)
+    assert ledger.store_outcome(invalid, dead_lettered=True) == invalid
+
+    # When the ledger is read / Then the record is readable: that outcome, dead-lettered
+    read = ledger.read_batch(["req-1"])
+    assert read.unreadable == {}
+    assert _state(ledger) == ("deadLettered", invalid, None, False)
+    assert read.entries["req-1"].kind == "unknown"
+
+    # and no request of either kind may write under the id
+    with pytest.raises(RequestIdConflictError):
+        ledger.store_outcome(_outcome("topped-up", kind="ensure"))
+    with pytest.raises(RequestIdConflictError):
+        ledger.record_intent("req-1", INTENT, workspace_id="child-1")
+    assert _state(ledger) == ("deadLettered", invalid, None, False)
+
+
 def test_ledger_contract_announced_flag_is_for_terminal_records_and_reset_by_a_rewrite(
     ledger: RequestLedger,
 ) -> None:

@@ -345,6 +345,26 @@ def test_check_order_detects_outcomes_out_of_enqueue_order_and_transfer_mismatch
     assert check_order([ensure, release], in_order, extra, before, strict_transfers=False).passed
 
 
+def test_check_order_reports_an_outcome_on_a_child_its_request_was_not_enqueued_for() -> None:
+    # Given a release enqueued for child c whose outcome names child d
+    release = build_release("c")
+    before = workspaces_by_id(
+        [_ws("c", "m", (1, 1), (100, 100)), _ws("d", "m", (1, 1), (100, 100))]
+    )
+    elsewhere = [
+        _outcome(release.request_id, "d", "nothing-to-release", (1, 100), (1, 100), kind="release")
+    ]
+
+    # When the order is checked
+    result = check_order([release], elsewhere, [], before)
+
+    # Then it is a violation naming the child and the request, not a crash
+    assert not result.passed
+    assert result.violations == (
+        f"d: outcome #1 is {release.request_id}, enqueued for another child",
+    )
+
+
 def test_check_headroom_requires_used_plus_need_plus_drafted_when_asked() -> None:
     # Given a child using 200 prompts with 150 drafted
     usage = workspaces_by_id([_ws("c", "m", (1, 1), (200, 400), drafted=150)])

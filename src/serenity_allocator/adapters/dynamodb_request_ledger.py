@@ -5,7 +5,7 @@ Item shape (table key ``request_id``, a string)::
     request_id     S  the request's idempotency key (the message's deduplication id)
     schema_version N  the record shape (absent: version 1, before the binding)
     workspace_id   S  the workspace the id is bound to (version 1: terminal records only)
-    kind           S  ensure | release: the kind the id is bound to (from version 2)
+    kind           S  ensure | release | unknown (an invalid body's): the id's kind (from version 2)
     state          S  intent | final | deadLettered
     status         S  the outcome's status (terminal records), for operators reading the table
     outcome        S  the terminal AllocationOutcome as JSON

@@ -30,7 +30,6 @@ from ..domain.ledger import (
     LedgerUnavailableError,
     ReleaseIntent,
     RequestIdConflictError,
-    RequestKind,
     RequestLedger,
     replayed_release_outcome,
 )
@@ -248,16 +247,10 @@ def _terminal_entry(
         request_id=request_id,
         state="deadLettered" if held.dead_lettered else "final",
         workspace_id=held.workspace_id,
-        kind=_kind_of(held),
+        kind=held.kind,
         outcome=held,
         intent=earlier.intent if earlier is not None else None,
     )
-
-
-def _kind_of(outcome: AllocationOutcome) -> RequestKind | None:
-    if outcome.kind == "ensure":
-        return "ensure"
-    return "release" if outcome.kind == "release" else None
 
 
 def mark_final_receive(view: LedgerView, request: Request, receive_count: int) -> None:

@@ -36,6 +36,10 @@ from .ports import Clock, Sleeper
 
 LedgerState = Literal["intent", "final", "deadLettered"]
 RequestKind = Literal["ensure", "release"]
+BoundKind = Literal["ensure", "release", "unknown"]
+"""The kind a record binds its id to: its request's, or ``unknown`` for the ``invalid`` outcome
+of a refused body whose request id could be read but whose kind could not (no request of either
+kind may then reuse the id)."""
 
 LEDGER_SCHEMA_VERSION = 2
 """The record shape this version writes. 1 (no ``schema_version`` attribute): before the
@@ -66,7 +70,7 @@ class LedgerEntry(BaseModel):
     state: LedgerState
     workspace_id: str | None = None
     """The workspace the request id is bound to; None only on a version-1 intent."""
-    kind: RequestKind | None = None
+    kind: BoundKind | None = None
     """The request kind the id is bound to; None only on a version-1 intent."""
     outcome: AllocationOutcome | None = None
     """The terminal outcome (``final`` and ``deadLettered``); None for a bare intent."""

@@ -68,7 +68,11 @@ def with_worker_releases(
     vouch for delivery order on the services' requests.
     """
     known = {request.request_id for request in requests}
-    extra_source = {o.request_id: o for o in outcomes if o.request_id not in known}
+    # A refused body whose request id is readable is answered ``invalid`` under that id: a
+    # poison message, never a release of the worker's.
+    extra_source = {
+        o.request_id: o for o in outcomes if o.request_id not in known and o.status != "invalid"
+    }
     per_child: dict[str, list[Request]] = defaultdict(list)
     for request in requests:
         per_child[request.workspace_id].append(request)
@@ -105,8 +109,8 @@ def _merge_child(
 
 
 def _is_worker_release(rid: str, extra_source: Mapping[str, AllocationOutcome]) -> bool:
-    # The worker's own id scheme (its reclaim request ids), or an outcome: a poison body may
-    # carry a request id too, but it never gets either.
+    # The worker's own id scheme (its reclaim request ids), or an outcome other than
+    # ``invalid``: a poison body may carry a request id too, but it never gets either.
     return rid.startswith(WORKER_RELEASE_PREFIX) or rid in extra_source
 
 
