@@ -1,10 +1,10 @@
 """The write guard: front a metered write, recover from the disguised 405, and know why it ended.
 
-One recovery cycle per write that meets the 405: ONE ensure, then a retry every ``interval_s``.
-With an outcome lookup the cycle lasts as long as the ensure's outcome says it may (refused: stop
-at once; applied: the gate's lag more; unknown: keep going), inside the request's deadline; without
-one, ``retries`` retries. The deadline is fixed once, when the guard is built, and checked before
-every attempt and every sleep.
+One recovery cycle per write that meets the 405: at most ONE ensure of its own, then a retry
+every ``interval_s``. With an outcome lookup the cycle lasts as long as the ensure's outcome says
+it may (refused: stop at once; applied: the gate's lag more; unknown: keep going), inside the
+request's deadline; without one, ``retries`` retries. The deadline is fixed once, when the guard
+is built, and checked before every attempt and every sleep.
 
 With an outcome lookup, a cycle whose units a front of this guard already asked for follows that
 front instead of sending its own ensure (ADR 0019): the worker sums the ensures it coalesces, so a
@@ -107,8 +107,9 @@ class WriteGuard:
         parent_workspace_id: Its master (the org pool).
         policy: Retries, pause, the per-request deadline and the gate's lag.
         recorder: Receives ``QuotaRetryOutcome`` per cycle and ``QuotaRollbackFailed``.
-        outcomes: Reads the recovery ensure's outcome (``OutcomeReader``); without it the
-            cycle is bounded by ``policy.retries``.
+        outcomes: Reads the outcome of the ensure a recovery waits on (``OutcomeReader``): its
+            own, or the pending front it follows; without it the cycle is bounded by
+            ``policy.retries`` and always sends its own ensure.
         include_drafted: Size prompt top-ups on used + drafted + batch (the write gate's rule);
             opt out explicitly only for a dimension without drafts.
         ceiling: Optional per-brand ceiling for the ensures (a dimension left out is not enforced).
