@@ -390,6 +390,26 @@ def test_a_front_applied_but_not_serving_the_write_after_the_lag_leads_to_its_ow
     assert rig.recorder.outcomes == [("exhausted", 11, "s")]
 
 
+def test_a_second_write_following_the_same_front_does_not_restart_its_lag(rig: Rig) -> None:
+    # Given a burst of two 25-prompt batches fronted as 50, the front applied (seen at 3 s);
+    # the first batch lands at 9 s, the second meets a gate that never accepts it
+    rig.lookup.visible_at = 0.0
+    guard = rig.guard()
+    guard.front({"prompts": 50})
+    guard.write(rig.gate(accepts_at=9.0), need={"prompts": 25}, site="first")
+
+    # When the second batch is written at 9 s
+    with pytest.raises(WriteDeadlineExceededError) as raised:
+        guard.write(rig.gate(), need={"prompts": 25}, site="second")
+
+    # Then its cycle counted the lag from the first sighting (3 s), sent its own ensure at
+    # 15 s (not 24 s, past the deadline), saw it applied at 18 s, and ran out of time there
+    assert [r.need.prompts for r in rig.enqueuer.requests] == [50, 25]
+    assert rig.lookup.asked_at == [3.0, 18.0]
+    assert (raised.value.attempts, raised.value.waited_s) == (4, 9.0)
+    assert rig.recorder.outcomes == [("recovered", 4, "first"), ("exhausted", 4, "second")]
+
+
 def test_a_write_the_front_does_not_cover_sends_its_own_ensure_at_once(rig: Rig) -> None:
     # Given a front for 10 prompts and a 50-prompt write, its ensure applied at once
     rig.lookup.visible_at = 0.0
