@@ -6,7 +6,9 @@ old way), the dev-like parent (0/2 projects, 0/1913 prompts, three new children)
 unmetered customer parent (200 projects, ten children). On each, services write as
 :mod:`bench.writes`'s ``guard`` style does: one :class:`~serenity_allocator.write_guard.WriteGuard`
 per request (front sized on the burst, every write wrapped), on the simulator's write gate with
-its 9 s enforcement lag, all on one simulated clock, over real HTTP.
+its 9 s enforcement lag, all on one simulated clock, over real HTTP. Unlike there, each guard is
+given an outcome lookup, as the contract asks (ADR 0003, item 3): the worker's terminal outcomes,
+which the request ledger would hold, so a recovery follows its request's pending front (ADR 0019).
 
 Unlike the synthetic write workload (whose allocator is the domain use case alone), the guards'
 ensures go through the real producer into the in-process FIFO model (:mod:`bench.fifo`) and are
@@ -34,7 +36,7 @@ from typing import Any
 
 from serenity_allocator.adapters.eventbridge_outcomes import OutcomePublisher
 from serenity_allocator.adapters.sqs_producer import AllocationProducer
-from serenity_allocator.domain.messages import EnsureRequest
+from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest
 from serenity_allocator.domain.model import Totals
 from serenity_allocator.handlers.allocator import lambda_handler
 from serenity_allocator.handlers.allocator_runtime import build_runtime
@@ -44,6 +46,7 @@ from serenity_tools.standins.lambda_context import LocalLambdaContext
 from serenity_tools.standins.simulator import SimulatorServer, SimulatorState, start_simulator
 from serenity_tools.verification.write_path import GateClient
 
+from . import double_carve
 from .common import (
     BENCH_TOKEN,
     MAX_RECEIVE_COUNT,
@@ -188,12 +191,18 @@ class QueuedWorker:
         self.clock.advance(seconds)
         self.pump()
 
+    def get_outcome(self, request_id: str) -> AllocationOutcome | None:
+        """The guards' outcome lookup: a request's terminal outcome, None while it is pending."""
+        outcome = self.final.get(request_id)
+        return None if outcome is None else AllocationOutcome.model_validate(outcome)
+
 
 def _write_request(worker: QueuedWorker, gate: GateClient, parent: str, request: Request) -> bool:
     """One service request through its guard; True when a write ended refused."""
     guard = WriteGuard(
-        worker, request.child, parent, policy=GuardPolicy(), clock=worker.clock, sleep=worker.sleep
-    )
+        worker, request.child, parent, policy=GuardPolicy(), outcomes=worker,
+        clock=worker.clock, sleep=worker.sleep,
+    )  # fmt: skip
     child = request.child
     if request.project:
         writes = [({"projects": 1}, lambda: gate.create_project(child))]
@@ -326,28 +335,19 @@ def markdown_lines(pools: dict[str, Any], *, heading: str, other: str) -> list[s
     lines = [
         f"{heading} The write workload on the real-sized pools",
         "",
-        "Services write through `WriteGuard` on the simulator's write gate (its 9 s lag, the",
-        "guard's retries, a 1 s queue latency, all on a simulated clock); the guards' ensures go",
-        "through the real producer and the FIFO model to the real handler under each variant",
-        f"(`bench/writes_pools.py`; the rest: {other}). Refused = service requests whose",
-        "write was refused at the end (the customer's 409), orgPoolExhausted when the worker",
-        "rejected one of its ensures so; ensures = the guards' fronts and recoveries; stranded",
-        "= total - used - drafted in the children after the workload; calls = User Manager",
-        "calls plus write-gate attempts (up to five per write: the 9 s lag outlasts the",
-        "first attempts after a top-up), so the User Manager column is the allocator's own cost.",
+        "Services write through `WriteGuard` on the simulator's write gate (its 9 s lag, each",
+        "guard given the outcome lookup, a 1 s queue latency, all on a simulated clock); the",
+        "guards' ensures go through the real producer and the FIFO model to the real handler",
+        f"under each variant (`bench/writes_pools.py`; the rest: {other}). Refused = service",
+        "requests whose write was refused at the end (the customer's 409), orgPoolExhausted",
+        "when the worker rejected one of its ensures so; ensures = the guards' fronts and",
+        "recoveries; stranded = total - used - drafted in the children after the workload;",
+        "calls = User Manager calls plus write-gate attempts (up to five per write: the 9 s lag",
+        "outlasts the first attempts after a top-up; a refusal the lookup reads ends a write's",
+        "attempts at once), so the User Manager column is the allocator's own cost.",
         "",
     ]
-    lines += [
-        "**Finding: a write's front and its recovery ensure are summed.** Coalescing assumes one",
-        "ensure per write (a run needs the sum of its needs), but the guard's recovery ensure",
-        "asks again for the units its front already asked for. When both reach the worker in",
-        "one batch (here nearly always: the recovery leaves within the front's queue latency),",
-        "the child is carved twice the need. On the dev-like parent the first child took both",
-        "projects for one write, and the second child's project was refused; the stranded",
-        "columns include that over-carve. Not changed here (the guard and the coalescing rule",
-        "are the product's): reported as is.",
-        "",
-    ]
+    lines += double_carve.lines(pools)
     for pool in pools.values():
         lines += [f"{heading}# {pool['title']}", "", *table(pool), ""]
     return lines

@@ -98,6 +98,26 @@ class SlowQueue:
             self.served_at.append(self.clock() - START)
 
 
+@dataclass
+class ServingQueue:
+    """The guard's sleep: time passes, then the worker serves whatever waits on the queue."""
+
+    clock: FakeClock
+    worker: AllocatorHarness
+    served_at: list[float] = field(default_factory=list)
+
+    def sleep(self, seconds: float) -> None:
+        self.clock.sleep(seconds)
+        self.serve()
+
+    def serve(self) -> None:
+        messages = self.worker.receive()
+        if messages:
+            invocation = self.worker.handle(messages)
+            assert invocation.failed == []
+            self.served_at.append(self.clock() - START)
+
+
 @contextmanager
 def slow_guarded_write(
     local_resources: LocalResources, gate_sim: SimulatorServer, clock: FakeClock, *, pool: int
@@ -136,7 +156,7 @@ def slow_guarded_write(
         yield guard, queue, write
 
 
-def served_request_ids(queue: SlowQueue) -> list[str]:
+def served_request_ids(queue: SlowQueue | ServingQueue) -> list[str]:
     """The request ids of the messages the worker was given."""
     return [
         json.loads(record["body"])["request_id"]
@@ -188,3 +208,103 @@ def test_write_guard_stops_at_the_ensures_refusal_read_from_the_ledger(
     assert guard.history == [GuardedWrite("prompts", 6, 15.0, "exhausted")]
     assert queue.served_at == [15.0]
     assert len(served_request_ids(queue)) == 1
+
+
+# -- a recovery that follows the guard's front, served by the real handler (coalescing) ---------
+
+
+@contextmanager
+def fronted_guard(
+    local_resources: LocalResources, gate_sim: SimulatorServer, clock: FakeClock
+) -> Iterator[tuple[WriteGuard, ServingQueue, httpx.Client]]:
+    """A full child (100 of 100 prompts) under a roomy pool, one-prompt blocks (so a carve is
+    exactly the need), a worker serving the queue at each of the guard's pauses, and a guard
+    with the ledger's real reader and a 60 s deadline."""
+    gate_sim.seed(
+        [
+            workspace(MASTER, projects=(0, 50), prompts=(0, 10_000)),
+            workspace(CHILD, parent_id=MASTER, projects=(1, 1), prompts=(100, 100)),
+        ]
+    )
+    reader = OutcomeReader(
+        local_resources.ledger_table, local_client("dynamodb", local_resources.endpoint_url)
+    )
+    env = {"REQUEST_LEDGER_TABLE": local_resources.ledger_table, "BLOCK_PROMPTS": "1"}
+    with (
+        allocator_harness(local_resources, gate_sim, env) as worker,
+        httpx.Client(
+            base_url=gate_sim.write_url, trust_env=False, headers={"Authorization": "Bearer tok"}
+        ) as http,
+    ):
+        queue = ServingQueue(clock, worker)
+        guard = WriteGuard(
+            AllocationProducer(local_resources.queue_url), CHILD, MASTER,
+            policy=GuardPolicy(deadline_s=60.0), outcomes=reader,
+            clock=clock, sleep=queue.sleep,
+        )  # fmt: skip
+        yield guard, queue, http
+
+
+def prompts_total(sim: SimulatorServer) -> int:
+    by_id = {w["id"]: w for w in sim.dump()["workspaces"]}
+    total: int = by_id[CHILD]["ai"]["prompts"]["total"]
+    return total
+
+
+def test_write_guard_405_after_a_pending_front_sends_no_second_ensure_and_carves_once(
+    local_resources: LocalResources, gate_sim: SimulatorServer, clock: FakeClock
+) -> None:
+    with fronted_guard(local_resources, gate_sim, clock) as (guard, queue, http):
+        # Given a front for a 60-prompt batch, still on the queue
+        front_id = guard.front({"prompts": 60})
+
+        # When the batch is written at once and meets the disguised 405
+        answer = guard.write(
+            lambda: http.post(f"/v1/workspaces/{CHILD}/prompts", json={"count": 60}),
+            need={"prompts": 60},
+            site="prompts",
+        )
+
+    # Then the worker got the front alone (a second ensure would have been coalesced with it
+    # and carved 120): the child was carved the 60 once, and the write landed 9 s after it
+    assert answer.status_code == 200
+    assert served_request_ids(queue) == [front_id]
+    assert queue.served_at == [3.0]
+    assert prompts_total(gate_sim) == 160
+    outcome = guard.outcomes.get_outcome(front_id) if guard.outcomes else None
+    assert outcome is not None
+    assert (outcome.status, outcome.coalesced) == ("topped-up", 1)
+    assert guard.history == [GuardedWrite("prompts", 5, 12.0, "recovered")]
+    writes = [(c["t"] - START, c["status"]) for c in gate_sim.calls() if c["op"] == "write_prompts"]
+    assert writes == [(0.0, 405), (3.0, 405), (6.0, 405), (9.0, 405), (12.0, 200)]
+
+
+def test_write_guard_front_applied_but_spent_by_another_write_leads_to_a_recovery_ensure(
+    local_resources: LocalResources, gate_sim: SimulatorServer, clock: FakeClock
+) -> None:
+    with fronted_guard(local_resources, gate_sim, clock) as (guard, queue, http):
+        # Given a front for 50 prompts served at once (the child at 150), and 10 s later
+        # another write of 50 the front did not count, which takes those 50
+        front_id = guard.front({"prompts": 50})
+        queue.serve()
+        clock.advance(10.0)
+        other = http.post(f"/v1/workspaces/{CHILD}/prompts", json={"count": 50})
+
+        # When the guard's 50-prompt batch is written and meets the 405
+        answer = guard.write(
+            lambda: http.post(f"/v1/workspaces/{CHILD}/prompts", json={"count": 50}),
+            need={"prompts": 50},
+            site="prompts",
+        )
+
+    # Then the guard saw its front applied at 13 s, gave the gate its lag + one interval, and
+    # at 25 s, still refused, sent its own ensure: served at 28 s, enforced from 37 s
+    assert other.status_code == 200
+    assert answer.status_code == 200
+    [recovery_id] = [rid for rid in served_request_ids(queue) if rid != front_id]
+    assert served_request_ids(queue) == [front_id, recovery_id]
+    assert queue.served_at == [0.0, 28.0]
+    assert prompts_total(gate_sim) == 200
+    assert guard.history == [GuardedWrite("prompts", 10, 27.0, "recovered")]
+    writes = [(c["t"] - START, c["status"]) for c in gate_sim.calls() if c["op"] == "write_prompts"]
+    assert writes == [(10.0, 200)] + [(float(t), 405) for t in range(10, 35, 3)] + [(37.0, 200)]

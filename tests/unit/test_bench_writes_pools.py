@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench import double_carve
 from bench.real_sizes import VARIANTS, gold_choice, gold_pool
 from bench.writes_pools import PoolWrites, Request, run, stranded
 
@@ -28,11 +29,13 @@ def test_default_blocks_drain_a_gold_pool_and_reclaim_serves_the_request_they_re
     reclaim = run(pool, VARIANTS["reclaim"][1])
 
     # Then with 100-prompt blocks four top-ups take the 400 free prompts and the fifth
-    # request is refused for orgPoolExhausted (its front and its recovery both rejected)
+    # request is refused for orgPoolExhausted (its front rejected: its recovery waited on the
+    # front and asked for nothing more, so each request sent one ensure)
     assert default["requests"] == 5
     assert default["org_pool_exhausted"] == 1
     assert default["requests_refused"] == 1
-    assert default["ensures_pool_exhausted"] == 2
+    assert default["ensures_pool_exhausted"] == 1
+    assert default["ensures"] == reclaim["ensures"] == 5
     # And 4 x 90 carved and unused in the busy children, 2 x 170 in the idle ones
     assert default["stranded"] == {"projects": 2, "prompts": 700}
     # And with reclaim the idle children hand back all but a block each and nobody is refused
@@ -40,9 +43,10 @@ def test_default_blocks_drain_a_gold_pool_and_reclaim_serves_the_request_they_re
     assert reclaim["requests_refused"] == 0
     assert reclaim["outcomes"]["topped-up-after-reclaim"] == 1
     assert reclaim["stranded"] == {"projects": 2, "prompts": 590}
-    # And the park and the releases cost User Manager calls; the write attempts are the same
+    # And the park and the releases cost User Manager calls; each served write waits out the
+    # gate's lag (5 attempts), the refused one stops at the refusal its lookup reads (2)
     assert reclaim["user_manager_calls"] > default["user_manager_calls"]
-    assert reclaim["write_attempts"] == default["write_attempts"]
+    assert (default["write_attempts"], reclaim["write_attempts"]) == (4 * 5 + 2, 5 * 5)
     assert default["dead_letters"] == reclaim["dead_letters"] == 0
 
 
@@ -96,3 +100,24 @@ def test_the_gold_recommendation_follows_the_write_workloads_refusals_first() ->
     # Then the write workload decides; without it, the calls workload does
     assert gold_choice(section, writes)["variant"] == "blocks_25"
     assert gold_choice(section, None)["variant"] == "reclaim"
+
+
+def test_the_double_carve_finding_shows_each_measured_pool_before_and_after() -> None:
+    # Given the dev-like parent's run with the defaults (the gold pool did not run)
+    after = {
+        "label": "defaults",
+        "requests": 12,
+        "org_pool_exhausted": 0,
+        "ensures": 15,
+        "ensures_pool_exhausted": 0,
+        "stranded": {"projects": 0, "prompts": 600},
+        "calls_per_request": 6.5,
+    }
+    pools = {"dev": {"title": "dev-like parent", "variants": {"default": after}}}
+
+    # Then its row pairs the numbers before the fix with the run's; no row for the rest
+    rows = [line for line in double_carve.lines(pools) if line.startswith("| dev")]
+    assert rows == [
+        "| dev-like parent, defaults | 12 | 2 → 0 | 21 → 15 | 4 → 0 | 1 → 0 | 650 → 600 | "
+        "7.167 → 6.5 |"
+    ]

@@ -77,6 +77,8 @@ class Lookup:
     error_code: str | None = None
     visible_at: float = float("inf")
     failing_until: float = -1.0
+    by_position: dict[int, tuple[str, str | None]] = field(default_factory=dict)
+    """(status, error code) of the n-th ensure sent, where it differs from the default."""
     asked_at: list[float] = field(default_factory=list)
 
     def get_outcome(self, request_id: str) -> AllocationOutcome | None:
@@ -84,16 +86,20 @@ class Lookup:
         self.asked_at.append(at)
         if at < self.failing_until:
             raise ConnectionError("ledger unreachable")
-        assert request_id == self.enqueuer.requests[-1].request_id  # the recovery's ensure
+        sent = [r.request_id for r in self.enqueuer.requests]
+        assert request_id == sent[-1]  # the latest ensure: the recovery's, or the front it follows
         if at < self.visible_at:
             return None
+        status, error_code = self.by_position.get(
+            sent.index(request_id), (self.status, self.error_code)
+        )
         return AllocationOutcome.model_validate(
             {
                 "request_id": request_id,
                 "kind": "ensure",
                 "workspace_id": CHILD,
-                "status": self.status,
-                "error_code": self.error_code,
+                "status": status,
+                "error_code": error_code,
             }
         )
 
@@ -295,6 +301,141 @@ def test_a_failing_lookup_counts_as_unknown_and_is_logged(
         (rig.enqueuer.requests[0].request_id, "ConnectionError")
     ] * 2
     assert guard.history == [GuardedWrite("s", 5, 12.0, "recovered")]
+
+
+# -- a recovery that follows the guard's front ---------------------------------------------------
+
+
+def test_a_405_right_after_a_pending_front_waits_on_the_front_and_sends_no_second_ensure(
+    rig: Rig,
+) -> None:
+    # Given a front for the 50-prompt batch, its outcome applied at 2 s, the gate enforcing at 9 s
+    rig.lookup.visible_at = 2.0
+    guard = rig.guard()
+    front_id = guard.front({"prompts": 50})
+
+    # When the batch is written at once (the front still queued) and meets the 405
+    answer = guard.write(rig.gate(accepts_at=9.0), need={"prompts": 50}, site="s")
+
+    # Then the cycle looked up the front's outcome (once: applied) and sent nothing of its own
+    assert answer.status_code == 200
+    assert [r.request_id for r in rig.enqueuer.requests] == [front_id]
+    assert rig.lookup.asked_at == [3.0]
+    assert guard.history == [GuardedWrite("s", 4, 9.0, "recovered")]
+    assert rig.recorder.outcomes == [("recovered", 4, "s")]
+
+
+def test_a_refused_front_for_exactly_the_write_ends_the_cycle_with_its_code(rig: Rig) -> None:
+    # Given a front for the 50-prompt batch that the pool refuses (seen at the 3 s lookup)
+    rig.lookup.status, rig.lookup.error_code = "rejected", "orgPoolExhausted"
+    rig.lookup.visible_at = 2.0
+    guard = rig.guard()
+    guard.front({"prompts": 50})
+
+    # When the batch meets the 405
+    with pytest.raises(WriteQuotaExhaustedError) as raised:
+        guard.write(rig.gate(), need={"prompts": 50}, site="s")
+
+    # Then the front's refusal is the write's: no second ensure asking for the same 50
+    assert (raised.value.reason, raised.value.attempts, raised.value.waited_s) == (
+        "orgPoolExhausted",
+        2,
+        3.0,
+    )
+    assert [r.need.prompts for r in rig.enqueuer.requests] == [50]
+    assert rig.recorder.outcomes == [("exhausted", 2, "s")]
+
+
+def test_a_front_refused_for_a_larger_burst_lets_the_write_ask_for_its_own_units(
+    rig: Rig,
+) -> None:
+    # Given a front for a burst of two 25-prompt batches refused for the ceiling, and the
+    # write's own ensure applied; the gate enforcing from 12 s
+    rig.lookup.visible_at = 0.0
+    rig.lookup.by_position = {0: ("rejected", "brandAiLimit")}
+    guard = rig.guard()
+    guard.front({"prompts": 50})
+
+    # When the first batch meets the 405
+    answer = guard.write(rig.gate(accepts_at=12.0), need={"prompts": 25}, site="s")
+
+    # Then the refusal at 3 s said nothing about 25 prompts: the cycle sent its own ensure
+    # for them, saw it applied at 6 s, and the 5th attempt landed
+    assert answer.status_code == 200
+    assert [r.need.prompts for r in rig.enqueuer.requests] == [50, 25]
+    assert rig.lookup.asked_at == [3.0, 6.0]
+    assert guard.history == [GuardedWrite("s", 5, 12.0, "recovered")]
+    assert rig.recorder.outcomes == [("recovered", 5, "s")]
+
+
+def test_a_front_applied_but_not_serving_the_write_after_the_lag_leads_to_its_own_ensure(
+    rig: Rig,
+) -> None:
+    # Given a front applied at once, a gate that never accepts and a far deadline
+    rig.lookup.visible_at = 0.0
+    guard = rig.guard(policy=GuardPolicy(deadline_s=60.0))
+    guard.front({"prompts": 50})
+    gate = rig.gate()
+
+    # When the batch is written
+    with pytest.raises(WriteQuotaExhaustedError) as raised:
+        guard.write(gate, need={"prompts": 50}, site="s")
+
+    # Then the front, seen applied at 3 s, had lag + interval (till 15 s); the cycle then sent
+    # its own ensure, seen applied at 18 s, which had its lag + interval too (till 30 s)
+    assert [r.need.prompts for r in rig.enqueuer.requests] == [50, 50]
+    assert rig.lookup.asked_at == [3.0, 18.0]
+    assert gate.attempts_at == [float(t) for t in range(0, 31, 3)]
+    assert (raised.value.reason, raised.value.attempts, raised.value.waited_s) == (None, 11, 30.0)
+    assert rig.recorder.outcomes == [("exhausted", 11, "s")]
+
+
+def test_a_second_write_following_the_same_front_does_not_restart_its_lag(rig: Rig) -> None:
+    # Given a burst of two 25-prompt batches fronted as 50, the front applied (seen at 3 s);
+    # the first batch lands at 9 s, the second meets a gate that never accepts it
+    rig.lookup.visible_at = 0.0
+    guard = rig.guard()
+    guard.front({"prompts": 50})
+    guard.write(rig.gate(accepts_at=9.0), need={"prompts": 25}, site="first")
+
+    # When the second batch is written at 9 s
+    with pytest.raises(WriteDeadlineExceededError) as raised:
+        guard.write(rig.gate(), need={"prompts": 25}, site="second")
+
+    # Then its cycle counted the lag from the first sighting (3 s), sent its own ensure at
+    # 15 s (not 24 s, past the deadline), saw it applied at 18 s, and ran out of time there
+    assert [r.need.prompts for r in rig.enqueuer.requests] == [50, 25]
+    assert rig.lookup.asked_at == [3.0, 18.0]
+    assert (raised.value.attempts, raised.value.waited_s) == (4, 9.0)
+    assert rig.recorder.outcomes == [("recovered", 4, "first"), ("exhausted", 4, "second")]
+
+
+def test_a_write_the_front_does_not_cover_sends_its_own_ensure_at_once(rig: Rig) -> None:
+    # Given a front for 10 prompts and a 50-prompt write, its ensure applied at once
+    rig.lookup.visible_at = 0.0
+    guard = rig.guard()
+    guard.front({"prompts": 10})
+
+    # When the write meets the 405
+    guard.write(rig.gate(accepts_at=9.0), need={"prompts": 50}, site="s")
+
+    # Then the cycle asked for the write's units at once, as without a front
+    assert [r.need.prompts for r in rig.enqueuer.requests] == [10, 50]
+    assert rig.lookup.asked_at == [3.0]
+    assert guard.history == [GuardedWrite("s", 4, 9.0, "recovered")]
+
+
+def test_without_a_lookup_a_fronted_write_still_sends_its_own_ensure(rig: Rig) -> None:
+    # Given a guard without an outcome lookup and a front for the batch
+    guard = rig.guard(with_lookup=False)
+    guard.front({"prompts": 50})
+
+    # When the batch meets the 405
+    guard.write(rig.gate(accepts_at=9.0), need={"prompts": 50}, site="s")
+
+    # Then it cannot tell a queued front from a refused or spent one: it ensures once more
+    assert [r.need.prompts for r in rig.enqueuer.requests] == [50, 50]
+    assert guard.history == [GuardedWrite("s", 4, 9.0, "recovered")]
 
 
 # -- without a lookup: retries and the deadline ------------------------------------------------

@@ -6,7 +6,9 @@ the write (``used + drafted + batch``); and the gateway enforces a top-up about 
 The upstream retries the write with backoff inside one per-request deadline, calling ensure once
 per recovery. Ours is queued, so the guard waits for its ensure: it reads the ensure's outcome
 from the request ledger and keeps retrying until the gate has had the lag to enforce it, inside
-the deadline (docs/decisions/0003-async-worker-contract.md, item 3).
+the deadline (docs/decisions/0003-async-worker-contract.md, item 3). A recovery whose units the
+request's pending front already asked for waits on the front's outcome instead of sending a
+second ensure, which the worker's coalescing would add to the front (ADR 0019).
 
 A service makes one :class:`WriteGuard` per incoming request and workspace::
 

@@ -1,10 +1,15 @@
 """The write guard: front a metered write, recover from the disguised 405, and know why it ended.
 
-One recovery cycle per write that meets the 405: ONE ensure, then a retry every ``interval_s``.
-With an outcome lookup the cycle lasts as long as the ensure's outcome says it may (refused: stop
-at once; applied: the gate's lag more; unknown: keep going), inside the request's deadline; without
-one, ``retries`` retries. The deadline is fixed once, when the guard is built, and checked before
-every attempt and every sleep.
+One recovery cycle per write that meets the 405: at most ONE ensure of its own, then a retry
+every ``interval_s``. With an outcome lookup the cycle lasts as long as the ensure's outcome says
+it may (refused: stop at once; applied: the gate's lag more; unknown: keep going), inside the
+request's deadline; without one, ``retries`` retries. The deadline is fixed once, when the guard
+is built, and checked before every attempt and every sleep.
+
+With an outcome lookup, a cycle whose units a front of this guard already asked for follows that
+front instead of sending its own ensure (ADR 0019): the worker sums the ensures it coalesces, so a
+second one for the same units would be carved twice. The cycle sends its own only once the front
+can no longer serve the write: applied and the gate's lag over, or refused for more than the write.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Generic, NoReturn, Protocol, TypeVar
 from ..adapters.sqs_requests import TotalsInput, build_ensure
 from ..domain.classify import is_metered_quota
 from ..domain.messages import AllocationOutcome, EnsureRequest
+from ..domain.model import Totals
 from .errors import (
     GuardedWrite,
     HttpAnswer,
@@ -60,16 +66,35 @@ def is_refused(outcome: AllocationOutcome) -> bool:
 
 
 @dataclass
+class _Front:
+    """A front this guard sent: its units and what its outcome said so far."""
+
+    request_id: str
+    need: Totals
+    applied_at: float | None = None
+    """When a lookup first saw it applied (shared by every cycle that follows it)."""
+    refused: bool = False
+
+    def covers(self, need: Totals) -> bool:
+        """True when this front asked for every unit ``need`` asks for."""
+        return self.need.projects >= need.projects and self.need.prompts >= need.prompts
+
+
+@dataclass
 class _Cycle(Generic[AnswerT]):
     """One recovery: the write's last answer, its attempts and waits, what the ensure said."""
 
     site: str
     answer: AnswerT
+    own: EnsureRequest | None = None
+    """The cycle's own ensure, sized on the write; sent unless the cycle follows a front."""
     attempts: int = 1
     waited_s: float = 0.0
     request_id: str = ""
     applied_at: float | None = None
     """When a lookup first saw the ensure applied (the gate's lag runs from there)."""
+    following: _Front | None = None
+    """The guard's front whose outcome the cycle waits on instead of its own ensure."""
 
 
 @dataclass
@@ -82,8 +107,9 @@ class WriteGuard:
         parent_workspace_id: Its master (the org pool).
         policy: Retries, pause, the per-request deadline and the gate's lag.
         recorder: Receives ``QuotaRetryOutcome`` per cycle and ``QuotaRollbackFailed``.
-        outcomes: Reads the recovery ensure's outcome (``OutcomeReader``); without it the
-            cycle is bounded by ``policy.retries``.
+        outcomes: Reads the outcome of the ensure a recovery waits on (``OutcomeReader``): its
+            own, or the pending front it follows; without it the cycle is bounded by
+            ``policy.retries`` and always sends its own ensure.
         include_drafted: Size prompt top-ups on used + drafted + batch (the write gate's rule);
             opt out explicitly only for a dimension without drafts.
         ceiling: Optional per-brand ceiling for the ensures (a dimension left out is not enforced).
@@ -111,6 +137,7 @@ class WriteGuard:
 
     def __post_init__(self) -> None:
         self._deadline = self.clock() + self.policy.deadline_s
+        self._fronts: list[_Front] = []
 
     @property
     def time_left_s(self) -> float:
@@ -120,13 +147,20 @@ class WriteGuard:
     def front(self, need: TotalsInput) -> str:
         """Enqueue the ensure for the batch about to be written; return its request id.
 
-        Sent BEFORE the write, it gives the allocator and the gate's lag a head start.
+        Sent BEFORE the write, it gives the allocator and the gate's lag a head start. With an
+        outcome lookup, a wrapped write whose need it covers waits on it rather than asking again.
 
         Raises:
             pydantic.ValidationError: ``need`` or the guard's ids break the message contract.
             EnqueueError: The ensure could not be enqueued (from the producer).
         """
-        request = build_ensure(
+        request = self._ensure(need)
+        request_id = self.producer.enqueue(request)
+        self._fronts.append(_Front(request_id, request.need))
+        return request_id
+
+    def _ensure(self, need: TotalsInput) -> EnsureRequest:
+        return build_ensure(
             self.workspace_id,
             self.parent_workspace_id,
             need,
@@ -135,7 +169,6 @@ class WriteGuard:
             org_id=self.org_id,
             brand_id=self.brand_id,
         )
-        return self.producer.enqueue(request)
 
     def write(
         self,
@@ -146,6 +179,9 @@ class WriteGuard:
         rollback: Callable[[], object] | None = None,
     ) -> AnswerT:
         """Run a metered write; on the disguised 405, ensure once and retry until it is settled.
+
+        With an outcome lookup, a 405 whose need a pending front of this guard covers follows
+        that front (no second ensure for the same units); see the module's docstring.
 
         Args:
             call: Makes the write and returns its HTTP answer. An exception it raises
@@ -181,7 +217,7 @@ class WriteGuard:
         rollback: Callable[[], object] | None,
     ) -> AnswerT:
         try:
-            cycle.request_id = self.front(need)  # one ensure for this recovery, not per attempt
+            self._start(cycle, need)  # one ensure for this recovery at most, never per attempt
             refusal = self._retry(call, cycle)
         except Exception:
             self._record(cycle, "abandoned")
@@ -224,25 +260,75 @@ class WriteGuard:
             return self._refusal(WriteDeadlineExceededError, cycle)
         return None
 
+    def _start(self, cycle: _Cycle[AnswerT], need: TotalsInput) -> None:
+        """Follow a front that already asked for the write's units, or send the cycle's own."""
+        cycle.own = self._ensure(need)
+        front = self._front_to_follow(cycle.own.need)
+        if front is None:
+            self._send_own(cycle)
+            return
+        cycle.following = front
+        cycle.request_id = front.request_id
+        cycle.applied_at = front.applied_at
+
+    def _front_to_follow(self, need: Totals) -> _Front | None:
+        """The latest front covering ``need`` that may still serve the write, if any.
+
+        Only with an outcome lookup: without one the guard cannot tell a front on its way from
+        one refused or already spent, so the cycle sends its own ensure (ADR 0019).
+        """
+        if self.outcomes is None:
+            return None
+        now = self.clock()
+        for front in reversed(self._fronts):
+            spent = front.applied_at is not None and self._gate_had_its_lag(front.applied_at, now)
+            if front.covers(need) and not front.refused and not spent:
+                return front
+        return None
+
+    def _send_own(self, cycle: _Cycle[AnswerT]) -> None:
+        assert cycle.own is not None  # built by _start before anything is sent
+        cycle.request_id = self.producer.enqueue(cycle.own)
+        cycle.following, cycle.applied_at = None, None
+
+    def _gate_had_its_lag(self, applied_at: float, now: float) -> bool:
+        return now - applied_at >= self.policy.enforcement_lag_s + self.policy.interval_s
+
     def _judge_ensure(self, cycle: _Cycle[AnswerT]) -> WriteRefusedError | None:
-        """After a 405 retry: what the recovery ensure's outcome says about going on."""
+        """After a 405 retry: what the awaited ensure's outcome says about going on."""
         lookup = self.outcomes
         if lookup is None:
             return None
         now = self.clock()
         if cycle.applied_at is not None:
-            waited_for_gate = now - cycle.applied_at
-            if waited_for_gate >= self.policy.enforcement_lag_s + self.policy.interval_s:
-                return self._refusal(WriteQuotaExhaustedError, cycle)
-            return None
+            if not self._gate_had_its_lag(cycle.applied_at, now):
+                return None
+            if cycle.following is not None:  # the front was enforced and did not serve the write
+                self._send_own(cycle)
+                return None
+            return self._refusal(WriteQuotaExhaustedError, cycle)
         outcome = _lookup(lookup, cycle.request_id)
         if outcome is None:
             return None
         if is_refused(outcome):
-            reason = outcome.error_code or outcome.status
-            return self._refusal(WriteQuotaExhaustedError, cycle, reason=reason)
+            return self._judge_refused(cycle, outcome)
         cycle.applied_at = now
+        if cycle.following is not None:
+            cycle.following.applied_at = now
         return None
+
+    def _judge_refused(
+        self, cycle: _Cycle[AnswerT], outcome: AllocationOutcome
+    ) -> WriteRefusedError | None:
+        """A refused front asked for more than the write: the write asks for its own units."""
+        front = cycle.following
+        if front is not None:
+            front.refused = True
+            if cycle.own is not None and front.need != cycle.own.need:
+                self._send_own(cycle)
+                return None
+        reason = outcome.error_code or outcome.status
+        return self._refusal(WriteQuotaExhaustedError, cycle, reason=reason)
 
     def _refusal(
         self,

@@ -13,9 +13,10 @@ from ..domain.model import Totals
 class GuardPolicy:
     """How long a guarded write keeps trying after the disguised 405.
 
-    With an outcome lookup (the ledger's ``OutcomeReader``) the guard waits for its recovery
-    ensure: until the outcome is known, then ``enforcement_lag_s + interval_s`` more while the
-    gate catches up, all inside ``deadline_s``; ``retries`` does not bound it. Without one, it
+    With an outcome lookup (the ledger's ``OutcomeReader``) the guard waits for the ensure its
+    recovery follows (its own, or the request's pending front): until the outcome is known,
+    then ``enforcement_lag_s + interval_s`` more while the gate catches up, all inside
+    ``deadline_s``; ``retries`` does not bound it. Without one, it
     makes at most ``retries`` retries: 4 x 3 s span the ~9 s lag plus 3 s of queue latency,
     which a loaded queue outlasts (docs/decisions/0003-async-worker-contract.md).
 
