@@ -212,7 +212,7 @@ describe('write with outcomes', () => {
 describe('a recovery that follows the guard\'s front', () => {
   const START = 100;
 
-  function frontRig({ visibleAt = Infinity, status = 'topped-up', errorCode = null, byPosition = {}, failEnqueue = Infinity, withLookup = true, policy = new GuardPolicy() } = {}) {
+  function frontRig({ visibleAt = Infinity, status = 'topped-up', errorCode = null, byPosition = {}, failEnqueue = Infinity, withLookup = true, policy = new GuardPolicy(), concurrent = false } = {}) {
     const state = { now: START, ensures: [], ids: [], asked: [], metrics: [] };
     const producer = {
       async enqueueEnsure(input) {
@@ -237,7 +237,10 @@ describe('a recovery that follows the guard\'s front', () => {
       outcomes: withLookup ? outcomes : null,
       recorder: { record: (o, a, s) => state.metrics.push([o, a, s]) },
       clock: () => state.now,
-      sleep: async (s) => { state.now += s; },
+      // Concurrent writes share the clock: a sleep wakes at its own start + s, never earlier.
+      sleep: concurrent
+        ? async (s) => { const wake = state.now + s; await Promise.resolve(); state.now = Math.max(state.now, wake); }
+        : async (s) => { state.now += s; },
       logger: { warn() {} },
     });
     const gate = (acceptsAt = Infinity) => {
@@ -330,6 +333,19 @@ describe('a recovery that follows the guard\'s front', () => {
     assert.deepEqual(state.asked, [[3, 0], [18, 1]]);
     assert.deepEqual(refusalOf(error), ['WriteDeadlineExceededError', null, 4, 9]);
     assert.deepEqual(state.metrics, [['recovered', 4, 'first'], ['exhausted', 4, 'second']]);
+  });
+
+  it('two writes of the burst made at once both follow the front: one ensure, one lag', async () => {
+    const { state, guard, gate } = frontRig({ visibleAt: 0, concurrent: true });
+    await guard.front({ prompts: 50 });
+    const [first, second] = await Promise.all([
+      guard.write(gate(9), { need: { prompts: 25 }, site: 'first' }),
+      guard.write(gate(9), { need: { prompts: 25 }, site: 'second' }),
+    ]);
+    assert.deepEqual([first, second, state.now - START], [OK, OK, 9]);
+    assert.deepEqual(state.ensures, [{ prompts: 50 }]);
+    assert.deepEqual(state.asked, [[3, 0], [3, 0]]);
+    assert.deepEqual(state.metrics, [['recovered', 4, 'first'], ['recovered', 4, 'second']]);
   });
 
   it('a front already spent when the cycle starts is not followed', async () => {
