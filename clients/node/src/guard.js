@@ -1,8 +1,10 @@
 // The write guard (the same behaviour as the Python WriteGuard), one per incoming
 // request and child workspace: front the burst, wrap every metered write, and on the
-// disguised 405 enqueue ONE ensure and retry across the gate's enforcement lag, all inside one
+// disguised 405 wait for ONE ensure (the request's pending front when it covers the write,
+// else the recovery's own) while retrying across the gate's enforcement lag, all inside one
 // deadline fixed when the guard is made.
 import { isMeteredQuota } from './classify.js';
+import { buildEnsure } from './contract.js';
 
 /** Ensure statuses that mean "the room is there (or the child is not metered)". */
 export const APPLIED_STATUSES = new Set([
@@ -70,9 +72,19 @@ export class WriteDeadlineExceededError extends WriteRefusedError {
 /** Records nothing (the default: metrics are the service's choice). */
 export const nullRecorder = { record() {}, rollbackFailed() {} };
 
+/** Does a front that asked for `asked` cover every unit of `need`? (both normalized) */
+const covers = (asked, need) => asked.projects >= need.projects && asked.prompts >= need.prompts;
+const sameUnits = (a, b) => a.projects === b.projects && a.prompts === b.prompts;
+
 /**
  * Fronts and wraps the metered writes of ONE incoming request on one child workspace.
  * A wrapped `call` resolves to `{status, body}` (the HTTP status and the RAW body text).
+ *
+ * With `outcomes`, a recovery whose units a front of this guard already asked for follows that
+ * front instead of sending its own ensure (ADR 0019): the worker sums the ensures it coalesces,
+ * so a second one for the same units would be carved twice. The recovery sends its own only
+ * once the front can no longer serve the write: applied and the gate's lag over, or refused
+ * for more than the write.
  */
 export class WriteGuard {
   constructor({
@@ -85,6 +97,9 @@ export class WriteGuard {
       ceiling, orgId, brandId, clock, sleep, logger,
     });
     this.deadline = clock() + policy.deadlineS;
+    // The fronts sent: {requestId, need, appliedAt, refused}, appliedAt and refused shared
+    // by every cycle that follows the front.
+    this.fronts = [];
   }
 
   /** Seconds left of the request's deadline. */
@@ -92,17 +107,29 @@ export class WriteGuard {
     return this.deadline - this.clock();
   }
 
-  /** Enqueue one ensure for the units about to be written; resolves to its request id. */
+  /**
+   * Enqueue one ensure for the units about to be written; resolves to its request id. With
+   * `outcomes`, a wrapped write whose need it covers waits on it rather than asking again.
+   */
   async front(need) {
-    return this.producer.enqueueEnsure({
+    const input = this.ensureInput(need);
+    const units = buildEnsure(input).need; // checks the need first, as the producer would
+    const requestId = await this.producer.enqueueEnsure(input);
+    this.fronts.push({ requestId, need: units, appliedAt: null, refused: false });
+    return requestId;
+  }
+
+  ensureInput(need) {
+    return {
       workspaceId: this.workspaceId, parentWorkspaceId: this.parentWorkspaceId, need,
       includeDrafted: this.includeDrafted, ceiling: this.ceiling, orgId: this.orgId,
       brandId: this.brandId,
-    });
+    };
   }
 
   /**
-   * Run a metered write; on the disguised 405, ensure once and retry within the deadline.
+   * Run a metered write; on the disguised 405, ensure once at most and retry within the
+   * deadline (following a pending front that covers `need`, with `outcomes`).
    * Resolves to the accepted answer or a non-quota answer unchanged; rejects with
    * WriteQuotaExhaustedError or WriteDeadlineExceededError (after `rollback`, once).
    * @param {() => Promise<{status: number, body: string}>} call
@@ -119,54 +146,125 @@ export class WriteGuard {
   }
 
   async recover(call, { need, site, rollback }, first) {
-    const cycle = { answer: first, attempts: 1, waitedS: 0, appliedAt: null };
-    let recoveryId;
+    const cycle = {
+      answer: first, attempts: 1, waitedS: 0,
+      own: null, // the recovery's own ensure (its input), sent unless it follows a front
+      ownNeed: null, // its need, normalized ({projects, prompts})
+      requestId: null, // the ensure the cycle waits on: its own, or the front's
+      appliedAt: null, // when a lookup first saw that ensure applied (the lag runs from there)
+      following: null, // the front followed instead of the cycle's own ensure
+    };
+    let refusal;
     try {
-      recoveryId = await this.front(need); // one ensure per recovery, not per attempt
+      await this.start(cycle, need); // one ensure for this recovery at most, never per attempt
+      refusal = await this.retry(call, cycle);
     } catch (error) {
       this.recordCycle('abandoned', cycle.attempts, site);
       throw error;
     }
+    if (refusal === null) {
+      this.recordCycle(cycle.answer.status < 400 ? 'recovered' : 'abandoned', cycle.attempts, site);
+      return cycle.answer;
+    }
+    return this.exhausted(refusal.kind, cycle, refusal.reason, rollback, site);
+  }
+
+  // Sleep and attempt until the write lands (null) or the cycle is refused ({kind, reason}).
+  async retry(call, cycle) {
     for (;;) {
       if (!this.outcomes && cycle.attempts > this.policy.retries) {
-        return this.exhausted(WriteQuotaExhaustedError, cycle, null, rollback, site);
+        return { kind: WriteQuotaExhaustedError, reason: null };
       }
       if (!this.startsInTime(this.policy.intervalS)) {
-        return this.exhausted(WriteDeadlineExceededError, cycle, null, rollback, site);
+        return { kind: WriteDeadlineExceededError, reason: null };
       }
       await this.sleep(this.policy.intervalS);
       cycle.waitedS += this.policy.intervalS;
-      if (!this.startsInTime(0)) {
-        return this.exhausted(WriteDeadlineExceededError, cycle, null, rollback, site);
-      }
+      if (!this.startsInTime(0)) return { kind: WriteDeadlineExceededError, reason: null };
       cycle.attempts += 1;
-      try {
-        cycle.answer = await call();
-      } catch (error) {
-        this.recordCycle('abandoned', cycle.attempts, site);
-        throw error;
-      }
-      if (!isMeteredQuota(cycle.answer.status, cycle.answer.body)) {
-        this.recordCycle(cycle.answer.status < 400 ? 'recovered' : 'abandoned', cycle.attempts, site);
-        return cycle.answer;
-      }
-      const refusal = this.outcomes ? await this.judge(recoveryId, cycle) : undefined;
-      if (refusal !== undefined) {
-        return this.exhausted(WriteQuotaExhaustedError, cycle, refusal, rollback, site);
+      cycle.answer = await call();
+      if (!isMeteredQuota(cycle.answer.status, cycle.answer.body)) return null;
+      if (this.outcomes) {
+        const reason = await this.judge(cycle);
+        if (reason !== undefined) return { kind: WriteQuotaExhaustedError, reason };
       }
     }
   }
 
-  // undefined: keep retrying; a string or null: the write is refused for quota with that reason.
-  async judge(recoveryId, cycle) {
-    const outcome = await this.lookup(recoveryId);
+  // Follow a front that already asked for the write's units, or send the cycle's own ensure.
+  async start(cycle, need) {
+    cycle.own = this.ensureInput(need);
+    cycle.ownNeed = buildEnsure(cycle.own).need; // a need that breaks the contract ends it here
+    const front = this.frontToFollow(cycle.ownNeed);
+    if (front === null) {
+      await this.sendOwn(cycle);
+      return;
+    }
+    cycle.following = front;
+    cycle.requestId = front.requestId;
+    cycle.appliedAt = front.appliedAt;
+  }
+
+  // The latest front covering `units` that may still serve the write. Only with `outcomes`:
+  // without them a front on its way cannot be told from one refused or already spent.
+  frontToFollow(units) {
+    if (!this.outcomes) return null;
+    const now = this.clock();
+    for (const front of [...this.fronts].reverse()) {
+      const spent = front.appliedAt !== null && this.gateHadItsLag(front.appliedAt, now);
+      if (covers(front.need, units) && !front.refused && !spent) return front;
+    }
+    return null;
+  }
+
+  async sendOwn(cycle) {
+    cycle.following = null;
+    cycle.appliedAt = null;
+    cycle.requestId = await this.producer.enqueueEnsure(cycle.own);
+  }
+
+  gateHadItsLag(appliedAt, now) {
+    return now - appliedAt >= this.policy.enforcementLagS + this.policy.intervalS;
+  }
+
+  // After a 405 retry, what the awaited ensure (its own, or the front it follows) says:
+  // undefined: keep retrying; a string or null: refused for quota with that reason.
+  async judge(cycle) {
+    const now = this.clock();
+    if (cycle.appliedAt !== null) {
+      if (!this.gateHadItsLag(cycle.appliedAt, now)) return undefined;
+      if (cycle.following !== null) { // the front was enforced and did not serve the write
+        await this.sendOwn(cycle);
+        return undefined;
+      }
+      return null;
+    }
+    const outcome = await this.lookup(cycle.requestId);
     if (outcome === null) return undefined;
     if (outcome.dead_lettered || !APPLIED_STATUSES.has(outcome.status)) {
-      return outcome.error_code ?? null;
+      return this.judgeRefused(cycle, outcome);
     }
-    cycle.appliedAt ??= this.clock();
-    const settled = this.clock() - cycle.appliedAt >= this.policy.enforcementLagS + this.policy.intervalS;
-    return settled ? null : undefined;
+    const front = cycle.following;
+    if (front !== null) {
+      front.appliedAt ??= now; // the first sighting starts the lag for every cycle following it
+      cycle.appliedAt = front.appliedAt;
+    } else {
+      cycle.appliedAt = now;
+    }
+    return undefined;
+  }
+
+  // A front refused for more than the write says nothing about the write's units: ask for them.
+  async judgeRefused(cycle, outcome) {
+    const front = cycle.following;
+    if (front !== null) {
+      front.refused = true;
+      if (!sameUnits(front.need, cycle.ownNeed)) {
+        await this.sendOwn(cycle);
+        return undefined;
+      }
+    }
+    return outcome.error_code || outcome.status;
   }
 
   async lookup(requestId) {

@@ -1,4 +1,5 @@
-// The write guard against GUARD-SPEC, with an injected clock (no real sleeps).
+// The write guard, as the Python WriteGuard behaves (tests/unit/test_write_guard_cycles.py),
+// with an injected clock (no real sleeps).
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import {
@@ -163,6 +164,21 @@ describe('write with outcomes', () => {
     assert.deepEqual([error.code, error.reason], ['quotaExceeded', 'parentMismatch']);
   });
 
+  it('a refused ensure without an error code names its status as the reason', async () => {
+    const outcomes = outcomesOf([{ status: 'failed', error_code: null }]);
+    const error = await rig({ answers: [QUOTA_405], outcomes }).write().catch((e) => e);
+    assert.deepEqual([error.code, error.reason, error.attempts], ['quotaExceeded', 'failed', 2]);
+  });
+
+  it('an applied ensure is looked up once in its cycle, then the lag runs on the clock', async () => {
+    let lookups = 0;
+    const outcomes = { async getOutcome(requestId) { lookups += 1; return { request_id: requestId, status: 'hot-path' }; } };
+    const policy = new GuardPolicy({ deadlineS: 60 });
+    const error = await rig({ answers: [QUOTA_405], outcomes, policy }).write().catch((e) => e);
+    // Seen applied at the first retry (t=103); lag + interval (12 s) later, at t=115: exhausted.
+    assert.deepEqual([error.code, error.reason, error.attempts, error.waitedS, lookups], ['quotaExceeded', null, 6, 15, 1]);
+  });
+
   it('an applied ensure keeps retrying for lag + interval after it is first seen, past retries', async () => {
     const outcomes = outcomesOf([null, { status: 'topped-up' }]);
     const policy = new GuardPolicy({ retries: 1, intervalS: 1, deadlineS: 60, enforcementLagS: 4 });
@@ -188,5 +204,217 @@ describe('write with outcomes', () => {
     assert.equal(error.attempts, 7);
     assert.ok(state.warnings.every((w) => w === 'outcome lookup failed; counted as unknown'));
     assert.equal(state.warnings.length, 6);
+  });
+});
+
+// A recovery that follows the guard's front (ADR 0019), on a scripted gate and ledger: times
+// are seconds after the guard is made, as in tests/unit/test_write_guard_cycles.py.
+describe('a recovery that follows the guard\'s front', () => {
+  const START = 100;
+
+  function frontRig({ visibleAt = Infinity, status = 'topped-up', errorCode = null, byPosition = {}, failEnqueue = Infinity, withLookup = true, policy = new GuardPolicy(), concurrent = false } = {}) {
+    const state = { now: START, ensures: [], ids: [], asked: [], metrics: [] };
+    const producer = {
+      async enqueueEnsure(input) {
+        if (state.ensures.length + 1 >= failEnqueue) throw new Error('queue down');
+        state.ensures.push(input.need);
+        state.ids.push(`ens-${state.ensures.length}`);
+        return state.ids.at(-1);
+      },
+    };
+    const outcomes = {
+      async getOutcome(requestId) {
+        const at = state.now - START;
+        const position = state.ids.indexOf(requestId);
+        state.asked.push([at, position]);
+        if (at < visibleAt) return null;
+        const [s, code] = byPosition[position] ?? [status, errorCode];
+        return { request_id: requestId, kind: 'ensure', workspace_id: 'child-1', status: s, error_code: code };
+      },
+    };
+    const guard = new WriteGuard({
+      producer, workspaceId: 'child-1', parentWorkspaceId: 'master-1', policy,
+      outcomes: withLookup ? outcomes : null,
+      recorder: { record: (o, a, s) => state.metrics.push([o, a, s]) },
+      clock: () => state.now,
+      // Concurrent writes share the clock: a sleep wakes at its own start + s, never earlier.
+      sleep: concurrent
+        ? async (s) => { const wake = state.now + s; await Promise.resolve(); state.now = Math.max(state.now, wake); }
+        : async (s) => { state.now += s; },
+      logger: { warn() {} },
+    });
+    const gate = (acceptsAt = Infinity) => {
+      const attemptsAt = [];
+      const call = async () => {
+        const at = state.now - START;
+        attemptsAt.push(at);
+        return at >= acceptsAt ? OK : QUOTA_405;
+      };
+      return Object.assign(call, { attemptsAt });
+    };
+    return { state, guard, gate };
+  }
+  const refusalOf = (error) => [error.constructor.name, error.reason, error.attempts, error.waitedS];
+
+  it('a 405 right after a pending front waits on the front and sends no second ensure', async () => {
+    const { state, guard, gate } = frontRig({ visibleAt: 2 });
+    assert.equal(await guard.front({ prompts: 50 }), 'ens-1');
+    const answer = await guard.write(gate(9), { need: { prompts: 50 }, site: 's' });
+    assert.equal(answer, OK);
+    assert.deepEqual(state.ensures, [{ prompts: 50 }]);
+    assert.deepEqual(state.asked, [[3, 0]]); // the front's outcome, once: applied
+    assert.deepEqual(state.metrics, [['recovered', 4, 's']]);
+  });
+
+  it('a front refused for exactly the write ends the cycle with its code', async () => {
+    const { state, guard, gate } = frontRig({ visibleAt: 2, status: 'rejected', errorCode: 'orgPoolExhausted' });
+    await guard.front({ prompts: 50 });
+    const error = await guard.write(gate(), { need: { prompts: 50 }, site: 's' }).catch((e) => e);
+    assert.deepEqual(refusalOf(error), ['WriteQuotaExhaustedError', 'orgPoolExhausted', 2, 3]);
+    assert.deepEqual(state.ensures, [{ prompts: 50 }]);
+    assert.deepEqual(state.asked, [[3, 0]]);
+    assert.deepEqual(state.metrics, [['exhausted', 2, 's']]);
+  });
+
+  it('the same units in another spelling are exactly the write: {projects: 0, prompts: 50} = {prompts: 50}', async () => {
+    const { state, guard, gate } = frontRig({ visibleAt: 0, status: 'failed' });
+    await guard.front({ projects: 0, prompts: 50 });
+    const error = await guard.write(gate(), { need: { prompts: 50 }, site: 's' }).catch((e) => e);
+    // No error code: the status is the reason, as the Python guard says it.
+    assert.deepEqual(refusalOf(error), ['WriteQuotaExhaustedError', 'failed', 2, 3]);
+    assert.deepEqual(state.ensures, [{ projects: 0, prompts: 50 }]);
+  });
+
+  it('a front refused for a larger burst lets the write ask for its own units', async () => {
+    const { state, guard, gate } = frontRig({ visibleAt: 0, byPosition: { 0: ['rejected', 'brandAiLimit'] } });
+    await guard.front({ prompts: 50 });
+    const answer = await guard.write(gate(12), { need: { prompts: 25 }, site: 's' });
+    // Refused at 3 s for 50: the cycle sent its own 25, saw it applied at 6 s, landed at 12 s.
+    assert.equal(answer, OK);
+    assert.deepEqual(state.ensures, [{ prompts: 50 }, { prompts: 25 }]);
+    assert.deepEqual(state.asked, [[3, 0], [6, 1]]);
+    assert.deepEqual(state.metrics, [['recovered', 5, 's']]);
+  });
+
+  it('a front known to be refused is not followed by the next write of the burst', async () => {
+    const policy = new GuardPolicy({ deadlineS: 60 });
+    const { state, guard, gate } = frontRig({ visibleAt: 0, byPosition: { 0: ['rejected', 'brandAiLimit'] }, policy });
+    await guard.front({ prompts: 50 });
+    await guard.write(gate(12), { need: { prompts: 25 }, site: 'first' }); // lands at 12 s
+    const answer = await guard.write(gate(21), { need: { prompts: 25 }, site: 'second' });
+    assert.equal(answer, OK);
+    assert.deepEqual(state.ensures, [{ prompts: 50 }, { prompts: 25 }, { prompts: 25 }]);
+    assert.deepEqual(state.asked, [[3, 0], [6, 1], [15, 2]]); // its own ensure at once
+    assert.deepEqual(state.metrics, [['recovered', 5, 'first'], ['recovered', 4, 'second']]);
+  });
+
+  it('a front applied but not serving the write after the lag leads to its own ensure', async () => {
+    const { state, guard, gate } = frontRig({ visibleAt: 0, policy: new GuardPolicy({ deadlineS: 60 }) });
+    await guard.front({ prompts: 50 });
+    const call = gate();
+    const error = await guard.write(call, { need: { prompts: 50 }, site: 's' }).catch((e) => e);
+    // The front, seen applied at 3 s, had lag + interval (till 15 s); then the cycle's own,
+    // sent at 15 s and seen applied at 18 s, had its own (till 30 s).
+    assert.deepEqual(state.ensures, [{ prompts: 50 }, { prompts: 50 }]);
+    assert.deepEqual(state.asked, [[3, 0], [18, 1]]);
+    assert.deepEqual(call.attemptsAt, [0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 30]);
+    assert.deepEqual(refusalOf(error), ['WriteQuotaExhaustedError', null, 11, 30]);
+    assert.deepEqual(state.metrics, [['exhausted', 11, 's']]);
+  });
+
+  it('a second write following the same front does not restart its lag', async () => {
+    const { state, guard, gate } = frontRig({ visibleAt: 0 });
+    await guard.front({ prompts: 50 });
+    await guard.write(gate(9), { need: { prompts: 25 }, site: 'first' });
+    const error = await guard.write(gate(), { need: { prompts: 25 }, site: 'second' }).catch((e) => e);
+    // The lag counts from the first sighting (3 s): its own ensure at 15 s (not 24 s, past the
+    // deadline), seen applied at 18 s, and no attempt could start before 20 s after that.
+    assert.deepEqual(state.ensures, [{ prompts: 50 }, { prompts: 25 }]);
+    assert.deepEqual(state.asked, [[3, 0], [18, 1]]);
+    assert.deepEqual(refusalOf(error), ['WriteDeadlineExceededError', null, 4, 9]);
+    assert.deepEqual(state.metrics, [['recovered', 4, 'first'], ['exhausted', 4, 'second']]);
+  });
+
+  it('two writes of the burst made at once both follow the front: one ensure, one lag', async () => {
+    const { state, guard, gate } = frontRig({ visibleAt: 0, concurrent: true });
+    await guard.front({ prompts: 50 });
+    const [first, second] = await Promise.all([
+      guard.write(gate(9), { need: { prompts: 25 }, site: 'first' }),
+      guard.write(gate(9), { need: { prompts: 25 }, site: 'second' }),
+    ]);
+    assert.deepEqual([first, second, state.now - START], [OK, OK, 9]);
+    assert.deepEqual(state.ensures, [{ prompts: 50 }]);
+    assert.deepEqual(state.asked, [[3, 0], [3, 0]]);
+    assert.deepEqual(state.metrics, [['recovered', 4, 'first'], ['recovered', 4, 'second']]);
+  });
+
+  it('a front already spent when the cycle starts is not followed', async () => {
+    const { state, guard, gate } = frontRig({ visibleAt: 0 });
+    await guard.front({ prompts: 50 });
+    await guard.write(gate(15), { need: { prompts: 25 }, site: 'first' }); // lands at 15 s
+    const error = await guard.write(gate(), { need: { prompts: 25 }, site: 'second' }).catch((e) => e);
+    // Seen applied at 3 s, enforced by 15 s: the second write asks for its own 25 at once.
+    assert.deepEqual(state.ensures, [{ prompts: 50 }, { prompts: 25 }]);
+    assert.deepEqual(state.asked, [[3, 0], [18, 1]]);
+    assert.deepEqual(refusalOf(error), ['WriteDeadlineExceededError', null, 2, 3]);
+    assert.deepEqual(state.metrics, [['recovered', 6, 'first'], ['exhausted', 2, 'second']]);
+  });
+
+  it('a write the front does not cover sends its own ensure at once', async () => {
+    const { state, guard, gate } = frontRig({ visibleAt: 0 });
+    await guard.front({ prompts: 10 });
+    assert.equal(await guard.write(gate(9), { need: { prompts: 50 }, site: 's' }), OK);
+    assert.deepEqual(state.ensures, [{ prompts: 10 }, { prompts: 50 }]);
+    assert.deepEqual(state.asked, [[3, 1]]); // once: applied, not again in the cycle
+    assert.deepEqual(state.metrics, [['recovered', 4, 's']]);
+  });
+
+  it('a front that covers one dimension but not the other is not followed', async () => {
+    const { state, guard, gate } = frontRig({ visibleAt: 0 });
+    await guard.front({ prompts: 50 });
+    assert.equal(await guard.write(gate(9), { need: { projects: 1, prompts: 5 }, site: 's' }), OK);
+    assert.deepEqual(state.ensures, [{ prompts: 50 }, { projects: 1, prompts: 5 }]);
+    assert.deepEqual(state.asked, [[3, 1]]);
+  });
+
+  it('without a lookup a fronted write still sends its own ensure', async () => {
+    const { state, guard, gate } = frontRig({ withLookup: false });
+    await guard.front({ prompts: 50 });
+    assert.equal(await guard.write(gate(9), { need: { prompts: 50 }, site: 's' }), OK);
+    assert.deepEqual(state.ensures, [{ prompts: 50 }, { prompts: 50 }]);
+    assert.deepEqual(state.metrics, [['recovered', 4, 's']]);
+  });
+
+  it('a front pending until the deadline is deadlineExceeded, never quotaExceeded', async () => {
+    const { state, guard, gate } = frontRig();
+    await guard.front({ prompts: 50 });
+    const call = gate();
+    const error = await guard.write(call, { need: { prompts: 50 }, site: 's' }).catch((e) => e);
+    assert.deepEqual(refusalOf(error), ['WriteDeadlineExceededError', null, 7, 18]);
+    assert.deepEqual(call.attemptsAt, [0, 3, 6, 9, 12, 15, 18]);
+    assert.deepEqual(state.ensures, [{ prompts: 50 }]);
+    assert.deepEqual(state.asked, [[3, 0], [6, 0], [9, 0], [12, 0], [15, 0], [18, 0]]);
+    assert.deepEqual(state.metrics, [['exhausted', 7, 's']]);
+  });
+
+  it('its own ensure failing to enqueue after the front abandons the cycle: every cycle counted once', async () => {
+    const { state, guard, gate } = frontRig({ visibleAt: 0, failEnqueue: 2 });
+    await guard.front({ prompts: 50 });
+    assert.equal(await guard.write(gate(9), { need: { prompts: 50 }, site: 'landed' }), OK);
+    const failed = await guard.write(gate(), { need: { prompts: 60 }, site: 'unsent' }).catch((e) => e);
+    assert.equal(failed.message, 'queue down');
+    // The third write starts at 9 s and follows the front (applied at 3 s) till 15 s.
+    const error = await guard.write(gate(), { need: { prompts: 50 }, site: 'spent' }).catch((e) => e);
+    assert.equal(error.message, 'queue down');
+    assert.deepEqual(state.ensures, [{ prompts: 50 }]);
+    assert.deepEqual(state.metrics, [['recovered', 4, 'landed'], ['abandoned', 1, 'unsent'], ['abandoned', 3, 'spent']]);
+  });
+
+  it('a need that breaks the contract ends the cycle before anything is sent, even with a front', async () => {
+    const { state, guard, gate } = frontRig({ visibleAt: 0 });
+    await guard.front({ prompts: 50 });
+    const error = await guard.write(gate(), { need: { prompts: 2.5 }, site: 's' }).catch((e) => e);
+    assert.deepEqual([error.name, error.field], ['ContractError', 'need.prompts']);
+    assert.deepEqual([state.ensures, state.metrics], [[{ prompts: 50 }], [['abandoned', 1, 's']]]);
   });
 });

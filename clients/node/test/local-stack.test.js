@@ -103,6 +103,9 @@ describe('on the local stack', () => {
 
     // Every outcome is in the ledger as its schema says, and its event equals the record.
     const details = await capturedDetails();
+    // The recovery followed the pending front (ADR 0019): the child's only ensure is the front.
+    const ensures = Object.values(details).filter((d) => d.kind === 'ensure' && d.workspace_id === 'c-example');
+    assert.deepEqual(ensures.map((d) => d.request_id), [byStep.front.request_id]);
     for (const step of ['front outcome', 'release outcome']) {
       const { outcome } = byStep[step];
       const record = await reader.getRecord(outcome.request_id);
