@@ -67,6 +67,14 @@ class Enqueuer:
         return request.request_id
 
 
+class WrongRequestIdError(BaseException):
+    """A lookup for another request than the latest ensure.
+
+    A BaseException on purpose: the guard reads any ``Exception`` from a lookup as "unknown",
+    which would hide a wrong id; this one escapes the guard and fails the test.
+    """
+
+
 @dataclass
 class Lookup:
     """The ledger as the guard sees it: the outcome appears ``visible_at`` s after START."""
@@ -87,7 +95,8 @@ class Lookup:
         if at < self.failing_until:
             raise ConnectionError("ledger unreachable")
         sent = [r.request_id for r in self.enqueuer.requests]
-        assert request_id == sent[-1]  # the latest ensure: the recovery's, or the front it follows
+        if request_id != sent[-1]:  # the latest ensure: the recovery's, or the front it follows
+            raise WrongRequestIdError(request_id)
         if at < self.visible_at:
             return None
         status, error_code = self.by_position.get(
