@@ -197,24 +197,60 @@ def _poison_body(kind: str, draws: Draws, base: dict[str, Any]) -> str:
     return str(body) if isinstance(body, _Raw) else json.dumps(body, ensure_ascii=False)
 
 
-def poison_messages(draws: Draws, count: int, valid_groups: Sequence[str]) -> list[PoisonMessage]:
+class _DrawnPlan:
+    """Kind and placement from the draws (the CLI's: a third in valid children's groups)."""
+
+    def kind(self, draws: Draws, index: int) -> str:
+        return draws.choice(POISON_KINDS)
+
+    def in_valid_group(self, draws: Draws, index: int) -> bool:
+        return draws.integer(0, 2) == 0
+
+
+class _EveryKindPlan:
+    """Kind and placement by position: message ``n`` is kind ``n`` mod 11.
+
+    The rounds of 11 alternate between the poison's own groups (even) and valid children's (odd).
+    """
+
+    def kind(self, draws: Draws, index: int) -> str:
+        return POISON_KINDS[index % len(POISON_KINDS)]
+
+    def in_valid_group(self, draws: Draws, index: int) -> bool:
+        return (index // len(POISON_KINDS)) % 2 == 1
+
+
+def poison_messages(
+    draws: Draws, count: int, valid_groups: Sequence[str], *, every_kind: bool = False
+) -> list[PoisonMessage]:
     """``count`` messages the worker refuses, of every kind, some in valid children's groups.
 
     A draw that happens to be a valid request is dropped (checked with
-    :func:`is_refused_by_worker`) and another one drawn.
+    :func:`is_refused_by_worker`) and another one drawn (of the same kind and placement when
+    ``every_kind``).
+
+    Args:
+        draws: The source of every choice.
+        count: How many messages.
+        valid_groups: The valid children's groups poison may be put in.
+        every_kind: Cycle through :data:`POISON_KINDS` in order, the first 11 messages in their
+            own groups, the next 11 in valid children's groups, and so on: from 22 messages on,
+            every kind at least twice and in both placements, whatever the draws. The draws
+            still choose each body, its base and which valid child's group. False (the CLI's):
+            the draws choose kinds and placements too.
 
     Raises:
         RuntimeError: The draws keep producing valid requests.
     """
+    plan = _EveryKindPlan() if every_kind else _DrawnPlan()
     messages: list[PoisonMessage] = []
     for attempt in range(count * 20):
         if len(messages) == count:
             break
-        kind = draws.choice(POISON_KINDS)
+        kind = plan.kind(draws, len(messages))
         poison_id = f"px-{attempt:04d}"
         base = _poison_base(draws, poison_id)
-        # A third of the poison sits in a valid child's group: it must not hold that group.
-        in_valid_group = bool(valid_groups) and draws.integer(0, 2) == 0
+        in_valid_group = bool(valid_groups) and plan.in_valid_group(draws, len(messages))
         group = draws.choice(valid_groups) if in_valid_group else poison_id
         if kind == "group-mismatch" and group == poison_id:
             group = f"{poison_id}-elsewhere"
