@@ -154,8 +154,8 @@ def run_poison(
 
     Args:
         config: Sizes (``poison_count`` poison messages when ``poison`` is not given).
-        poison: The poison to mix in (tests draw it with hypothesis); by default it is drawn
-            with a seeded :class:`random.Random` (:class:`RandomDraws`).
+        poison: The poison to mix in (the e2e test's takes every kind in turn); by default it
+            is drawn with a seeded :class:`random.Random` (:class:`RandomDraws`).
     """
     started = time.monotonic()
     rng = random.Random(config.seed)

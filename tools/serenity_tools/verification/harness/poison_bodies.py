@@ -138,9 +138,14 @@ def _json_not_object(draws: Draws, base: dict[str, Any]) -> Any:
     )
 
 
+_OPTIONAL_FIELDS = ("version", "need")
+"""Base fields ``missing-field`` keeps: ``version`` (``bad-version`` spoils it) and ``need``,
+which has a default (an ensure without it is valid, refused only off its own group)."""
+
+
 def _missing_field(draws: Draws, base: dict[str, Any]) -> Any:
     body = dict(base)
-    del body[draws.choice([key for key in base if key != "version"])]
+    del body[draws.choice([key for key in base if key not in _OPTIONAL_FIELDS])]
     return body
 
 
@@ -197,29 +202,76 @@ def _poison_body(kind: str, draws: Draws, base: dict[str, Any]) -> str:
     return str(body) if isinstance(body, _Raw) else json.dumps(body, ensure_ascii=False)
 
 
-def poison_messages(draws: Draws, count: int, valid_groups: Sequence[str]) -> list[PoisonMessage]:
+class _DrawnPlan:
+    """Kind and placement from the draws (the CLI's: a third in valid children's groups)."""
+
+    def kind(self, draws: Draws, index: int) -> str:
+        return draws.choice(POISON_KINDS)
+
+    def in_valid_group(self, draws: Draws, index: int) -> bool:
+        return draws.integer(0, 2) == 0
+
+
+class _EveryKindPlan:
+    """Kind and placement by position: message ``n`` is kind ``n`` mod 11.
+
+    The rounds of 11 alternate between the poison's own groups (even) and valid children's (odd).
+    """
+
+    def kind(self, draws: Draws, index: int) -> str:
+        return POISON_KINDS[index % len(POISON_KINDS)]
+
+    def in_valid_group(self, draws: Draws, index: int) -> bool:
+        return (index // len(POISON_KINDS)) % 2 == 1
+
+
+def _group(kind: str, poison_id: str, valid_group: str | None) -> str:
+    if valid_group is not None:
+        return valid_group
+    return f"{poison_id}-elsewhere" if kind == "group-mismatch" else poison_id
+
+
+def _refused_as_drawn(kind: str, poison_id: str, group: str, body: str) -> bool:
+    # Refused in its own group too, or it is a group mismatch drawn under another name.
+    spoiled = kind == "group-mismatch" or is_refused_by_worker(poison_id, body)
+    return spoiled and is_refused_by_worker(group, body)
+
+
+def poison_messages(
+    draws: Draws, count: int, valid_groups: Sequence[str], *, every_kind: bool = False
+) -> list[PoisonMessage]:
     """``count`` messages the worker refuses, of every kind, some in valid children's groups.
 
     A draw that happens to be a valid request is dropped (checked with
-    :func:`is_refused_by_worker`) and another one drawn.
+    :func:`is_refused_by_worker`), and so is one that only its group makes invalid unless it is
+    a ``group-mismatch``; another one is drawn (of the same kind and placement when
+    ``every_kind``).
+
+    Args:
+        draws: The source of every choice.
+        count: How many messages.
+        valid_groups: The valid children's groups poison may be put in.
+        every_kind: Cycle through :data:`POISON_KINDS` in order, the first 11 messages in their
+            own groups, the next 11 in valid children's groups, and so on: from 22 messages on,
+            every kind at least twice and in both placements, whatever the draws. The draws
+            still choose each body, its base and which valid child's group. False (the CLI's):
+            the draws choose kinds and placements too.
 
     Raises:
         RuntimeError: The draws keep producing valid requests.
     """
+    plan = _EveryKindPlan() if every_kind else _DrawnPlan()
     messages: list[PoisonMessage] = []
     for attempt in range(count * 20):
         if len(messages) == count:
             break
-        kind = draws.choice(POISON_KINDS)
+        kind = plan.kind(draws, len(messages))
         poison_id = f"px-{attempt:04d}"
         base = _poison_base(draws, poison_id)
-        # A third of the poison sits in a valid child's group: it must not hold that group.
-        in_valid_group = bool(valid_groups) and draws.integer(0, 2) == 0
-        group = draws.choice(valid_groups) if in_valid_group else poison_id
-        if kind == "group-mismatch" and group == poison_id:
-            group = f"{poison_id}-elsewhere"
+        in_valid_group = bool(valid_groups) and plan.in_valid_group(draws, len(messages))
+        group = _group(kind, poison_id, draws.choice(valid_groups) if in_valid_group else None)
         body = _poison_body(kind, draws, base) or " "
-        if is_refused_by_worker(group, body):
+        if _refused_as_drawn(kind, poison_id, group, body):
             messages.append(PoisonMessage(kind, poison_id, group, body, f"poison-{attempt}"))
     if len(messages) < count:
         raise RuntimeError("the draws keep producing valid requests")
