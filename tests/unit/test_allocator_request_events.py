@@ -1,0 +1,306 @@
+"""The Allocator Lambda in memory: what one record's path reports and keeps (ledger events,
+the record a booked outcome belongs to, the failure logs, the applying deadline)."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import pytest
+
+from serenity_allocator.adapters.observability import logger
+from serenity_allocator.domain.errors import WorkspaceBusyError
+from serenity_allocator.domain.ledger import LedgerEntry
+from serenity_allocator.domain.messages import AllocationOutcome
+from serenity_allocator.domain.model import Totals
+from tests.fakes import READ_STATUS, RecordingOutcomes
+from tests.unit.allocator_rig import (
+    FULL,
+    MAX_RECEIVE_COUNT,
+    Worker,
+    ensure_record,
+    failed_ids,
+    family_gateway,
+    metric_total,
+    new_worker,
+    read_emf,
+    release_record,
+)
+from tests.unit.ledger_fake import InMemoryRequestLedger
+
+SEQUENCE_NUMBER = "18893920000000001000"
+"""The SequenceNumber every rig record carries."""
+
+
+class CountingLedger(InMemoryRequestLedger):
+    """The in-memory ledger, counting every terminal store asked of it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stores = 0
+
+    def store_outcome(
+        self, outcome: AllocationOutcome, *, dead_lettered: bool = False, provisional: bool = False
+    ) -> AllocationOutcome:
+        self.stores += 1
+        return super().store_outcome(outcome, dead_lettered=dead_lettered, provisional=provisional)
+
+
+def _worker(
+    ledger: InMemoryRequestLedger | None = None, outcomes: RecordingOutcomes | None = None
+) -> Worker:
+    worker = new_worker(family_gateway(("c1", FULL, FULL), ("c2", FULL, FULL)), outcomes=outcomes)
+    worker.runtime.ledger = ledger
+    return worker
+
+
+def _logs(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
+    stream = io.StringIO()
+    monkeypatch.setattr(logger.registered_handler, "stream", stream)
+    return stream
+
+
+def _lines(stream: io.StringIO, message: str) -> list[dict[str, Any]]:
+    lines = [json.loads(line) for line in stream.getvalue().splitlines() if line.startswith("{")]
+    return [line for line in lines if line.get("message") == message]
+
+
+def _final(request_id: str, workspace_id: str = "c1") -> LedgerEntry:
+    return LedgerEntry(
+        request_id=request_id,
+        state="final",
+        workspace_id=workspace_id,
+        kind="ensure",
+        outcome=AllocationOutcome(
+            request_id=request_id,
+            kind="ensure",
+            workspace_id=workspace_id,
+            status="topped-up",
+            totals_before=FULL,
+            totals_after=Totals(projects=1, prompts=200),
+            receive_count=1,
+        ),
+    )
+
+
+# ==== a second record of one request ======================================================
+
+
+def test_a_second_record_of_a_request_is_counted_as_a_duplicate_and_not_applied(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Given one batch carrying the same ensure twice
+    worker = _worker()
+    copy = ensure_record("m1", "c1", 100)
+    copy["messageId"] = "m1-copy"
+
+    # When it runs
+    response = worker.invoke(ensure_record("m1", "c1", 100), copy)
+
+    # Then one transfer, one outcome, and the copy counted as a duplicate
+    _, data = read_emf(capsys)
+    assert failed_ids(response) == []
+    assert worker.gateway.transfers == [("c1", Totals(projects=1, prompts=200))]
+    assert worker.outcomes is not None and len(worker.outcomes.published) == 1
+    assert metric_total(data, "RequestLedger", "duplicate") == 1
+
+
+# ==== replays ===============================================================================
+
+
+def test_a_replay_is_counted_stored_nowhere_and_tied_to_its_own_record(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Given a request the ledger holds as final, and an outcome bus that refuses the first
+    # publish
+    ledger = CountingLedger()
+    ledger.entries["req-m1"] = _final("req-m1")
+    worker = _worker(ledger, RecordingOutcomes(fail_calls=[1]))
+
+    # When the request comes back, then again
+    refused = worker.invoke(ensure_record("m1", "c1", 100, receive_count=2))
+    published = worker.invoke(ensure_record("m1", "c1", 100, receive_count=3))
+
+    # Then nothing is applied or stored; the refused publish fails its own record, and the
+    # stored outcome is announced as it is, counted as a replay each time
+    _, data = read_emf(capsys)
+    assert failed_ids(refused) == ["m1"]
+    assert failed_ids(published) == []
+    assert worker.gateway.transfers == []
+    assert ledger.stores == 0
+    assert worker.outcomes is not None
+    assert worker.outcomes.published == [_final("req-m1").outcome]
+    assert metric_total(data, "RequestLedger", "replayed") == 2
+
+
+# ==== a request id bound to another request ================================================
+
+
+def test_a_refused_request_id_is_logged_and_its_refusal_tied_to_its_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given an id the ledger binds to c1, reused by c2, and a bus refusing the first publish
+    ledger = CountingLedger()
+    ledger.entries["req-m1"] = _final("req-m1")
+    worker = _worker(ledger, RecordingOutcomes(fail_calls=[1]))
+    stream = _logs(monkeypatch)
+
+    # When c2's ensure comes under that id
+    response = worker.invoke(ensure_record("m1", "c2", 100))
+
+    # Then it is refused without applying, its outcome logged; the publish that failed fails
+    # its record
+    assert failed_ids(response) == ["m1"]
+    assert worker.gateway.transfers == []
+    assert ledger.stores == 0
+    [line] = _lines(stream, "allocation outcome")
+    assert (line["status"], line["error_code"]) == ("rejected", "requestIdConflict")
+
+
+def test_without_a_ledger_an_id_reused_by_two_children_in_one_batch_is_refused_once() -> None:
+    # Given no ledger, and one batch in which c1 and c2 send an ensure under one id
+    worker = _worker()
+    other = ensure_record("m2", "c2", 100)
+    other["body"] = other["body"].replace('"req-m2"', '"req-m1"')
+
+    # When it runs
+    response = worker.invoke(ensure_record("m1", "c1", 100), other)
+
+    # Then c1's ensure is applied and c2's refused with its own ids
+    assert failed_ids(response) == []
+    assert worker.gateway.transfers == [("c1", Totals(projects=1, prompts=200))]
+    assert worker.outcomes is not None
+    [first, second] = worker.outcomes.published
+    assert (first.workspace_id, first.status) == ("c1", "topped-up")
+    assert (second.workspace_id, second.status, second.error_code) == (
+        "c2",
+        "rejected",
+        "requestIdConflict",
+    )
+
+
+# ==== final receives ========================================================================
+
+
+def test_a_final_receive_failure_is_a_counted_dead_letter_tied_to_its_record(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a busy child and a ledger
+    ledger = CountingLedger()
+    worker = _worker(ledger)
+    worker.gateway.script_errors("transfer", "c1", [WorkspaceBusyError()])
+    worker.runtime.parked.add("req-m1")
+    stream = _logs(monkeypatch)
+
+    # When the ensure fails on its final receive
+    response = worker.invoke(ensure_record("m1", "c1", 100, receive_count=MAX_RECEIVE_COUNT))
+
+    # Then its terminal outcome is stored, carries its record's order key, ends its park, is
+    # counted as a dead letter, and the failure is logged with its reason
+    _, data = read_emf(capsys)
+    assert failed_ids(response) == ["m1"]
+    outcome = worker.outcome("req-m1")
+    assert (outcome.status, outcome.error_code, outcome.dead_lettered) == (
+        "rejected",
+        "workspaceBusy",
+        True,
+    )
+    assert outcome.sequence_number == SEQUENCE_NUMBER
+    assert ledger.entries["req-m1"].state == "deadLettered"
+    assert "req-m1" not in worker.runtime.parked
+    assert metric_total(data, "RequestLedger", "deadLettered") == 1
+    [failed] = _lines(stream, "record failed; SQS will redeliver it")
+    assert (failed["message_id"], failed["reason"]) == ("m1", "workspaceBusy")
+
+
+def test_a_redrive_after_an_announced_dead_letter_is_counted_as_superseding_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Given an ensure dead-lettered (and announced) on its final receive
+    ledger = CountingLedger()
+    worker = _worker(ledger)
+    worker.gateway.script_errors("transfer", "c1", [WorkspaceBusyError()])
+    worker.invoke(ensure_record("m1", "c1", 100, receive_count=MAX_RECEIVE_COUNT))
+    read_emf(capsys)
+
+    # When an operator redrives it and it succeeds
+    redriven = ensure_record("m1", "c1", 100)
+    redriven["messageId"] = "m1-redriven"
+    response = worker.invoke(redriven)
+
+    # Then its outcome supersedes the dead letter, counted so
+    _, data = read_emf(capsys)
+    assert failed_ids(response) == []
+    assert worker.outcome("req-m1").supersedes == "deadLettered"
+    assert metric_total(data, "RequestLedger", "superseded") == 1
+    assert metric_total(data, "RequestLedger", "deadLettered") == 0
+
+
+def test_without_a_ledger_no_ledger_event_is_counted(capsys: pytest.CaptureFixture[str]) -> None:
+    # Given no ledger and a busy child
+    worker = _worker()
+    worker.gateway.script_errors("transfer", "c1", [WorkspaceBusyError()])
+
+    # When the ensure fails on its final receive (a dead-lettered outcome)
+    worker.invoke(ensure_record("m1", "c1", 100, receive_count=MAX_RECEIVE_COUNT))
+
+    # Then its outcome is dead-lettered, and no RequestLedger metric is emitted
+    _, data = read_emf(capsys)
+    assert worker.outcome("req-m1").dead_lettered is True
+    assert [d for d in data if d.name == "RequestLedger"] == []
+
+
+def test_a_parent_mismatch_with_a_ledger_is_a_counted_dead_letter(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Given a ledger, and an ensure naming a parent that is not the child's
+    ledger = CountingLedger()
+    worker = _worker(ledger)
+    worker.gateway.add_master("other-master", total=Totals(projects=5, prompts=500))
+
+    # When it needs a top-up
+    worker.invoke(ensure_record("m1", "c1", 100, parent="other-master"))
+
+    # Then its invalid outcome is stored as a dead letter and counted so
+    _, data = read_emf(capsys)
+    assert ledger.entries["req-m1"].state == "deadLettered"
+    assert worker.outcome("req-m1").error_code == "parentMismatch"
+    assert metric_total(data, "RequestLedger", "deadLettered") == 1
+
+
+# ==== an unexpected failure =================================================================
+
+
+def test_an_unexpected_failure_is_logged_with_its_trace(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a gateway that fails in a way no rule foresees
+    worker = _worker()
+    worker.gateway.script_errors("read_resources", "c1", [RuntimeError("gateway broke")])
+    stream = _logs(monkeypatch)
+
+    # When an ensure comes
+    response = worker.invoke(ensure_record("m1", "c1", 100))
+
+    # Then the record fails and the log line carries the error's trace
+    assert failed_ids(response) == ["m1"]
+    [line] = _lines(stream, "unexpected failure; request will be retried")
+    assert "RuntimeError: gateway broke" in line["exception"]
+
+
+# ==== the applying deadline bounds a release ===============================================
+
+
+def test_a_release_stops_polling_its_settle_at_the_applying_deadline() -> None:
+    # Given a child whose status never settles after a release's transfer
+    worker = _worker()
+    worker.gateway.add_child("wide", "ws-master", total=Totals(projects=3, prompts=400))
+    worker.gateway.script_statuses("wide", ["transferring"] * 40)
+
+    # When a release runs with little time left in the invocation
+    response = worker.invoke(release_record("m1", "wide"), remaining_ms=40_000)
+
+    # Then the settle polls (1 s apart) stop by the applying deadline, short of their 30:
+    # 40 s left - 3 s safety margin - 16 s kept for the outcome publish = 21 s of applying,
+    # so a poll at each second from 0 to 21; the release fails for a retry
+    assert failed_ids(response) == ["m1"]
+    assert len(worker.gateway.calls_of(READ_STATUS)) == 22
