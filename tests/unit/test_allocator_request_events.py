@@ -304,3 +304,107 @@ def test_a_release_stops_polling_its_settle_at_the_applying_deadline() -> None:
     # so a poll at each second from 0 to 21; the release fails for a retry
     assert failed_ids(response) == ["m1"]
     assert len(worker.gateway.calls_of(READ_STATUS)) == 22
+
+
+# ==== finishing the batch ===================================================================
+
+
+def test_a_final_receive_skipped_behind_its_group_gets_an_outcome_with_its_order_key() -> None:
+    # Given a busy child and two ensures of it, the second on its final receive
+    worker = _worker()
+    worker.gateway.script_errors("transfer", "c1", [WorkspaceBusyError()])
+
+    # When the first fails (its group is held back behind it)
+    response = worker.invoke(
+        ensure_record("m1", "c1", 100),
+        ensure_record("m2", "c1", 100, receive_count=MAX_RECEIVE_COUNT),
+    )
+
+    # Then the skipped final receive still ends with a groupBlocked outcome, in order
+    assert failed_ids(response) == ["m1", "m2"]
+    outcome = worker.outcome("req-m2")
+    assert (outcome.status, outcome.error_code) == ("failed", "groupBlocked")
+    assert outcome.sequence_number == SEQUENCE_NUMBER
+
+
+def test_a_copy_completed_behind_an_unpublished_outcome_fails_as_not_published(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given one batch carrying an ensure twice, and a bus that refuses the publish
+    worker = _worker(outcomes=RecordingOutcomes(fail_calls=[1]))
+    copy = ensure_record("m1", "c1", 100)
+    copy["messageId"] = "m1-copy"
+    stream = _logs(monkeypatch)
+
+    # When it runs
+    response = worker.invoke(ensure_record("m1", "c1", 100), copy)
+
+    # Then both records fail, each logged as not published (the copy completed with the first)
+    assert failed_ids(response) == ["m1", "m1-copy"]
+    assert [
+        (line["message_id"], line["reason"])
+        for line in _lines(stream, "record failed; SQS will redeliver it")
+    ] == [("m1", "outcomeNotPublished"), ("m1-copy", "outcomeNotPublished")]
+
+
+def _warnings(stream: io.StringIO) -> list[dict[str, Any]]:
+    # The batch's warnings (they carry the free ratio), not the pool reads' own lines.
+    return [line for line in _lines(stream, "org pool running low") if "free_ratio" in line]
+
+
+def _two_low_pools() -> Worker:
+    gateway = family_gateway(
+        ("c1", FULL, FULL),
+        pool_total=Totals(projects=50, prompts=1_000),
+        pool_used=Totals(projects=0, prompts=900),
+    )
+    gateway.add_master(
+        "ws-master-2",
+        total=Totals(projects=50, prompts=1_000),
+        used=Totals(projects=0, prompts=900),
+    )
+    gateway.add_child("c2", "ws-master-2", total=FULL, used=FULL)
+    return new_worker(gateway, outcomes=RecordingOutcomes(fail_pool_low=True), POOL_LOW_RATIO="0.5")
+
+
+def test_every_low_pool_of_a_batch_is_logged_and_a_refused_warning_with_its_trace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given two pools under the threshold and a bus refusing pool-low events
+    worker = _two_low_pools()
+    stream = _logs(monkeypatch)
+
+    # When one batch tops a child of each up
+    response = worker.invoke(
+        ensure_record("m1", "c1", 50), ensure_record("m2", "c2", 50, parent="ws-master-2")
+    )
+
+    # Then both requests complete, each pool's warning is logged, and each refusal with why
+    assert failed_ids(response) == []
+    assert [line["parent_workspace_id"] for line in _warnings(stream)] == [
+        "ws-master",
+        "ws-master-2",
+    ]
+    refused = _lines(stream, "pool-low event not published")
+    assert len(refused) == 2
+    assert all("Traceback" in line["exception"] for line in refused)
+
+
+def test_without_an_outcome_bus_every_low_pool_is_still_logged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given two low pools and no outcome bus at all
+    worker = _two_low_pools()
+    worker.runtime.outcomes = None
+    stream = _logs(monkeypatch)
+
+    # When one batch tops a child of each up
+    worker.invoke(
+        ensure_record("m1", "c1", 50), ensure_record("m2", "c2", 50, parent="ws-master-2")
+    )
+
+    # Then each pool's warning is still logged
+    assert [line["parent_workspace_id"] for line in _warnings(stream)] == [
+        "ws-master",
+        "ws-master-2",
+    ]
