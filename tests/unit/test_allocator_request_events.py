@@ -408,3 +408,24 @@ def test_without_an_outcome_bus_every_low_pool_is_still_logged(
         "ws-master",
         "ws-master-2",
     ]
+
+
+# ==== invalid messages ======================================================================
+
+
+def test_an_invalid_message_is_logged_with_its_reason_and_without_a_dlq_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a worker with no DLQ and a record whose group is not its workspace
+    worker = new_worker(family_gateway(("c1", FULL, FULL)), dlq=False)
+    stream = _logs(monkeypatch)
+
+    # When it arrives
+    response = worker.invoke(ensure_record("m1", "c1", 100, group="c2"))
+
+    # Then its reason is logged, and it fails (left to SQS's redrive), logged so
+    assert failed_ids(response) == ["m1"]
+    [logged] = _lines(stream, "invalid message")
+    assert logged["reason"] == "MessageGroupId: must equal workspace_id"
+    [failure] = _lines(stream, "record failed; SQS will redeliver it")
+    assert (failure["message_id"], failure["reason"]) == ("m1", "InvalidMessageError")
