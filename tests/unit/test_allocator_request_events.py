@@ -11,7 +11,7 @@ import pytest
 
 from serenity_allocator.adapters.observability import logger
 from serenity_allocator.domain.errors import WorkspaceBusyError
-from serenity_allocator.domain.ledger import LedgerEntry
+from serenity_allocator.domain.ledger import LedgerEntry, ReleaseIntent
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals
 from tests.fakes import READ_STATUS, RecordingOutcomes
@@ -429,3 +429,70 @@ def test_an_invalid_message_is_logged_with_its_reason_and_without_a_dlq_fails(
     assert logged["reason"] == "MessageGroupId: must equal workspace_id"
     [failure] = _lines(stream, "record failed; SQS will redeliver it")
     assert (failure["message_id"], failure["reason"]) == ("m1", "InvalidMessageError")
+
+
+# ==== planning the batch around the ledger ==================================================
+
+
+def _ensure_intent(request_id: str, target: Totals) -> LedgerEntry:
+    return LedgerEntry(
+        request_id=request_id,
+        state="intent",
+        workspace_id="c1",
+        kind="ensure",
+        intent=ReleaseIntent(before=FULL, target=target),
+    )
+
+
+def test_ensures_behind_a_replay_still_share_one_top_up() -> None:
+    # Given a request the ledger holds as final (no intent), and two fresh ensures behind it
+    ledger = CountingLedger()
+    ledger.entries["req-m1"] = _final("req-m1")
+    worker = _worker(ledger)
+
+    # When the three come in one batch
+    response = worker.invoke(
+        ensure_record("m1", "c1", 100, receive_count=2),
+        ensure_record("m2", "c1", 100),
+        ensure_record("m3", "c1", 100),
+    )
+
+    # Then the replay is announced and the two fresh ones are served by one combined top-up
+    assert failed_ids(response) == []
+    assert worker.gateway.transfers == [("c1", Totals(projects=1, prompts=300))]
+    assert worker.outcome("req-m1") == _final("req-m1").outcome
+    assert [worker.outcome(rid).status for rid in ("req-m2", "req-m3")] == ["topped-up"] * 2
+
+
+def test_a_request_with_a_recorded_intent_joins_no_run() -> None:
+    # Given an ensure whose earlier delivery recorded an intent that did not land
+    ledger = CountingLedger()
+    ledger.entries["req-m1"] = _ensure_intent("req-m1", Totals(projects=1, prompts=200))
+    worker = _worker(ledger)
+
+    # When it comes back with a fresh ensure of the same child behind it
+    response = worker.invoke(
+        ensure_record("m1", "c1", 100, receive_count=2), ensure_record("m2", "c1", 100)
+    )
+
+    # Then each is applied on its own, never as one run: the first tops up for its own need
+    # (not the sum), and the second then finds the room it needs
+    assert failed_ids(response) == []
+    assert worker.gateway.transfers == [("c1", Totals(projects=1, prompts=200))]
+    assert [
+        (worker.outcome(rid).status, worker.outcome(rid).coalesced) for rid in ("req-m1", "req-m2")
+    ] == [("topped-up", 1), ("hot-path", 1)]
+
+
+def test_no_ledger_lookup_is_started_that_would_not_fit_the_applying_deadline() -> None:
+    # Given a ledger and an invocation with too little time left for one ledger call
+    ledger = CountingLedger()
+    worker = _worker(ledger)
+
+    # When an ensure comes (remaining 10 s - 3 s margin - 16 s for the publish: no time)
+    response = worker.invoke(ensure_record("m1", "c1", 100), remaining_ms=10_000)
+
+    # Then the batch's lookup is not made and the request fails for a retry, unapplied
+    assert failed_ids(response) == ["m1"]
+    assert ledger.lookups == []
+    assert worker.gateway.transfers == []
