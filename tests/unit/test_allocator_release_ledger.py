@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from serenity_allocator.domain.errors import WorkspaceBusyError
 from serenity_allocator.domain.ledger import (
-    LedgerEntry,
     LedgerUnavailableError,
     ReleaseIntent,
     RequestKind,
@@ -18,7 +17,7 @@ from tests.unit.allocator_rig import (
     new_worker,
     release_record,
 )
-from tests.unit.ledger_fake import InMemoryRequestLedger
+from tests.unit.ledger_fake import InMemoryRequestLedger, intent_entry
 
 WIDE = Totals(projects=3, prompts=400)
 """The child's totals before a release: three projects, four prompt blocks."""
@@ -55,16 +54,6 @@ def _release_worker(total: Totals = WIDE) -> tuple[Worker, WatchingLedger]:
     ledger = WatchingLedger(worker)
     worker.runtime.ledger = ledger
     return worker, ledger
-
-
-def _intent_of(request_id: str, before: Totals, target: Totals) -> LedgerEntry:
-    return LedgerEntry(
-        request_id=request_id,
-        state="intent",
-        workspace_id="c1",
-        kind="release",
-        intent=ReleaseIntent(before=before, target=target),
-    )
 
 
 def test_a_release_records_its_intent_before_its_transfer_and_keeps_it_when_final() -> None:
@@ -105,7 +94,7 @@ def test_a_release_uses_its_own_floor_over_the_default_one() -> None:
 def test_a_redelivered_release_whose_transfer_landed_reports_it_without_a_second_one() -> None:
     # Given an earlier delivery that recorded its intent and lowered the child, then died
     worker, ledger = _release_worker(total=LOWERED)
-    ledger.entries["req-m1"] = _intent_of("req-m1", WIDE, LOWERED)
+    ledger.entries["req-m1"] = intent_entry("req-m1", "c1", "release", WIDE, LOWERED)
 
     # When the release comes back
     response = worker.invoke(release_record("m1", "c1", receive_count=2))
@@ -125,7 +114,7 @@ def test_a_redelivered_release_whose_transfer_landed_reports_it_without_a_second
 def test_a_redelivered_release_whose_transfer_did_not_land_is_planned_again() -> None:
     # Given an intent whose target the child does not hold (the transfer never landed)
     worker, ledger = _release_worker()
-    ledger.entries["req-m1"] = _intent_of("req-m1", WIDE, LOWERED)
+    ledger.entries["req-m1"] = intent_entry("req-m1", "c1", "release", WIDE, LOWERED)
     worker.gateway.set_usage("c1", used=Totals(projects=2, prompts=150))
 
     # When the release comes back
@@ -147,7 +136,7 @@ def test_a_redelivered_release_whose_transfer_did_not_land_is_planned_again() ->
 def test_a_release_with_an_intent_that_moved_nothing_is_planned_again() -> None:
     # Given an intent whose target is its before (nothing to land), the child still there
     worker, ledger = _release_worker(total=LOWERED)
-    ledger.entries["req-m1"] = _intent_of("req-m1", LOWERED, LOWERED)
+    ledger.entries["req-m1"] = intent_entry("req-m1", "c1", "release", LOWERED, LOWERED)
 
     # When the release comes back
     worker.invoke(release_record("m1", "c1", receive_count=2))

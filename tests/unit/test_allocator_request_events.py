@@ -11,7 +11,7 @@ import pytest
 
 from serenity_allocator.adapters.observability import logger
 from serenity_allocator.domain.errors import WorkspaceBusyError
-from serenity_allocator.domain.ledger import LedgerEntry, ReleaseIntent
+from serenity_allocator.domain.ledger import LedgerEntry
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals
 from tests.fakes import READ_STATUS, RecordingOutcomes
@@ -27,24 +27,10 @@ from tests.unit.allocator_rig import (
     read_emf,
     release_record,
 )
-from tests.unit.ledger_fake import InMemoryRequestLedger
+from tests.unit.ledger_fake import InMemoryRequestLedger, intent_entry
 
 SEQUENCE_NUMBER = "18893920000000001000"
 """The SequenceNumber every rig record carries."""
-
-
-class CountingLedger(InMemoryRequestLedger):
-    """The in-memory ledger, counting every terminal store asked of it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.stores = 0
-
-    def store_outcome(
-        self, outcome: AllocationOutcome, *, dead_lettered: bool = False, provisional: bool = False
-    ) -> AllocationOutcome:
-        self.stores += 1
-        return super().store_outcome(outcome, dead_lettered=dead_lettered, provisional=provisional)
 
 
 def _worker(
@@ -114,7 +100,7 @@ def test_a_replay_is_counted_stored_nowhere_and_tied_to_its_own_record(
 ) -> None:
     # Given a request the ledger holds as final, and an outcome bus that refuses the first
     # publish
-    ledger = CountingLedger()
+    ledger = InMemoryRequestLedger()
     ledger.entries["req-m1"] = _final("req-m1")
     worker = _worker(ledger, RecordingOutcomes(fail_calls=[1]))
 
@@ -141,7 +127,7 @@ def test_a_refused_request_id_is_logged_and_its_refusal_tied_to_its_record(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Given an id the ledger binds to c1, reused by c2, and a bus refusing the first publish
-    ledger = CountingLedger()
+    ledger = InMemoryRequestLedger()
     ledger.entries["req-m1"] = _final("req-m1")
     worker = _worker(ledger, RecordingOutcomes(fail_calls=[1]))
     stream = _logs(monkeypatch)
@@ -187,7 +173,7 @@ def test_a_final_receive_failure_is_a_counted_dead_letter_tied_to_its_record(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a busy child and a ledger
-    ledger = CountingLedger()
+    ledger = InMemoryRequestLedger()
     worker = _worker(ledger)
     worker.gateway.script_errors("transfer", "c1", [WorkspaceBusyError()])
     worker.runtime.parked.add("req-m1")
@@ -218,7 +204,7 @@ def test_a_redrive_after_an_announced_dead_letter_is_counted_as_superseding_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # Given an ensure dead-lettered (and announced) on its final receive
-    ledger = CountingLedger()
+    ledger = InMemoryRequestLedger()
     worker = _worker(ledger)
     worker.gateway.script_errors("transfer", "c1", [WorkspaceBusyError()])
     worker.invoke(ensure_record("m1", "c1", 100, receive_count=MAX_RECEIVE_COUNT))
@@ -255,7 +241,7 @@ def test_a_parent_mismatch_with_a_ledger_is_a_counted_dead_letter(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # Given a ledger, and an ensure naming a parent that is not the child's
-    ledger = CountingLedger()
+    ledger = InMemoryRequestLedger()
     worker = _worker(ledger)
     worker.gateway.add_master("other-master", total=Totals(projects=5, prompts=500))
 
@@ -434,19 +420,9 @@ def test_an_invalid_message_is_logged_with_its_reason_and_without_a_dlq_fails(
 # ==== planning the batch around the ledger ==================================================
 
 
-def _ensure_intent(request_id: str, target: Totals) -> LedgerEntry:
-    return LedgerEntry(
-        request_id=request_id,
-        state="intent",
-        workspace_id="c1",
-        kind="ensure",
-        intent=ReleaseIntent(before=FULL, target=target),
-    )
-
-
 def test_ensures_behind_a_replay_still_share_one_top_up() -> None:
     # Given a request the ledger holds as final (no intent), and two fresh ensures behind it
-    ledger = CountingLedger()
+    ledger = InMemoryRequestLedger()
     ledger.entries["req-m1"] = _final("req-m1")
     worker = _worker(ledger)
 
@@ -466,8 +442,10 @@ def test_ensures_behind_a_replay_still_share_one_top_up() -> None:
 
 def test_a_request_with_a_recorded_intent_joins_no_run() -> None:
     # Given an ensure whose earlier delivery recorded an intent that did not land
-    ledger = CountingLedger()
-    ledger.entries["req-m1"] = _ensure_intent("req-m1", Totals(projects=1, prompts=200))
+    ledger = InMemoryRequestLedger()
+    ledger.entries["req-m1"] = intent_entry(
+        "req-m1", "c1", "ensure", FULL, Totals(projects=1, prompts=200)
+    )
     worker = _worker(ledger)
 
     # When it comes back with a fresh ensure of the same child behind it
@@ -486,7 +464,7 @@ def test_a_request_with_a_recorded_intent_joins_no_run() -> None:
 
 def test_no_ledger_lookup_is_started_that_would_not_fit_the_applying_deadline() -> None:
     # Given a ledger and an invocation with too little time left for one ledger call
-    ledger = CountingLedger()
+    ledger = InMemoryRequestLedger()
     worker = _worker(ledger)
 
     # When an ensure comes (remaining 10 s - 3 s margin - 16 s for the publish: no time)
