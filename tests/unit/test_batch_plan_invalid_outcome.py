@@ -92,3 +92,29 @@ def test_a_body_that_is_no_object_is_refused_naming_the_body() -> None:
     assert message.invalid_reason == (
         "body: Input should be a valid dictionary or object to extract fields from"
     )
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (
+            {
+                "version": 1,
+                "kind": "release",
+                "request_id": "r",
+                "workspace_id": "c1",
+                "floor": {"prompts": -1},
+            },
+            "floor.prompts: Input should be greater than or equal to 0",
+        ),
+        (
+            {**GOOD, "need": {"prompts": -1}},
+            "need.prompts: Input should be greater than or equal to 0",
+        ),
+    ],
+    ids=["release", "ensure"],
+)
+def test_a_refused_field_is_named_without_the_kinds_tag(body: object, reason: str) -> None:
+    # Given a refused release or ensure / When read / Then the field's path leaves out the
+    # discriminator's tag (``release.``, ``ensure.``)
+    assert _read(body).invalid_reason == reason
