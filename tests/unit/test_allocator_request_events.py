@@ -474,3 +474,38 @@ def test_no_ledger_lookup_is_started_that_would_not_fit_the_applying_deadline() 
     assert failed_ids(response) == ["m1"]
     assert ledger.lookups == []
     assert worker.gateway.transfers == []
+
+
+# ==== a park ================================================================================
+
+
+def test_a_parked_ensure_fails_its_record_as_parked_and_its_rejection_is_not_counted(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a dry pool, an idle sibling with surplus, and sibling reclaim on
+    gateway = family_gateway(
+        ("c1", FULL, FULL),
+        ("s-big", Totals(projects=1, prompts=1_000), FULL),
+        pool_total=Totals(projects=5, prompts=100),
+        pool_used=Totals(projects=5, prompts=100),
+    )
+    worker = new_worker(
+        gateway,
+        producer=True,
+        SERENITY_SIBLING_RECLAIM="true",
+        QUEUE_URL="https://sqs.us-east-1.amazonaws.com/123456789012/serenity-unit.fifo",
+    )
+    stream = _logs(monkeypatch)
+
+    # When an ensure the pool cannot cover arrives (not on its final receive)
+    response = worker.invoke(ensure_record("m1", "c1", 250))
+
+    # Then it is parked: its record fails as parked (nothing else went wrong), and the pool's
+    # refusal is not counted as a rejection while it waits
+    _, data = read_emf(capsys)
+    assert failed_ids(response) == ["m1"]
+    [failure] = _lines(stream, "record failed; SQS will redeliver it")
+    assert (failure["message_id"], failure["reason"]) == ("m1", "parkedForReclaim")
+    assert "req-m1" in worker.runtime.parked
+    assert metric_total(data, "AllocationRejection", "orgPoolExhausted") == 0
+    assert metric_total(data, "SiblingReclaim", "parked") == 1
