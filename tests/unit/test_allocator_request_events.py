@@ -509,3 +509,29 @@ def test_a_parked_ensure_fails_its_record_as_parked_and_its_rejection_is_not_cou
     assert "req-m1" in worker.runtime.parked
     assert metric_total(data, "AllocationRejection", "orgPoolExhausted") == 0
     assert metric_total(data, "SiblingReclaim", "parked") == 1
+
+
+def test_a_parked_ensure_whose_recorded_top_up_landed_says_it_was_served_after_reclaim(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Given an ensure this container parked, whose later delivery recorded its top-up's intent
+    # and topped the child up before its store failed
+    target = Totals(projects=1, prompts=200)
+    ledger = InMemoryRequestLedger()
+    ledger.entries["req-m1"] = intent_entry("req-m1", "c1", "ensure", FULL, target)
+    worker = new_worker(family_gateway(("c1", target, FULL)))
+    worker.runtime.ledger = ledger
+    worker.runtime.parked.add("req-m1")
+
+    # When it comes back
+    response = worker.invoke(ensure_record("m1", "c1", 100, receive_count=3))
+
+    # Then nothing moves again and its one outcome says what the top-up did, after reclaim
+    _, data = read_emf(capsys)
+    assert failed_ids(response) == []
+    assert worker.gateway.transfers == []
+    outcome = worker.outcome("req-m1")
+    assert (outcome.status, outcome.coalesced) == ("topped-up-after-reclaim", 1)
+    assert (outcome.totals_before, outcome.totals_after) == (FULL, target)
+    assert metric_total(data, "SiblingReclaim", "served") == 1
+    assert "req-m1" not in worker.runtime.parked
