@@ -18,6 +18,8 @@ from tests.fakes import READ_STATUS, RecordingOutcomes
 from tests.unit.allocator_rig import (
     FULL,
     MAX_RECEIVE_COUNT,
+    QUEUE_LAG_MS,
+    SENT_MS,
     Worker,
     ensure_record,
     failed_ids,
@@ -535,3 +537,17 @@ def test_a_parked_ensure_whose_recorded_top_up_landed_says_it_was_served_after_r
     assert (outcome.totals_before, outcome.totals_after) == (FULL, target)
     assert metric_total(data, "SiblingReclaim", "served") == 1
     assert "req-m1" not in worker.runtime.parked
+
+
+def test_a_record_sent_after_the_workers_clock_reads_reports_no_negative_queue_lag(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Given a record stamped 5 s after the worker's wall clock (clocks drift apart)
+    worker = _worker()
+    record = ensure_record("m1", "c1", 0)
+    record["attributes"]["SentTimestamp"] = str(SENT_MS + QUEUE_LAG_MS + 5_000)
+
+    # When it is handled / Then its queue lag is floored at zero, not below nor above
+    worker.invoke(record)
+    _, data = read_emf(capsys)
+    assert [d.values for d in data if d.name == "QueueLagMs"] == [(0.0,)]
