@@ -12,7 +12,15 @@ from serenity_allocator.application.audit_dead_letters import (
     audit_dead_letters,
 )
 from serenity_allocator.application.request_ledger import FINAL_RECEIVE_UNFINISHED
-from serenity_allocator.domain.ledger import CallDeadline, LedgerEntry, LedgerRead, ReleaseIntent
+from serenity_allocator.domain.ledger import (
+    CallDeadline,
+    LedgerEntry,
+    LedgerRead,
+    LedgerRecordUnreadableError,
+    LedgerUnavailableError,
+    ReleaseIntent,
+    RequestIdConflictError,
+)
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals
 from tests.fakes import RecordingOutcomes
@@ -231,3 +239,72 @@ def test_audit_dead_letters_counts_records_stored_after_its_lookup_as_terminal()
     assert audit == DeadLetterAudit(already_terminal=2)
     assert ledger.entries["req-1"].outcome == final
     assert outcomes.publish_calls == 0
+
+
+def test_audit_dead_letters_reports_an_id_bound_to_another_request_and_writes_nothing() -> None:
+    # Given a DLQ copy whose id the ledger binds to another workspace
+    ledger = InMemoryRequestLedger()
+    ledger.entries["req-1"] = LedgerEntry(
+        request_id="req-1",
+        state="intent",
+        workspace_id="child-2",
+        kind="ensure",
+        intent=ReleaseIntent(before=Totals(), target=Totals(prompts=100)),
+    )
+    outcomes = RecordingOutcomes()
+
+    # When the DLQ is audited / Then the conflict is reported by its id, nothing written
+    audit = audit_dead_letters([_letter("req-1")], ledger, outcomes)
+    assert audit == DeadLetterAudit(conflicts=["req-1"])
+    assert ledger.writes == 0 and outcomes.publish_calls == 0
+
+
+class RefusingStoreLedger(StaleLookupLedger):
+    """A ledger whose lookup found nothing and whose every store then fails with ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    def store_outcome(
+        self, outcome: AllocationOutcome, *, dead_lettered: bool = False, provisional: bool = False
+    ) -> AllocationOutcome:
+        raise self.error
+
+
+def test_audit_dead_letters_reports_each_store_failure_under_its_request_id() -> None:
+    # Given stores that fail because the id was bound meanwhile, the record turned
+    # unreadable, or the ledger is out of reach / When each is audited / Then each is reported
+    # by its request id, with why where there is one, and nothing is announced
+    outcomes = RecordingOutcomes()
+    bound = audit_dead_letters(
+        [_letter("req-1")], RefusingStoreLedger(RequestIdConflictError("req-1")), outcomes
+    )
+    unreadable = audit_dead_letters(
+        [_letter("req-2")], RefusingStoreLedger(LedgerRecordUnreadableError("state")), outcomes
+    )
+    unanswered = audit_dead_letters(
+        [_letter("req-3")], RefusingStoreLedger(LedgerUnavailableError("timeout")), outcomes
+    )
+    assert bound == DeadLetterAudit(conflicts=["req-1"])
+    assert unreadable == DeadLetterAudit(
+        unreadable={"req-2": str(LedgerRecordUnreadableError("state"))}
+    )
+    assert unreadable.unreadable["req-2"] != ""
+    assert unanswered == DeadLetterAudit(unanswered=["req-3"])
+    assert outcomes.publish_calls == 0
+
+
+def test_audit_dead_letters_reports_what_it_could_not_announce_and_why() -> None:
+    # Given an outcome bus that refuses the publish
+    ledger = InMemoryRequestLedger()
+    outcomes = RecordingOutcomes(fail_calls=[1])
+
+    # When two dead letters are audited
+    audit = audit_dead_letters([_letter("req-1"), _letter("req-2")], ledger, outcomes)
+
+    # Then both are recorded, neither flagged announced, each reported with the failure's kind
+    assert audit.unannounced == ["req-1: RuntimeError", "req-2: RuntimeError"]
+    assert audit.announced is False
+    assert [outcome.request_id for outcome in audit.recorded] == ["req-1", "req-2"]
+    assert not any(ledger.entries[rid].announced for rid in ("req-1", "req-2"))
