@@ -509,6 +509,8 @@ def test_a_parked_ensure_fails_its_record_as_parked_and_its_rejection_is_not_cou
     [failure] = _lines(stream, "record failed; SQS will redeliver it")
     assert (failure["message_id"], failure["reason"]) == ("m1", "parkedForReclaim")
     assert "req-m1" in worker.runtime.parked
+    [parked] = _lines(stream, "ensure parked for sibling reclaim")
+    assert parked["siblings"] == ["s-big"]
     assert metric_total(data, "AllocationRejection", "orgPoolExhausted") == 0
     assert metric_total(data, "SiblingReclaim", "parked") == 1
 
