@@ -201,3 +201,53 @@ def test_confirm_announced_may_use_the_finishing_deadline() -> None:
     # When the batch confirms it / Then it is flagged (announcing may use the finishing time)
     confirm_announced(view, [outcome])
     assert ledger.announced_calls == [["req-1"]]
+
+
+class RecordingLookupLedger(InMemoryRequestLedger):
+    """The in-memory ledger, keeping the deadline each batch lookup was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.deadlines: list[CallDeadline | None] = []
+
+    def read_batch(
+        self, request_ids: Sequence[str], deadline: CallDeadline | None = None
+    ) -> LedgerRead:
+        self.deadlines.append(deadline)
+        return super().read_batch(request_ids, deadline)
+
+
+def test_read_ledger_gives_the_lookup_the_applying_deadline() -> None:
+    # Given the batch's ledger deadlines / When its ids are read
+    clock = FakeClock()
+    ledger = RecordingLookupLedger()
+    deadlines = _deadlines(clock, apply_in=20.0, finish_in=30.0)
+    read_ledger(ledger, ["req-1"], deadlines)
+
+    # Then the one lookup was bounded by the applying deadline
+    assert ledger.deadlines == [deadlines.lookup_deadline()]
+
+
+def test_read_ledger_starts_no_lookup_past_the_applying_deadline() -> None:
+    # Given time left before the finishing deadline only / When the batch's ids are read
+    clock = FakeClock()
+    ledger = RecordingLookupLedger()
+    view = read_ledger(ledger, ["req-1"], _deadlines(clock, apply_in=1.0, finish_in=10.0))
+
+    # Then no lookup is made and every request of the batch fails for now (out of time)
+    assert ledger.deadlines == []
+    assert isinstance(view.error, OutOfTimeError)
+    with pytest.raises(OutOfTimeError):
+        view.check("req-1")
+
+
+def test_ledger_view_keeps_unreadable_and_unanswered_ids_out_of_the_batch_and_says_why() -> None:
+    # Given a lookup that found req-1 unreadable and left req-2 unanswered
+    view = LedgerView(
+        InMemoryRequestLedger(), unreadable={"req-1": "record: bad state"}, unanswered={"req-2"}
+    )
+
+    # When asked / Then both are settled apart from the batch, and req-1 fails saying why
+    assert view.settled([]) == frozenset({"req-1", "req-2"})
+    with pytest.raises(LedgerRecordUnreadableError, match="record: bad state"):
+        view.check("req-1")
