@@ -553,3 +553,15 @@ def test_a_record_sent_after_the_workers_clock_reads_reports_no_negative_queue_l
     worker.invoke(record)
     _, data = read_emf(capsys)
     assert [d.values for d in data if d.name == "QueueLagMs"] == [(0.0,)]
+
+
+def test_a_release_settles_under_the_configured_polls() -> None:
+    # Given three settle polls configured, and a child whose status never settles
+    worker = new_worker(family_gateway(("c1", FULL, FULL)), SETTLE_POLL_ATTEMPTS="3")
+    worker.gateway.add_child("wide", "ws-master", total=Totals(projects=3, prompts=400))
+    worker.gateway.script_statuses("wide", ["transferring"] * 10)
+
+    # When a release runs / Then it polls three times, then fails for a retry
+    response = worker.invoke(release_record("m1", "wide"))
+    assert failed_ids(response) == ["m1"]
+    assert len(worker.gateway.calls_of(READ_STATUS)) == 3

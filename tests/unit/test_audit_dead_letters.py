@@ -308,3 +308,56 @@ def test_audit_dead_letters_reports_what_it_could_not_announce_and_why() -> None
     assert audit.announced is False
     assert [outcome.request_id for outcome in audit.recorded] == ["req-1", "req-2"]
     assert not any(ledger.entries[rid].announced for rid in ("req-1", "req-2"))
+
+
+def test_audit_dead_letters_skips_what_it_cannot_read_and_settles_the_rest() -> None:
+    # Given an unreadable record, an unanswered one, and a request the ledger never saw
+    ledger = InMemoryRequestLedger()
+    ledger.corrupt("req-1")
+    ledger.throttled.add("req-2")
+    outcomes = RecordingOutcomes()
+
+    # When the DLQ is audited
+    audit = audit_dead_letters(
+        [_letter("req-1"), _letter("req-2"), _letter("req-3")], ledger, outcomes
+    )
+
+    # Then the first two are reported and left unwritten; the third is recorded and announced
+    assert audit.unreadable == {"req-1": "record: unreadable field(s) state"}
+    assert audit.unanswered == ["req-2"]
+    assert [outcome.request_id for outcome in audit.recorded] == ["req-3"]
+    assert "req-2" not in ledger.entries
+    assert [outcome.request_id for outcome in outcomes.published] == ["req-3"]
+
+
+def test_audit_dead_letters_announces_again_a_terminal_record_not_confirmed_announced() -> None:
+    # Given a request whose final outcome is stored but was never confirmed announced
+    ledger = InMemoryRequestLedger()
+    final = _exhausted("req-1").model_copy(
+        update={"status": "topped-up", "error_code": None, "dead_lettered": None}
+    )
+    ledger.store_outcome(final)
+    outcomes = RecordingOutcomes()
+
+    # When the DLQ is audited / Then that outcome is published again, unchanged, and flagged
+    audit = audit_dead_letters([_letter("req-1")], ledger, outcomes)
+    assert audit == DeadLetterAudit(reannounced=[final], announced=True)
+    assert outcomes.published == [final]
+    assert ledger.entries["req-1"].announced is True
+
+
+def test_audit_dead_letters_counts_every_invalid_copy_and_goes_on_past_them() -> None:
+    # Given two copies the worker dead-lettered with a reason, one body that is no request,
+    # then a valid request
+    unparseable = DeadLetterCopy(message_id="m-junk", body="{", reason=None, receive_count=5)
+    letters = [
+        _letter("req-a", reason="need.prompts: too large"),
+        _letter("req-b", reason="MessageGroupId: must equal workspace_id"),
+        unparseable,
+        _letter("req-1"),
+    ]
+
+    # When the DLQ is audited / Then the three are counted and the valid one recorded
+    audit = audit_dead_letters(letters, InMemoryRequestLedger(), RecordingOutcomes())
+    assert (audit.invalid, audit.unparseable) == (3, ["m-junk"])
+    assert [outcome.request_id for outcome in audit.recorded] == ["req-1"]
