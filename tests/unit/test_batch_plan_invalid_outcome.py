@@ -26,9 +26,9 @@ def _read(body: object, *, group_id: str = "c1", receive_count: int = 3) -> Any:
 
 
 def test_a_refused_body_with_a_readable_id_gets_an_invalid_outcome_of_its_own() -> None:
-    # Given a refused ensure whose ids and kind are valid / When read / Then its outcome says
-    # which request, kind and workspace, on which receive, dead-lettered
-    message = _read(GOOD)
+    # Given a refused ensure whose ids and kind are valid, under another group / When read /
+    # Then its outcome says which request, kind and workspace (the body's), on which receive
+    message = _read(GOOD, group_id="grp-1")
     assert message.request is None
     assert message.invalid_reason == "need.prompts: Input should be greater than or equal to 0"
     outcome = message.invalid_outcome
