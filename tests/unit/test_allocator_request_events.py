@@ -481,22 +481,46 @@ def test_no_ledger_lookup_is_started_that_would_not_fit_the_applying_deadline() 
 # ==== a park ================================================================================
 
 
-def test_a_parked_ensure_fails_its_record_as_parked_and_its_rejection_is_not_counted(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Given a dry pool, an idle sibling with surplus, and sibling reclaim on
+def _reclaim_worker() -> Worker:
+    # A dry pool, an idle sibling with surplus, and sibling reclaim on.
     gateway = family_gateway(
         ("c1", FULL, FULL),
         ("s-big", Totals(projects=1, prompts=1_000), FULL),
         pool_total=Totals(projects=5, prompts=100),
         pool_used=Totals(projects=5, prompts=100),
     )
-    worker = new_worker(
+    return new_worker(
         gateway,
         producer=True,
         SERENITY_SIBLING_RECLAIM="true",
         QUEUE_URL="https://sqs.us-east-1.amazonaws.com/123456789012/serenity-unit.fifo",
     )
+
+
+def test_a_park_whose_enqueue_would_not_fit_fails_out_of_time_and_parks_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given reclaim on, and 34.5 s left: 15.5 s of applying (34.5 - 3 margin - 16 publish),
+    # room for the transfer attempt (15 s) but not for the sibling enqueue (16 s)
+    worker = _reclaim_worker()
+    stream = _logs(monkeypatch)
+
+    # When an ensure the pool cannot cover arrives
+    response = worker.invoke(ensure_record("m1", "c1", 250), remaining_ms=34_500)
+
+    # Then nothing is enqueued nor parked, and the record fails for a retry, out of time
+    assert failed_ids(response) == ["m1"]
+    assert worker.producer is not None and worker.producer.many == []
+    assert "req-m1" not in worker.runtime.parked
+    [failure] = _lines(stream, "record failed; SQS will redeliver it")
+    assert (failure["message_id"], failure["reason"]) == ("m1", "outOfTime")
+
+
+def test_a_parked_ensure_fails_its_record_as_parked_and_its_rejection_is_not_counted(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a dry pool, an idle sibling with surplus, and sibling reclaim on
+    worker = _reclaim_worker()
     stream = _logs(monkeypatch)
 
     # When an ensure the pool cannot cover arrives (not on its final receive)
