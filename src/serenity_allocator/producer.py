@@ -58,6 +58,7 @@ from .adapters.ledger_outcome_reader import OutcomeReader, OutcomeWaitTimeoutErr
 from .adapters.sqs_producer import (
     AllocationProducer,
     EnqueueError,
+    EnsureOptions,
     build_ensure,
     build_release,
     is_metered_quota,
@@ -86,6 +87,7 @@ __all__ = [
     "DynamoDbCredentialStore",
     "EmfQuotaRetryRecorder",
     "EnqueueError",
+    "EnsureOptions",
     "EnsureRequest",
     "GuardPolicy",
     "GuardedWrite",

@@ -36,13 +36,15 @@ from serenity_allocator.domain.ledger import (
     RequestKind,
 )
 from serenity_allocator.domain.messages import AllocationOutcome
+from serenity_allocator.domain.model import Totals
 
 
 class InMemoryRequestLedger:
     """The ``RequestLedger`` port in memory; ``down`` makes every call fail as an outage would.
 
     ``writes`` counts the writes that took effect (refused conditional writes are not counted);
-    ``lookups`` records the ids of each lookup call.
+    ``stores`` counts every terminal store asked of it, refused or not; ``lookups`` records the
+    ids of each lookup call.
     """
 
     def __init__(self, *, now: int = 1_800_000_000) -> None:
@@ -50,6 +52,7 @@ class InMemoryRequestLedger:
         self.dead_letters: dict[str, AllocationOutcome] = {}
         """The last published (non-provisional) dead letter per request, kept on supersede."""
         self.writes = 0
+        self.stores = 0
         self.lookups: list[list[str]] = []
         self.down = False
         self.unreadable: dict[str, str] = {}
@@ -141,6 +144,7 @@ class InMemoryRequestLedger:
         self, outcome: AllocationOutcome, *, dead_lettered: bool = False, provisional: bool = False
     ) -> AllocationOutcome:
         """Store a terminal outcome under the adapter's conditions; return what is held."""
+        self.stores += 1
         self._check_up()
         entry = self._check_bound(outcome.request_id, outcome.workspace_id, outcome.kind)
         allowed = ("intent",) if provisional else ("intent", "deadLettered")
@@ -165,3 +169,16 @@ class InMemoryRequestLedger:
             self.dead_letters[outcome.request_id] = stored
         self.writes += 1
         return outcome
+
+
+def intent_entry(
+    request_id: str, workspace_id: str, kind: RequestKind, before: Totals, target: Totals
+) -> LedgerEntry:
+    """A record holding only an intent, as an earlier delivery leaves it before its transfer."""
+    return LedgerEntry(
+        request_id=request_id,
+        state="intent",
+        workspace_id=workspace_id,
+        kind=kind,
+        intent=ReleaseIntent(before=before, target=target),
+    )

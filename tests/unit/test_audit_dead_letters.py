@@ -12,7 +12,15 @@ from serenity_allocator.application.audit_dead_letters import (
     audit_dead_letters,
 )
 from serenity_allocator.application.request_ledger import FINAL_RECEIVE_UNFINISHED
-from serenity_allocator.domain.ledger import CallDeadline, LedgerEntry, LedgerRead, ReleaseIntent
+from serenity_allocator.domain.ledger import (
+    CallDeadline,
+    LedgerEntry,
+    LedgerRead,
+    LedgerRecordUnreadableError,
+    LedgerUnavailableError,
+    ReleaseIntent,
+    RequestIdConflictError,
+)
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals
 from tests.fakes import RecordingOutcomes
@@ -231,3 +239,125 @@ def test_audit_dead_letters_counts_records_stored_after_its_lookup_as_terminal()
     assert audit == DeadLetterAudit(already_terminal=2)
     assert ledger.entries["req-1"].outcome == final
     assert outcomes.publish_calls == 0
+
+
+def test_audit_dead_letters_reports_an_id_bound_to_another_request_and_writes_nothing() -> None:
+    # Given a DLQ copy whose id the ledger binds to another workspace
+    ledger = InMemoryRequestLedger()
+    ledger.entries["req-1"] = LedgerEntry(
+        request_id="req-1",
+        state="intent",
+        workspace_id="child-2",
+        kind="ensure",
+        intent=ReleaseIntent(before=Totals(), target=Totals(prompts=100)),
+    )
+    outcomes = RecordingOutcomes()
+
+    # When the DLQ is audited / Then the conflict is reported by its id, nothing written
+    audit = audit_dead_letters([_letter("req-1")], ledger, outcomes)
+    assert audit == DeadLetterAudit(conflicts=["req-1"])
+    assert ledger.writes == 0 and outcomes.publish_calls == 0
+
+
+class RefusingStoreLedger(StaleLookupLedger):
+    """A ledger whose lookup found nothing and whose every store then fails with ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    def store_outcome(
+        self, outcome: AllocationOutcome, *, dead_lettered: bool = False, provisional: bool = False
+    ) -> AllocationOutcome:
+        raise self.error
+
+
+def test_audit_dead_letters_reports_each_store_failure_under_its_request_id() -> None:
+    # Given stores that fail because the id was bound meanwhile, the record turned
+    # unreadable, or the ledger is out of reach / When each is audited / Then each is reported
+    # by its request id, with why where there is one, and nothing is announced
+    outcomes = RecordingOutcomes()
+    bound = audit_dead_letters(
+        [_letter("req-1")], RefusingStoreLedger(RequestIdConflictError("req-1")), outcomes
+    )
+    unreadable = audit_dead_letters(
+        [_letter("req-2")], RefusingStoreLedger(LedgerRecordUnreadableError("state")), outcomes
+    )
+    unanswered = audit_dead_letters(
+        [_letter("req-3")], RefusingStoreLedger(LedgerUnavailableError("timeout")), outcomes
+    )
+    assert bound == DeadLetterAudit(conflicts=["req-1"])
+    assert unreadable == DeadLetterAudit(
+        unreadable={"req-2": str(LedgerRecordUnreadableError("state"))}
+    )
+    assert unreadable.unreadable["req-2"] != ""
+    assert unanswered == DeadLetterAudit(unanswered=["req-3"])
+    assert outcomes.publish_calls == 0
+
+
+def test_audit_dead_letters_reports_what_it_could_not_announce_and_why() -> None:
+    # Given an outcome bus that refuses the publish
+    ledger = InMemoryRequestLedger()
+    outcomes = RecordingOutcomes(fail_calls=[1])
+
+    # When two dead letters are audited
+    audit = audit_dead_letters([_letter("req-1"), _letter("req-2")], ledger, outcomes)
+
+    # Then both are recorded, neither flagged announced, each reported with the failure's kind
+    assert audit.unannounced == ["req-1: RuntimeError", "req-2: RuntimeError"]
+    assert audit.announced is False
+    assert [outcome.request_id for outcome in audit.recorded] == ["req-1", "req-2"]
+    assert not any(ledger.entries[rid].announced for rid in ("req-1", "req-2"))
+
+
+def test_audit_dead_letters_skips_what_it_cannot_read_and_settles_the_rest() -> None:
+    # Given an unreadable record, an unanswered one, and a request the ledger never saw
+    ledger = InMemoryRequestLedger()
+    ledger.corrupt("req-1")
+    ledger.throttled.add("req-2")
+    outcomes = RecordingOutcomes()
+
+    # When the DLQ is audited
+    audit = audit_dead_letters(
+        [_letter("req-1"), _letter("req-2"), _letter("req-3")], ledger, outcomes
+    )
+
+    # Then the first two are reported and left unwritten; the third is recorded and announced
+    assert audit.unreadable == {"req-1": "record: unreadable field(s) state"}
+    assert audit.unanswered == ["req-2"]
+    assert [outcome.request_id for outcome in audit.recorded] == ["req-3"]
+    assert "req-2" not in ledger.entries
+    assert [outcome.request_id for outcome in outcomes.published] == ["req-3"]
+
+
+def test_audit_dead_letters_announces_again_a_terminal_record_not_confirmed_announced() -> None:
+    # Given a request whose final outcome is stored but was never confirmed announced
+    ledger = InMemoryRequestLedger()
+    final = _exhausted("req-1").model_copy(
+        update={"status": "topped-up", "error_code": None, "dead_lettered": None}
+    )
+    ledger.store_outcome(final)
+    outcomes = RecordingOutcomes()
+
+    # When the DLQ is audited / Then that outcome is published again, unchanged, and flagged
+    audit = audit_dead_letters([_letter("req-1")], ledger, outcomes)
+    assert audit == DeadLetterAudit(reannounced=[final], announced=True)
+    assert outcomes.published == [final]
+    assert ledger.entries["req-1"].announced is True
+
+
+def test_audit_dead_letters_counts_every_invalid_copy_and_goes_on_past_them() -> None:
+    # Given two copies the worker dead-lettered with a reason, one body that is no request,
+    # then a valid request
+    unparseable = DeadLetterCopy(message_id="m-junk", body="{", reason=None, receive_count=5)
+    letters = [
+        _letter("req-a", reason="need.prompts: too large"),
+        _letter("req-b", reason="MessageGroupId: must equal workspace_id"),
+        unparseable,
+        _letter("req-1"),
+    ]
+
+    # When the DLQ is audited / Then the three are counted and the valid one recorded
+    audit = audit_dead_letters(letters, InMemoryRequestLedger(), RecordingOutcomes())
+    assert (audit.invalid, audit.unparseable) == (3, ["m-junk"])
+    assert [outcome.request_id for outcome in audit.recorded] == ["req-1"]

@@ -14,9 +14,15 @@ from serenity_allocator.domain.errors import (
     UpstreamUnavailableError,
     WiringError,
 )
-from serenity_allocator.domain.model import AiResources, Blocks, Dimension, DimensionUsage, Totals
+from serenity_allocator.domain.model import (
+    AiResources,
+    Blocks,
+    Dimension,
+    DimensionUsage,
+    Totals,
+    round_up_to_block,
+)
 from serenity_allocator.domain.release import plan_release, release_surplus
-from serenity_allocator.domain.resources import round_up_to_block
 from tests.fakes import (
     READ_RESOURCES,
     READ_STATUS,

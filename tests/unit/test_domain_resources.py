@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from serenity_allocator.domain.resources import round_up_to_block
+from serenity_allocator.domain.model import round_up_to_block
 
 # ---- block math ---------------------------------------------------------------------------
 

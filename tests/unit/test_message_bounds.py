@@ -12,7 +12,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from serenity_allocator.adapters.sqs_producer import build_ensure, build_release
+from serenity_allocator.adapters.sqs_producer import (
+    AllocationProducer,
+    build_ensure,
+    build_release,
+)
 from serenity_allocator.domain.messages import (
     MAX_UNITS_PER_DIMENSION,
     cross_field_problem,
@@ -174,6 +178,42 @@ def test_build_ensure_rejects_the_master_as_its_own_child() -> None:
     with pytest.raises(ValidationError) as raised:
         build_ensure("master-1", "master-1", {"projects": 0, "prompts": 10})
     assert [error["loc"] for error in raised.value.errors()] == [("parent_workspace_id",)]
+
+
+def test_build_ensure_carries_every_option_into_the_request() -> None:
+    # Given every optional part of an ensure / When built / Then each lands in its field
+    request = build_ensure(
+        "child-1",
+        "master-1",
+        {"projects": 1, "prompts": 10},
+        include_drafted=True,
+        ceiling={"projects": 5, "prompts": 500},
+        org_id="org-1",
+        brand_id="brand-1",
+        request_id="req-1",
+    )
+    assert (request.request_id, request.org_id, request.brand_id) == ("req-1", "org-1", "brand-1")
+    assert request.include_drafted is True
+    assert request.ceiling is not None
+    assert (request.ceiling.projects, request.ceiling.prompts) == (5, 500)
+    # Absent, the options take the wire defaults (a fresh request id, drafts not counted)
+    plain = build_ensure("child-1", "master-1")
+    assert (plain.include_drafted, plain.ceiling, plain.org_id, plain.brand_id) == (
+        False,
+        None,
+        None,
+        None,
+    )
+    assert len(plain.request_id) == 36 and plain.request_id != request.request_id
+
+
+def test_build_ensure_and_enqueue_ensure_refuse_an_unknown_option_by_name() -> None:
+    # Given a misspelt option / When built or enqueued / Then it is refused, named, unsent
+    with pytest.raises(TypeError, match="unexpected keyword argument 'ceilng'"):
+        build_ensure("child-1", "master-1", ceilng={"projects": 1})  # type: ignore[call-arg]
+    producer = AllocationProducer("https://sqs.us-east-1.amazonaws.com/1/q.fifo")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'ceilng'"):
+        producer.enqueue_ensure("child-1", "master-1", ceilng={"projects": 1})  # type: ignore[call-arg]
 
 
 def test_build_release_rejects_a_dot_segment_id() -> None:

@@ -10,16 +10,22 @@ from serenity_allocator.application.outcomes import OutcomeBook
 from serenity_allocator.application.request_ledger import (
     LedgerDeadlines,
     LedgerView,
+    confirm_announced,
     read_ledger,
+    store_terminal,
 )
 from serenity_allocator.domain.errors import OutOfTimeError
 from serenity_allocator.domain.ledger import (
     CallDeadline,
     LedgerRead,
+    LedgerRecordUnreadableError,
     LedgerUnavailableError,
     ReleaseIntent,
 )
 from serenity_allocator.domain.messages import AllocationOutcome
+from serenity_allocator.domain.model import Totals
+from tests.fakes import FakeClock
+from tests.unit.ledger_fake import InMemoryRequestLedger, intent_entry
 
 
 class DownLedger:
@@ -101,4 +107,147 @@ def test_read_ledger_keeps_a_lookup_failure_for_each_request() -> None:
     # Then the batch goes on, and each valid request fails when it checks availability
     assert view.entries == {}
     with pytest.raises(LedgerUnavailableError):
+        view.check("req-1")
+
+
+# ==== the ledger's deadlines, a terminal store's copy, and confirming announcements ========
+
+
+def _deadlines(clock: FakeClock, *, apply_in: float, finish_in: float) -> LedgerDeadlines:
+    return LedgerDeadlines(
+        clock=clock,
+        sleep=clock.sleep,
+        apply_by=clock() + apply_in,
+        finish_by=clock() + finish_in,
+        call_budget_s=4.0,
+    )
+
+
+def test_ledger_deadlines_fit_a_call_that_ends_exactly_at_the_deadline() -> None:
+    # Given 4 s left before applying must end, and 4 s for one ledger call
+    clock = FakeClock()
+    deadlines = _deadlines(clock, apply_in=4.0, finish_in=10.0)
+
+    # When asked / Then it fits exactly; a moment later it does not (finishing still does)
+    assert deadlines.has_time(False) is True
+    clock.advance(0.5)
+    assert (deadlines.has_time(False), deadlines.has_time(True)) == (False, True)
+
+
+def test_ledger_deadlines_bound_the_lookup_by_the_applying_deadline_on_the_same_clock() -> None:
+    # Given the batch's ledger deadlines / When the lookup's deadline is asked
+    clock = FakeClock()
+    deadlines = _deadlines(clock, apply_in=20.0, finish_in=30.0)
+
+    # Then it is the applying deadline, on the invocation's clock and sleep, per attempt 4 s
+    assert deadlines.lookup_deadline() == CallDeadline(clock, clock.sleep, deadlines.apply_by, 4.0)
+
+
+def test_store_terminal_refuses_an_unreadable_record_saying_why() -> None:
+    # Given a batch whose lookup found req-1's record unreadable
+    view = LedgerView(InMemoryRequestLedger(), unreadable={"req-1": "record: unreadable state"})
+
+    # When its completed outcome is stored / Then it is refused with the record's reason
+    with pytest.raises(LedgerRecordUnreadableError, match="record: unreadable state"):
+        store_terminal(view, _outcome(status="topped-up", error_code=None))
+
+
+def test_store_terminal_keeps_the_batchs_copy_with_its_kind() -> None:
+    # Given a view over an empty ledger / When an ensure's and a release's outcomes are stored
+    view = LedgerView(InMemoryRequestLedger())
+    store_terminal(view, _outcome(status="topped-up", error_code=None))
+    store_terminal(
+        view, _outcome(request_id="req-2", kind="release", status="released", error_code=None)
+    )
+
+    # Then the batch's copies are final and carry each request's kind
+    assert [(view.entries[rid].state, view.entries[rid].kind) for rid in ("req-1", "req-2")] == [
+        ("final", "ensure"),
+        ("final", "release"),
+    ]
+
+
+def test_confirm_announced_flags_only_outcomes_equal_to_their_terminal_record() -> None:
+    # Given a batch holding req-1 as an intent, req-2 final with another outcome, and
+    # req-3 final with the very outcome announced
+    ledger = InMemoryRequestLedger()
+    view = LedgerView(ledger)
+    intent = ReleaseIntent(before=Totals(projects=2), target=Totals(projects=1))
+    view.entries["req-1"] = intent_entry("req-1", "child-1", "ensure", intent.before, intent.target)
+    for rid in ("req-2", "req-3"):
+        store_terminal(view, _outcome(request_id=rid, status="topped-up", error_code=None))
+    announced = [
+        _outcome(request_id="req-1", status="topped-up", error_code=None),
+        _outcome(request_id="req-2", status="hot-path", error_code=None),
+        _outcome(request_id="req-3", status="topped-up", error_code=None),
+    ]
+
+    # When the batch confirms what it announced
+    confirm_announced(view, announced)
+
+    # Then only req-3 is flagged, past the two it skipped
+    assert ledger.announced_calls == [["req-3"]]
+
+
+def test_confirm_announced_may_use_the_finishing_deadline() -> None:
+    # Given a final record, and time left only before the finishing deadline
+    clock = FakeClock()
+    ledger = InMemoryRequestLedger()
+    view = LedgerView(ledger, _deadlines(clock, apply_in=1.0, finish_in=10.0))
+    outcome = _outcome(status="topped-up", error_code=None)
+    store_terminal(LedgerView(ledger), outcome)
+    view.entries["req-1"] = ledger.entries["req-1"]
+
+    # When the batch confirms it / Then it is flagged (announcing may use the finishing time)
+    confirm_announced(view, [outcome])
+    assert ledger.announced_calls == [["req-1"]]
+
+
+class RecordingLookupLedger(InMemoryRequestLedger):
+    """The in-memory ledger, keeping the deadline each batch lookup was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.deadlines: list[CallDeadline | None] = []
+
+    def read_batch(
+        self, request_ids: Sequence[str], deadline: CallDeadline | None = None
+    ) -> LedgerRead:
+        self.deadlines.append(deadline)
+        return super().read_batch(request_ids, deadline)
+
+
+def test_read_ledger_gives_the_lookup_the_applying_deadline() -> None:
+    # Given the batch's ledger deadlines / When its ids are read
+    clock = FakeClock()
+    ledger = RecordingLookupLedger()
+    deadlines = _deadlines(clock, apply_in=20.0, finish_in=30.0)
+    read_ledger(ledger, ["req-1"], deadlines)
+
+    # Then the one lookup was bounded by the applying deadline
+    assert ledger.deadlines == [deadlines.lookup_deadline()]
+
+
+def test_read_ledger_starts_no_lookup_past_the_applying_deadline() -> None:
+    # Given time left before the finishing deadline only / When the batch's ids are read
+    clock = FakeClock()
+    ledger = RecordingLookupLedger()
+    view = read_ledger(ledger, ["req-1"], _deadlines(clock, apply_in=1.0, finish_in=10.0))
+
+    # Then no lookup is made and every request of the batch fails for now (out of time)
+    assert ledger.deadlines == []
+    assert isinstance(view.error, OutOfTimeError)
+    with pytest.raises(OutOfTimeError):
+        view.check("req-1")
+
+
+def test_ledger_view_keeps_unreadable_and_unanswered_ids_out_of_the_batch_and_says_why() -> None:
+    # Given a lookup that found req-1 unreadable and left req-2 unanswered
+    view = LedgerView(
+        InMemoryRequestLedger(), unreadable={"req-1": "record: bad state"}, unanswered={"req-2"}
+    )
+
+    # When asked / Then both are settled apart from the batch, and req-1 fails saying why
+    assert view.settled([]) == frozenset({"req-1", "req-2"})
+    with pytest.raises(LedgerRecordUnreadableError, match="record: bad state"):
         view.check("req-1")

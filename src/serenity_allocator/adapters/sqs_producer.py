@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -26,6 +26,7 @@ from .credential_handover import CredentialHandover, CredentialHandoverError, Us
 from .sqs_limits import MAX_BATCH_ENTRIES
 from .sqs_requests import (
     AllocationRequestModel,
+    EnsureOptions,
     TotalsInput,
     build_ensure,
     build_release,
@@ -42,6 +43,7 @@ __all__ = [
     "AllocationProducer",
     "AllocationRequestModel",
     "EnqueueError",
+    "EnsureOptions",
     "TotalsInput",
     "build_ensure",
     "build_release",
@@ -109,12 +111,8 @@ class AllocationProducer:
         parent_workspace_id: str,
         need: TotalsInput | None = None,
         *,
-        include_drafted: bool = False,
-        ceiling: TotalsInput | None = None,
-        org_id: str | None = None,
-        brand_id: str | None = None,
-        request_id: str | None = None,
         credential: UserCredential | None = None,
+        **options: Unpack[EnsureOptions],
     ) -> str:
         """Ask for headroom on a child before a metered write: ``enqueue(build_ensure(...))``.
 
@@ -122,34 +120,21 @@ class AllocationProducer:
             workspace_id: The child workspace that will write.
             parent_workspace_id: Its master workspace (the org pool).
             need: Units the write will consume (absent: zero, i.e. just the block headroom).
-            include_drafted: Count drafted units as used when sizing the top-up. The write gate
-                meters prompts on used + drafted + batch, so pass True before a prompt write
-                (``WriteGuard`` does by default); False stays the wire default for old senders.
-            ceiling: Optional per-brand cap on the child's totals; a dimension left out is not
-                enforced.
-            org_id: Optional label carried into logs and outcomes.
-            brand_id: Optional label carried into logs and outcomes.
-            request_id: The idempotency key; a new UUID4 when absent.
             credential: The user authority the request runs under (see :meth:`enqueue`).
+            **options: The request's optional parts, as :func:`build_ensure` takes them
+                (:class:`.sqs_requests.EnsureOptions`: ``include_drafted``, ``ceiling``,
+                ``org_id``, ``brand_id``, ``request_id``).
 
         Returns:
             The request id (the message's deduplication id).
 
         Raises:
+            TypeError: An option that is not one of ``EnsureOptions`` (named).
             pydantic.ValidationError: An argument breaks the message contract (names the field).
             EnqueueError: SQS refused or could not be reached; the request was not enqueued.
         """
         return self.enqueue(
-            build_ensure(
-                workspace_id,
-                parent_workspace_id,
-                need,
-                include_drafted=include_drafted,
-                ceiling=ceiling,
-                org_id=org_id,
-                brand_id=brand_id,
-                request_id=request_id,
-            ),
+            build_ensure(workspace_id, parent_workspace_id, need, **options),
             credential=credential,
         )
 

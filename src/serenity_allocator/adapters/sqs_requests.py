@@ -2,15 +2,16 @@
 
 Every message is built with the domain's request models (a service can only enqueue a valid
 version-1 message), and its ids are checked against SQS's FIFO id rules, naming the field.
-:func:`build_ensure` is the one place an ensure's parameters are spelled out: every sender
-(the producer, the write guard, the tools) passes the :class:`EnsureRequest` it returns.
+:func:`build_ensure` (its optional parts spelled out once, :class:`EnsureOptions`) makes every
+ensure: every sender (the producer, the write guard, the tools) passes the
+:class:`EnsureRequest` it returns.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from pydantic import ValidationError
 from pydantic_core import InitErrorDetails
@@ -23,34 +24,59 @@ AllocationRequestModel = EnsureRequest | ReleaseRequest
 TotalsInput = Totals | Mapping[str, int]
 
 
+class EnsureOptions(TypedDict, total=False):
+    """An ensure's optional parts, by name, spelled out here only.
+
+    They are the keywords of :func:`build_ensure` and of
+    :meth:`AllocationProducer.enqueue_ensure`.
+    """
+
+    include_drafted: bool
+    """Count drafted units as used when sizing the top-up (default False, the wire default
+    for old senders). The write gate meters prompts on used + drafted + batch, so pass True
+    before a prompt write (``WriteGuard`` does by default)."""
+    ceiling: TotalsInput | None
+    """A per-brand cap on the child's totals; a dimension left out is not enforced."""
+    org_id: str | None
+    """A label carried into logs and outcomes."""
+    brand_id: str | None
+    """A label carried into logs and outcomes."""
+    request_id: str | None
+    """The idempotency key (the message's deduplication id); a new UUID4 when absent."""
+
+
 def build_ensure(
     workspace_id: str,
     parent_workspace_id: str,
     need: TotalsInput | None = None,
-    *,
-    include_drafted: bool = False,
-    ceiling: TotalsInput | None = None,
-    org_id: str | None = None,
-    brand_id: str | None = None,
-    request_id: str | None = None,
+    **options: Unpack[EnsureOptions],
 ) -> EnsureRequest:
-    """Build and validate an ensure request: the one place its parameters are spelled out.
+    """Build and validate an ensure request (every sender's, the producer's included).
 
-    The arguments are those of :meth:`AllocationProducer.enqueue_ensure`; the result is what
-    :meth:`AllocationProducer.enqueue` and the write guard's port take.
+    Args:
+        workspace_id: The child workspace that will write.
+        parent_workspace_id: Its master workspace (the org pool).
+        need: Units the write will consume (absent: zero, i.e. just the block headroom).
+        **options: The optional parts (:class:`EnsureOptions`).
+
+    The result is what :meth:`AllocationProducer.enqueue` and the write guard's port take.
 
     Raises:
+        TypeError: An option that is not one of :class:`EnsureOptions` (named).
         pydantic.ValidationError: An argument breaks the message contract (names the field).
     """
+    for name in options:
+        if name not in EnsureOptions.__optional_keys__:
+            raise TypeError(f"build_ensure() got an unexpected keyword argument {name!r}")
     fields: dict[str, Any] = {
         "kind": "ensure",
-        "request_id": _request_id(request_id),
+        "request_id": _request_id(options.get("request_id")),
         "workspace_id": workspace_id,
         "parent_workspace_id": parent_workspace_id,
-        "include_drafted": include_drafted,
-        "ceiling": _totals_input(ceiling),
-        "org_id": org_id,
-        "brand_id": brand_id,
+        "include_drafted": options.get("include_drafted", False),
+        "ceiling": _totals_input(options.get("ceiling")),
+        "org_id": options.get("org_id"),
+        "brand_id": options.get("brand_id"),
     }
     if need is not None:
         fields["need"] = _totals_input(need)

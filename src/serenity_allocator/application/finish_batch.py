@@ -29,6 +29,7 @@ OUTCOME_NOT_PUBLISHED = "outcomeNotPublished"
 
 def finish_batch(inv: Invocation, failed: Sequence[str]) -> list[str]:
     """Publish, warn, flush; return the message ids to report as batch item failures."""
+    # From here every call may use the finishing deadline (Deadlines.fits_aws_call).
     inv.deadlines.start_announcing()
     state = inv.state
     failures = list(failed)
@@ -60,7 +61,7 @@ def _publish_outcomes(inv: Invocation) -> set[str]:
     for start in range(0, len(entries), PUBLISH_CHUNK):
         chunk = entries[start : start + PUBLISH_CHUNK]
         try:
-            if not inv.deadlines.fits_aws_call(True):
+            if not inv.deadlines.fits_aws_call():
                 # Fail these records now rather than let the function time out mid-publish,
                 # which would bring the WHOLE batch back, published outcomes included.
                 raise OutOfTimeError()
@@ -112,7 +113,7 @@ def _publish_pool_warnings(inv: Invocation) -> None:
         if sink is None:
             continue
         try:
-            if not inv.deadlines.fits_aws_call(True):
+            if not inv.deadlines.fits_aws_call():
                 raise OutOfTimeError()
             sink.publish_pool_low(warning.model_dump())
         except Exception as exc:  # an early warning is advisory; never fail requests over it

@@ -17,11 +17,10 @@ from .errors import (
     WiringError,
     WorkspaceBusyError,
 )
-from .model import DEFAULT_BLOCKS, AiResources, Blocks, Dimension, Totals
+from .model import DEFAULT_BLOCKS, AiResources, Blocks, Dimension, Totals, round_up_to_block
 from .observations import HeadroomChecked, PoolChecked, Rejected, TightPoolFallback
 from .parent_links import ParentMismatchError
 from .ports import WorkspaceGateway
-from .resources import round_up_to_block
 from .tiered import is_flat_pair, note_tiered, refuse_tiered_prompts
 from .transfer import TransferContext, TransferPolicy, apply_transfer
 

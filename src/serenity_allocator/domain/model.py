@@ -1,4 +1,4 @@
-"""Domain values: resource counts, totals, blocks and workspace records."""
+"""Domain values: resource counts, totals, blocks (and their block math) and workspace records."""
 
 from __future__ import annotations
 
@@ -57,6 +57,18 @@ class Blocks(_Frozen):
 
 
 DEFAULT_BLOCKS = Blocks()
+
+
+def round_up_to_block(units: int, block: int) -> int:
+    """Round ``units`` up to the next whole multiple of ``block``; 0 or negative gives 0.
+
+    Block math: quota moves in whole blocks per dimension (``Blocks``).
+    """
+    if block < 1:
+        raise ValueError("block must be a positive whole number")
+    if units <= 0:
+        return 0
+    return -(-units // block) * block
 
 
 class DimensionUsage(_Frozen):

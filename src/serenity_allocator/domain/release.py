@@ -7,10 +7,9 @@ from typing import Literal
 
 from .allocation import FrozenResult, require_ids
 from .errors import AllocationError, OrgPoolExhaustedError, WorkspaceBusyError
-from .model import DEFAULT_BLOCKS, AiResources, Blocks, Dimension, Totals
+from .model import DEFAULT_BLOCKS, AiResources, Blocks, Dimension, Totals, round_up_to_block
 from .observations import Rejected, ReleaseFinished
 from .ports import WorkspaceGateway
-from .resources import round_up_to_block
 from .tiered import note_tiered
 from .transfer import SETTLE, TransferContext, TransferPolicy, apply_transfer
 
