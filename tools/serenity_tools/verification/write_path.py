@@ -474,7 +474,7 @@ def guarded_service_writes(
     """
     enqueuer = RecordingEnqueuer(AllocationProducer(stack.resources.queue_url, stack.client("sqs")))
     reader = OutcomeReader(stack.resources.ledger_table, stack.client("dynamodb"))
-    gate = GateClient(stack.simulator.write_url, stack.env()["SEMRUSH_TOKEN"])
+    gate = GateClient(stack.simulator.write_url, stack.static_token)
     policy = GuardPolicy(
         interval_s=retry_interval_s, deadline_s=deadline_s, enforcement_lag_s=enforcement_lag_s
     )

@@ -1,0 +1,70 @@
+"""The local stack's real credential path: users on the simulator's IMS, records in moto."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from serenity_allocator.adapters.dynamodb_credential_store import DynamoDbCredentialStore
+from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher
+from serenity_allocator.adapters.sqs_producer import build_ensure
+from serenity_tools.standins.identities import LocalIdentities
+from serenity_tools.standins.stack import LocalStack
+
+
+@pytest.fixture(scope="module")
+def ims_stack() -> Iterator[LocalStack]:
+    with LocalStack(credentials="ims") as stack:
+        yield stack
+
+
+def test_an_ims_stack_gives_the_handlers_ims_settings_and_no_static_token(
+    ims_stack: LocalStack,
+) -> None:
+    env = ims_stack.env()
+
+    assert "SEMRUSH_TOKEN" not in env and "SEMRUSH_TOKEN_SECRET_ID" not in env
+    assert env["IMS_HOST"] == ims_stack.simulator.origin
+    assert env["CREDENTIALS_TABLE"] == ims_stack.resources.credentials_table
+    assert env["CREDENTIALS_KEY_ARN"] == ims_stack.resources.credentials_key_arn
+    # The consumer pair is the simulator's, in the secret the env names
+    secret = ims_stack.client("secretsmanager").get_secret_value(
+        SecretId=env["IMS_CONSUMER_SECRET_ID"]
+    )
+    assert json.loads(secret["SecretString"]) == ims_stack.simulator.ims_clients()["consumer"]
+    # And the static mode is the default, unchanged
+    assert LocalStack().credentials == "static"
+
+
+def test_a_request_enqueued_for_a_user_has_its_minted_promise_on_the_credentials_table(
+    ims_stack: LocalStack,
+) -> None:
+    # Given a user who is a member of the pool and one child
+    identities = LocalIdentities(ims_stack)
+    user = identities.add_user("u-brand-1", ["org-1", "child-1"])
+    producer = identities.producer()
+    request = build_ensure("child-1", "org-1", {"prompts": 50})
+
+    # When its service enqueues with the user's access token
+    producer.enqueue(request, "u-brand-1")
+
+    # Then the producer minted a promise for that user with the emitter pair
+    mints = [c for c in ims_stack.simulator.ims_calls() if c["op"] == "ims_mint"]
+    assert [(c["user"], c["status"], c["client_id"]) for c in mints] == [
+        ("u-brand-1", 200, identities.emitter.client_id)
+    ]
+    # And the record holds it encrypted: the worker's read decrypts a promise token
+    store = DynamoDbCredentialStore(
+        ims_stack.resources.credentials_table,
+        KmsTokenCipher(ims_stack.resources.credentials_key_arn, ims_stack.client("kms")),
+        ims_stack.client("dynamodb"),
+    )
+    stored = store.read(request.request_id, "child-1")
+    assert stored is not None and stored.promise_token.startswith("sim-ims-pt-")
+    # And the message carries no token, and the request is remembered as the user's
+    body = ims_stack.drain_queue(ims_stack.resources.queue_url)[0]["Body"]
+    assert "sim-ims" not in body and user.access_token not in body
+    assert identities.owners == {request.request_id: "u-brand-1"}
+    assert identities.memberships == {"u-brand-1": frozenset({"org-1", "child-1"})}
