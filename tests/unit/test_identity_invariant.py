@@ -15,7 +15,7 @@ from serenity_tools.verification.identity import (
 )
 from serenity_tools.verification.invariants import InvariantResult
 
-BEFORE = {
+BEFORE: dict[str, dict[str, Any]] = {
     "org": {"id": "org", "parent_id": None, "ai": {}},
     "c1": {
         "id": "c1",
