@@ -51,16 +51,30 @@ from serenity_tools.standins.aws_endpoints import (
     endpoints_from_args,
 )
 from serenity_tools.standins.consumer_pool import ConsumerPool
+from serenity_tools.standins.identities import LocalIdentities, UserProducer
 from serenity_tools.standins.lambda_context import LocalLambdaContext
 from serenity_tools.standins.stack import DEFAULT_VISIBILITY_TIMEOUT_S, LocalStack
 from serenity_tools.standins.traces import read_trace_events, summarize_traces
 from serenity_tools.verification.checks import DEMO_CHECKS, RunRecord, explained_lines, run_checks
+from serenity_tools.verification.credential_story import (
+    OPERATOR,
+    add_brand_users,
+    add_operator,
+    burst_users,
+    check_refusals,
+    check_scrubbed,
+    credential_items,
+    send_refusals,
+    user_of,
+)
+from serenity_tools.verification.identity import ActorWindow, IdentityRecord
 from serenity_tools.verification.invariants import InvariantResult, workspaces_by_id
 from serenity_tools.verification.ledger_check import read_ledger_table
 from serenity_tools.verification.replays import explained_table, publish_failures
 from serenity_tools.verification.reports import (
     calls_table,
     dlq_table,
+    ims_table,
     invariants_table,
     metrics_table,
     outcomes_table,
@@ -93,6 +107,12 @@ _MAX_SWEEP_INVOCATIONS = 200
 _SPECIAL_KINDS = ("zombie", "ceiling", "burst", "greedy", "drafts", "drafts")
 _COMMON_KINDS = ("over", "tight", "over", "idle", "over", "tight")
 _BURST_SIZE = 8
+STORY_DENIED = "story-denied"
+"""A tight child the intruder asks for without being a member of it (``accessDenied``)."""
+STORY_IDLE = ("story-intruder", "story-lapsed", "story-legacy")
+"""The intruder's own child, the lapsed user's, the legacy sender's (nothing else asks)."""
+STORY_CHILDREN = {STORY_DENIED: "tight", **dict.fromkeys(STORY_IDLE, "idle")}
+"""Children of the credential story, seeded beside the planned ones (no plans of their own)."""
 SERVICES_LOG = "services.stdout.log"
 """The services' own EMF output (QuotaRetryOutcome from their write guards), in the work dir."""
 
@@ -214,27 +234,39 @@ def plan_requests(kinds: Mapping[str, str], rng: random.Random) -> dict[str, lis
 
 
 def _send_interleaved(
-    producer: AllocationProducer,
+    producer: UserProducer,
     plans: Mapping[str, Sequence[Request]],
     burst_children: frozenset[str],
 ) -> list[Request]:
-    """One service instance: send its children's requests, interleaved, each child in order."""
+    """One service instance: send its children's requests, interleaved, each child in order.
+
+    Each request goes with its child's user's credential (the producer mints the promise token
+    and writes the record before sending).
+    """
     queues = {child: list(requests) for child, requests in plans.items()}
     sent: list[Request] = []
     while any(queues.values()):
         for child, pending in queues.items():
             if not pending:
                 continue
-            # A burst goes as one SendMessageBatch: it lands together and can coalesce.
-            chunk = list(pending) if child in burst_children else [pending[0]]
-            producer.enqueue_many(chunk)
+            if child in burst_children:
+                # A burst goes as one SendMessageBatch: it lands together and can coalesce.
+                chunk = list(pending)
+                producer.enqueue_many(chunk, burst_users(chunk))
+            else:
+                chunk = [pending[0]]
+                producer.enqueue(chunk[0], user_of(child))
             sent.extend(chunk)
             del pending[: len(chunk)]
     return sent
 
 
 def produce(
-    stack: LocalStack, plans: Mapping[str, Sequence[Request]], kinds: Mapping[str, str], count: int
+    stack: LocalStack,
+    identities: LocalIdentities,
+    plans: Mapping[str, Sequence[Request]],
+    kinds: Mapping[str, str],
+    count: int,
 ) -> list[Request]:
     """Enqueue every plan from ``count`` producer threads; return what was sent.
 
@@ -243,9 +275,7 @@ def produce(
     children = list(plans)
     bursts = frozenset(c for c in children if kinds[c] == "burst")
     # Clients are built here, not in the threads: boto3's default session is not thread-safe.
-    producers = [
-        AllocationProducer(stack.resources.queue_url, stack.client("sqs")) for _ in range(count)
-    ]
+    producers = [identities.producer(stack.client("sqs")) for _ in range(count)]
     with ThreadPoolExecutor(max_workers=count, thread_name_prefix="producer") as executor:
         futures = [
             executor.submit(
@@ -355,38 +385,58 @@ class _Drained:
     real: list[dict[str, Any]]
     sweep_log: Path
     beside: tuple[InvariantResult, ...]
-    """The tiered and real-sized families' checks (outcomes, the flat-prompts counter)."""
+    """The tiered and real-sized families' checks (outcomes, the flat-prompts counter), the
+    credential outcomes and the scrubbed credentials table."""
+    ims_calls: list[dict[str, Any]] = field(default_factory=list)
+    """The simulator's IMS call log (mint, exchange, invalidate)."""
 
 
 def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say: Any) -> _Drained:
     """Seed, enqueue, drain, write, sweep, drain again; record what the run left behind."""
     rng = random.Random(config.seed)
-    kinds = plan_children(config, rng)
-    stack.simulator.seed([*seed_workspaces(kinds, rng), *tiered_family(), *real_sized_family()])
+    planned = plan_children(config, rng)
+    kinds = {**planned, **STORY_CHILDREN}
+    seeded = [*seed_workspaces(kinds, rng), *tiered_family(), *real_sized_family()]
+    stack.simulator.seed(seeded)
     stack.simulator.faults(
         stuck=[c for c, k in kinds.items() if k == "zombie"],
         enforcement_lag_ms=config.enforcement_lag_ms,
     )
     before = workspaces_by_id(stack.simulator.dump()["workspaces"])
-    clock.lap("stack up + seed")
+    # Every child's service acts for its own user (the burst child's for two); the operator
+    # sweeps. The story's refused requests bring their own users.
+    identities = LocalIdentities(stack)
+    add_brand_users(identities, seeded, two_users=[c for c, k in planned.items() if k == "burst"])
+    add_operator(identities, MASTER_ID, list(kinds))
+    clock.lap("stack up + seed (+ IMS users)")
 
     say(f"starting {config.consumers} consumer processes (Lambda containers) ...")
     pool = stack.start_consumers(config.consumers)
     clock.lap("consumers ready")
 
-    plans = plan_requests(kinds, rng)
+    plans = plan_requests(planned, rng)
     say(
         f"{config.producers} producers enqueue {sum(map(len, plans.values()))} requests "
-        f"for {len(plans)} children (+1 malformed message) ..."
+        f"for {len(plans)} children, each with its user's promise token (+1 malformed "
+        "message, +3 the credential model refuses) ..."
     )
     send_malformed(stack)
-    requests = produce(stack, plans, kinds, config.producers)
+    requests = produce(stack, identities, plans, planned, config.producers)
     tiered, real_sized = tiered_requests(), real_sized_requests()
-    beside = AllocationProducer(stack.resources.queue_url, stack.sqs)
+    beside = identities.producer(stack.sqs)
     for request, _ in [*tiered, *real_sized]:
-        beside.enqueue(request)
+        beside.enqueue(request, user_of(request.workspace_id))
     requests += [request for request, _ in [*tiered, *real_sized]]
-    clock.lap("enqueue")
+    refusals = send_refusals(
+        identities,
+        beside,
+        AllocationProducer(stack.resources.queue_url, stack.sqs),
+        master=MASTER_ID,
+        denied_child=STORY_DENIED,
+        idle_children=STORY_IDLE,
+    )
+    requests += refusals.all
+    clock.lap("enqueue (mint + record + send)")
     drained = pool.wait_drained(stack.queue_depth, timeout_s=config.drain_timeout_s)
     clock.lap("drain")
     # The services' QuotaRetryOutcome EMF goes to their own log, counted in the report.
@@ -400,6 +450,7 @@ def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say:
             recorder=EmfQuotaRetryRecorder(
                 "local", service="demo-services", emit=lambda line: print(line, file=services_log)
             ),
+            identities=identities,
         )
     requests += guard_requests
     say(summarize_writes(guarded).line())
@@ -409,8 +460,10 @@ def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say:
     say("sweep: dry run, then a real run ...")
     sweep_log = stack.work_dir / "sweep.stdout.log"
     payload = {"parent_workspace_ids": [MASTER_ID], "rate_limit_ms": 0, "batch_size": 25}
+    sweep_started = time.monotonic()
     dry = run_sweep(stack, {**payload, "dry_run": True}, sweep_log)
     real = run_sweep(stack, {**payload, "dry_run": False}, sweep_log)
+    sweep_window = ActorWindow(OPERATOR, sweep_started, time.monotonic())
     requests += sweep_releases(real)
     clock.lap("sweep (dry + real)")
     drained = pool.wait_drained(stack.queue_depth, timeout_s=config.drain_timeout_s) and drained
@@ -432,18 +485,25 @@ def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say:
         expected_dead=frozenset(
             r.request_id for r in requests if kinds.get(r.workspace_id) == "zombie"
         ),
-        expected_invalid=1,
+        # The malformed message, and the two refusals dead-lettered with their reason.
+        expected_invalid=1 + len(refusals.dead_lettered),
         writes=as_metered_writes(guarded),
         guarded_writes=guarded,
         drained=drained,
         ledger=read_ledger_table(stack.resources),
         publish_failures=publish_failures(pool.stdout_paths),
+        identity=IdentityRecord(identities.owners, identities.memberships, (sweep_window,)),
     )
     checks = (
         check_tiered(tiered, record.outcomes, dump),
         check_real_sized(real_sized, record.outcomes),
+        check_refusals(refusals, record.outcomes, record.before, record.after, record.letters),
+        check_scrubbed(
+            credential_items(stack.client("dynamodb"), stack.resources.credentials_table)
+        ),
     )
-    return _Drained(record, kinds, pool, dry, real, sweep_log, checks)
+    ims_calls = stack.simulator.ims_calls()
+    return _Drained(record, kinds, pool, dry, real, sweep_log, checks, ims_calls)
 
 
 def _consumers_table(run: _Drained) -> str:
@@ -468,6 +528,7 @@ def _report(run: _Drained, results: Sequence[InvariantResult], clock: _Clock) ->
         outcomes_table(record.outcomes),
         sweep_table(run.dry, run.real),
         calls_table(record.calls),
+        ims_table(run.ims_calls, len(record.requests)),
         metrics_table([*run.pool.stdout_paths, run.sweep_log, run.sweep_log.parent / SERVICES_LOG]),
         dlq_table(record.letters),
         _consumers_table(run),
@@ -509,6 +570,7 @@ def run_demo(config: DemoConfig, out: TextIO | None = None) -> int:
     clock = _Clock()
     say("serenity-allocator demo: starting the local stack (moto, simulator, queues) ...")
     with LocalStack(
+        credentials="ims",
         latency_ms=config.latency_ms,
         not_ready_ms=config.not_ready_ms,
         visibility_timeout_s=config.visibility_timeout_s,

@@ -1,0 +1,198 @@
+"""Who acts in a local run under IMS: each brand's users, an intruder, a lapsed user, an operator.
+
+The real path of ``docs/credentials.md``: every child's service acts for a user who is a member
+of the child and its pool (``POST /__ims/users``), and enqueues with that user's access token
+(the producer mints the promise token and writes it to the credentials table first). A burst
+child has two users, so a coalesced top-up has members of two users (the leader's token makes
+the combined transfer; each member is admitted by its own read).
+
+Besides them, the outcomes the credential model adds, one request each:
+
+- ``accessDenied``: the intruder (a member of the pool and of one idle child) asks for a child
+  it is not a member of; Semrush refuses its token and nothing of it is applied;
+- ``needsReauth``: the lapsed user's service minted a promise token itself, then the user's
+  session was revoked (the chain invalidated) before the worker ran; the exchange is refused
+  and the request is dead-lettered with that reason (re-mint, then redrive);
+- ``noCredential``: a legacy sender enqueues without writing a record; dead-lettered with that
+  reason (redrive after a new record).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from serenity_allocator.adapters.sqs_producer import AllocationProducer, build_ensure
+from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
+from serenity_tools.standins.identities import LocalIdentities, UserProducer
+from serenity_tools.standins.stack import DeadLetter
+from serenity_tools.verification.invariants import (
+    DIMENSIONS,
+    InvariantResult,
+    first_outcomes,
+    invariant_result,
+    workspace_dim,
+)
+
+Request = EnsureRequest | ReleaseRequest
+INTRUDER = "user-intruder"
+LAPSED = "user-lapsed"
+OPERATOR = "user-operator"
+EXPECTED_REFUSALS = {
+    "accessDenied": ("rejected", "accessDenied"),
+    "needsReauth": ("failed", "needsReauth"),
+    "noCredential": ("failed", "noCredential"),
+}
+"""Each credential outcome the story provokes: (status, error_code)."""
+
+
+def user_of(child: str, second: bool = False) -> str:
+    """The user a child's service acts for (``second``: its other user, for a burst)."""
+    return f"user-{child}" + ("-b" if second else "")
+
+
+def add_brand_users(
+    identities: LocalIdentities,
+    workspaces: Iterable[Mapping[str, Any]],
+    *,
+    two_users: Iterable[str] = (),
+) -> None:
+    """One user per child (a member of the child and its pool); two for ``two_users``."""
+    doubled = set(two_users)
+    for workspace in workspaces:
+        parent = workspace.get("parent_id")
+        if not parent:
+            continue
+        child = str(workspace["id"])
+        identities.add_user(user_of(child), [str(parent), child])
+        if child in doubled:
+            identities.add_user(user_of(child, second=True), [str(parent), child])
+
+
+def add_operator(identities: LocalIdentities, master: str, children: Iterable[str]) -> None:
+    """The sweep's operator: a member of the pool and every child of it."""
+    identities.add_user(OPERATOR, [master, *children])
+
+
+def burst_users(requests: Sequence[Request]) -> dict[str, str]:
+    """A burst's requests, alternating between the child's two users (the first leads)."""
+    return {
+        request.request_id: user_of(request.workspace_id, second=bool(index % 2))
+        for index, request in enumerate(requests)
+    }
+
+
+@dataclass(frozen=True)
+class Refusals:
+    """The story's three refused requests, by outcome code."""
+
+    requests: Mapping[str, EnsureRequest]
+
+    @property
+    def all(self) -> list[EnsureRequest]:
+        """The three requests, in the order they were sent."""
+        return list(self.requests.values())
+
+    @property
+    def dead_lettered(self) -> dict[str, str]:
+        """Request id -> the DLQ reason it must carry."""
+        return {self.requests[code].request_id: code for code in ("needsReauth", "noCredential")}
+
+
+def send_refusals(
+    identities: LocalIdentities,
+    producer: UserProducer,
+    legacy: AllocationProducer,
+    *,
+    master: str,
+    denied_child: str,
+    idle_children: Sequence[str],
+) -> Refusals:
+    """Send the three refused requests (intruder, lapsed, legacy), each on its own child.
+
+    ``denied_child`` is a child the intruder is not a member of; ``idle_children`` are three
+    children no other request of the run touches (the intruder's own, the lapsed user's, and
+    the legacy sender's).
+    """
+    own, lapsed_child, legacy_child = idle_children[:3]
+    identities.add_user(INTRUDER, [master, own])
+    identities.add_user(LAPSED, [master, lapsed_child])
+    denied = build_ensure(denied_child, master, {"prompts": 50})
+    producer.enqueue(denied, INTRUDER)
+
+    revoked = build_ensure(lapsed_child, master, {"prompts": 50})
+    ims = identities.ims()
+    try:
+        # The service minted the promise itself; then the user's session was revoked.
+        promise = ims.mint(identities.user(LAPSED).access_token).promise_token
+        producer.enqueue_promise(revoked, LAPSED, promise)
+        ims.invalidate(promise)
+    finally:
+        ims.close()
+
+    missing = build_ensure(legacy_child, master, {"prompts": 50})
+    legacy.enqueue(missing)  # no credential: the legacy sender writes no record
+    return Refusals({"accessDenied": denied, "needsReauth": revoked, "noCredential": missing})
+
+
+def check_refusals(
+    refusals: Refusals,
+    outcomes: Iterable[AllocationOutcome],
+    before: Mapping[str, Mapping[str, Any]],
+    after: Mapping[str, Mapping[str, Any]],
+    letters: Sequence[DeadLetter],
+) -> InvariantResult:
+    """Each refused request ends with its code and nothing of it applied.
+
+    The dead-lettered ones carry their reason; the ``accessDenied`` one is never in the DLQ.
+    """
+    first = first_outcomes(outcomes)
+    reasons = {letter.request_id: letter.reason for letter in letters}
+    violations: list[str] = []
+    for code, request in refusals.requests.items():
+        rid, child = request.request_id, request.workspace_id
+        got = first.get(rid)
+        expected = EXPECTED_REFUSALS[code]
+        if got is None or (got.status, got.error_code) != expected:
+            shown = "no outcome" if got is None else f"{got.status}/{got.error_code}"
+            violations.append(f"{code} request {rid}: {shown}, expected {'/'.join(expected)}")
+        moved = [
+            dim
+            for dim in DIMENSIONS
+            if workspace_dim(before.get(child, {}), dim, "total")
+            != workspace_dim(after.get(child, {}), dim, "total")
+        ]
+        if moved:
+            violations.append(f"{code} request {rid}: {child} {', '.join(moved)} changed")
+        wanted = refusals.dead_lettered.get(rid)
+        if reasons.get(rid) != wanted:
+            violations.append(f"{code} request {rid}: DLQ reason {reasons.get(rid)}, not {wanted}")
+    return invariant_result(
+        "credential outcomes",
+        violations,
+        "accessDenied (rejected, nothing applied, not in the DLQ), needsReauth and noCredential "
+        "(failed, in the DLQ with that reason)",
+    )
+
+
+def check_scrubbed(items: Sequence[Mapping[str, Any]]) -> InvariantResult:
+    """No credentials-table item still holds a promise token once every request is terminal."""
+    held = sorted(str(item["request_id"]["S"]) for item in items if "promise_token" in item)
+    return invariant_result(
+        "no promise token at rest",
+        [f"{rid}: record still holds its promise token" for rid in held],
+        f"{len(items)} credential records, none holding a token",
+    )
+
+
+def credential_items(dynamodb: Any, table: str) -> list[dict[str, Any]]:
+    """Every item of the credentials table (a local scan; never decrypted)."""
+    items: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
+    while True:
+        page = dynamodb.scan(**kwargs)
+        items += page.get("Items", [])
+        if "LastEvaluatedKey" not in page:
+            return items
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
