@@ -13,7 +13,7 @@ enqueued (``start_sweep_run``, ``resume_sweep_run``).
 
 from __future__ import annotations
 
-from ..domain.sweep_errors import SweepRefusedError
+from ..domain.sweep_errors import RUN_CREDENTIAL_STOPS, SweepRefusedError
 from ..domain.sweep_failures import attempts_so_far, note_progress
 from ..domain.sweep_model import SweepItem, SweepRequest, SweepResult, checkpoint_name
 from ..domain.sweep_runs import sweep_result
@@ -37,6 +37,9 @@ def run_sweep_batch(request: SweepRequest, run_id: str, env: SweepEnvironment) -
         CheckpointCorruptError: the checkpoint breaks its schema, is not this run's, holds a
             lease no invocation could hold, or names targets that are not children of their
             parents; nothing is enqueued.
+        SweepNeedsReauthError: IMS refused the run's promise token (scrubbed; resume with a
+            new one). SweepNoCredentialError: the run's claim holds no token.
+        SweepImsUnavailableError: IMS could not exchange the token in time.
     """
     if not request.dry_run and not env.dynamic_allocation and not request.allow_when_disabled:
         # Children lowered while just-in-time allocation is off could not be topped back up.
@@ -48,7 +51,13 @@ def run_sweep_batch(request: SweepRequest, run_id: str, env: SweepEnvironment) -
     checkpoint = run.checkpoint
     items: list[SweepItem] = []
     if checkpoint.state == "open":
-        items = _process_batch(request, env, run)
+        try:
+            items = _process_batch(request, env, run)
+        except RUN_CREDENTIAL_STOPS:
+            # The run's credential stopped the batch: give the run back for the resume.
+            checkpoint.lease_owner, checkpoint.lease_until = None, None
+            run.save()
+            raise
     if checkpoint.state == "open" and len(checkpoint.processed) == len(checkpoint.targets):
         checkpoint.state = "done"  # also a run with no target at all
     done = checkpoint.state == "done"
@@ -56,6 +65,9 @@ def run_sweep_batch(request: SweepRequest, run_id: str, env: SweepEnvironment) -
     run.save()
     if done and not checkpoint.dry_run:
         release_parents(env.store, run_id, checkpoint.parent_workspace_ids)
+    if env.run_tokens is not None and (done or checkpoint.aborted is not None):
+        # The run ended: its operator's authority must not outlive it (a resume brings anew).
+        env.run_tokens.end(run_id, "aborted" if checkpoint.aborted else "done")
     return sweep_result(run_id, checkpoint, items, env.store.location(run.name))
 
 

@@ -84,6 +84,17 @@ class TieredWorkspaceMet:
     role: str
 
 
+@dataclass(frozen=True)
+class CredentialOutcome:
+    """What became of a user's IMS credential, by outcome name (never the token).
+
+    ``exchanged``, ``needsReauth``, ``noCredential``, ``accessDenied``, ``imsUnavailable`` or
+    ``invalidateFailed``.
+    """
+
+    outcome: str
+
+
 AllocationEvent = (
     HeadroomChecked
     | TransferTimed
@@ -93,6 +104,7 @@ AllocationEvent = (
     | ReleaseFinished
     | TightPoolFallback
     | TieredWorkspaceMet
+    | CredentialOutcome
 )
 """Everything the domain's rules report."""
 
