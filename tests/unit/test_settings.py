@@ -314,7 +314,7 @@ def test_allocator_settings_blocks_from_environment() -> None:
 def test_sweep_settings_missing_required_variable_named(name: str) -> None:
     # Given the sweep's environment without one required variable
     env = _env(MAX_RECEIVE_COUNT=None, SWEEP_BUCKET="serenity-sweep", QUEUE_URL="https://q")
-    env.pop("SEMRUSH_TOKEN_SECRET_ID")
+    env.pop("SEMRUSH_TOKEN_SECRET_ID", None)
     env.update(SWEEP_IMS)
     env.pop(name)
 

@@ -336,7 +336,7 @@ class SweepSemrushSettings(SemrushSettings):
 
     @model_validator(mode="after")
     def _one_credential(self) -> Self:
-        if self.token_secret_id is not None:
+        if self.removed_secret_id is not None:
             raise ValueError(
                 "SEMRUSH_TOKEN_SECRET_ID is no longer supported: the Sweep acts with its "
                 "operator's IMS token (IMS_HOST, IMS_CONSUMER_SECRET_ID, CREDENTIALS_KEY_ARN); "
@@ -390,7 +390,7 @@ class SweepImsSettings(_EnvModel):
         return self
 
 
-_IMS_VARIABLES = (
+_SWEEP_IMS_VARIABLES = (
     "IMS_HOST",
     "IMS_CONSUMER_SECRET_ID",
     "IMS_CONSUMER_CLIENT_ID",
@@ -408,7 +408,8 @@ class SweepSettings(CommonSettings):
     """
 
     semrush: SweepSemrushSettings
-    ims: SweepImsSettings | None = None
+    # The Sweep's own IMS settings (its run claims need no credentials table).
+    ims: SweepImsSettings | None = None  # type: ignore[assignment]
     sweep_bucket: str = Field(alias="SWEEP_BUCKET", min_length=1)
     queue_url: str = Field(alias="QUEUE_URL", min_length=1)
     safety_margin_ms: int = Field(default=10000, ge=0, alias="SAFETY_MARGIN_MS")
@@ -418,7 +419,7 @@ class SweepSettings(CommonSettings):
     def _nest_ims(cls, data: Any) -> Any:
         if not isinstance(data, dict) or "ims" in data:
             return data
-        given = any(str(data.get(name) or "").strip() for name in _IMS_VARIABLES)
+        given = any(str(data.get(name) or "").strip() for name in _SWEEP_IMS_VARIABLES)
         return {**data, "ims": data} if given else data
 
     @model_validator(mode="after")
