@@ -21,10 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from serenity_allocator.adapters.sqs_producer import AllocationProducer, build_ensure
+from serenity_allocator.adapters.sqs_producer import (
+    AllocationProducer,
+    build_ensure,
+    build_release,
+)
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
+from serenity_allocator.domain.model import Totals
 from serenity_tools.standins.identities import LocalIdentities, UserProducer
 from serenity_tools.standins.stack import DeadLetter
 from serenity_tools.verification.invariants import (
@@ -196,3 +201,89 @@ def credential_items(dynamodb: Any, table: str) -> list[dict[str, Any]]:
         if "LastEvaluatedKey" not in page:
             return items
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+class OperatorReleaseQueue:
+    """The sweep's release queue, each release enqueued with the operator's credential.
+
+    A stand-in the demo injects into the Sweep's runtime: the Sweep Lambda enqueues its
+    releases without a credential record, which an Allocator in IMS mode dead-letters as
+    ``noCredential``. Here each release goes through the producer's handover under the
+    operator, so the worker applies it as the operator (see the demo's report).
+    """
+
+    def __init__(self, producer: UserProducer, user: str = OPERATOR) -> None:
+        self._producer = producer
+        self._user = user
+
+    def enqueue_release(
+        self,
+        workspace_id: str,
+        *,
+        floor: Totals | None = None,
+        source: Literal["service", "sweep", "reclaim"] = "service",
+        run_id: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """``producer.enqueue(build_release(...), credential=<the operator's>)``."""
+        request = build_release(
+            workspace_id,
+            floor=floor.model_dump() if floor is not None else None,
+            source=source,
+            run_id=run_id,
+            request_id=request_id,
+        )
+        return self._producer.enqueue(request, self._user)
+
+
+def hand_run_token(identities: LocalIdentities, store: Any, cipher: Any, run_id: str) -> None:
+    """What ``serenity-allocator sweep`` does before a run's first batch.
+
+    It mints the operator's promise token and puts it, KMS-encrypted, on the run's claim.
+    """
+    from serenity_allocator.application.sweep_run_tokens import hand_over_run_token
+
+    with identities.ims() as ims:
+        promise = ims.mint(identities.user(OPERATOR).access_token).promise_token
+    hand_over_run_token(store, cipher, run_id, promise)
+
+
+def run_claim(store: Any, run_id: str) -> dict[str, Any] | None:
+    """The run's claim document as stored (ciphertexts only), or None."""
+    from serenity_allocator.domain.sweep_run_claim import run_claim_name
+
+    stored = store.load(run_claim_name(run_id))
+    return None if stored is None else dict(stored.body)
+
+
+def check_sweep_rolled(
+    runs: Sequence[Sequence[Mapping[str, Any]]],
+    exchanged: int,
+    claims: Sequence[Mapping[str, Any] | None],
+) -> InvariantResult:
+    """Each sweep run outlived several batches on one promise because every batch rolled it.
+
+    The simulator spends a promise token at its exchange, so a run that did not store the
+    rolled one would be refused at its second batch. ``exchanged`` is the Sweep's own
+    ``CredentialOutcome{Outcome=exchanged}`` count; ``claims`` the runs' claims at the end
+    (ended, no token left on them).
+    """
+    batches = [len(results) for results in runs]
+    violations = [
+        f"run {index + 1}: not done after {len(results)} batches"
+        for index, results in enumerate(runs)
+        if not results or not results[-1].get("done")
+    ]
+    violations += [f"run {i + 1}: one batch only" for i, count in enumerate(batches) if count < 2]
+    if exchanged != sum(batches):
+        violations.append(f"{exchanged} exchanges for {sum(batches)} batches (one each)")
+    for index, claim in enumerate(claims):
+        held = claim is not None and (claim.get("promise_token") or claim.get("handover"))
+        if claim is None or held or not claim.get("ended"):
+            violations.append(f"run {index + 1}: its claim still holds a token or never ended")
+    return invariant_result(
+        "sweep token rolled per batch",
+        violations,
+        f"{len(runs)} runs of {'+'.join(map(str, batches))} batches on one promise each: "
+        f"{exchanged} exchanges (rolled, stored each time); claims ended, no token left",
+    )

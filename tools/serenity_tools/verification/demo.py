@@ -1,23 +1,34 @@
 """``serenity-allocator demo`` (``make demo``): the whole system on the local stack, checked.
 
-1. Start the local stack (moto in its own process, the Semrush simulator, the template's
-   resources, an outcome capture) and seed an org pool with a few dozen children: some
-   over-carved the old way, some tight (used == total), two with drafts, one zombie stuck
-   ``not ready``, one near its brand ceiling, one about to ask for more than the pool has.
-2. Start C consumer processes (each a stand-in for a Lambda container), then let several
-   producer threads enqueue a burst of ensures and releases through the real producer
-   (one coalescable burst of ensures for one child; releases between ensures for others) and
-   one malformed message from a "legacy" sender. The consumers drain it through the real
-   handler.
+1. Start the local stack in IMS mode (moto in its own process, the Semrush simulator serving
+   IMS too, the template's resources with the credentials table and its KMS key, an outcome
+   capture) and seed an org pool with a few dozen children: some over-carved the old way, some
+   tight (used == total), two with drafts, one zombie stuck ``not ready``, one near its brand
+   ceiling, one about to ask for more than the pool has. Every child's service acts for its
+   own IMS user (a member of the child and the pool; the burst child has two), an operator
+   is a member of all (:mod:`.credential_story`).
+2. Start C consumer processes (each a stand-in for a Lambda container running the Allocator
+   in IMS mode), then let several producer threads enqueue a burst of ensures and releases
+   through the real producer, each with its user's access token (the producer mints the
+   promise token and writes it, encrypted, to the credentials table before sending): one
+   coalescable burst of ensures for one child, from two users; releases between ensures for
+   others. Beside them: one malformed message from a "legacy" sender, and the three requests
+   the credential model refuses (an intruder asking for a child it is not a member of:
+   ``accessDenied``, nothing applied; a revoked promise: ``needsReauth``; no record:
+   ``noCredential``). The consumers drain it through the real handler, each request
+   exchanging its promise first and calling Semrush with its own user's token.
 3. The services make the writes their ensures prepared for on the simulator's write gate, the
    way the README tells them to: one ``WriteGuard`` per request, front the ensure, wrap the
    write. The gate refuses a write past the total with the disguised 405 and enforces a top-up
    ``enforcement_lag_ms`` late (shortened from the upstream's ~9 s, never 0), so some writes
    need a retry; the report says how many and how long they waited.
 4. Run the Sweep handler (in this process, like a Lambda invocation) as a dry run, then for
-   real, and drain the releases it enqueued.
+   real, in batches of 10, each run on the one promise token the operator put on its claim
+   (rolled at every batch, invalidated at the end); drain the releases it enqueued (each
+   with the operator's credential, see :class:`.credential_story.OperatorReleaseQueue`).
 5. Print the pool and the changed children before and after, the outcomes by kind and status,
-   the Semrush calls made, the metrics counted from the EMF output, the DLQ, and the invariant
+   the Semrush and IMS calls made, the metrics counted from the EMF output, the DLQ, and the
+   invariant
    checks with PASS/FAIL (:data:`.checks.DEMO_CHECKS`), and the replays the traces explain (a
    consumer killed by a crash or its function timeout: reported, not a failure). Exit 1 if any
    check fails.
@@ -41,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from serenity_allocator.adapters.s3_checkpoint_store import S3CheckpointStore
 from serenity_allocator.adapters.sqs_producer import AllocationProducer, build_ensure, build_release
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest
 from serenity_allocator.domain.model import DEFAULT_BLOCKS
@@ -58,15 +70,20 @@ from serenity_tools.standins.traces import read_trace_events, summarize_traces
 from serenity_tools.verification.checks import DEMO_CHECKS, RunRecord, explained_lines, run_checks
 from serenity_tools.verification.credential_story import (
     OPERATOR,
+    OperatorReleaseQueue,
     add_brand_users,
     add_operator,
     burst_users,
     check_refusals,
     check_scrubbed,
+    check_sweep_rolled,
     credential_items,
+    hand_run_token,
+    run_claim,
     send_refusals,
     user_of,
 )
+from serenity_tools.verification.emf import MetricKey, MetricTotal, count_metrics_in_files
 from serenity_tools.verification.identity import ActorWindow, IdentityRecord
 from serenity_tools.verification.invariants import InvariantResult, workspaces_by_id
 from serenity_tools.verification.ledger_check import read_ledger_table
@@ -318,20 +335,38 @@ def handler_output_to(path: Path) -> Iterator[None]:
 
 
 def run_sweep(
-    stack: LocalStack, payload: Mapping[str, Any], log_path: Path
+    stack: LocalStack,
+    identities: LocalIdentities,
+    payload: Mapping[str, Any],
+    log_path: Path,
 ) -> list[dict[str, Any]]:
-    """Invoke the Sweep handler in this process until the run is done; return each result."""
-    from serenity_allocator.handlers.sweep import lambda_handler
+    """Invoke the Sweep handler in this process until the run is done; return each result.
+
+    As ``serenity-allocator sweep`` does, the operator's promise token is put on the run's
+    claim before its first batch; every batch exchanges it (and stores the rolled one) first.
+    """
+    from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher
+    from serenity_allocator.handlers.settings import SweepSettings
+    from serenity_allocator.handlers.sweep import build_sweep_runtime, lambda_handler, new_run_id
 
     results: list[dict[str, Any]] = []
-    event = dict(payload)
-    with stack.activated(), handler_output_to(log_path):
+    run_id = new_run_id()
+    event = {**payload, "run_id": run_id}
+    with stack.activated() as env, handler_output_to(log_path):
+        runtime = build_sweep_runtime(SweepSettings.from_env(env))
+        runtime.enqueuer = OperatorReleaseQueue(identities.producer(stack.sqs))
+        hand_run_token(
+            identities,
+            S3CheckpointStore(stack.resources.bucket),
+            KmsTokenCipher(stack.resources.credentials_key_arn),
+            run_id,
+        )
         for _ in range(_MAX_SWEEP_INVOCATIONS):
-            result = lambda_handler(event, LocalLambdaContext(SWEEP_FUNCTION, SWEEP_TIMEOUT_S))
+            context = LocalLambdaContext(SWEEP_FUNCTION, SWEEP_TIMEOUT_S)
+            result = lambda_handler(event, context, runtime)
             results.append(result)
             if result["done"] or result["aborted"]:
                 break
-            event["run_id"] = result["run_id"]
     return results
 
 
@@ -459,10 +494,11 @@ def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say:
 
     say("sweep: dry run, then a real run ...")
     sweep_log = stack.work_dir / "sweep.stdout.log"
-    payload = {"parent_workspace_ids": [MASTER_ID], "rate_limit_ms": 0, "batch_size": 25}
+    # Batches of 10: each run takes several, all on the one promise the operator handed over.
+    payload = {"parent_workspace_ids": [MASTER_ID], "rate_limit_ms": 0, "batch_size": 10}
     sweep_started = time.monotonic()
-    dry = run_sweep(stack, {**payload, "dry_run": True}, sweep_log)
-    real = run_sweep(stack, {**payload, "dry_run": False}, sweep_log)
+    dry = run_sweep(stack, identities, {**payload, "dry_run": True}, sweep_log)
+    real = run_sweep(stack, identities, {**payload, "dry_run": False}, sweep_log)
     sweep_window = ActorWindow(OPERATOR, sweep_started, time.monotonic())
     requests += sweep_releases(real)
     clock.lap("sweep (dry + real)")
@@ -502,8 +538,21 @@ def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say:
             credential_items(stack.client("dynamodb"), stack.resources.credentials_table)
         ),
     )
+    sweep_metrics = count_metrics_in_files([sweep_log])
+    claims = S3CheckpointStore(stack.resources.bucket, s3=stack.client("s3"))
+    rolled = check_sweep_rolled(
+        [dry, real],
+        _credential_count(sweep_metrics, "exchanged"),
+        [run_claim(claims, results[0]["run_id"]) if results else None for results in (dry, real)],
+    )
     ims_calls = stack.simulator.ims_calls()
-    return _Drained(record, kinds, pool, dry, real, sweep_log, checks, ims_calls)
+    return _Drained(record, kinds, pool, dry, real, sweep_log, (*checks, rolled), ims_calls)
+
+
+def _credential_count(metrics: Mapping[MetricKey, MetricTotal], outcome: str) -> int:
+    """The ``CredentialOutcome{Outcome=outcome}`` count in ``metrics``."""
+    total = metrics.get(MetricKey("CredentialOutcome", "Outcome", outcome))
+    return int(total.total) if total is not None else 0
 
 
 def _consumers_table(run: _Drained) -> str:
