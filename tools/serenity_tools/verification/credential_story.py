@@ -19,8 +19,10 @@ Besides them, the outcomes the credential model adds, one request each:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from serenity_allocator.adapters.sqs_producer import (
@@ -181,14 +183,47 @@ def check_refusals(
     )
 
 
-def check_scrubbed(items: Sequence[Mapping[str, Any]]) -> InvariantResult:
-    """No credentials-table item still holds a promise token once every request is terminal."""
+def check_scrubbed(
+    items: Sequence[Mapping[str, Any]], not_scrubbed: Mapping[str, str]
+) -> InvariantResult:
+    """No credentials-table item still holds a promise token once every request is terminal.
+
+    A record the worker reported as not scrubbed (``not_scrubbed``: request id -> its logged
+    reason, :func:`not_scrubbed_records`) is explained, not a violation: its promise was
+    invalidated at the end and the record expires with its TTL (the scrub is best effort).
+    """
     held = sorted(str(item["request_id"]["S"]) for item in items if "promise_token" in item)
+    reported = [f"{rid} ({not_scrubbed[rid]})" for rid in held if rid in not_scrubbed]
     return invariant_result(
         "no promise token at rest",
-        [f"{rid}: record still holds its promise token" for rid in held],
-        f"{len(items)} credential records, none holding a token",
+        [f"{rid}: record still holds its promise token" for rid in held if rid not in not_scrubbed],
+        f"{len(items)} credential records, none holding a token unreported; "
+        f"{len(reported)} reported not scrubbed, invalidated, left to their TTL"
+        + (f": {', '.join(reported[:3])}" if reported else ""),
     )
+
+
+NOT_SCRUBBED_LOG = "credential record not scrubbed; it expires with its TTL"
+"""The worker's warning when a terminal request's record kept its token."""
+
+
+def not_scrubbed_records(paths: Iterable[Path]) -> dict[str, str]:
+    """Request id -> reason, from the consumers' logs (the worker's not-scrubbed warnings)."""
+    found: dict[str, str] = {}
+    for path in paths:
+        if not path.exists():
+            continue
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            if NOT_SCRUBBED_LOG not in line:
+                continue
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            rid = entry.get("credential_request_id") or entry.get("request_id")
+            if isinstance(rid, str):
+                found[rid] = str(entry.get("reason", "unknown"))
+    return found
 
 
 def credential_items(dynamodb: Any, table: str) -> list[dict[str, Any]]:

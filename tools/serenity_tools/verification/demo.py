@@ -79,6 +79,7 @@ from serenity_tools.verification.credential_story import (
     check_sweep_rolled,
     credential_items,
     hand_run_token,
+    not_scrubbed_records,
     run_claim,
     send_refusals,
     user_of,
@@ -127,9 +128,10 @@ _BURST_SIZE = 8
 STORY_DENIED = "story-denied"
 """A tight child the intruder asks for without being a member of it (``accessDenied``)."""
 STORY_IDLE = ("story-intruder", "story-lapsed", "story-legacy")
-"""The intruder's own child, the lapsed user's, the legacy sender's (nothing else asks)."""
-STORY_CHILDREN = {STORY_DENIED: "tight", **dict.fromkeys(STORY_IDLE, "idle")}
-"""Children of the credential story, seeded beside the planned ones (no plans of their own)."""
+"""The intruder's own child, the lapsed user's, the legacy sender's (no other request)."""
+STORY_CHILDREN = dict.fromkeys((STORY_DENIED, *STORY_IDLE), "tight")
+"""Children of the credential story, seeded beside the planned ones (no plans of their own;
+tight, so the sweep leaves them as they are and any change would be a refused request's)."""
 SERVICES_LOG = "services.stdout.log"
 """The services' own EMF output (QuotaRetryOutcome from their write guards), in the work dir."""
 
@@ -535,7 +537,8 @@ def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say:
         check_real_sized(real_sized, record.outcomes),
         check_refusals(refusals, record.outcomes, record.before, record.after, record.letters),
         check_scrubbed(
-            credential_items(stack.client("dynamodb"), stack.resources.credentials_table)
+            credential_items(stack.client("dynamodb"), stack.resources.credentials_table),
+            not_scrubbed_records(pool.stdout_paths),
         ),
     )
     sweep_metrics = count_metrics_in_files([sweep_log])
