@@ -24,12 +24,14 @@ from serenity_allocator.adapters.dynamodb_credential_store import DynamoDbCreden
 from serenity_allocator.adapters.ims_client import ImsClient, ImsClientPair
 from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher
 from serenity_allocator.adapters.sqs_producer import AllocationProducer
+from serenity_allocator.domain.errors import ImsUnavailableError
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest
 
 if TYPE_CHECKING:
     from serenity_tools.standins.stack import LocalStack
 
 Request = EnsureRequest | ReleaseRequest
+_MINT_ATTEMPTS = 4
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,13 @@ class UserProducer:
         for request in requests:
             user = users[request.request_id]
             self.identities.own([request.request_id], user)
-            self.handover.write(
-                request.request_id, request.workspace_id, self.identities.user(user).credential
-            )
+            credential = self.identities.user(user).credential
+            for attempt in range(_MINT_ATTEMPTS):
+                try:
+                    self.handover.write(request.request_id, request.workspace_id, credential)
+                    break
+                except ImsUnavailableError:
+                    # A service retries a mint IMS could not answer (injected 5xx/429/timeouts).
+                    if attempt == _MINT_ATTEMPTS - 1:
+                        raise
         return self.producer.enqueue_many(requests)
