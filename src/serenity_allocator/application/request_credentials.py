@@ -78,8 +78,11 @@ class RequestCredentials:
         """
         self.sessions.pop(request_id, None)
 
-    def end(self, outcome: AllocationOutcome) -> None:
-        """The request is terminal: invalidate its promise (best effort) and scrub the record."""
+    def end(self, outcome: AllocationOutcome, *, invalidate: bool = True) -> None:
+        """The request is terminal: invalidate its promise (best effort) and scrub the record.
+
+        ``invalidate=False`` only scrubs (after the applying phase, when no IMS call fits).
+        """
         request_id = outcome.request_id
         session = self.sessions.pop(request_id, None)
         self.refused.pop(request_id, None)
@@ -87,7 +90,7 @@ class RequestCredentials:
             # Never outlive the function for a cleanup: the record expires with its TTL.
             self.observer.record(CredentialNotScrubbed(request_id, OutOfTimeError.code))
             return
-        if outcome.error_code in _DEAD_LETTERED:
+        if outcome.error_code in _DEAD_LETTERED or not invalidate:
             ended = self.broker.scrub(request_id)  # the promise is dead or was never usable
         else:
             ended = self.broker.end(request_id, outcome.workspace_id, session)

@@ -216,7 +216,13 @@ def _ims_runtime(
     from ..adapters.request_authority import ImsCredentialBroker, RequestTokenHolder
 
     holder = RequestTokenHolder()
-    ims = build_ims_consumer(ims_settings, call_budget_s=aws_budget_s)
+    runtime: AllocatorRuntime
+    # IMS retries pause through the runtime's sleeper (late-bound: tests replace it).
+    ims = build_ims_consumer(
+        ims_settings,
+        call_budget_s=aws_budget_s,
+        sleep=lambda seconds: runtime.sleep(seconds),  # noqa: PLW0108
+    )
     store = DynamoDbCredentialStore(
         ims_settings.credentials_table or "",
         KmsTokenCipher(ims_settings.credentials_key_arn or "", call_budget_s=aws_budget_s),
@@ -224,7 +230,7 @@ def _ims_runtime(
     )
     broker = ImsCredentialBroker(store, ims, holder)
     holder.broker = broker
-    return AllocatorRuntime(
+    runtime = AllocatorRuntime(
         settings=settings,
         gateway=build_semrush_client(settings.semrush, holder),
         attempt_budget_s=settings.semrush.timeout_s,
@@ -232,6 +238,7 @@ def _ims_runtime(
         credentials=broker,
         ims=ims,
     )
+    return runtime
 
 
 def _log_ceiling_backstop(settings: AllocatorSettings) -> None:

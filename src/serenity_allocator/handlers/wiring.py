@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -45,7 +46,9 @@ def build_semrush_client(
     )
 
 
-def build_ims_consumer(ims: ImsSettings, *, call_budget_s: float) -> ImsClient:
+def build_ims_consumer(
+    ims: ImsSettings, *, call_budget_s: float, sleep: Callable[[float], None] | None = None
+) -> ImsClient:
     """The IMS client with the consumer pair: from its secret, or the loopback-only env pair."""
     from ..adapters.ims_client import ImsClient, ImsClientPair
     from ..adapters.ims_consumer_secret import read_consumer_pair
@@ -54,4 +57,6 @@ def build_ims_consumer(ims: ImsSettings, *, call_budget_s: float) -> ImsClient:
         pair = read_consumer_pair(ims.consumer_secret_id, call_budget_s=call_budget_s)
     else:
         pair = ImsClientPair(ims.consumer_client_id or "", ims.consumer_client_secret or "")
-    return ImsClient(ims.host, consumer=pair)
+    if sleep is None:
+        return ImsClient(ims.host, consumer=pair)
+    return ImsClient(ims.host, consumer=pair, sleep=sleep)
