@@ -296,6 +296,25 @@ def _newly_served(
     ]
 
 
+def _drain_round(
+    sim: SimulatorServer,
+    fifo: FifoQueue,
+    process: Callable[..., set[str]],
+    statuses: dict[str, str],
+    by_id: dict[str, Any],
+) -> int:
+    """Handle batches until the queue is empty; return the services' refused writes."""
+    refused = 0
+    while len(fifo):
+        batch = fifo.receive()
+        done_before = set(statuses)
+        failed = process(batch, statuses)
+        fifo.settle(batch, failed)
+        # Each service writes as soon as its ensure's outcome arrives, i.e. after the batch.
+        refused += _apply_writes(sim, _newly_served(statuses, done_before, by_id))
+    return refused
+
+
 def _drive(
     workload: Workload,
     sim: SimulatorServer,
@@ -318,13 +337,7 @@ def _drive(
         if users is not None:
             users.hand_over(round_.requests)  # each request's promise, before it is sent
         producer.enqueue_many(round_.requests)
-        while len(fifo):
-            batch = fifo.receive()
-            done_before = set(statuses)
-            failed = process(batch, statuses)
-            fifo.settle(batch, failed)
-            # Each service writes as soon as its ensure's outcome arrives, i.e. after the batch.
-            refused += _apply_writes(sim, _newly_served(statuses, done_before, by_id))
+        refused += _drain_round(sim, fifo, process, statuses, by_id)
     calls = sim.calls()
     ims_calls = sim.ims_calls()
     wanted = set(by_id)
@@ -339,8 +352,8 @@ def _drive(
         extra_messages=fifo.sent - workload.requests,
         dead_letters=len(fifo.dead_letters),
         units_conserved=_family_units(sim) == units_before,
-        ims=ims_counts(ims_calls, workload.requests) if users is not None else {},
-        seconds=time.monotonic() - started - (users.mint_seconds if users is not None else 0.0),
+        ims={} if users is None else ims_counts(ims_calls, workload.requests),
+        seconds=time.monotonic() - started - (0.0 if users is None else users.mint_seconds),
     )
 
 

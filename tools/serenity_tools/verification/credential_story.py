@@ -291,6 +291,17 @@ def run_claim(store: Any, run_id: str) -> dict[str, Any] | None:
     return None if stored is None else dict(stored.body)
 
 
+def _claims_not_ended(claims: Sequence[Mapping[str, Any] | None]) -> list[str]:
+    return [
+        f"run {index + 1}: its claim still holds a token or never ended"
+        for index, claim in enumerate(claims)
+        if claim is None
+        or claim.get("promise_token")
+        or claim.get("handover")
+        or not claim.get("ended")
+    ]
+
+
 def check_sweep_rolled(
     runs: Sequence[Sequence[Mapping[str, Any]]],
     exchanged: int,
@@ -312,10 +323,7 @@ def check_sweep_rolled(
     violations += [f"run {i + 1}: one batch only" for i, count in enumerate(batches) if count < 2]
     if exchanged != sum(batches):
         violations.append(f"{exchanged} exchanges for {sum(batches)} batches (one each)")
-    for index, claim in enumerate(claims):
-        held = claim is not None and (claim.get("promise_token") or claim.get("handover"))
-        if claim is None or held or not claim.get("ended"):
-            violations.append(f"run {index + 1}: its claim still holds a token or never ended")
+    violations += _claims_not_ended(claims)
     return invariant_result(
         "sweep token rolled per batch",
         violations,

@@ -71,6 +71,7 @@ from serenity_tools.verification.checks import DEMO_CHECKS, RunRecord, explained
 from serenity_tools.verification.credential_story import (
     OPERATOR,
     OperatorReleaseQueue,
+    Refusals,
     add_brand_users,
     add_operator,
     burst_users,
@@ -440,11 +441,7 @@ def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say:
         enforcement_lag_ms=config.enforcement_lag_ms,
     )
     before = workspaces_by_id(stack.simulator.dump()["workspaces"])
-    # Every child's service acts for its own user (the burst child's for two); the operator
-    # sweeps. The story's refused requests bring their own users.
-    identities = LocalIdentities(stack)
-    add_brand_users(identities, seeded, two_users=[c for c, k in planned.items() if k == "burst"])
-    add_operator(identities, MASTER_ID, list(kinds))
+    identities = _users(stack, seeded, planned, kinds)
     clock.lap("stack up + seed (+ IMS users)")
 
     say(f"starting {config.consumers} consumer processes (Lambda containers) ...")
@@ -535,21 +532,54 @@ def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say:
     checks = (
         check_tiered(tiered, record.outcomes, dump),
         check_real_sized(real_sized, record.outcomes),
+        *_credential_checks(stack, pool, record, refusals, [dry, real], sweep_log),
+    )
+    ims_calls = stack.simulator.ims_calls()
+    return _Drained(record, kinds, pool, dry, real, sweep_log, checks, ims_calls)
+
+
+def _users(
+    stack: LocalStack,
+    seeded: Sequence[Mapping[str, Any]],
+    planned: Mapping[str, str],
+    kinds: Mapping[str, str],
+) -> LocalIdentities:
+    """The run's IMS users: one per child's service (two for the burst child), the operator.
+
+    The story's refused requests bring their own users (:func:`.credential_story.send_refusals`).
+    """
+    identities = LocalIdentities(stack)
+    bursts = [child for child, kind in planned.items() if kind == "burst"]
+    add_brand_users(identities, seeded, two_users=bursts)
+    add_operator(identities, MASTER_ID, list(kinds))
+    return identities
+
+
+def _credential_checks(
+    stack: LocalStack,
+    pool: ConsumerPool,
+    record: RunRecord,
+    refusals: Refusals,
+    sweeps: Sequence[Sequence[Mapping[str, Any]]],
+    sweep_log: Path,
+) -> tuple[InvariantResult, ...]:
+    """The refused requests, no token at rest, and each sweep run's rolled token."""
+    claims = S3CheckpointStore(stack.resources.bucket, s3=stack.client("s3"))
+    run_claims = [
+        run_claim(claims, results[0]["run_id"]) if results else None for results in sweeps
+    ]
+    return (
         check_refusals(refusals, record.outcomes, record.before, record.after, record.letters),
         check_scrubbed(
             credential_items(stack.client("dynamodb"), stack.resources.credentials_table),
             not_scrubbed_records(pool.stdout_paths),
         ),
+        check_sweep_rolled(
+            sweeps,
+            _credential_count(count_metrics_in_files([sweep_log]), "exchanged"),
+            run_claims,
+        ),
     )
-    sweep_metrics = count_metrics_in_files([sweep_log])
-    claims = S3CheckpointStore(stack.resources.bucket, s3=stack.client("s3"))
-    rolled = check_sweep_rolled(
-        [dry, real],
-        _credential_count(sweep_metrics, "exchanged"),
-        [run_claim(claims, results[0]["run_id"]) if results else None for results in (dry, real)],
-    )
-    ims_calls = stack.simulator.ims_calls()
-    return _Drained(record, kinds, pool, dry, real, sweep_log, (*checks, rolled), ims_calls)
 
 
 def _credential_count(metrics: Mapping[MetricKey, MetricTotal], outcome: str) -> int:

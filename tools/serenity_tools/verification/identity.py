@@ -240,12 +240,7 @@ def _transfer_leaders(
     attribution: _Attribution,
 ) -> dict[int, str]:
     """Call seq -> the request whose outcome reports the totals that transfer set (its leader)."""
-    reporting: dict[tuple[str, tuple[int, int]], list[str]] = defaultdict(list)
-    for outcome in in_child_order(outcomes):
-        moved = outcome.totals_before != outcome.totals_after
-        if outcome.totals_after is not None and moved:
-            after = (outcome.totals_after.projects, outcome.totals_after.prompts)
-            reporting[(outcome.workspace_id, after)].append(outcome.request_id)
+    reporting = _reporting(outcomes)
     state: dict[str, dict[str, int]] = {}
     leaders: dict[int, str] = {}
     for call in calls:
@@ -263,6 +258,20 @@ def _transfer_leaders(
         if leader is not None:
             leaders[int(call.get("seq", 0))] = leader
     return leaders
+
+
+def _reporting(
+    outcomes: Iterable[AllocationOutcome],
+) -> dict[tuple[str, tuple[int, int]], list[str]]:
+    """(child, totals after) -> the requests whose outcome moved the child there, in order."""
+    reporting: dict[tuple[str, tuple[int, int]], list[str]] = defaultdict(list)
+    for outcome in in_child_order(outcomes):
+        after = outcome.totals_after
+        if after is not None and outcome.totals_before != after:
+            reporting[(outcome.workspace_id, (after.projects, after.prompts))].append(
+                outcome.request_id
+            )
+    return reporting
 
 
 def _sent(call: Mapping[str, Any]) -> dict[str, int]:
