@@ -9,6 +9,7 @@ access token (it mints the promise token and writes the record), handled by the 
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -18,12 +19,13 @@ import pytest
 
 from serenity_allocator.adapters.credential_handover import CredentialHandover, UserCredential
 from serenity_allocator.adapters.ims_client import ExchangedTokens, ImsClient, ImsClientPair
+from serenity_allocator.adapters.ims_consumer_secret import ConsumerSecretError
 from serenity_allocator.adapters.request_authority import RequestTokenHolder
 from serenity_allocator.adapters.secret_redaction import redact_secret
 from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
 from serenity_allocator.domain.errors import NeedsReauthError
 from serenity_allocator.producer import AllocationProducer
-from serenity_tools.standins.resources import LocalResources
+from serenity_tools.standins.resources import LocalResources, local_client
 from serenity_tools.standins.simulator import ImsConfig, SimulatorServer, SimulatorState
 from serenity_tools.standins.simulator import start_simulator as start_sim
 from tests.conftest import OutcomeCapture
@@ -615,3 +617,107 @@ def test_ims_worker_invalid_message_with_a_readable_id_ends_its_token(
     assert _scrubbed(stack, "r-invalid-1")
     assert _is_dead(sim, promise)
     assert api_calls(sim) == []
+
+
+# ---------------------------------------------------------------- the consumer pair's secret
+
+
+def test_ims_worker_reads_the_consumer_pair_from_secrets_manager(
+    local_resources: LocalResources,
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+) -> None:
+    # Given the consumer pair only in a Secrets Manager secret
+    secrets = local_client("secretsmanager", local_resources.endpoint_url)
+    name = f"ims-consumer-{uuid.uuid4().hex[:8]}"
+    secrets.create_secret(Name=name, SecretString=json.dumps(sim.ims_clients()["consumer"]))
+    _seed(sim)
+    from_secret = {
+        "IMS_CONSUMER_CLIENT_ID": None,
+        "IMS_CONSUMER_CLIENT_SECRET": None,
+        "IMS_CONSUMER_SECRET_ID": name,
+    }
+    with _worker(local_resources, sim, stack, **from_secret) as (worker, producer):
+        access = sim.ims_user("u1", [MASTER, CHILD])
+        producer.enqueue_ensure(
+            CHILD, MASTER, {"prompts": 230}, credential=UserCredential.access(access)
+        )
+        invocation = worker.invoke()
+
+    # Then the worker exchanged with that pair and served the request
+    assert invocation.failed == []
+    assert [o["status"] for o in outcome_capture.outcomes()] == ["topped-up"]
+    assert [c["client_id"] for c in sim.ims_calls() if c["op"] != "ims_mint"] == [
+        "sim-consumer",
+        "sim-consumer",
+    ]
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        '{"client_id": "c"}',
+        "not-json sim-consumer-secret",
+        '{"client_id": " ", "client_secret": "x"}',
+    ],
+)
+def test_ims_worker_refuses_a_malformed_consumer_secret_without_quoting_it(
+    secret: str, local_resources: LocalResources, sim: SimulatorServer, stack: CredentialsStack
+) -> None:
+    secrets = local_client("secretsmanager", local_resources.endpoint_url)
+    name = f"ims-consumer-{uuid.uuid4().hex[:8]}"
+    secrets.create_secret(Name=name, SecretString=secret)
+    env = {**_ims_env(sim, stack), "IMS_CONSUMER_CLIENT_ID": None}
+    env.update(IMS_CONSUMER_CLIENT_SECRET=None, IMS_CONSUMER_SECRET_ID=name)
+    with pytest.raises(ConsumerSecretError) as raised, allocator_harness(local_resources, sim, env):
+        pass
+    assert "IMS consumer secret" in str(raised.value)
+    assert secret not in str(raised.value) and "sim-consumer-secret" not in str(raised.value)
+
+
+# ---------------------------------------------------------------- releases and the kill switch
+
+
+def test_ims_worker_release_runs_as_its_user(
+    ims_worker: tuple[AllocatorHarness, AllocationProducer],
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+) -> None:
+    worker, producer = ims_worker
+    _seed(sim, child_prompts=(50, 500))
+    access = sim.ims_user("u1", [MASTER, CHILD])
+    request_id = producer.enqueue_release(CHILD, credential=UserCredential.access(access))
+
+    invocation = worker.invoke()
+
+    assert invocation.failed == []
+    [outcome] = outcome_capture.outcomes()
+    assert (outcome["request_id"], outcome["status"]) == (request_id, "released")
+    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 1, "prompts": 100})]
+    assert {call["user"] for call in api_calls(sim)} == {"u1"}
+    assert _scrubbed(stack, request_id)
+
+
+def test_ims_worker_with_the_kill_switch_off_exchanges_nothing_and_ends_the_promise(
+    local_resources: LocalResources,
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+) -> None:
+    _seed(sim)
+    off = {"SERENITY_DYNAMIC_ALLOCATION": "false"}
+    with _worker(local_resources, sim, stack, **off) as (worker, producer):
+        promise = _ims(sim).mint(sim.ims_user("u1", [MASTER, CHILD])).promise_token
+        request_id = producer.enqueue_ensure(
+            CHILD, MASTER, {"prompts": 230}, credential=UserCredential.promise(promise)
+        )
+        invocation = worker.invoke()
+
+    # Then disabled, no Semrush call, no exchange, and the unused promise invalidated, scrubbed
+    assert invocation.failed == []
+    assert [o["status"] for o in outcome_capture.outcomes()] == ["disabled"]
+    assert api_calls(sim) == []
+    assert [c["op"] for c in sim.ims_calls()] == ["ims_mint", "ims_invalidate"]
+    assert _scrubbed(stack, request_id)
