@@ -28,7 +28,7 @@ from serenity_allocator.domain.sweep_errors import (
 )
 from serenity_tools.standins.resources import LocalResources
 from serenity_tools.standins.simulator import SimulatorServer
-from tests.integration.allocator_harness import api_calls
+from tests.integration.allocator_harness import api_calls, emf_blobs, metric_values
 from tests.integration.sweep_ims_stack import (
     OPERATOR,
     ImsSweepStack,
@@ -253,6 +253,27 @@ def test_a_promise_dead_mid_run_stops_the_batch_and_gives_the_run_back_for_a_res
     _hand_over(ims, RUN_ID, ims.mint())
     resumed = ims.stack.invoke(payload(run_id=RUN_ID, batch_size=1))
     assert resumed["processed"] == 2
+
+
+def test_a_failed_invalidation_is_counted_and_the_claim_is_scrubbed_anyway(
+    ims: ImsSweepStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given IMS failing every attempt to invalidate (one call and two retries)
+    _hand_over(ims, RUN_ID, ims.mint())
+    ims.sim.faults(fail_next=[{"status": 503, "count": 3, "op": "ims_invalidate"}])
+
+    # When the run ends
+    capsys.readouterr()
+    [result] = ims.stack.run_to_end(payload(run_id=RUN_ID))
+
+    # Then the run's result stands, the claim holds no token, and the failure was counted
+    assert result["done"] is True
+    assert ims.claim(RUN_ID) == _scrubbed(RUN_ID, "done")
+    outcomes = [
+        dims["Outcome"]
+        for _, dims in metric_values(emf_blobs(capsys.readouterr().out), "CredentialOutcome")
+    ]
+    assert sorted(outcomes) == ["exchanged", "invalidateFailed"]
 
 
 # ---------------------------------------------------------------- accessDenied

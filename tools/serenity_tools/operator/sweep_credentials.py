@@ -86,7 +86,7 @@ def read_operator_token(args: argparse.Namespace, env: Mapping[str, str]) -> Ope
     )
     for kind, path, variable in sources:
         if path is not None:
-            given.append((kind, f"--{kind}-token-file {path}", _read_file(path, kind)))
+            given.append((kind, f"--{kind}-token-file", _read_file(path, kind)))
         if variable in env:
             given.append((kind, variable, env[variable]))
     if len(given) > 1:
@@ -105,9 +105,10 @@ def _read_file(path: str, kind: str) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        # The error names the file and the failure only (never any of its content).
+        # Neither the content nor the path is shown: a token typed where the path goes (or an
+        # abbreviated --access-token VALUE) must not be printed back.
         raise SweepCliError(
-            f"--{kind}-token-file {path}: cannot read it ({type(exc).__name__})"
+            f"--{kind}-token-file: cannot read the file ({type(exc).__name__})"
         ) from None
 
 
