@@ -7,12 +7,6 @@ import pytest
 from serenity_allocator.handlers.settings import AllocatorSettings, SettingsError, SweepSettings
 
 SECRET_TOKEN = "tok-must-never-leak-3f9a"
-SWEEP_IMS = {
-    "IMS_HOST": "https://ims.example.com",
-    "IMS_CONSUMER_SECRET_ID": "serenity/ims-consumer",
-    "CREDENTIALS_KEY_ARN": "arn:aws:kms:us-east-1:123456789012:key/k",
-}
-"""The Sweep's IMS mode (it has no static secret any more)."""
 
 
 def _env(**overrides: str | None) -> dict[str, str]:
@@ -319,8 +313,6 @@ def test_allocator_settings_blocks_from_environment() -> None:
 def test_sweep_settings_missing_required_variable_named(name: str) -> None:
     # Given the sweep's environment without one required variable
     env = _env(MAX_RECEIVE_COUNT=None, SWEEP_BUCKET="serenity-sweep", QUEUE_URL="https://q")
-    env.pop("SEMRUSH_TOKEN_SECRET_ID", None)
-    env.update(SWEEP_IMS)
     env.pop(name)
 
     # When parsed / Then the error names it
@@ -330,13 +322,7 @@ def test_sweep_settings_missing_required_variable_named(name: str) -> None:
 def test_sweep_settings_parse_with_defaults() -> None:
     # Given a complete sweep environment / When parsed
     settings = SweepSettings.from_env(
-        _env(
-            MAX_RECEIVE_COUNT=None,
-            SEMRUSH_TOKEN_SECRET_ID=None,
-            SWEEP_BUCKET="serenity-sweep",
-            QUEUE_URL="https://q",
-            **SWEEP_IMS,
-        )
+        _env(MAX_RECEIVE_COUNT=None, SWEEP_BUCKET="serenity-sweep", QUEUE_URL="https://q")
     )
 
     # Then the sweep's own defaults apply

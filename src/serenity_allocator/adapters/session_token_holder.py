@@ -1,17 +1,22 @@
-"""The Semrush client's token in IMS mode: whatever session the current request is bound to.
+"""The Sweep's Semrush token in IMS mode: whatever batch session is bound.
 
 The client keeps one httpx client per container and asks its ``TokenProvider`` for the bearer
 on every call. In IMS mode that provider is this holder: a request (a worker message, a sweep
 batch) binds its session before its first Semrush call and unbinds after its last. Unbound, it
 raises: no Semrush call is made without a user's authority (fail closed). A refresh (the
 client's one retry after a 401) asks the session to exchange again.
+
+The Allocator's holder (``request_authority.RequestTokenHolder``) holds an opened request
+session; the Sweep's session is lazy instead (the batch's first Semrush call exchanges, so a
+refusal that needs no upstream call never spends the run's token), hence a holder of its own
+over the session's one method.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from .token_provider import TokenProviderError
+from .request_authority import UnboundTokenError
 
 
 class TokenSession(Protocol):
@@ -20,13 +25,6 @@ class TokenSession(Protocol):
     def access_token(self, *, refresh: bool = False) -> str:
         """The user's access token; ``refresh=True`` exchanges again."""
         ...
-
-
-class UnboundTokenError(TokenProviderError):
-    """A Semrush call was attempted with no request's session bound (IMS mode)."""
-
-    def __init__(self) -> None:
-        super().__init__("no request's credential is bound: refusing a Semrush call")
 
 
 class SessionTokenHolder:

@@ -13,7 +13,6 @@ from typing import Any, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..adapters.aws_clients import AWS_CALL_BUDGET_S
-from ..adapters.ims_client import validate_ims_origin
 from ..adapters.semrush_limits import MAX_RETRIES
 from ..adapters.semrush_origin import is_loopback_origin, validate_base_url
 from ..domain.ceiling import Ceiling, parse_ceiling_value
@@ -337,108 +336,23 @@ class AllocatorSettings(CommonSettings):
         return self
 
 
-class SweepSemrushSettings(SemrushSettings):
-    """The Sweep's Semrush access: its operator's IMS token, or a loopback static token."""
-
-    @model_validator(mode="after")
-    def _one_credential(self) -> Self:
-        if self.removed_secret_id is not None:
-            raise ValueError(
-                "SEMRUSH_TOKEN_SECRET_ID is no longer supported: the Sweep acts with its "
-                "operator's IMS token (IMS_HOST, IMS_CONSUMER_SECRET_ID, CREDENTIALS_KEY_ARN); "
-                "SEMRUSH_TOKEN stays for a loopback SEMRUSH_BASE_URL"
-            )
-        if self.token is not None and not is_loopback_origin(self.base_url):
-            raise ValueError(
-                "SEMRUSH_TOKEN is accepted only with a loopback SEMRUSH_BASE_URL; "
-                "set IMS_HOST, IMS_CONSUMER_SECRET_ID and CREDENTIALS_KEY_ARN instead"
-            )
-        return self
-
-
-class SweepImsSettings(_EnvModel):
-    """IMS mode of the Sweep: the consumer pair and the key of its run claims.
-
-    The consumer pair exchanges each run's promise token; the KMS key encrypts it on the claim.
-    """
-
-    host: str = Field(alias="IMS_HOST")
-    consumer_secret_id: str | None = Field(default=None, alias="IMS_CONSUMER_SECRET_ID")
-    consumer_client_id: str | None = Field(default=None, alias="IMS_CONSUMER_CLIENT_ID")
-    consumer_client_secret: str | None = Field(
-        default=None, alias="IMS_CONSUMER_CLIENT_SECRET", repr=False
-    )
-    credentials_key_arn: str = Field(alias="CREDENTIALS_KEY_ARN", min_length=1)
-
-    @field_validator("host")
-    @classmethod
-    def _origin(cls, value: str) -> str:
-        return validate_ims_origin(value)
-
-    @model_validator(mode="after")
-    def _one_consumer_pair(self) -> Self:
-        local = (self.consumer_client_id, self.consumer_client_secret)
-        if self.consumer_secret_id is not None and any(local):
-            raise ValueError(
-                "give IMS_CONSUMER_SECRET_ID or IMS_CONSUMER_CLIENT_ID/_SECRET, not both"
-            )
-        if self.consumer_secret_id is None:
-            if not all(local):
-                raise ValueError(
-                    "IMS mode needs IMS_CONSUMER_SECRET_ID (or, with a loopback IMS_HOST, "
-                    "IMS_CONSUMER_CLIENT_ID and IMS_CONSUMER_CLIENT_SECRET)"
-                )
-            if not is_loopback_origin(self.host):
-                raise ValueError(
-                    "IMS_CONSUMER_CLIENT_ID/_SECRET are accepted only with a loopback "
-                    "IMS_HOST; use IMS_CONSUMER_SECRET_ID"
-                )
-        return self
-
-
-_SWEEP_IMS_VARIABLES = (
-    "IMS_HOST",
-    "IMS_CONSUMER_SECRET_ID",
-    "IMS_CONSUMER_CLIENT_ID",
-    "IMS_CONSUMER_CLIENT_SECRET",
-    "CREDENTIALS_KEY_ARN",
-)
-
-
 class SweepSettings(CommonSettings):
     """The Sweep function's configuration.
 
-    IMS mode (production): ``IMS_HOST``, the consumer pair and ``CREDENTIALS_KEY_ARN``; each
-    run acts with the promise token on its claim. Static mode (local tools): ``SEMRUSH_TOKEN``
-    with a loopback ``SEMRUSH_BASE_URL``, no IMS settings.
+    IMS mode (production): ``IMS_HOST``, the consumer pair and ``CREDENTIALS_KEY_ARN``: each
+    run acts with the promise token on its claim, encrypted with that key (the Sweep reads no
+    credential record, so ``CREDENTIALS_TABLE`` is not needed). Static mode (local tools):
+    ``SEMRUSH_TOKEN`` with a loopback ``SEMRUSH_BASE_URL``.
     """
 
-    semrush: SweepSemrushSettings
-    # The Sweep's own IMS settings (its run claims need no credentials table).
-    ims: SweepImsSettings | None = None  # type: ignore[assignment]
     sweep_bucket: str = Field(alias="SWEEP_BUCKET", min_length=1)
     queue_url: str = Field(alias="QUEUE_URL", min_length=1)
     safety_margin_ms: int = Field(default=10000, ge=0, alias="SAFETY_MARGIN_MS")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _nest_ims(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or "ims" in data:
-            return data
-        given = any(str(data.get(name) or "").strip() for name in _SWEEP_IMS_VARIABLES)
-        return {**data, "ims": data} if given else data
-
     @model_validator(mode="after")
-    def _one_mode(self) -> Self:
-        if self.ims is not None and self.semrush.token is not None:
+    def _ims_needs_the_key(self) -> Self:
+        if self.ims is not None and self.ims.credentials_key_arn is None:
             raise ValueError(
-                "SEMRUSH_TOKEN and IMS settings are both set: choose IMS mode or the loopback "
-                "static token"
-            )
-        if self.ims is None and self.semrush.token is None:
-            raise ValueError(
-                "no Semrush credential: set IMS_HOST, IMS_CONSUMER_SECRET_ID and "
-                "CREDENTIALS_KEY_ARN (IMS mode), or SEMRUSH_TOKEN with a loopback "
-                "SEMRUSH_BASE_URL (local tools)"
+                "IMS mode needs CREDENTIALS_KEY_ARN (the key of each run's token on its claim)"
             )
         return self

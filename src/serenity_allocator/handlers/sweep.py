@@ -46,8 +46,8 @@ from ..domain.sweep_model import (
     SweepRequest,
 )
 from ..domain.validation import describe_validation_error
-from .settings import SweepImsSettings, SweepSettings
-from .wiring import build_semrush_client, limit_gateway_time
+from .settings import ImsSettings, SweepSettings
+from .wiring import build_ims_consumer, build_semrush_client, limit_gateway_time
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -122,16 +122,8 @@ def build_sweep_runtime(settings: SweepSettings) -> SweepRuntime:
     if settings.ims is None:
         gateway = build_semrush_client(settings.semrush)
         return SweepRuntime(settings=settings, gateway=gateway, store=store, enqueuer=enqueuer)
-    from ..adapters.semrush_client import SemrushClient
-
     credentials = build_sweep_credentials(settings.ims)
-    semrush = settings.semrush
-    gateway = SemrushClient(
-        semrush.base_url,
-        credentials.holder,
-        timeout_s=semrush.timeout_s,
-        max_retries=semrush.max_retries,
-    )
+    gateway = build_semrush_client(settings.semrush, credentials.holder)
     return SweepRuntime(
         settings=settings,
         gateway=gateway,
@@ -141,20 +133,15 @@ def build_sweep_runtime(settings: SweepSettings) -> SweepRuntime:
     )
 
 
-def build_sweep_credentials(ims: SweepImsSettings) -> SweepCredentials:
+def build_sweep_credentials(ims: ImsSettings) -> SweepCredentials:
     """The holder, IMS with the consumer pair (from its secret, or local) and the KMS cipher."""
-    from ..adapters.ims_client import ImsClient, ImsClientPair
-    from ..adapters.ims_client_secret import read_client_pair
+    from ..adapters.aws_clients import AWS_CALL_BUDGET_S
     from ..adapters.kms_token_cipher import KmsTokenCipher
 
-    if ims.consumer_secret_id is not None:
-        pair = read_client_pair(ims.consumer_secret_id)
-    else:
-        pair = ImsClientPair(ims.consumer_client_id or "", ims.consumer_client_secret or "")
     return SweepCredentials(
         holder=SessionTokenHolder(),
-        ims=ImsClient(ims.host, consumer=pair),
-        cipher=KmsTokenCipher(ims.credentials_key_arn),
+        ims=build_ims_consumer(ims, call_budget_s=AWS_CALL_BUDGET_S),
+        cipher=KmsTokenCipher(ims.credentials_key_arn or ""),
     )
 
 
