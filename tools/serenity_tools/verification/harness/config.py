@@ -26,10 +26,9 @@ FEATURES_ON: Mapping[str, str] = {
 sibling reclaim and the pool early warning, all on."""
 
 IMS_FEATURES: Mapping[str, str] = {**FEATURES_ON, "SERENITY_SIBLING_RECLAIM": "false"}
-"""Under IMS, sibling reclaim is off: the releases the worker enqueues on a parked ensure's
-siblings carry no credential record (and the parked ensure's user need not be a member of the
-siblings), so the worker would dead-letter them ``noCredential``. An open design question of
-the credential model, reported; every other feature stays on."""
+"""Under IMS, sibling reclaim is off: the Allocator refuses it at start in IMS mode (the
+releases it enqueues on a parked ensure's siblings would carry no user's credential record and
+end ``noCredential``; ADR 0016). Every other feature stays on."""
 
 
 @dataclass(frozen=True)
