@@ -175,6 +175,8 @@ class DrainedRun:
     """The simulator's ``violations`` (``flat_prompts_to_tiered``) after the drain."""
     identity: IdentityRecord | None = None
     """Under IMS: whose each request is and the users' memberships (invariant 7)."""
+    ims_calls: list[dict[str, Any]] = field(default_factory=list)
+    """The simulator's IMS call log after the drain (mints, exchanges, invalidations)."""
 
 
 def drain_workload(
@@ -275,6 +277,7 @@ def drain_workload(
         identity=None
         if identities is None
         else IdentityRecord(identities.owners, identities.memberships),
+        ims_calls=stack.simulator.ims_calls(),
     )
 
 
