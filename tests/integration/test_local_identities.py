@@ -10,6 +10,7 @@ import pytest
 from serenity_allocator.adapters.dynamodb_credential_store import DynamoDbCredentialStore
 from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher
 from serenity_allocator.adapters.sqs_producer import build_ensure
+from serenity_allocator.handlers.settings import AllocatorSettings, SweepSettings
 from serenity_tools.standins.identities import LocalIdentities
 from serenity_tools.standins.stack import LocalStack
 
@@ -34,6 +35,11 @@ def test_an_ims_stack_gives_the_handlers_ims_settings_and_no_static_token(
         SecretId=env["IMS_CONSUMER_SECRET_ID"]
     )
     assert json.loads(secret["SecretString"]) == ims_stack.simulator.ims_clients()["consumer"]
+    # And both handlers read it as IMS mode (no static token)
+    allocator, sweep = AllocatorSettings.from_env(env), SweepSettings.from_env(env)
+    assert allocator.ims is not None and allocator.semrush.token is None
+    assert allocator.ims.credentials_table == ims_stack.resources.credentials_table
+    assert sweep.ims is not None and sweep.semrush.token is None
     # And the static mode is the default, unchanged
     assert LocalStack().credentials == "static"
 
