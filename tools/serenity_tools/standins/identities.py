@@ -14,9 +14,11 @@ Tokens never leave this module's objects (no repr shows one).
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from serenity_allocator.adapters.credential_handover import CredentialHandover, UserCredential
@@ -165,3 +167,16 @@ class UserProducer:
                     if attempt == _MINT_ATTEMPTS - 1:
                         raise
         return self.producer.enqueue_many(requests)
+
+
+IMS_CALLS_FILE = "ims-calls.jsonl"
+
+
+def keep_ims_calls(work_dir: Path, calls: Sequence[Mapping[str, Any]]) -> None:
+    """Write the simulator's IMS call log to ``work_dir``, beside the traces.
+
+    One call per line: its op, client id, status, user and time (never a token).
+    """
+    if calls:
+        lines = "".join(json.dumps(call, separators=(",", ":")) + "\n" for call in calls)
+        (work_dir / IMS_CALLS_FILE).write_text(lines, encoding="utf-8")

@@ -63,7 +63,7 @@ from serenity_tools.standins.aws_endpoints import (
     endpoints_from_args,
 )
 from serenity_tools.standins.consumer_pool import ConsumerPool
-from serenity_tools.standins.identities import LocalIdentities, UserProducer
+from serenity_tools.standins.identities import LocalIdentities, UserProducer, keep_ims_calls
 from serenity_tools.standins.lambda_context import LocalLambdaContext
 from serenity_tools.standins.stack import DEFAULT_VISIBILITY_TIMEOUT_S, LocalStack
 from serenity_tools.standins.traces import read_trace_events, summarize_traces
@@ -535,6 +535,7 @@ def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say:
         *_credential_checks(stack, pool, record, refusals, [dry, real], sweep_log),
     )
     ims_calls = stack.simulator.ims_calls()
+    keep_ims_calls(stack.work_dir, ims_calls)
     return _Drained(record, kinds, pool, dry, real, sweep_log, checks, ims_calls)
 
 

@@ -15,7 +15,7 @@ from serenity_allocator.domain.ledger import LedgerEntry
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from serenity_tools.standins.consumer import DEFAULT_HANDLER, CrashPlan
 from serenity_tools.standins.consumer_pool import ConsumerPool, QueueDepth, queue_depth
-from serenity_tools.standins.identities import LocalIdentities
+from serenity_tools.standins.identities import LocalIdentities, keep_ims_calls
 from serenity_tools.standins.stack import (
     DEFAULT_VISIBILITY_TIMEOUT_S,
     CredentialMode,
@@ -245,6 +245,8 @@ def drain_workload(
         pool.stop()
     duration = time.monotonic() - started
     dump = stack.simulator.dump()
+    ims_calls = stack.simulator.ims_calls()
+    keep_ims_calls(stack.work_dir, ims_calls)
     # As an operator would on the DLQ alarm: requests whose last receive never ran our code
     # get their terminal dead letter (and its outcome) before anything is read.
     audit_reads = audit_local_dead_letters(stack.resources)
@@ -277,7 +279,7 @@ def drain_workload(
         identity=None
         if identities is None
         else IdentityRecord(identities.owners, identities.memberships),
-        ims_calls=stack.simulator.ims_calls(),
+        ims_calls=ims_calls,
     )
 
 
