@@ -280,7 +280,7 @@ def test_a_failed_invalidation_is_counted_and_the_claim_is_scrubbed_anyway(
 
 
 def test_a_child_the_operator_cannot_reach_is_access_denied_in_its_own_count(
-    local_resources: LocalResources, sim: SimulatorServer
+    local_resources: LocalResources, sim: SimulatorServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Given an operator who is no member of c-lean
     reachable = [MASTER, *(child for child in CHILDREN if child != "c-lean")]
@@ -300,6 +300,12 @@ def test_a_child_the_operator_cannot_reach_is_access_denied_in_its_own_count(
     assert result["counts"]["access_denied"] == 1
     assert result["counts"]["unexpected_errors"] == 0
     assert (result["done"], result["aborted"]) == (True, False)
+    # And it was counted as a credential outcome, beside the batch's one exchange
+    outcomes = [
+        dims["Outcome"]
+        for _, dims in metric_values(emf_blobs(capsys.readouterr().out), "CredentialOutcome")
+    ]
+    assert sorted(outcomes) == ["accessDenied", "exchanged"]
 
 
 def test_a_run_whose_every_target_is_denied_aborts(

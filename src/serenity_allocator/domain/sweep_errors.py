@@ -85,7 +85,7 @@ class StaleCheckpointError(Exception):
 RESUME_WITH_TOKEN = (
     "resume with a new token: set SWEEP_IMS_ACCESS_TOKEN (your IMS access token) or "  # noqa: S105
     "SWEEP_PROMISE_TOKEN, or pass --access-token-file/--promise-token-file, and run "
-    "serenity-allocator sweep ... --run-id {run_id} (runbook sweep.md#tokens)"
+    "serenity-allocator sweep ... --run-id {run_id} (runbook sweep.md#tokens-the-run-acts-as-you)"
 )
 
 
