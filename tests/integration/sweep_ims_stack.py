@@ -26,9 +26,11 @@ from serenity_allocator.handlers.settings import SweepSettings
 from serenity_allocator.handlers.sweep import build_sweep_runtime, lambda_handler
 from serenity_tools.operator import sweep_cli
 from serenity_tools.operator.sweep_invokers import LocalInvoker
+from serenity_tools.standins.moto_server import MotoServer
 from serenity_tools.standins.resources import LocalResources, local_client
 from serenity_tools.standins.simulator import SimulatorServer
 from tests.integration.allocator_harness import RecordingSleep
+from tests.integration.credentials_stack import CredentialsStack, create_credentials_stack
 from tests.integration.sweep_stack import (
     CHILDREN,
     ENVIRONMENT,
@@ -80,6 +82,7 @@ class ImsSweepStack:
     env: dict[str, str]
     operator_access: str
     ims_sleeps: RecordingSleep
+    credentials: CredentialsStack
     handed: list[str] = field(default_factory=list)
 
     @property
@@ -143,10 +146,17 @@ class ImsSweepStack:
         )
 
 
-def ims_env(resources: LocalResources, sim: SimulatorServer, key_id: str) -> dict[str, str]:
-    """The Sweep's IMS-mode environment (no SEMRUSH_TOKEN), pointed at moto and the simulator."""
+def ims_env(
+    resources: LocalResources, sim: SimulatorServer, key_id: str, table: str
+) -> dict[str, str]:
+    """The Sweep's IMS-mode environment (no SEMRUSH_TOKEN), pointed at moto and the simulator.
+
+    With the emitter pair and the credentials table, so a real run's releases carry records.
+    """
     clients = sim.ims_clients()
     return {
+        **cli_env(sim),
+        "CREDENTIALS_TABLE": table,
         "SEMRUSH_BASE_URL": sim.origin,
         "IMS_HOST": sim.origin,
         "IMS_CONSUMER_CLIENT_ID": clients["consumer"]["client_id"],
@@ -171,16 +181,19 @@ def cli_env(sim: SimulatorServer) -> dict[str, str]:
 
 @contextmanager
 def ims_sweep_stack(
-    resources: LocalResources, sim: SimulatorServer, memberships: list[str] | None = None
+    resources: LocalResources,
+    sim: SimulatorServer,
+    moto: MotoServer,
+    memberships: list[str] | None = None,
+    overrides: Mapping[str, str] | None = None,
 ) -> Iterator[ImsSweepStack]:
     """The fleet seeded, an operator who is a member of ``memberships`` (default: all)."""
     seed_fleet(sim)
     access = sim.ims_user(OPERATOR, memberships or [MASTER, *CHILDREN])
-    kms = local_client("kms", resources.endpoint_url)
-    key_id = kms.create_key(Description="credentials", KeyUsage="ENCRYPT_DECRYPT")["KeyMetadata"][
-        "KeyId"
-    ]
-    env = ims_env(resources, sim, key_id)
+    credentials = create_credentials_stack(moto)
+    kms, key_id = credentials.kms, credentials.key_id
+    env = {**ims_env(resources, sim, key_id, credentials.table_name), **(overrides or {})}
+    env = {name: value for name, value in env.items() if value}
     settings = SweepSettings.from_env(env)
     runtime = build_sweep_runtime(settings)
     assert runtime.credentials is not None
@@ -215,6 +228,6 @@ def ims_sweep_stack(
         sqs=local_client("sqs", resources.endpoint_url),
         s3=local_client("s3", resources.endpoint_url),
     )
-    yield ImsSweepStack(stack, spy, key_id, kms, env, access, ims_sleeps)
+    yield ImsSweepStack(stack, spy, key_id, kms, env, access, ims_sleeps, credentials)
     runtime.gateway.close()
     spy.client.close()

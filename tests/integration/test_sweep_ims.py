@@ -25,7 +25,9 @@ from serenity_allocator.domain.errors import NeedsReauthError
 from serenity_allocator.domain.sweep_errors import (
     SweepImsUnavailableError,
     SweepNeedsReauthError,
+    SweepReleaseCredentialError,
 )
+from serenity_tools.standins.moto_server import MotoServer
 from serenity_tools.standins.resources import LocalResources
 from serenity_tools.standins.simulator import SimulatorServer
 from tests.integration.allocator_harness import api_calls, emf_blobs, metric_values
@@ -60,8 +62,10 @@ def log_lines() -> Iterator[io.StringIO]:
 
 
 @pytest.fixture
-def ims(local_resources: LocalResources, sim: SimulatorServer) -> Iterator[ImsSweepStack]:
-    with ims_sweep_stack(local_resources, sim) as built:
+def ims(
+    local_resources: LocalResources, sim: SimulatorServer, aws_env: MotoServer
+) -> Iterator[ImsSweepStack]:
+    with ims_sweep_stack(local_resources, sim, aws_env) as built:
         yield built
 
 
@@ -276,15 +280,72 @@ def test_a_failed_invalidation_is_counted_and_the_claim_is_scrubbed_anyway(
     assert sorted(outcomes) == ["exchanged", "invalidateFailed"]
 
 
+# ---------------------------------------------------------------- releases carry the operator
+
+
+def test_a_real_runs_releases_each_carry_a_credential_record_of_the_operator(
+    ims: ImsSweepStack,
+) -> None:
+    # Given a real run with the operator's token
+    _hand_over(ims, RUN_ID, ims.mint())
+
+    # When it goes through
+    [result] = ims.stack.run_to_end(payload(run_id=RUN_ID, dry_run=False))
+
+    # Then every release it enqueued has its record, written before it was sent, holding a
+    # live promise of the operator (minted from the batch's access token): the worker can run
+    # the release as the operator
+    messages = ims.stack.queued()
+    assert result["counts"]["enqueued"] == len(messages) == 3
+    store = ims.credentials.store()
+    for message in messages:
+        body = json.loads(message["Body"])
+        stored = store.read(body["request_id"], body["workspace_id"])
+        assert stored is not None
+        assert redact_secret(message["Body"], stored.promise_token) == message["Body"]
+        assert not _is_dead(ims, stored.promise_token)
+    mints = [call for call in ims.sim.ims_calls() if call["op"] == "ims_mint"]
+    assert [(call["status"], call["user"]) for call in mints] == [(200, OPERATOR)] * 4
+
+
+def test_a_real_run_without_the_emitter_pair_stops_before_its_first_release(
+    local_resources: LocalResources, sim: SimulatorServer, aws_env: MotoServer
+) -> None:
+    # Given the Sweep in IMS mode without the emitter pair and the credentials table
+    missing = {
+        "IMS_EMITTER_CLIENT_ID": "",
+        "IMS_EMITTER_CLIENT_SECRET": "",
+        "IMS_PROMISE_DEFINITION_ID": "",
+        "CREDENTIALS_TABLE": "",
+    }
+    with ims_sweep_stack(local_resources, sim, aws_env, overrides=missing) as ims:
+        _hand_over(ims, RUN_ID, ims.mint())
+
+        # When a real run meets its first child with surplus / Then it stops, saying what to set
+        with pytest.raises(SweepReleaseCredentialError, match="IMS_EMITTER_SECRET_ID"):
+            ims.stack.invoke(payload(run_id=RUN_ID, dry_run=False))
+
+        # And nothing was enqueued, and the run is given back for the resume
+        assert ims.stack.queued() == []
+        assert ims.stack.checkpoint(RUN_ID)["lease_owner"] is None
+        # And a dry run needs neither
+        _hand_over(ims, "rs-ims-dry", ims.mint())
+        dry = ims.stack.invoke(payload(run_id="rs-ims-dry"))
+        assert (dry["done"], dry["counts"]["would_release"]) == (True, 3)
+
+
 # ---------------------------------------------------------------- accessDenied
 
 
 def test_a_child_the_operator_cannot_reach_is_access_denied_in_its_own_count(
-    local_resources: LocalResources, sim: SimulatorServer
+    local_resources: LocalResources,
+    sim: SimulatorServer,
+    aws_env: MotoServer,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     # Given an operator who is no member of c-lean
     reachable = [MASTER, *(child for child in CHILDREN if child != "c-lean")]
-    with ims_sweep_stack(local_resources, sim, memberships=reachable) as ims:
+    with ims_sweep_stack(local_resources, sim, aws_env, memberships=reachable) as ims:
         _hand_over(ims, RUN_ID, ims.mint())
 
         # When the run goes through
@@ -300,13 +361,19 @@ def test_a_child_the_operator_cannot_reach_is_access_denied_in_its_own_count(
     assert result["counts"]["access_denied"] == 1
     assert result["counts"]["unexpected_errors"] == 0
     assert (result["done"], result["aborted"]) == (True, False)
+    # And it was counted as a credential outcome, beside the batch's one exchange
+    outcomes = [
+        dims["Outcome"]
+        for _, dims in metric_values(emf_blobs(capsys.readouterr().out), "CredentialOutcome")
+    ]
+    assert sorted(outcomes) == ["accessDenied", "exchanged"]
 
 
 def test_a_run_whose_every_target_is_denied_aborts(
-    local_resources: LocalResources, sim: SimulatorServer
+    local_resources: LocalResources, sim: SimulatorServer, aws_env: MotoServer
 ) -> None:
     # Given an operator who can list the pool but reach none of its children
-    with ims_sweep_stack(local_resources, sim, memberships=[MASTER]) as ims:
+    with ims_sweep_stack(local_resources, sim, aws_env, memberships=[MASTER]) as ims:
         _hand_over(ims, RUN_ID, ims.mint())
 
         # When the run goes through

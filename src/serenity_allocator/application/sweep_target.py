@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..domain.errors import RateLimitedError, UpstreamError
 from ..domain.model import Totals, WorkspaceStatus
+from ..domain.observations import CredentialOutcome
 from ..domain.ports import NullObserver
 from ..domain.release import release_surplus
 from ..domain.sweep_errors import SweepImsUnavailableError, SweepRefusedError
@@ -49,6 +50,7 @@ def sweep_target(
         raise  # the run's credential stopped the batch (a re-exchange after a 401 failed)
     except Exception as exc:
         if is_access_denied(exc):
+            env.observer.record(CredentialOutcome("accessDenied"))
             return record_access_denied(checkpoint, item)
         return record_failure(request, checkpoint, item, classify_failure(exc))
     record_success(checkpoint, child_id, count)

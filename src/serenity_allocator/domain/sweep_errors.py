@@ -85,7 +85,7 @@ class StaleCheckpointError(Exception):
 RESUME_WITH_TOKEN = (
     "resume with a new token: set SWEEP_IMS_ACCESS_TOKEN (your IMS access token) or "  # noqa: S105
     "SWEEP_PROMISE_TOKEN, or pass --access-token-file/--promise-token-file, and run "
-    "serenity-allocator sweep ... --run-id {run_id} (runbook sweep.md#tokens)"
+    "serenity-allocator sweep ... --run-id {run_id} (runbook sweep.md#tokens-the-run-acts-as-you)"
 )
 
 
@@ -135,5 +135,29 @@ class SweepImsUnavailableError(RuntimeError):
         )
 
 
-RUN_CREDENTIAL_STOPS = (SweepNeedsReauthError, SweepNoCredentialError, SweepImsUnavailableError)
+class SweepReleaseCredentialError(SweepRefusedError):
+    """IMS mode, a real run, and no way to hand each release the operator's authority.
+
+    The worker runs every request as its user: a release without a credential record would be
+    dead-lettered ``noCredential``. The batch stops before its first release.
+    """
+
+    code = "noCredential"
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(
+            f"run {run_id!r}: a real sweep in IMS mode hands each release its operator's "
+            "authority (a promise token minted for it): set IMS_EMITTER_SECRET_ID and "
+            "CREDENTIALS_TABLE on the Sweep; nothing was enqueued; resume with --run-id "
+            f"{run_id} once they are set (a dry run needs neither)"
+        )
+
+
+RUN_CREDENTIAL_STOPS = (
+    SweepNeedsReauthError,
+    SweepNoCredentialError,
+    SweepImsUnavailableError,
+    SweepReleaseCredentialError,
+)
 """What the run's credential stops a batch with (the run stays resumable)."""

@@ -118,9 +118,9 @@ def build_sweep_runtime(settings: SweepSettings) -> SweepRuntime:
     from ..adapters.sqs_producer import AllocationProducer
 
     store = S3CheckpointStore(settings.sweep_bucket)
-    enqueuer = AllocationProducer(settings.queue_url)
     if settings.ims is None:
         gateway = build_semrush_client(settings.semrush)
+        enqueuer = AllocationProducer(settings.queue_url)
         return SweepRuntime(settings=settings, gateway=gateway, store=store, enqueuer=enqueuer)
     credentials = build_sweep_credentials(settings.ims)
     gateway = build_semrush_client(settings.semrush, credentials.holder)
@@ -128,9 +128,40 @@ def build_sweep_runtime(settings: SweepSettings) -> SweepRuntime:
         settings=settings,
         gateway=gateway,
         store=store,
-        enqueuer=enqueuer,
+        enqueuer=build_operator_releases(settings, credentials.holder),
         credentials=credentials,
     )
+
+
+def build_operator_releases(
+    settings: SweepSettings, holder: SessionTokenHolder
+) -> SurplusReleaseQueue:
+    """IMS mode: releases enqueued with the operator's authority (a record per release)."""
+    from ..adapters.credential_handover import CredentialHandover
+    from ..adapters.dynamodb_credential_store import DynamoDbCredentialStore
+    from ..adapters.ims_client import ImsClient, ImsClientPair
+    from ..adapters.ims_emitter_secret import read_emitter_pair
+    from ..adapters.kms_token_cipher import KmsTokenCipher
+    from ..adapters.operator_release_queue import OperatorReleaseQueue, ReleasesWithoutCredentials
+    from ..adapters.sqs_producer import AllocationProducer
+
+    ims = settings.ims
+    if ims is None or ims.credentials_table is None or not settings.releases_carry_credentials:
+        return ReleasesWithoutCredentials()
+    if settings.emitter_secret_id is not None:
+        emitter = read_emitter_pair(settings.emitter_secret_id)
+    else:
+        emitter = ImsClientPair(
+            settings.emitter_client_id or "",
+            settings.emitter_client_secret or "",
+            settings.promise_definition_id,
+        )
+    store = DynamoDbCredentialStore(
+        ims.credentials_table, KmsTokenCipher(ims.credentials_key_arn or "")
+    )
+    handover = CredentialHandover(store, ImsClient(ims.host, emitter=emitter))
+    producer = AllocationProducer(settings.queue_url, credentials=handover)
+    return OperatorReleaseQueue(producer, holder)
 
 
 def build_sweep_credentials(ims: ImsSettings) -> SweepCredentials:

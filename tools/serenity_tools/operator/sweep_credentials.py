@@ -23,7 +23,6 @@ secret ``{"client_id", "client_secret", "promise_definition_id"}``) or, with a l
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,15 +167,14 @@ def _mint(env: Mapping[str, str], token: OperatorToken) -> str:
         raise SweepCliError(f"IMS could not mint a promise token: {exc}") from None
 
 
-_EMITTER_KEYS = ("client_id", "client_secret", "promise_definition_id")
-
-
 def _emitter_pair(env: Mapping[str, str]) -> ImsClientPair:
     from serenity_allocator.adapters.ims_client import ImsClientPair
     from serenity_allocator.adapters.semrush_origin import ConfigurationError, is_loopback_origin
 
     if env.get("IMS_EMITTER_SECRET_ID", "").strip():
-        return _emitter_pair_from_secret(env["IMS_EMITTER_SECRET_ID"])
+        from serenity_allocator.adapters.ims_emitter_secret import read_emitter_pair
+
+        return read_emitter_pair(env["IMS_EMITTER_SECRET_ID"])
     names = ("IMS_EMITTER_CLIENT_ID", "IMS_EMITTER_CLIENT_SECRET", "IMS_PROMISE_DEFINITION_ID")
     if not all(env.get(name, "").strip() for name in names):
         raise ConfigurationError(
@@ -189,36 +187,3 @@ def _emitter_pair(env: Mapping[str, str]) -> ImsClientPair:
             "use IMS_EMITTER_SECRET_ID"
         )
     return ImsClientPair(*(env[name] for name in names))
-
-
-def _emitter_pair_from_secret(secret_id: str) -> ImsClientPair:
-    """The emitter pair in a Secrets Manager secret: JSON with the three ``_EMITTER_KEYS``.
-
-    Raises:
-        ConfigurationError: unreadable, or not that JSON (never quoting the content).
-    """
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    from serenity_allocator.adapters.aws_clients import aws_error_code, secretsmanager_client
-    from serenity_allocator.adapters.ims_client import ImsClientPair
-    from serenity_allocator.adapters.semrush_origin import ConfigurationError
-
-    try:
-        answer = secretsmanager_client().get_secret_value(SecretId=secret_id)
-    except (ClientError, BotoCoreError) as exc:
-        raise ConfigurationError(
-            f"could not read IMS_EMITTER_SECRET_ID {secret_id!r} ({aws_error_code(exc)})"
-        ) from None
-    try:
-        document = json.loads(answer.get("SecretString") or "")
-    except json.JSONDecodeError:
-        # from None: the decoder's message quotes the document, which is the secret.
-        raise ConfigurationError(f"IMS_EMITTER_SECRET_ID {secret_id!r} is not JSON") from None
-    if not isinstance(document, dict) or not all(
-        isinstance(document.get(key), str) and document[key].strip() for key in _EMITTER_KEYS
-    ):
-        raise ConfigurationError(
-            f"IMS_EMITTER_SECRET_ID {secret_id!r} must be a JSON object with string "
-            + ", ".join(_EMITTER_KEYS)
-        )
-    return ImsClientPair(*(document[key] for key in _EMITTER_KEYS))
