@@ -53,6 +53,7 @@ class LocalResourceNames:
     secret_id: str = "serenity-allocator/local/semrush-token"  # noqa: S105 - a name, not a secret
     credentials_table: str = "serenity-allocator-local-credentials"
     consumer_secret_id: str = "serenity-allocator/local/ims-consumer"  # noqa: S105 - a name
+    emitter_secret_id: str = "serenity-allocator/local/ims-emitter"  # noqa: S105 - a name
     max_receive_count: int = 5
     visibility_timeout_s: int = 30
     """Short locally, so a failed message comes back within a demo's patience."""
@@ -74,6 +75,7 @@ class LocalResourceNames:
             secret_id=f"{self.secret_id}-{tag}",
             credentials_table=f"{self.credentials_table}-{tag}",
             consumer_secret_id=f"{self.consumer_secret_id}-{tag}",
+            emitter_secret_id=f"{self.emitter_secret_id}-{tag}",
         )
 
 
@@ -98,6 +100,9 @@ class LocalResources:
     credentials_key_arn: str = ""
     consumer_secret_id: str | None = None
     """The IMS consumer pair's secret (JSON ``{"client_id", "client_secret"}``), when made."""
+    emitter_secret_id: str | None = None
+    """The IMS emitter pair's secret (JSON ``{"client_id", "client_secret",
+    "promise_definition_id"}``: the Sweep mints its releases' promises with it), when made."""
 
     def endpoint(self, service: str) -> str:
         """The endpoint of one service (``sqs``, ``events``, ``s3``, ...)."""
@@ -123,11 +128,15 @@ class LocalResources:
         """The IMS-mode variables naming these resources (the IMS origin comes on top)."""
         if not self.credentials_table or self.consumer_secret_id is None:
             raise RuntimeError("these resources have no credentials table or consumer secret")
-        return {
+        env = {
             "IMS_CONSUMER_SECRET_ID": self.consumer_secret_id,
             "CREDENTIALS_TABLE": self.credentials_table,
             "CREDENTIALS_KEY_ARN": self.credentials_key_arn,
         }
+        if self.emitter_secret_id is not None:
+            # The Sweep's releases carry its operator's authority: it mints one per release.
+            env["IMS_EMITTER_SECRET_ID"] = self.emitter_secret_id
+        return env
 
 
 def local_client(service: str, endpoint_url: str) -> Any:
@@ -151,6 +160,7 @@ def create_local_resources(
     *,
     token: str | None = None,
     ims_consumer: Mapping[str, str] | None = None,
+    ims_emitter: Mapping[str, str] | None = None,
     template: TemplateResources | None = None,
 ) -> LocalResources:
     """Create (or find) the queues, bucket, bus, tables, credentials key and secrets.
@@ -161,6 +171,8 @@ def create_local_resources(
         token: The Semrush token to store in the secret; no secret when absent.
         ims_consumer: The IMS consumer pair (``{"client_id", "client_secret"}``) to store in
             the consumer secret; no consumer secret when absent.
+        ims_emitter: The IMS emitter pair (with its ``promise_definition_id``) to store in the
+            emitter secret; none when absent.
         template: The template's settings (default: template.yaml's).
 
     Returns:
@@ -213,6 +225,11 @@ def create_local_resources(
         pair = {key: ims_consumer[key] for key in ("client_id", "client_secret")}
         put_secret(secrets, names.consumer_secret_id, json.dumps(pair))
         consumer_secret_id = names.consumer_secret_id
+    emitter_secret_id: str | None = None
+    if ims_emitter is not None:
+        keys = ("client_id", "client_secret", "promise_definition_id")
+        put_secret(secrets, names.emitter_secret_id, json.dumps({k: ims_emitter[k] for k in keys}))
+        emitter_secret_id = names.emitter_secret_id
 
     return LocalResources(
         endpoint_url=urls.default,
@@ -230,6 +247,7 @@ def create_local_resources(
         credentials_table=names.credentials_table,
         credentials_key_arn=key_arn,
         consumer_secret_id=consumer_secret_id,
+        emitter_secret_id=emitter_secret_id,
     )
 
 

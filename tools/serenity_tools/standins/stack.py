@@ -214,6 +214,7 @@ class LocalStack:
                 self.names,
                 token=self._token,
                 ims_consumer=self._simulator.ims_clients()["consumer"],
+                ims_emitter=self._simulator.ims_clients()["emitter"],
             )
             self._outcomes = _outcome_capture(urls, self._resources.bus_name, self.names.bus)
             self._sqs = local_client("sqs", urls.url("sqs"))

@@ -23,15 +23,10 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from serenity_allocator.adapters.sqs_producer import (
-    AllocationProducer,
-    build_ensure,
-    build_release,
-)
+from serenity_allocator.adapters.sqs_producer import AllocationProducer, build_ensure
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
-from serenity_allocator.domain.model import Totals
 from serenity_tools.standins.identities import LocalIdentities, UserProducer
 from serenity_tools.standins.stack import DeadLetter
 from serenity_tools.verification.invariants import (
@@ -236,39 +231,6 @@ def credential_items(dynamodb: Any, table: str) -> list[dict[str, Any]]:
         if "LastEvaluatedKey" not in page:
             return items
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-
-
-class OperatorReleaseQueue:
-    """The sweep's release queue, each release enqueued with the operator's credential.
-
-    A stand-in the demo injects into the Sweep's runtime: the Sweep Lambda enqueues its
-    releases without a credential record, which an Allocator in IMS mode dead-letters as
-    ``noCredential``. Here each release goes through the producer's handover under the
-    operator, so the worker applies it as the operator (see the demo's report).
-    """
-
-    def __init__(self, producer: UserProducer, user: str = OPERATOR) -> None:
-        self._producer = producer
-        self._user = user
-
-    def enqueue_release(
-        self,
-        workspace_id: str,
-        *,
-        floor: Totals | None = None,
-        source: Literal["service", "sweep", "reclaim"] = "service",
-        run_id: str | None = None,
-        request_id: str | None = None,
-    ) -> str:
-        """``producer.enqueue(build_release(...), credential=<the operator's>)``."""
-        request = build_release(
-            workspace_id,
-            floor=floor.model_dump() if floor is not None else None,
-            source=source,
-            run_id=run_id,
-            request_id=request_id,
-        )
-        return self._producer.enqueue(request, self._user)
 
 
 def hand_run_token(identities: LocalIdentities, store: Any, cipher: Any, run_id: str) -> None:

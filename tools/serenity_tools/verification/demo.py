@@ -24,8 +24,8 @@
    need a retry; the report says how many and how long they waited.
 4. Run the Sweep handler (in this process, like a Lambda invocation) as a dry run, then for
    real, in batches of 10, each run on the one promise token the operator put on its claim
-   (rolled at every batch, invalidated at the end); drain the releases it enqueued (each
-   with the operator's credential, see :class:`.credential_story.OperatorReleaseQueue`).
+   (rolled at every batch, invalidated at the end); drain the releases it enqueued (each with
+   a promise the Sweep minted from the operator's token and wrote to the credentials table).
 5. Print the pool and the changed children before and after, the outcomes by kind and status,
    the Semrush and IMS calls made, the metrics counted from the EMF output, the DLQ, and the
    invariant
@@ -70,7 +70,6 @@ from serenity_tools.standins.traces import read_trace_events, summarize_traces
 from serenity_tools.verification.checks import DEMO_CHECKS, RunRecord, explained_lines, run_checks
 from serenity_tools.verification.credential_story import (
     OPERATOR,
-    OperatorReleaseQueue,
     Refusals,
     add_brand_users,
     add_operator,
@@ -356,8 +355,9 @@ def run_sweep(
     run_id = new_run_id()
     event = {**payload, "run_id": run_id}
     with stack.activated() as env, handler_output_to(log_path):
+        # The Sweep's own runtime: in IMS mode its releases go through the producer's
+        # hand-over, each minted from the batch's (the operator's) access token.
         runtime = build_sweep_runtime(SweepSettings.from_env(env))
-        runtime.enqueuer = OperatorReleaseQueue(identities.producer(stack.sqs))
         hand_run_token(
             identities,
             S3CheckpointStore(stack.resources.bucket),
@@ -499,7 +499,9 @@ def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say:
     dry = run_sweep(stack, identities, {**payload, "dry_run": True}, sweep_log)
     real = run_sweep(stack, identities, {**payload, "dry_run": False}, sweep_log)
     sweep_window = ActorWindow(OPERATOR, sweep_started, time.monotonic())
-    requests += sweep_releases(real)
+    released = sweep_releases(real)
+    identities.own([release.request_id for release in released], OPERATOR)
+    requests += released
     clock.lap("sweep (dry + real)")
     drained = pool.wait_drained(stack.queue_depth, timeout_s=config.drain_timeout_s) and drained
     clock.lap("drain sweep releases")
