@@ -674,3 +674,50 @@ def test_ims_worker_refuses_a_malformed_consumer_secret_without_quoting_it(
         pass
     assert "IMS consumer secret" in str(raised.value)
     assert secret not in str(raised.value) and "sim-consumer-secret" not in str(raised.value)
+
+
+# ---------------------------------------------------------------- releases and the kill switch
+
+
+def test_ims_worker_release_runs_as_its_user(
+    ims_worker: tuple[AllocatorHarness, AllocationProducer],
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+) -> None:
+    worker, producer = ims_worker
+    _seed(sim, child_prompts=(50, 500))
+    access = sim.ims_user("u1", [MASTER, CHILD])
+    request_id = producer.enqueue_release(CHILD, credential=UserCredential.access(access))
+
+    invocation = worker.invoke()
+
+    assert invocation.failed == []
+    [outcome] = outcome_capture.outcomes()
+    assert (outcome["request_id"], outcome["status"]) == (request_id, "released")
+    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 1, "prompts": 100})]
+    assert {call["user"] for call in api_calls(sim)} == {"u1"}
+    assert _scrubbed(stack, request_id)
+
+
+def test_ims_worker_with_the_kill_switch_off_exchanges_nothing_and_ends_the_promise(
+    local_resources: LocalResources,
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+) -> None:
+    _seed(sim)
+    off = {"SERENITY_DYNAMIC_ALLOCATION": "false"}
+    with _worker(local_resources, sim, stack, **off) as (worker, producer):
+        promise = _ims(sim).mint(sim.ims_user("u1", [MASTER, CHILD])).promise_token
+        request_id = producer.enqueue_ensure(
+            CHILD, MASTER, {"prompts": 230}, credential=UserCredential.promise(promise)
+        )
+        invocation = worker.invoke()
+
+    # Then disabled, no Semrush call, no exchange, and the unused promise invalidated, scrubbed
+    assert invocation.failed == []
+    assert [o["status"] for o in outcome_capture.outcomes()] == ["disabled"]
+    assert api_calls(sim) == []
+    assert [c["op"] for c in sim.ims_calls()] == ["ims_mint", "ims_invalidate"]
+    assert _scrubbed(stack, request_id)

@@ -66,6 +66,11 @@ _STATIC = {name: None for name in ("IMS_HOST", "IMS_CONSUMER_SECRET_ID", "CREDEN
 _STATIC_LOCAL = {**_STATIC, "CREDENTIALS_KEY_ARN": None, "SEMRUSH_BASE_URL": "http://127.0.0.1:9"}
 
 
+def _local(**overrides: str | None) -> dict[str, str]:
+    """Static mode against a loopback simulator (local tools)."""
+    return _env(**_STATIC_LOCAL, SEMRUSH_TOKEN=SECRET_TOKEN, **overrides)
+
+
 def test_allocator_settings_missing_credentials_named() -> None:
     # Given neither IMS mode nor a (loopback) token / When parsed
     message = _refusal(AllocatorSettings, _env(**_STATIC, CREDENTIALS_KEY_ARN=None))
@@ -264,7 +269,7 @@ def test_allocator_settings_feature_switches_turned_off_with_false() -> None:
 
 def test_allocator_settings_sibling_reclaim_takes_true_or_false_and_needs_queue() -> None:
     # Given sibling reclaim asked for without a queue to enqueue the releases into
-    message = _refusal(AllocatorSettings, _env(SERENITY_SIBLING_RECLAIM="true"))
+    message = _refusal(AllocatorSettings, _local(SERENITY_SIBLING_RECLAIM="true"))
 
     # Then refused, naming what is missing
     assert "QUEUE_URL" in message
@@ -272,13 +277,13 @@ def test_allocator_settings_sibling_reclaim_takes_true_or_false_and_needs_queue(
     # And with the queue it is on; "false" is off; any other spelling is refused, named
     queue = "https://sqs.us-east-1.amazonaws.com/123456789012/serenity.fifo"
     assert AllocatorSettings.from_env(
-        _env(SERENITY_SIBLING_RECLAIM="true", QUEUE_URL=queue)
+        _local(SERENITY_SIBLING_RECLAIM="true", QUEUE_URL=queue)
     ).sibling_reclaim
     assert not AllocatorSettings.from_env(
-        _env(SERENITY_SIBLING_RECLAIM="false", QUEUE_URL=queue)
+        _local(SERENITY_SIBLING_RECLAIM="false", QUEUE_URL=queue)
     ).sibling_reclaim
     for spelling in ("True", "1", "yes"):
-        refusal = _refusal(AllocatorSettings, _env(SERENITY_SIBLING_RECLAIM=spelling))
+        refusal = _refusal(AllocatorSettings, _local(SERENITY_SIBLING_RECLAIM=spelling))
         assert "SERENITY_SIBLING_RECLAIM" in refusal
         assert 'must be "true" or "false"' in refusal
 
@@ -347,3 +352,8 @@ def test_aws_call_budget_is_set_on_its_own() -> None:
     env = _env(**_STATIC_LOCAL, SEMRUSH_TOKEN=SECRET_TOKEN, AWS_CALL_BUDGET_S="4")
     runtime = build_runtime(AllocatorSettings.from_env(env))
     assert runtime.aws_call_budget_s == 4.0
+
+
+def test_allocator_settings_sibling_reclaim_is_refused_in_ims_mode() -> None:
+    env = _env(SERENITY_SIBLING_RECLAIM="true", QUEUE_URL="https://q")
+    assert "not supported in IMS mode" in _refusal(AllocatorSettings, env)

@@ -327,6 +327,12 @@ class AllocatorSettings(CommonSettings):
         ims = self.ims
         if ims is not None and (ims.credentials_table is None or ims.credentials_key_arn is None):
             raise ValueError("IMS mode needs CREDENTIALS_TABLE and CREDENTIALS_KEY_ARN")
+        if ims is not None and self.sibling_reclaim:
+            # Its sibling releases would carry no user's credential record (noCredential).
+            raise ValueError(
+                "SERENITY_SIBLING_RECLAIM=true is not supported in IMS mode: the sibling "
+                "releases it enqueues carry no user's credential"
+            )
         return self
 
 
