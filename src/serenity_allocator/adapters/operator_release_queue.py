@@ -16,6 +16,7 @@ from typing import Literal
 from ..domain.model import Totals
 from ..domain.sweep_errors import SweepReleaseCredentialError
 from .credential_handover import UserCredential
+from .ims_client import ImsClient
 from .sqs_producer import AllocationProducer
 from .token_provider import TokenProvider
 
@@ -28,11 +29,19 @@ class OperatorReleaseQueue:
     Args:
         producer: The producer, with a ``CredentialHandover`` that mints (the emitter pair).
         tokens: The Semrush client's token holder (the batch's session is bound to it).
+        minter: The emitter's IMS client inside that hand-over, bounded by :meth:`limit_time`.
     """
 
-    def __init__(self, producer: AllocationProducer, tokens: TokenProvider) -> None:
+    def __init__(
+        self, producer: AllocationProducer, tokens: TokenProvider, minter: ImsClient
+    ) -> None:
         self._producer = producer
         self._tokens = tokens
+        self._minter = minter
+
+    def limit_time(self, seconds: float | None) -> None:
+        """Bound every later mint (retries and sleeps included) to the invocation's deadline."""
+        self._minter.limit_time(seconds)
 
     def enqueue_release(
         self,

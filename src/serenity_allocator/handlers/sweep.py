@@ -159,9 +159,9 @@ def build_operator_releases(
     store = DynamoDbCredentialStore(
         ims.credentials_table, KmsTokenCipher(ims.credentials_key_arn or "")
     )
-    handover = CredentialHandover(store, ImsClient(ims.host, emitter=emitter))
-    producer = AllocationProducer(settings.queue_url, credentials=handover)
-    return OperatorReleaseQueue(producer, holder)
+    minter = ImsClient(ims.host, emitter=emitter)
+    producer = AllocationProducer(settings.queue_url, credentials=CredentialHandover(store, minter))
+    return OperatorReleaseQueue(producer, holder, minter)
 
 
 def build_sweep_credentials(ims: ImsSettings) -> SweepCredentials:
@@ -291,6 +291,7 @@ def _environment(
     remaining_s = context.get_remaining_time_in_millis() / 1000.0
     budget_s = remaining_s - rt.settings.safety_margin_ms / 1000.0
     limit_gateway_time(rt.gateway, budget_s)
+    limit_gateway_time(rt.enqueuer, budget_s)  # a real run's mints (IMS mode)
     observer = MetricsObserver(recorder)
     run_tokens = None
     if rt.credentials is not None:
