@@ -216,20 +216,13 @@ def create_local_resources(
     key_arn = create_credentials_key(local_client("kms", urls.url("kms")), names, declared)
 
     secrets: SecretsManagerClient = local_client("secretsmanager", urls.url("secretsmanager"))
-    secret_id: str | None = None
-    if token is not None:
-        put_secret(secrets, names.secret_id, token)
-        secret_id = names.secret_id
-    consumer_secret_id: str | None = None
-    if ims_consumer is not None:
-        pair = {key: ims_consumer[key] for key in ("client_id", "client_secret")}
-        put_secret(secrets, names.consumer_secret_id, json.dumps(pair))
-        consumer_secret_id = names.consumer_secret_id
-    emitter_secret_id: str | None = None
-    if ims_emitter is not None:
-        keys = ("client_id", "client_secret", "promise_definition_id")
-        put_secret(secrets, names.emitter_secret_id, json.dumps({k: ims_emitter[k] for k in keys}))
-        emitter_secret_id = names.emitter_secret_id
+    secret_id = _stored(secrets, names.secret_id, token)
+    consumer_secret_id = _stored(
+        secrets, names.consumer_secret_id, _pair_json(ims_consumer, _CONSUMER_KEYS)
+    )
+    emitter_secret_id = _stored(
+        secrets, names.emitter_secret_id, _pair_json(ims_emitter, _EMITTER_KEYS)
+    )
 
     return LocalResources(
         endpoint_url=urls.default,
@@ -249,6 +242,22 @@ def create_local_resources(
         consumer_secret_id=consumer_secret_id,
         emitter_secret_id=emitter_secret_id,
     )
+
+
+_CONSUMER_KEYS = ("client_id", "client_secret")
+_EMITTER_KEYS = ("client_id", "client_secret", "promise_definition_id")
+
+
+def _pair_json(pair: Mapping[str, str] | None, keys: tuple[str, ...]) -> str | None:
+    return None if pair is None else json.dumps({key: pair[key] for key in keys})
+
+
+def _stored(secrets: SecretsManagerClient, name: str, value: str | None) -> str | None:
+    """Store ``value`` as the secret ``name`` and return the name; None (nothing) for None."""
+    if value is None:
+        return None
+    put_secret(secrets, name, value)
+    return name
 
 
 def put_secret(secrets: SecretsManagerClient, name: str, value: str) -> None:
