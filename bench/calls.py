@@ -19,6 +19,7 @@ would not be a win.
 from __future__ import annotations
 
 import random
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,6 +54,13 @@ from .common import (
     note,
     ratio,
     silenced,
+)
+from .credentials import (
+    BenchUsers,
+    MemoryCredentialStore,
+    ims_counts,
+    ims_env,
+    ims_runtime,
 )
 from .fifo import FifoQueue, lambda_event
 
@@ -213,9 +221,14 @@ class RunResult:
     extra_messages: int
     dead_letters: int
     units_conserved: bool
+    ims: dict[str, Any] = field(default_factory=dict)
+    """IMS mode: the IMS calls (:func:`.credentials.ims_counts`); empty in static mode."""
+    seconds: float = 0.0
+    """Wall time of the drive (enqueue, handle, write), for the IMS-over-static difference."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            **self.ims,
             "requests": self.requests,
             "calls": self.calls,
             "calls_per_request": round(self.calls / self.requests, 3),
@@ -283,27 +296,50 @@ def _newly_served(
     ]
 
 
+def _drain_round(
+    sim: SimulatorServer,
+    fifo: FifoQueue,
+    process: Callable[..., set[str]],
+    statuses: dict[str, str],
+    by_id: dict[str, Any],
+) -> int:
+    """Handle batches until the queue is empty; return the services' refused writes."""
+    refused = 0
+    while len(fifo):
+        batch = fifo.receive()
+        done_before = set(statuses)
+        failed = process(batch, statuses)
+        fifo.settle(batch, failed)
+        # Each service writes as soon as its ensure's outcome arrives, i.e. after the batch.
+        refused += _apply_writes(sim, _newly_served(statuses, done_before, by_id))
+    return refused
+
+
 def _drive(
-    workload: Workload, sim: SimulatorServer, fifo: FifoQueue, process: Callable[..., set[str]]
+    workload: Workload,
+    sim: SimulatorServer,
+    fifo: FifoQueue,
+    process: Callable[..., set[str]],
+    users: BenchUsers | None = None,
 ) -> RunResult:
     sim.reset()
     sim.seed(workload.seed)
+    if users is not None:
+        users.add_users(workload.seed)
     units_before = _family_units(sim)
     producer = AllocationProducer(QUEUE_URL, sqs=fifo)  # type: ignore[arg-type]
     by_id = {r.request_id: r for round_ in workload.rounds for r in round_.requests}
+    started = time.monotonic()
     statuses: dict[str, str] = {}
     refused = 0
     for round_ in workload.rounds:
         _halve_usage(sim, round_.halve)
+        if users is not None:
+            users.hand_over(round_.requests)  # each request's promise, before it is sent
         producer.enqueue_many(round_.requests)
-        while len(fifo):
-            batch = fifo.receive()
-            done_before = set(statuses)
-            failed = process(batch, statuses)
-            fifo.settle(batch, failed)
-            # Each service writes as soon as its ensure's outcome arrives, i.e. after the batch.
-            refused += _apply_writes(sim, _newly_served(statuses, done_before, by_id))
+        refused += _drain_round(sim, fifo, process, statuses, by_id)
     calls = sim.calls()
+    ims_calls = sim.ims_calls()
     wanted = set(by_id)
     final = Counter(statuses.get(rid, "no-outcome") for rid in wanted)
     return RunResult(
@@ -316,15 +352,32 @@ def _drive(
         extra_messages=fifo.sent - workload.requests,
         dead_letters=len(fifo.dead_letters),
         units_conserved=_family_units(sim) == units_before,
+        ims={} if users is None else ims_counts(ims_calls, workload.requests),
+        seconds=time.monotonic() - started - (0.0 if users is None else users.mint_seconds),
     )
 
 
 def run_ours(
-    workload: Workload, sim: SimulatorServer, overrides: dict[str, str] | None = None
+    workload: Workload,
+    sim: SimulatorServer,
+    overrides: dict[str, str] | None = None,
+    *,
+    ims: bool = False,
 ) -> RunResult:
-    """The real handler, runtime from build_runtime(AllocatorSettings.from_env(env))."""
-    settings = AllocatorSettings.from_env(allocator_env(sim.origin, **(overrides or {})))
-    runtime = build_runtime(settings)
+    """The real handler, runtime from build_runtime(AllocatorSettings.from_env(env)).
+
+    ``ims``: every request acts as its child's user (:mod:`.credentials`), the runtime IMS
+    mode's over an in-memory credentials table.
+    """
+    users: BenchUsers | None = None
+    if ims:
+        store = MemoryCredentialStore()
+        settings = AllocatorSettings.from_env(ims_env(sim, **(overrides or {})))
+        runtime = ims_runtime(settings, store)
+        users = BenchUsers(sim, store)
+    else:
+        settings = AllocatorSettings.from_env(allocator_env(sim.origin, **(overrides or {})))
+        runtime = build_runtime(settings)
     events = RecordingEvents()
     runtime.outcomes = OutcomePublisher("bench-outcomes", events=events)  # type: ignore[arg-type]
     fifo = FifoQueue(max_receive_count=MAX_RECEIVE_COUNT)
@@ -345,7 +398,11 @@ def run_ours(
         events.outcomes.clear()
         return {f["itemIdentifier"] for f in response["batchItemFailures"]}
 
-    return _drive(workload, sim, fifo, process)
+    try:
+        return _drive(workload, sim, fifo, process, users)
+    finally:
+        if users is not None:
+            users.close()
 
 
 class NaiveAllocator:
@@ -413,6 +470,20 @@ TIGHT_VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
 }
 
 
+def _ims_side(workload: Workload, sim: SimulatorServer, static: RunResult) -> dict[str, Any]:
+    """The workload again with every request acting as its user, beside the static run."""
+    ims = run_ours(workload, sim, ims=True)
+    return {
+        **ims.as_dict(),
+        "semrush_calls_per_request": round(ims.calls / workload.requests, 3),
+        "same_semrush_calls": ims.calls == static.calls,
+        "exchange_ms_per_message": round(
+            (ims.seconds - static.seconds) * 1000.0 / max(1, ims.deliveries), 2
+        ),
+        "ims_over_static_time_x": ratio(ims.seconds, static.seconds),
+    }
+
+
 def measure(sim: SimulatorServer) -> dict[str, Any]:
     """Run every workload on both sides; return the results section."""
     out: dict[str, Any] = {"workloads": {}}
@@ -426,6 +497,7 @@ def measure(sim: SimulatorServer) -> dict[str, Any]:
             "naive": naive.as_dict(),
             "ours": ours.as_dict(),
             "fewer_calls_x": ratio(naive.calls, ours.calls),
+            "ims": _ims_side(workload, sim, ours),
         }
     workload = tight_pool()
     note(f"calls: {workload.key} ({workload.requests} requests, 4 variants)")
@@ -441,6 +513,7 @@ def measure(sim: SimulatorServer) -> dict[str, Any]:
         "ours": default,
         "fewer_calls_x": ratio(naive.calls, default["calls"]),
         "variants": variants,
+        "ims": _ims_side(workload, sim, run_ours(workload, sim)),
     }
     worst = min(w["fewer_calls_x"] or 0 for w in out["workloads"].values())
     out["targets"] = {

@@ -23,6 +23,7 @@ def calls_tables(calls: dict[str, Any]) -> list[str]:
             f"({row['ours']['calls']}) | {row['fewer_calls_x']}x | "
             f"{row['naive']['writes_refused']} | {row['ours']['writes_refused']} | {ops} |"
         )
+    out += ["", *ims_calls_table(w)]
     out += [
         "",
         "Tight pool, rejections side by side (same 30 ensures, same pool):",
@@ -38,6 +39,37 @@ def calls_tables(calls: dict[str, Any]) -> list[str]:
             f"{variant['calls_per_request']} | {ops} | {variant['deliveries']} | "
             f"{variant['extra_messages']} | {variant['dead_letters']} | "
             f"{variant['units_conserved']} |"
+        )
+    return out
+
+
+def ims_calls_table(workloads: dict[str, Any]) -> list[str]:
+    """Per workload, acting as each request's user: IMS calls beside Semrush calls."""
+    out = [
+        "Acting as the user (IMS mode, every request its child's user; the worker exchanges "
+        "first and invalidates at the end). IMS calls/req counts the worker's (exchange, "
+        "invalidate); the services' mints at enqueue are apart. Under IMS a coalesced member "
+        "is admitted by one read of the child under its own token, so bursts make more Semrush "
+        "calls. The added time per message is IMS mode's (exchange, invalidate, admission "
+        "reads; the services' mints left out) over loopback HTTP at latency 0, with the "
+        "credentials table in memory (no DynamoDB or KMS in it): a ratio on this machine, "
+        "never a target.",
+        "",
+        "| workload | Semrush calls/req static | Semrush calls/req IMS | IMS calls/req "
+        "(worker) | IMS calls by op | mints/req (services) | IMS mode adds ms/message | "
+        "IMS/static time |",
+        "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |",
+    ]
+    for row in workloads.values():
+        ims = row.get("ims")
+        if not ims:
+            continue
+        ops = ", ".join(f"{op} {n}" for op, n in sorted(ims["ims_calls_by_op"].items()))
+        out.append(
+            f"| {row['title']} | {row['ours']['calls_per_request']} | "
+            f"{ims['semrush_calls_per_request']} | {ims['ims_calls_per_request']} | {ops} | "
+            f"{ims['mints_per_request']} | {ims['exchange_ms_per_message']} | "
+            f"{ims['ims_over_static_time_x']}x |"
         )
     return out
 

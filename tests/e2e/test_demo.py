@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import secrets
 from pathlib import Path
 
@@ -11,7 +12,8 @@ import pytest
 from serenity_tools.verification import demo
 from serenity_tools.verification.demo import DemoConfig, run_demo
 
-CANARY_TOKEN = "canary-bearer-0123456789abcdef"
+CANARY = "canary-token-"
+"""Every token the run makes (the stack's bearer, IMS access and promise tokens) holds it."""
 
 EXPECTED_CHECKS = (
     "1 conservation",
@@ -19,6 +21,8 @@ EXPECTED_CHECKS = (
     "3 one terminal outcome or DLQ",
     "4 per-child order",
     "5 headroom after ensure",
+    "6 ledger: one terminal record, outcomes equal it",
+    "7 own user's token, members only",
     "DLQ contents",
     "writes after ensure accepted",
     "guarded writes refused only when the pool was short",
@@ -26,14 +30,21 @@ EXPECTED_CHECKS = (
     "broker: FIFO delivery order",
     "tiered workspaces",
     "real-sized pools",
+    "credential outcomes",
+    "no promise token at rest",
+    "sweep token rolled per batch",
 )
 
 
 def test_demo_small_run_passes_every_invariant_without_leaking_the_token(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given a small demo (10 children, 2 consumers) whose stack token is a known canary
-    monkeypatch.setattr(secrets, "token_urlsafe", lambda nbytes=None: CANARY_TOKEN)
+    # Given a small demo (10 children, 2 consumers) whose every token holds a known canary
+    # (the stack's bearer, and the simulator's IMS access and promise tokens), each unique
+    counter = itertools.count()
+    monkeypatch.setattr(
+        secrets, "token_urlsafe", lambda nbytes=None: f"{CANARY}{next(counter):06d}x9f3k2"
+    )
     config = DemoConfig(
         children=10,
         consumers=2,
@@ -60,15 +71,18 @@ def test_demo_small_run_passes_every_invariant_without_leaking_the_token(
         "Semrush calls",
         "Metrics counted",
         "Dead-letter queue",
+        "IMS calls made",
         "Rightsizing sweep",
         "Invariant checks",
     ):
         assert title in report
-    # And the bearer token appears nowhere: not in the report, not in any log or trace
-    assert CANARY_TOKEN not in report
+    # And the run acted as its users: the credential outcomes are in the report
+    assert "accessDenied" in report and "needsReauth" in report and "noCredential" in report
+    # And no token appears anywhere: not in the report, not in any log or trace
+    assert CANARY not in report
     for path in (tmp_path / "demo").rglob("*"):
         if path.is_file():
-            assert CANARY_TOKEN not in path.read_text(encoding="utf-8", errors="replace"), path
+            assert CANARY not in path.read_text(encoding="utf-8", errors="replace"), path
 
 
 def test_demo_config_refuses_sizes_it_cannot_run() -> None:

@@ -20,10 +20,11 @@ from serenity_allocator.adapters.sqs_producer import build_ensure, build_release
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from serenity_allocator.domain.model import Totals
 from serenity_tools import cli
+from serenity_tools.standins.stack import CredentialMode
 from serenity_tools.verification.harness import cli as harness_cli
 from serenity_tools.verification.harness import scenarios
 from serenity_tools.verification.harness.analysis import count_lost_updates
-from serenity_tools.verification.harness.config import FEATURES_ON, HarnessConfig
+from serenity_tools.verification.harness.config import FEATURES_ON, IMS_FEATURES, HarnessConfig
 from serenity_tools.verification.harness.poison import run_poison
 from serenity_tools.verification.harness.poison_bodies import (
     POISON_KINDS,
@@ -56,15 +57,18 @@ def _assert_passed(result: ScenarioResult) -> None:
 
 
 @pytest.mark.harness
-@pytest.mark.parametrize("consumers", [1, 4])
+@pytest.mark.parametrize(("consumers", "credentials"), [(1, "static"), (4, "ims")])
 def test_harness_concurrency_keeps_every_invariant_with_the_allocation_features_on(
-    consumers: int,
+    consumers: int, credentials: CredentialMode
 ) -> None:
-    # Given the CI workload and C consumer processes, with every allocation feature on
+    # Given the CI workload and C consumer processes, with every allocation feature on (under
+    # IMS all but sibling reclaim, whose releases carry no credential record)
     assert FEATURES_ON["SERENITY_SIBLING_RECLAIM"] == "true"
+    assert IMS_FEATURES["SERENITY_SIBLING_RECLAIM"] == "false"
 
-    # When the containers drain it
-    result = run_scenario("concurrency", replace(CI, consumers=consumers))
+    # When the containers drain it, as each request's user under IMS
+    config = replace(CI, consumers=consumers, credentials=credentials)
+    result = run_scenario("concurrency", config)
 
     # Then invariants 1-5, the broker checks and the services' writes all hold
     _assert_passed(result)
@@ -80,10 +84,16 @@ def test_harness_concurrency_keeps_every_invariant_with_the_allocation_features_
     numbers = result.numbers
     assert numbers["HeadroomCheck{unmetered}"] > 0
     assert numbers["TightPoolFallback{saved}"] + numbers["TightPoolFallback{rejected}"] > 0
-    assert numbers["SiblingReclaim{enqueued}"] > 0
-    assert numbers["worker-enqueued releases (reclaim)"] > 0
     assert numbers["serenity.pool.low events"] >= 1
     assert numbers["CoalescedEnsures"] > 0
+    user_tokens = next(c for c in result.checks if c.name.startswith("7 "))
+    if credentials == "static":
+        assert numbers["SiblingReclaim{enqueued}"] > 0
+        assert numbers["worker-enqueued releases (reclaim)"] > 0
+        assert user_tokens.detail == "static-token run: no user tokens to check"
+    else:
+        # Every call under its own request's user, nothing applied for a non-member
+        assert user_tokens.passed and "users, each its own request's" in user_tokens.detail
 
 
 @pytest.mark.harness

@@ -10,7 +10,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from serenity_tools.standins.resources import LocalResourceNames, LocalResources, local_client
+from serenity_tools.standins.resources import (
+    LocalResourceNames,
+    LocalResources,
+    create_local_resources,
+    local_client,
+)
 from serenity_tools.standins.template_resources import LOCAL_QUEUE_OVERRIDES
 from tests.infrastructure._template import load_template
 
@@ -92,3 +97,59 @@ def test_the_local_bus_is_the_template_custom_bus(local_resources: LocalResource
     events = local_client("events", local_resources.endpoint("events"))
     described = events.describe_event_bus(Name=local_resources.bus_name)
     assert described["Name"] == local_resources.bus_name
+
+
+def test_the_local_credentials_table_and_key_are_the_template_ones(
+    local_resources: LocalResources,
+) -> None:
+    # Given the template's credentials table and key
+    template = load_template()["Resources"]
+    properties = template["CredentialsTable"]["Properties"]
+    dynamodb = local_client("dynamodb", local_resources.endpoint("dynamodb"))
+    kms = local_client("kms", local_resources.endpoint("kms"))
+
+    # When what the local endpoint holds is described
+    table = dynamodb.describe_table(TableName=local_resources.credentials_table)["Table"]
+    ttl = dynamodb.describe_time_to_live(TableName=local_resources.credentials_table)[
+        "TimeToLiveDescription"
+    ]
+    key = kms.describe_key(KeyId=local_resources.credentials_key_arn)["KeyMetadata"]
+
+    # Then the table has the template's key, billing mode and TTL attribute
+    assert table["KeySchema"] == properties["KeySchema"]
+    assert table["AttributeDefinitions"] == properties["AttributeDefinitions"]
+    assert table["BillingModeSummary"]["BillingMode"] == properties["BillingMode"]
+    assert ttl == {"AttributeName": "expires_at", "TimeToLiveStatus": "ENABLED"}
+    # And the key is a symmetric encrypt/decrypt key with the template's description
+    assert template["CredentialsKey"]["Type"] == "AWS::KMS::Key"
+    assert key["Description"] == template["CredentialsKey"]["Properties"]["Description"]
+    assert (key["KeyUsage"], key["KeySpec"], key["Enabled"]) == (
+        "ENCRYPT_DECRYPT",
+        "SYMMETRIC_DEFAULT",
+        True,
+    )
+    assert key["Arn"] == local_resources.credentials_key_arn
+
+
+def test_creating_the_local_resources_twice_finds_the_same_credentials_key(
+    aws_env: Any,
+) -> None:
+    # Given resources created once with a consumer pair
+    names = LocalResourceNames().with_suffix()
+    pair = {"client_id": "sim-consumer", "client_secret": "sim-consumer-secret"}
+    first = create_local_resources(aws_env.endpoint_url, names, ims_consumer=pair)
+
+    # When they are created again on the same endpoint (``local up`` twice)
+    second = create_local_resources(aws_env.endpoint_url, names, ims_consumer=pair)
+
+    # Then the key is found again, and the consumer secret holds the pair as JSON
+    assert second.credentials_key_arn == first.credentials_key_arn
+    secrets = local_client("secretsmanager", aws_env.endpoint_url)
+    assert second.consumer_secret_id == names.consumer_secret_id
+    stored = secrets.get_secret_value(SecretId=names.consumer_secret_id)["SecretString"]
+    assert json.loads(stored) == pair
+    assert second.credential_environment() == {
+        "IMS_CONSUMER_SECRET_ID": names.consumer_secret_id,
+        "CREDENTIALS_TABLE": names.credentials_table,
+        "CREDENTIALS_KEY_ARN": first.credentials_key_arn,
+    }

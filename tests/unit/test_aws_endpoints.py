@@ -32,6 +32,7 @@ def test_one_flag_points_every_service_and_a_service_flag_wins() -> None:
         "s3": "http://127.0.0.1:4566",
         "secretsmanager": "http://127.0.0.1:4566",
         "dynamodb": "http://127.0.0.1:5000",
+        "kms": "http://127.0.0.1:4566",
     }
     assert endpoints.moto_services() == ()
 
@@ -50,7 +51,7 @@ def test_service_variables_win_over_the_global_one_and_unset_services_stay_on_mo
         "sqs": "http://127.0.0.1:4566",
         "events": "http://localhost:4566",
     }
-    assert endpoints.moto_services() == ("s3", "secretsmanager", "dynamodb")
+    assert endpoints.moto_services() == ("s3", "secretsmanager", "dynamodb", "kms")
     resolved = endpoints.resolved("http://127.0.0.1:9999")
     assert resolved.url("dynamodb") == "http://127.0.0.1:9999"
     assert resolved.environment() == {

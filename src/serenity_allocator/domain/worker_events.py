@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .messages import AllocationOutcome
-from .observations import AllocationEvent
+from .observations import AllocationEvent, CredentialOutcome
 from .pool_watch import PoolLowWarning
 
 LedgerEventName = Literal[
@@ -136,6 +136,17 @@ class PoolLowNotPublished:
     error: Exception
 
 
+@dataclass(frozen=True)
+class CredentialNotScrubbed:
+    """A terminal request's record kept its token (the scrub failed or did not fit).
+
+    It expires with the record's TTL. ``reason`` is an AWS code or ``outOfTime``.
+    """
+
+    request_id: str
+    reason: str
+
+
 WorkerEvent = (
     AllocationEvent
     | MessageStarted
@@ -152,5 +163,7 @@ WorkerEvent = (
     | OutcomesNotPublished
     | PoolLow
     | PoolLowNotPublished
+    | CredentialOutcome
+    | CredentialNotScrubbed
 )
 """Everything the Allocator reports."""

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-SERVICES = ("sqs", "events", "s3", "secretsmanager", "dynamodb")
+SERVICES = ("sqs", "events", "s3", "secretsmanager", "dynamodb", "kms")
 """The services the local stack creates resources on, as boto3 names them."""
 
 ENV_NAMES = {
@@ -29,6 +29,7 @@ ENV_NAMES = {
     "s3": "AWS_ENDPOINT_URL_S3",
     "secretsmanager": "AWS_ENDPOINT_URL_SECRETS_MANAGER",
     "dynamodb": "AWS_ENDPOINT_URL_DYNAMODB",
+    "kms": "AWS_ENDPOINT_URL_KMS",
 }
 """botocore's service-specific endpoint variables (the service id, upper case, ``_`` for space)."""
 GLOBAL_ENV_NAME = "AWS_ENDPOINT_URL"

@@ -1,10 +1,12 @@
 """Create, on a local AWS endpoint (moto, or any one given), the resources template.yaml declares.
 
 The allocation FIFO queue with a redrive policy to its FIFO DLQ, the sweep checkpoint bucket,
-the outcome event bus, the request ledger table and, when a token is given, the Semrush token
-secret. The queue, DLQ and table settings are read from template.yaml
-(:mod:`.template_resources`: deduplication scope per message group, throughput per group, the
-redrive policy, the ledger's key and TTL); only the named local overrides differ. Creating is
+the outcome event bus, the request ledger table, the credentials table and its KMS key (where
+producers write a request's encrypted promise token), when given the IMS consumer pair its
+Secrets Manager secret, and, when a token is given, the static Semrush token's secret. The
+queue, DLQ, table and key settings are read from template.yaml (:mod:`.template_resources`:
+deduplication scope per message group, throughput per group, the redrive policy, the tables'
+keys and TTLs, the key's usage); only the named local overrides differ. Creating is
 idempotent, so ``local up`` can run twice against the same server.
 
 This is local tooling on a known local endpoint, so ``endpoint_url`` is passed explicitly here
@@ -13,15 +15,21 @@ This is local tooling on a known local endpoint, so ``endpoint_url`` is passed e
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from serenity_tools.standins.aws_endpoints import ServiceEndpoints
-from serenity_tools.standins.template_resources import TemplateResources, template_resources
+from serenity_tools.standins.template_resources import (
+    TableSpec,
+    TemplateResources,
+    template_resources,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -43,6 +51,9 @@ class LocalResourceNames:
     bus: str = "serenity-allocator-local-outcomes"
     ledger_table: str = "serenity-allocator-local-request-ledger"
     secret_id: str = "serenity-allocator/local/semrush-token"  # noqa: S105 - a name, not a secret
+    credentials_table: str = "serenity-allocator-local-credentials"
+    consumer_secret_id: str = "serenity-allocator/local/ims-consumer"  # noqa: S105 - a name
+    emitter_secret_id: str = "serenity-allocator/local/ims-emitter"  # noqa: S105 - a name
     max_receive_count: int = 5
     visibility_timeout_s: int = 30
     """Short locally, so a failed message comes back within a demo's patience."""
@@ -62,6 +73,9 @@ class LocalResourceNames:
             bus=f"{self.bus}-{tag}",
             ledger_table=f"{self.ledger_table}-{tag}",
             secret_id=f"{self.secret_id}-{tag}",
+            credentials_table=f"{self.credentials_table}-{tag}",
+            consumer_secret_id=f"{self.consumer_secret_id}-{tag}",
+            emitter_secret_id=f"{self.emitter_secret_id}-{tag}",
         )
 
 
@@ -82,6 +96,13 @@ class LocalResources:
     visibility_timeout_s: int
     endpoints: ServiceEndpoints | None = None
     """Each service's endpoint (None: every one is ``endpoint_url``)."""
+    credentials_table: str = ""
+    credentials_key_arn: str = ""
+    consumer_secret_id: str | None = None
+    """The IMS consumer pair's secret (JSON ``{"client_id", "client_secret"}``), when made."""
+    emitter_secret_id: str | None = None
+    """The IMS emitter pair's secret (JSON ``{"client_id", "client_secret",
+    "promise_definition_id"}``: the Sweep mints its releases' promises with it), when made."""
 
     def endpoint(self, service: str) -> str:
         """The endpoint of one service (``sqs``, ``events``, ``s3``, ...)."""
@@ -99,8 +120,22 @@ class LocalResources:
             "SWEEP_BUCKET": self.bucket,
             "REQUEST_LEDGER_TABLE": self.ledger_table,
         }
-        if self.secret_id is not None:
-            env["SEMRUSH_TOKEN_SECRET_ID"] = self.secret_id
+        # No SEMRUSH_TOKEN_SECRET_ID: the fleet-wide token is gone (the settings refuse it);
+        # local runs use SEMRUSH_TOKEN (loopback) or IMS mode against the simulator.
+        return env
+
+    def credential_environment(self) -> dict[str, str]:
+        """The IMS-mode variables naming these resources (the IMS origin comes on top)."""
+        if not self.credentials_table or self.consumer_secret_id is None:
+            raise RuntimeError("these resources have no credentials table or consumer secret")
+        env = {
+            "IMS_CONSUMER_SECRET_ID": self.consumer_secret_id,
+            "CREDENTIALS_TABLE": self.credentials_table,
+            "CREDENTIALS_KEY_ARN": self.credentials_key_arn,
+        }
+        if self.emitter_secret_id is not None:
+            # The Sweep's releases carry its operator's authority: it mints one per release.
+            env["IMS_EMITTER_SECRET_ID"] = self.emitter_secret_id
         return env
 
 
@@ -124,14 +159,20 @@ def create_local_resources(
     names: LocalResourceNames,
     *,
     token: str | None = None,
+    ims_consumer: Mapping[str, str] | None = None,
+    ims_emitter: Mapping[str, str] | None = None,
     template: TemplateResources | None = None,
 ) -> LocalResources:
-    """Create (or find) the queue, DLQ, bucket, bus, ledger table and, with ``token``, the secret.
+    """Create (or find) the queues, bucket, bus, tables, credentials key and secrets.
 
     Args:
         endpoints: The local AWS endpoint (a moto server), or one per service.
         names: The resource names and queue settings.
         token: The Semrush token to store in the secret; no secret when absent.
+        ims_consumer: The IMS consumer pair (``{"client_id", "client_secret"}``) to store in
+            the consumer secret; no consumer secret when absent.
+        ims_emitter: The IMS emitter pair (with its ``promise_definition_id``) to store in the
+            emitter secret; none when absent.
         template: The template's settings (default: template.yaml's).
 
     Returns:
@@ -169,20 +210,19 @@ def create_local_resources(
         if _code(exc) != "ResourceAlreadyExistsException":
             raise
 
-    create_ledger_table(
-        local_client("dynamodb", urls.url("dynamodb")), names.ledger_table, declared
-    )
+    dynamodb: DynamoDBClient = local_client("dynamodb", urls.url("dynamodb"))
+    create_ledger_table(dynamodb, names.ledger_table, declared)
+    create_table(dynamodb, names.credentials_table, declared.credentials_table)
+    key_arn = create_credentials_key(local_client("kms", urls.url("kms")), names, declared)
 
-    secret_id: str | None = None
-    if token is not None:
-        secrets: SecretsManagerClient = local_client("secretsmanager", urls.url("secretsmanager"))
-        try:
-            secrets.create_secret(Name=names.secret_id, SecretString=token)
-        except ClientError as exc:
-            if _code(exc) != "ResourceExistsException":
-                raise
-            secrets.put_secret_value(SecretId=names.secret_id, SecretString=token)
-        secret_id = names.secret_id
+    secrets: SecretsManagerClient = local_client("secretsmanager", urls.url("secretsmanager"))
+    secret_id = _stored(secrets, names.secret_id, token)
+    consumer_secret_id = _stored(
+        secrets, names.consumer_secret_id, _pair_json(ims_consumer, _CONSUMER_KEYS)
+    )
+    emitter_secret_id = _stored(
+        secrets, names.emitter_secret_id, _pair_json(ims_emitter, _EMITTER_KEYS)
+    )
 
     return LocalResources(
         endpoint_url=urls.default,
@@ -197,33 +237,92 @@ def create_local_resources(
         max_receive_count=names.max_receive_count,
         visibility_timeout_s=names.visibility_timeout_s,
         endpoints=urls,
+        credentials_table=names.credentials_table,
+        credentials_key_arn=key_arn,
+        consumer_secret_id=consumer_secret_id,
+        emitter_secret_id=emitter_secret_id,
     )
+
+
+_CONSUMER_KEYS = ("client_id", "client_secret")
+_EMITTER_KEYS = ("client_id", "client_secret", "promise_definition_id")
+
+
+def _pair_json(pair: Mapping[str, str] | None, keys: tuple[str, ...]) -> str | None:
+    return None if pair is None else json.dumps({key: pair[key] for key in keys})
+
+
+def _stored(secrets: SecretsManagerClient, name: str, value: str | None) -> str | None:
+    """Store ``value`` as the secret ``name`` and return the name; None (nothing) for None."""
+    if value is None:
+        return None
+    put_secret(secrets, name, value)
+    return name
+
+
+def put_secret(secrets: SecretsManagerClient, name: str, value: str) -> None:
+    """Create the secret ``name`` holding ``value``, or store ``value`` as its new version."""
+    try:
+        secrets.create_secret(Name=name, SecretString=value)
+    except ClientError as exc:
+        if _code(exc) != "ResourceExistsException":
+            raise
+        secrets.put_secret_value(SecretId=name, SecretString=value)
 
 
 def create_ledger_table(
     dynamodb: DynamoDBClient, table_name: str, template: TemplateResources | None = None
 ) -> None:
     """Create (or find) the request ledger table as the template declares it (keys, TTL)."""
-    declared = template or template_resources()
+    create_table(dynamodb, table_name, (template or template_resources()).ledger_table)
+
+
+def create_table(dynamodb: DynamoDBClient, table_name: str, spec: TableSpec) -> None:
+    """Create (or find) a table with the template's keys, billing mode and TTL."""
     try:
         dynamodb.create_table(
             TableName=table_name,
-            AttributeDefinitions=[dict(a) for a in declared.table_attribute_definitions],  # type: ignore[misc]
-            KeySchema=[dict(k) for k in declared.table_key_schema],  # type: ignore[misc]
-            BillingMode=declared.table_billing_mode,  # type: ignore[arg-type]
+            AttributeDefinitions=[dict(a) for a in spec.attribute_definitions],  # type: ignore[misc]
+            KeySchema=[dict(k) for k in spec.key_schema],  # type: ignore[misc]
+            BillingMode=spec.billing_mode,  # type: ignore[arg-type]
         )
     except ClientError as exc:
         if _code(exc) != "ResourceInUseException":
             raise
         return
-    if declared.table_ttl.get("Enabled"):
+    if spec.ttl.get("Enabled"):
         dynamodb.update_time_to_live(
             TableName=table_name,
             TimeToLiveSpecification={
                 "Enabled": True,
-                "AttributeName": str(declared.table_ttl["AttributeName"]),
+                "AttributeName": str(spec.ttl["AttributeName"]),
             },
         )
+
+
+def create_credentials_key(
+    kms: Any, names: LocalResourceNames, template: TemplateResources | None = None
+) -> str:
+    """Find (by its local alias) or create the credentials key as the template declares it.
+
+    Returns:
+        The key's ARN (``CREDENTIALS_KEY_ARN``).
+    """
+    spec = (template or template_resources()).credentials_key
+    alias = f"alias/{names.credentials_table}"
+    try:
+        return str(kms.describe_key(KeyId=alias)["KeyMetadata"]["Arn"])
+    except ClientError as exc:
+        if _code(exc) != "NotFoundException":
+            raise
+    metadata = kms.create_key(
+        Description=spec.description,
+        KeyUsage=spec.key_usage,
+        KeySpec=spec.key_spec,
+    )["KeyMetadata"]
+    # An alias makes the key findable again, so creating stays idempotent (``local up`` twice).
+    kms.create_alias(AliasName=alias, TargetKeyId=metadata["KeyId"])
+    return str(metadata["Arn"])
 
 
 def _fifo_name(name: str, tag: str) -> str:

@@ -7,7 +7,13 @@
 - The Semrush simulator (a thread of this process; latency and not-ready window configurable).
 - The resources template.yaml declares (:func:`.resources.create_local_resources`): the FIFO
   queue with its redrive policy (maxReceiveCount 5) to the FIFO DLQ, the sweep bucket, the
-  outcome bus and the token secret.
+  outcome bus, the request ledger, the credentials table and its KMS key, the IMS consumer
+  pair's secret (the simulator's pair) and the static token's secret.
+- Two credential modes for the handlers (:meth:`LocalStack.env`): ``"ims"`` (the real path:
+  ``IMS_HOST`` is the simulator, the consumer pair comes from its secret, every request needs
+  a promise token on the credentials table, written by a producer built with
+  :mod:`.identities`) and ``"static"`` (the simulator's static bearer in ``SEMRUSH_TOKEN``;
+  messages need no credential record), the default.
 - An outcome capture: a rule on the bus into a standard SQS queue (moto delivers EventBridge
   targets to SQS synchronously inside PutEvents).
 - Consumer processes on demand (:mod:`.consumer`), one per simulated Lambda container.
@@ -46,7 +52,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
 from serenity_tools.standins.aws_endpoints import (
     AwsEndpoints,
@@ -81,6 +87,8 @@ LOCAL_ENVIRONMENT = "local"
 LOCAL_SAFETY_MARGIN_MS = 250
 _SECRET_ENV_NAMES = frozenset({"SEMRUSH_TOKEN"})
 _T = TypeVar("_T")
+CredentialMode = Literal["static", "ims"]
+"""How the handlers on a local stack get their Semrush authority (see :meth:`LocalStack.env`)."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +129,9 @@ class LocalStack:
         endpoints: AWS endpoints given for some services; moto serves the others (default:
             moto for all). On a given endpoint the resource names get a random suffix, so two
             runs on one emulator never see each other's messages.
+        credentials: ``"static"`` (the simulator's bearer, no credential records) or ``"ims"``
+            (each request's own user, exchanged from its promise token on the credentials
+            table; the real path).
     """
 
     def __init__(
@@ -140,6 +151,7 @@ class LocalStack:
         simulator_port: int = 0,
         token: str | None = None,
         endpoints: AwsEndpoints | None = None,
+        credentials: CredentialMode = "static",
     ) -> None:
         if visibility_timeout_s < 2:
             raise ValueError("visibility_timeout_s must be at least 2 (the function needs 1 s)")
@@ -158,6 +170,7 @@ class LocalStack:
             self.names = self.names.with_suffix()
         self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="serenity-local-"))
         self.fifo_safe_broker = fifo_safe_broker
+        self.credentials: CredentialMode = credentials
         self.region = LOCAL_REGION
         self._host = host
         self._moto_port = moto_port
@@ -196,7 +209,13 @@ class LocalStack:
                     else self.enforcement_lag_ms
                 ),
             )
-            self._resources = create_local_resources(urls, self.names, token=self._token)
+            self._resources = create_local_resources(
+                urls,
+                self.names,
+                token=self._token,
+                ims_consumer=self._simulator.ims_clients()["consumer"],
+                ims_emitter=self._simulator.ims_clients()["emitter"],
+            )
             self._outcomes = _outcome_capture(urls, self._resources.bus_name, self.names.bus)
             self._sqs = local_client("sqs", urls.url("sqs"))
         except BaseException:
@@ -259,6 +278,11 @@ class LocalStack:
         return _started(self._sqs)
 
     @property
+    def static_token(self) -> str:
+        """The simulator's static bearer (the services' own write-gate calls use it)."""
+        return self._token
+
+    @property
     def function_timeout_s(self) -> float:
         """The Lambda context timeout: one second below the visibility timeout."""
         return float(self.visibility_timeout_s - 1)
@@ -274,6 +298,17 @@ class LocalStack:
 
     # -- environment ----------------------------------------------------------------------------
 
+    def credential_env(self) -> dict[str, str]:
+        """The variables of the stack's credential mode.
+
+        ``ims``: the simulator as ``IMS_HOST``, the consumer pair's secret, the credentials
+        table and key. ``static``: the simulator's bearer in ``SEMRUSH_TOKEN`` (loopback only:
+        the settings refuse a plain token with any other base URL).
+        """
+        if self.credentials == "ims":
+            return {"IMS_HOST": self.simulator.origin, **self.resources.credential_environment()}
+        return {"SEMRUSH_TOKEN": self._token}
+
     def env(self, **overrides: str | None) -> dict[str, str]:
         """The exact environment the Allocator and Sweep handlers need on this stack.
 
@@ -283,8 +318,7 @@ class LocalStack:
         resources = self.resources
         env = {
             "SEMRUSH_BASE_URL": self.simulator.origin,
-            # Loopback only: the settings refuse a plain token with any other base URL.
-            "SEMRUSH_TOKEN": self._token,
+            **self.credential_env(),
             "SEMRUSH_TIMEOUT_S": repr(self.semrush_timeout_s),
             # Its own setting since it stopped following SEMRUSH_TIMEOUT_S: a short stand-in
             # function needs short AWS calls too (16 s calls would leave it no time to apply).
@@ -470,6 +504,10 @@ class LocalStack:
             ("request ledger table", resources.ledger_table),
             ("outcome capture queue", self.outcomes.queue_url),
             ("token secret id", resources.secret_id or "-"),
+            ("credentials table", resources.credentials_table),
+            ("credentials key", resources.credentials_key_arn),
+            ("IMS consumer secret", resources.consumer_secret_id or "-"),
+            ("credential mode", self.credentials),
             ("visibility timeout", f"{self.visibility_timeout_s} s"),
             ("function timeout", f"{self.function_timeout_s} s"),
             ("failed record retry", f"{self.retry_delay_s} s" if self.retry_delay_s else "-"),
@@ -615,6 +653,11 @@ def guide_lines(
         f"export REQUEST_LEDGER_TABLE={shlex.quote(resources.ledger_table)}",
         f"export OUTCOME_BUS_NAME={shlex.quote(resources.bus_name)}",
         f"export SIMULATOR_ORIGIN={shlex.quote(simulator_origin)}",
+        "# a request's promise token goes to the credentials table first (docs/credentials.md);",
+        "# IMS is the simulator (users: POST /__ims/users, the emitter pair: GET /__ims/clients):",
+        f"export IMS_HOST={shlex.quote(simulator_origin)}",
+        f"export CREDENTIALS_TABLE={shlex.quote(resources.credentials_table)}",
+        f"export CREDENTIALS_KEY_ARN={shlex.quote(resources.credentials_key_arn)}",
         "# the simulator's bearer (every route but /__*; pass --token to choose it):",
         f"#   aws --endpoint-url {secrets} secretsmanager get-secret-value "
         f"--secret-id {resources.secret_id or '-'} --query SecretString --output text",
@@ -652,6 +695,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="the bearer the simulator accepts (default: a random one, kept in the moto secret)",
     )
+    parser.add_argument(
+        "--credentials",
+        choices=["static", "ims"],
+        default="static",
+        help="the consumers' authority: the static bearer (default), or each request's own "
+        "user from its promise token on the credentials table (the real path)",
+    )
     add_endpoint_flag(parser)
 
 
@@ -672,6 +722,7 @@ def run(args: argparse.Namespace) -> int:
         simulator_port=args.simulator_port,
         token=args.token,
         endpoints=endpoints_from_args(args),
+        credentials=args.credentials,
     ) as stack:
         pool = stack.start_consumers(args.consumers) if args.consumers > 0 else None
         if threading.current_thread() is threading.main_thread():

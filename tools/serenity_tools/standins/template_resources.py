@@ -1,4 +1,4 @@
-"""What template.yaml declares for the queue, the DLQ, the ledger table and the bus, as API input.
+"""What template.yaml declares for the queues, tables, bus and credentials key, as API input.
 
 The local stack creates its resources from these (one source of truth): a setting added to the
 template reaches every local run, and ``tests/infrastructure/test_local_resources_mirror.py``
@@ -26,6 +26,8 @@ TEMPLATE_PATH = Path(__file__).resolve().parents[3] / "template.yaml"
 QUEUE_ID = "AllocationQueue"
 DLQ_ID = "AllocationDeadLetterQueue"
 LEDGER_TABLE_ID = "RequestLedgerTable"
+CREDENTIALS_TABLE_ID = "CredentialsTable"
+CREDENTIALS_KEY_ID = "CredentialsKey"
 BUS_ID = "OutcomeBus"
 
 _QUEUE_ATTRIBUTES = (
@@ -48,6 +50,26 @@ class TemplateMirrorError(Exception):
 
 
 @dataclass(frozen=True)
+class TableSpec:
+    """A DynamoDB table's CreateTable input and TTL, as the template declares them."""
+
+    key_schema: tuple[Mapping[str, str], ...]
+    attribute_definitions: tuple[Mapping[str, str], ...]
+    billing_mode: str
+    ttl: Mapping[str, Any]
+    """``{"AttributeName": ..., "Enabled": ...}``."""
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    """The credentials key's CreateKey input (key policy and rotation are AWS-side only)."""
+
+    description: str
+    key_usage: str
+    key_spec: str
+
+
+@dataclass(frozen=True)
 class TemplateResources:
     """The template's queue, DLQ, table and bus settings, in the shape the APIs take."""
 
@@ -60,6 +82,18 @@ class TemplateResources:
     table_billing_mode: str
     table_ttl: Mapping[str, Any]
     """``{"AttributeName": ..., "Enabled": ...}``."""
+    credentials_table: TableSpec
+    credentials_key: KeySpec
+
+    @property
+    def ledger_table(self) -> TableSpec:
+        """The request ledger table's settings as a :class:`TableSpec`."""
+        return TableSpec(
+            self.table_key_schema,
+            self.table_attribute_definitions,
+            self.table_billing_mode,
+            self.table_ttl,
+        )
 
     def queue_create_attributes(
         self, dlq_arn: str, *, visibility_timeout_s: int, max_receive_count: int
@@ -108,24 +142,47 @@ def _max_receive_count(template: Mapping[str, Any], redrive: Mapping[str, Any]) 
     return count
 
 
+def _table_spec(table: Mapping[str, Any]) -> TableSpec:
+    ttl = table.get("TimeToLiveSpecification") or {}
+    return TableSpec(
+        key_schema=tuple(table["KeySchema"]),
+        attribute_definitions=tuple(table["AttributeDefinitions"]),
+        billing_mode=str(table["BillingMode"]),
+        ttl={"AttributeName": ttl.get("AttributeName"), "Enabled": ttl.get("Enabled")},
+    )
+
+
+def _key_spec(key: Mapping[str, Any]) -> KeySpec:
+    # KMS's defaults where the template leaves them out: a symmetric encrypt/decrypt key.
+    return KeySpec(
+        description=str(key.get("Description", "")),
+        key_usage=str(key.get("KeyUsage", "ENCRYPT_DECRYPT")),
+        key_spec=str(key.get("KeySpec", "SYMMETRIC_DEFAULT")),
+    )
+
+
 def read_template_resources(template: Mapping[str, Any]) -> TemplateResources:
     """The settings of a parsed template (long-form intrinsics, :func:`.invoke.load_template`)."""
     queue = _resource(template, QUEUE_ID, "AWS::SQS::Queue")
     dlq = _resource(template, DLQ_ID, "AWS::SQS::Queue")
     table = _resource(template, LEDGER_TABLE_ID, "AWS::DynamoDB::Table")
+    credentials = _resource(template, CREDENTIALS_TABLE_ID, "AWS::DynamoDB::Table")
+    key = _resource(template, CREDENTIALS_KEY_ID, "AWS::KMS::Key")
     _resource(template, BUS_ID, "AWS::Events::EventBus")
     redrive = queue.get("RedrivePolicy") or {}
     if redrive.get("deadLetterTargetArn") != {"Fn::GetAtt": [DLQ_ID, "Arn"]}:
         raise TemplateMirrorError(f"{QUEUE_ID}.RedrivePolicy does not target {DLQ_ID}")
-    ttl = table.get("TimeToLiveSpecification") or {}
+    ledger = _table_spec(table)
     return TemplateResources(
         queue_attributes=_queue_attributes(queue),
         max_receive_count=_max_receive_count(template, redrive),
         dlq_attributes=_queue_attributes(dlq),
-        table_key_schema=tuple(table["KeySchema"]),
-        table_attribute_definitions=tuple(table["AttributeDefinitions"]),
-        table_billing_mode=str(table["BillingMode"]),
-        table_ttl={"AttributeName": ttl.get("AttributeName"), "Enabled": ttl.get("Enabled")},
+        table_key_schema=ledger.key_schema,
+        table_attribute_definitions=ledger.attribute_definitions,
+        table_billing_mode=ledger.billing_mode,
+        table_ttl=ledger.ttl,
+        credentials_table=_table_spec(credentials),
+        credentials_key=_key_spec(key),
     )
 
 

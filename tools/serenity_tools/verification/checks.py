@@ -25,6 +25,8 @@ from typing import Any
 from serenity_allocator.domain.ledger import LedgerEntry
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from serenity_tools.standins.stack import DeadLetter
+from serenity_tools.verification.identity import NAME as IDENTITY_NAME
+from serenity_tools.verification.identity import IdentityRecord, check_user_tokens
 from serenity_tools.verification.invariants import (
     InvariantResult,
     check_bounds,
@@ -92,6 +94,10 @@ class RunRecord:
     """The request ledger table at the end, by request id (None: the run had no ledger)."""
     publish_failures: Mapping[str, str] = field(default_factory=dict)
     """Request id -> the PutEvents failure the worker logged (:func:`.replays.publish_failures`)."""
+    identity: IdentityRecord | None = None
+    """Whose each request is and who is a member of what (None: a static-token run)."""
+    sibling_reclaim: bool = False
+    """Sibling reclaim was on (a parked ensure may read its pool's other children)."""
 
     @cached_property
     def replays(self) -> ReplayCauses:
@@ -179,6 +185,22 @@ def ledger_records(run: RunRecord) -> InvariantResult:
     return check_ledger(run.requests, run.outcomes, run.ledger, run.dead_lettered)
 
 
+def user_tokens(run: RunRecord) -> InvariantResult:
+    """7. Every call of a request under its own user's token; applied for members only."""
+    if run.identity is None:
+        return InvariantResult(IDENTITY_NAME, True, "static-token run: no user tokens to check")
+    return check_user_tokens(
+        run.calls,
+        run.events,
+        run.requests,
+        run.outcomes,
+        run.before,
+        run.identity,
+        visibility_timeout_s=run.visibility_timeout_s,
+        siblings=run.sibling_reclaim,
+    )
+
+
 def group_exclusivity(run: RunRecord) -> InvariantResult:
     """BROKER: no message group held by two consumers at once."""
     return check_group_exclusivity(run.events, run.visibility_timeout_s)
@@ -242,8 +264,9 @@ CORE_CHECKS: tuple[Check, ...] = (
     order,
     headroom,
     ledger_records,
+    user_tokens,
 )
-"""Invariants 1-6."""
+"""Invariants 1-7."""
 
 BROKER_CHECKS: tuple[Check, ...] = (group_exclusivity, fifo_delivery)
 """What the broker must do for the invariants to mean anything."""

@@ -1,23 +1,34 @@
 """``serenity-allocator demo`` (``make demo``): the whole system on the local stack, checked.
 
-1. Start the local stack (moto in its own process, the Semrush simulator, the template's
-   resources, an outcome capture) and seed an org pool with a few dozen children: some
-   over-carved the old way, some tight (used == total), two with drafts, one zombie stuck
-   ``not ready``, one near its brand ceiling, one about to ask for more than the pool has.
-2. Start C consumer processes (each a stand-in for a Lambda container), then let several
-   producer threads enqueue a burst of ensures and releases through the real producer
-   (one coalescable burst of ensures for one child; releases between ensures for others) and
-   one malformed message from a "legacy" sender. The consumers drain it through the real
-   handler.
+1. Start the local stack in IMS mode (moto in its own process, the Semrush simulator serving
+   IMS too, the template's resources with the credentials table and its KMS key, an outcome
+   capture) and seed an org pool with a few dozen children: some over-carved the old way, some
+   tight (used == total), two with drafts, one zombie stuck ``not ready``, one near its brand
+   ceiling, one about to ask for more than the pool has. Every child's service acts for its
+   own IMS user (a member of the child and the pool; the burst child has two), an operator
+   is a member of all (:mod:`.credential_story`).
+2. Start C consumer processes (each a stand-in for a Lambda container running the Allocator
+   in IMS mode), then let several producer threads enqueue a burst of ensures and releases
+   through the real producer, each with its user's access token (the producer mints the
+   promise token and writes it, encrypted, to the credentials table before sending): one
+   coalescable burst of ensures for one child, from two users; releases between ensures for
+   others. Beside them: one malformed message from a "legacy" sender, and the three requests
+   the credential model refuses (an intruder asking for a child it is not a member of:
+   ``accessDenied``, nothing applied; a revoked promise: ``needsReauth``; no record:
+   ``noCredential``). The consumers drain it through the real handler, each request
+   exchanging its promise first and calling Semrush with its own user's token.
 3. The services make the writes their ensures prepared for on the simulator's write gate, the
    way the README tells them to: one ``WriteGuard`` per request, front the ensure, wrap the
    write. The gate refuses a write past the total with the disguised 405 and enforces a top-up
    ``enforcement_lag_ms`` late (shortened from the upstream's ~9 s, never 0), so some writes
    need a retry; the report says how many and how long they waited.
 4. Run the Sweep handler (in this process, like a Lambda invocation) as a dry run, then for
-   real, and drain the releases it enqueued.
+   real, in batches of 10, each run on the one promise token the operator put on its claim
+   (rolled at every batch, invalidated at the end); drain the releases it enqueued (each with
+   a promise the Sweep minted from the operator's token and wrote to the credentials table).
 5. Print the pool and the changed children before and after, the outcomes by kind and status,
-   the Semrush calls made, the metrics counted from the EMF output, the DLQ, and the invariant
+   the Semrush and IMS calls made, the metrics counted from the EMF output, the DLQ, and the
+   invariant
    checks with PASS/FAIL (:data:`.checks.DEMO_CHECKS`), and the replays the traces explain (a
    consumer killed by a crash or its function timeout: reported, not a failure). Exit 1 if any
    check fails.
@@ -41,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from serenity_allocator.adapters.s3_checkpoint_store import S3CheckpointStore
 from serenity_allocator.adapters.sqs_producer import AllocationProducer, build_ensure, build_release
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest
 from serenity_allocator.domain.model import DEFAULT_BLOCKS
@@ -51,16 +63,36 @@ from serenity_tools.standins.aws_endpoints import (
     endpoints_from_args,
 )
 from serenity_tools.standins.consumer_pool import ConsumerPool
+from serenity_tools.standins.identities import LocalIdentities, UserProducer, keep_ims_calls
 from serenity_tools.standins.lambda_context import LocalLambdaContext
 from serenity_tools.standins.stack import DEFAULT_VISIBILITY_TIMEOUT_S, LocalStack
 from serenity_tools.standins.traces import read_trace_events, summarize_traces
 from serenity_tools.verification.checks import DEMO_CHECKS, RunRecord, explained_lines, run_checks
+from serenity_tools.verification.credential_story import (
+    OPERATOR,
+    Refusals,
+    add_brand_users,
+    add_operator,
+    burst_users,
+    check_refusals,
+    check_scrubbed,
+    check_sweep_rolled,
+    credential_items,
+    hand_run_token,
+    not_scrubbed_records,
+    run_claim,
+    send_refusals,
+    user_of,
+)
+from serenity_tools.verification.emf import MetricKey, MetricTotal, count_metrics_in_files
+from serenity_tools.verification.identity import ActorWindow, IdentityRecord
 from serenity_tools.verification.invariants import InvariantResult, workspaces_by_id
 from serenity_tools.verification.ledger_check import read_ledger_table
 from serenity_tools.verification.replays import explained_table, publish_failures
 from serenity_tools.verification.reports import (
     calls_table,
     dlq_table,
+    ims_table,
     invariants_table,
     metrics_table,
     outcomes_table,
@@ -93,6 +125,13 @@ _MAX_SWEEP_INVOCATIONS = 200
 _SPECIAL_KINDS = ("zombie", "ceiling", "burst", "greedy", "drafts", "drafts")
 _COMMON_KINDS = ("over", "tight", "over", "idle", "over", "tight")
 _BURST_SIZE = 8
+STORY_DENIED = "story-denied"
+"""A tight child the intruder asks for without being a member of it (``accessDenied``)."""
+STORY_IDLE = ("story-intruder", "story-lapsed", "story-legacy")
+"""The intruder's own child, the lapsed user's, the legacy sender's (no other request)."""
+STORY_CHILDREN = dict.fromkeys((STORY_DENIED, *STORY_IDLE), "tight")
+"""Children of the credential story, seeded beside the planned ones (no plans of their own;
+tight, so the sweep leaves them as they are and any change would be a refused request's)."""
 SERVICES_LOG = "services.stdout.log"
 """The services' own EMF output (QuotaRetryOutcome from their write guards), in the work dir."""
 
@@ -214,27 +253,39 @@ def plan_requests(kinds: Mapping[str, str], rng: random.Random) -> dict[str, lis
 
 
 def _send_interleaved(
-    producer: AllocationProducer,
+    producer: UserProducer,
     plans: Mapping[str, Sequence[Request]],
     burst_children: frozenset[str],
 ) -> list[Request]:
-    """One service instance: send its children's requests, interleaved, each child in order."""
+    """One service instance: send its children's requests, interleaved, each child in order.
+
+    Each request goes with its child's user's credential (the producer mints the promise token
+    and writes the record before sending).
+    """
     queues = {child: list(requests) for child, requests in plans.items()}
     sent: list[Request] = []
     while any(queues.values()):
         for child, pending in queues.items():
             if not pending:
                 continue
-            # A burst goes as one SendMessageBatch: it lands together and can coalesce.
-            chunk = list(pending) if child in burst_children else [pending[0]]
-            producer.enqueue_many(chunk)
+            if child in burst_children:
+                # A burst goes as one SendMessageBatch: it lands together and can coalesce.
+                chunk = list(pending)
+                producer.enqueue_many(chunk, burst_users(chunk))
+            else:
+                chunk = [pending[0]]
+                producer.enqueue(chunk[0], user_of(child))
             sent.extend(chunk)
             del pending[: len(chunk)]
     return sent
 
 
 def produce(
-    stack: LocalStack, plans: Mapping[str, Sequence[Request]], kinds: Mapping[str, str], count: int
+    stack: LocalStack,
+    identities: LocalIdentities,
+    plans: Mapping[str, Sequence[Request]],
+    kinds: Mapping[str, str],
+    count: int,
 ) -> list[Request]:
     """Enqueue every plan from ``count`` producer threads; return what was sent.
 
@@ -243,9 +294,7 @@ def produce(
     children = list(plans)
     bursts = frozenset(c for c in children if kinds[c] == "burst")
     # Clients are built here, not in the threads: boto3's default session is not thread-safe.
-    producers = [
-        AllocationProducer(stack.resources.queue_url, stack.client("sqs")) for _ in range(count)
-    ]
+    producers = [identities.producer(stack.client("sqs")) for _ in range(count)]
     with ThreadPoolExecutor(max_workers=count, thread_name_prefix="producer") as executor:
         futures = [
             executor.submit(
@@ -288,20 +337,39 @@ def handler_output_to(path: Path) -> Iterator[None]:
 
 
 def run_sweep(
-    stack: LocalStack, payload: Mapping[str, Any], log_path: Path
+    stack: LocalStack,
+    identities: LocalIdentities,
+    payload: Mapping[str, Any],
+    log_path: Path,
 ) -> list[dict[str, Any]]:
-    """Invoke the Sweep handler in this process until the run is done; return each result."""
-    from serenity_allocator.handlers.sweep import lambda_handler
+    """Invoke the Sweep handler in this process until the run is done; return each result.
+
+    As ``serenity-allocator sweep`` does, the operator's promise token is put on the run's
+    claim before its first batch; every batch exchanges it (and stores the rolled one) first.
+    """
+    from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher
+    from serenity_allocator.handlers.settings import SweepSettings
+    from serenity_allocator.handlers.sweep import build_sweep_runtime, lambda_handler, new_run_id
 
     results: list[dict[str, Any]] = []
-    event = dict(payload)
-    with stack.activated(), handler_output_to(log_path):
+    run_id = new_run_id()
+    event = {**payload, "run_id": run_id}
+    with stack.activated() as env, handler_output_to(log_path):
+        # The Sweep's own runtime: in IMS mode its releases go through the producer's
+        # hand-over, each minted from the batch's (the operator's) access token.
+        runtime = build_sweep_runtime(SweepSettings.from_env(env))
+        hand_run_token(
+            identities,
+            S3CheckpointStore(stack.resources.bucket),
+            KmsTokenCipher(stack.resources.credentials_key_arn),
+            run_id,
+        )
         for _ in range(_MAX_SWEEP_INVOCATIONS):
-            result = lambda_handler(event, LocalLambdaContext(SWEEP_FUNCTION, SWEEP_TIMEOUT_S))
+            context = LocalLambdaContext(SWEEP_FUNCTION, SWEEP_TIMEOUT_S)
+            result = lambda_handler(event, context, runtime)
             results.append(result)
             if result["done"] or result["aborted"]:
                 break
-            event["run_id"] = result["run_id"]
     return results
 
 
@@ -355,38 +423,54 @@ class _Drained:
     real: list[dict[str, Any]]
     sweep_log: Path
     beside: tuple[InvariantResult, ...]
-    """The tiered and real-sized families' checks (outcomes, the flat-prompts counter)."""
+    """The tiered and real-sized families' checks (outcomes, the flat-prompts counter), the
+    credential outcomes and the scrubbed credentials table."""
+    ims_calls: list[dict[str, Any]] = field(default_factory=list)
+    """The simulator's IMS call log (mint, exchange, invalidate)."""
 
 
 def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say: Any) -> _Drained:
     """Seed, enqueue, drain, write, sweep, drain again; record what the run left behind."""
     rng = random.Random(config.seed)
-    kinds = plan_children(config, rng)
-    stack.simulator.seed([*seed_workspaces(kinds, rng), *tiered_family(), *real_sized_family()])
+    planned = plan_children(config, rng)
+    kinds = {**planned, **STORY_CHILDREN}
+    seeded = [*seed_workspaces(kinds, rng), *tiered_family(), *real_sized_family()]
+    stack.simulator.seed(seeded)
     stack.simulator.faults(
         stuck=[c for c, k in kinds.items() if k == "zombie"],
         enforcement_lag_ms=config.enforcement_lag_ms,
     )
     before = workspaces_by_id(stack.simulator.dump()["workspaces"])
-    clock.lap("stack up + seed")
+    identities = _users(stack, seeded, planned, kinds)
+    clock.lap("stack up + seed (+ IMS users)")
 
     say(f"starting {config.consumers} consumer processes (Lambda containers) ...")
     pool = stack.start_consumers(config.consumers)
     clock.lap("consumers ready")
 
-    plans = plan_requests(kinds, rng)
+    plans = plan_requests(planned, rng)
     say(
         f"{config.producers} producers enqueue {sum(map(len, plans.values()))} requests "
-        f"for {len(plans)} children (+1 malformed message) ..."
+        f"for {len(plans)} children, each with its user's promise token (+1 malformed "
+        "message, +3 the credential model refuses) ..."
     )
     send_malformed(stack)
-    requests = produce(stack, plans, kinds, config.producers)
+    requests = produce(stack, identities, plans, planned, config.producers)
     tiered, real_sized = tiered_requests(), real_sized_requests()
-    beside = AllocationProducer(stack.resources.queue_url, stack.sqs)
+    beside = identities.producer(stack.sqs)
     for request, _ in [*tiered, *real_sized]:
-        beside.enqueue(request)
+        beside.enqueue(request, user_of(request.workspace_id))
     requests += [request for request, _ in [*tiered, *real_sized]]
-    clock.lap("enqueue")
+    refusals = send_refusals(
+        identities,
+        beside,
+        AllocationProducer(stack.resources.queue_url, stack.sqs),
+        master=MASTER_ID,
+        denied_child=STORY_DENIED,
+        idle_children=STORY_IDLE,
+    )
+    requests += refusals.all
+    clock.lap("enqueue (mint + record + send)")
     drained = pool.wait_drained(stack.queue_depth, timeout_s=config.drain_timeout_s)
     clock.lap("drain")
     # The services' QuotaRetryOutcome EMF goes to their own log, counted in the report.
@@ -400,6 +484,7 @@ def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say:
             recorder=EmfQuotaRetryRecorder(
                 "local", service="demo-services", emit=lambda line: print(line, file=services_log)
             ),
+            identities=identities,
         )
     requests += guard_requests
     say(summarize_writes(guarded).line())
@@ -408,10 +493,15 @@ def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say:
 
     say("sweep: dry run, then a real run ...")
     sweep_log = stack.work_dir / "sweep.stdout.log"
-    payload = {"parent_workspace_ids": [MASTER_ID], "rate_limit_ms": 0, "batch_size": 25}
-    dry = run_sweep(stack, {**payload, "dry_run": True}, sweep_log)
-    real = run_sweep(stack, {**payload, "dry_run": False}, sweep_log)
-    requests += sweep_releases(real)
+    # Batches of 10: each run takes several, all on the one promise the operator handed over.
+    payload = {"parent_workspace_ids": [MASTER_ID], "rate_limit_ms": 0, "batch_size": 10}
+    sweep_started = time.monotonic()
+    dry = run_sweep(stack, identities, {**payload, "dry_run": True}, sweep_log)
+    real = run_sweep(stack, identities, {**payload, "dry_run": False}, sweep_log)
+    sweep_window = ActorWindow(OPERATOR, sweep_started, time.monotonic())
+    released = sweep_releases(real)
+    identities.own([release.request_id for release in released], OPERATOR)
+    requests += released
     clock.lap("sweep (dry + real)")
     drained = pool.wait_drained(stack.queue_depth, timeout_s=config.drain_timeout_s) and drained
     clock.lap("drain sweep releases")
@@ -432,18 +522,73 @@ def _drain_everything(config: DemoConfig, stack: LocalStack, clock: _Clock, say:
         expected_dead=frozenset(
             r.request_id for r in requests if kinds.get(r.workspace_id) == "zombie"
         ),
-        expected_invalid=1,
+        # The malformed message, and the two refusals dead-lettered with their reason.
+        expected_invalid=1 + len(refusals.dead_lettered),
         writes=as_metered_writes(guarded),
         guarded_writes=guarded,
         drained=drained,
         ledger=read_ledger_table(stack.resources),
         publish_failures=publish_failures(pool.stdout_paths),
+        identity=IdentityRecord(identities.owners, identities.memberships, (sweep_window,)),
     )
     checks = (
         check_tiered(tiered, record.outcomes, dump),
         check_real_sized(real_sized, record.outcomes),
+        *_credential_checks(stack, pool, record, refusals, [dry, real], sweep_log),
     )
-    return _Drained(record, kinds, pool, dry, real, sweep_log, checks)
+    ims_calls = stack.simulator.ims_calls()
+    keep_ims_calls(stack.work_dir, ims_calls)
+    return _Drained(record, kinds, pool, dry, real, sweep_log, checks, ims_calls)
+
+
+def _users(
+    stack: LocalStack,
+    seeded: Sequence[Mapping[str, Any]],
+    planned: Mapping[str, str],
+    kinds: Mapping[str, str],
+) -> LocalIdentities:
+    """The run's IMS users: one per child's service (two for the burst child), the operator.
+
+    The story's refused requests bring their own users (:func:`.credential_story.send_refusals`).
+    """
+    identities = LocalIdentities(stack)
+    bursts = [child for child, kind in planned.items() if kind == "burst"]
+    add_brand_users(identities, seeded, two_users=bursts)
+    add_operator(identities, MASTER_ID, list(kinds))
+    return identities
+
+
+def _credential_checks(
+    stack: LocalStack,
+    pool: ConsumerPool,
+    record: RunRecord,
+    refusals: Refusals,
+    sweeps: Sequence[Sequence[Mapping[str, Any]]],
+    sweep_log: Path,
+) -> tuple[InvariantResult, ...]:
+    """The refused requests, no token at rest, and each sweep run's rolled token."""
+    claims = S3CheckpointStore(stack.resources.bucket, s3=stack.client("s3"))
+    run_claims = [
+        run_claim(claims, results[0]["run_id"]) if results else None for results in sweeps
+    ]
+    return (
+        check_refusals(refusals, record.outcomes, record.before, record.after, record.letters),
+        check_scrubbed(
+            credential_items(stack.client("dynamodb"), stack.resources.credentials_table),
+            not_scrubbed_records(pool.stdout_paths),
+        ),
+        check_sweep_rolled(
+            sweeps,
+            _credential_count(count_metrics_in_files([sweep_log]), "exchanged"),
+            run_claims,
+        ),
+    )
+
+
+def _credential_count(metrics: Mapping[MetricKey, MetricTotal], outcome: str) -> int:
+    """The ``CredentialOutcome{Outcome=outcome}`` count in ``metrics``."""
+    total = metrics.get(MetricKey("CredentialOutcome", "Outcome", outcome))
+    return int(total.total) if total is not None else 0
 
 
 def _consumers_table(run: _Drained) -> str:
@@ -468,6 +613,7 @@ def _report(run: _Drained, results: Sequence[InvariantResult], clock: _Clock) ->
         outcomes_table(record.outcomes),
         sweep_table(run.dry, run.real),
         calls_table(record.calls),
+        ims_table(run.ims_calls, len(record.requests)),
         metrics_table([*run.pool.stdout_paths, run.sweep_log, run.sweep_log.parent / SERVICES_LOG]),
         dlq_table(record.letters),
         _consumers_table(run),
@@ -509,6 +655,7 @@ def run_demo(config: DemoConfig, out: TextIO | None = None) -> int:
     clock = _Clock()
     say("serenity-allocator demo: starting the local stack (moto, simulator, queues) ...")
     with LocalStack(
+        credentials="ims",
         latency_ms=config.latency_ms,
         not_ready_ms=config.not_ready_ms,
         visibility_timeout_s=config.visibility_timeout_s,

@@ -88,6 +88,27 @@ def calls_table(calls: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
+def ims_table(ims_calls: Sequence[Mapping[str, Any]], requests: int) -> str:
+    """IMS calls by operation and status, with the users they served and calls per request."""
+    counts = Counter((str(c.get("op")), int(c.get("status", 0))) for c in ims_calls)
+    users: dict[tuple[str, int], set[str]] = {}
+    for call in ims_calls:
+        key = (str(call.get("op")), int(call.get("status", 0)))
+        if call.get("user"):
+            users.setdefault(key, set()).add(str(call["user"]))
+    rows = [
+        [op, status, count, len(users.get((op, status), ()))]
+        for (op, status), count in sorted(counts.items())
+    ]
+    per_request = round(len(ims_calls) / requests, 2) if requests else 0
+    return format_table(
+        ["operation", "status", "calls", "users"],
+        rows,
+        title=f"IMS calls made ({len(ims_calls)}, {per_request} per request: mint at enqueue, "
+        "exchange before each attempt, invalidate at the end)",
+    )
+
+
 def metrics_table(paths: Sequence[Path]) -> str:
     """Metric counts parsed from the EMF lines of the consumers and the sweep."""
     rows: list[list[object]] = []

@@ -45,10 +45,12 @@ from serenity_allocator.write_guard import (
     WriteOutcome,
     WriteRefusedError,
 )
+from serenity_tools.verification.credential_story import user_of
 from serenity_tools.verification.invariants import InvariantResult, invariant_result
 from serenity_tools.verification.writes import APPLIED_STATUSES, MeteredWrites
 
 if TYPE_CHECKING:
+    from serenity_tools.standins.identities import LocalIdentities, UserProducer
     from serenity_tools.standins.stack import LocalStack
 
 WriteSite = Literal["prompts", "project"]
@@ -395,10 +397,15 @@ class RecordingEnqueuer:
     producer: AllocationProducer
     requests: list[EnsureRequest] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    users: UserProducer | None = None
+    """Under IMS: each ensure goes with its child's user's credential (the child's service)."""
 
     def enqueue(self, request: EnsureRequest) -> str:
         """Send and remember one ensure."""
-        self.producer.enqueue(request)
+        if self.users is None:
+            self.producer.enqueue(request)
+        else:
+            self.users.enqueue(request, user_of(request.workspace_id))
         with self._lock:
             self.requests.append(request)
         return request.request_id
@@ -463,6 +470,7 @@ def guarded_service_writes(
     enforcement_lag_s: float,
     deadline_s: float = 30.0,
     recorder: QuotaRetryRecorder | None = None,
+    identities: LocalIdentities | None = None,
 ) -> tuple[list[WriteRecord], list[EnsureRequest]]:
     """On a local stack, the services write through their guards (:func:`write_after_ensures`).
 
@@ -470,11 +478,16 @@ def guarded_service_writes(
     running for a recovery to be served), and the guards read their outcomes from the stack's
     request ledger (the README's setup), so a recovery lasts until its ensure is settled and
     the gate's lag (``enforcement_lag_s``) has passed, inside ``deadline_s``. Returns the writes
-    and the ensures the guards sent.
+    and the ensures the guards sent. With ``identities`` (an IMS run) each guard's ensure goes
+    with its child's user's credential; the writes themselves use the static bearer (the
+    services' own calls on the write gate, outside what the worker's identity invariant covers).
     """
-    enqueuer = RecordingEnqueuer(AllocationProducer(stack.resources.queue_url, stack.client("sqs")))
+    enqueuer = RecordingEnqueuer(
+        AllocationProducer(stack.resources.queue_url, stack.client("sqs")),
+        users=identities.producer() if identities is not None else None,
+    )
     reader = OutcomeReader(stack.resources.ledger_table, stack.client("dynamodb"))
-    gate = GateClient(stack.simulator.write_url, stack.env()["SEMRUSH_TOKEN"])
+    gate = GateClient(stack.simulator.write_url, stack.static_token)
     policy = GuardPolicy(
         interval_s=retry_interval_s, deadline_s=deadline_s, enforcement_lag_s=enforcement_lag_s
     )

@@ -56,6 +56,7 @@ def run_record(
         drained=run.drained,
         ledger=run.ledger,
         publish_failures=publish_failures(run.pool.stdout_paths),
+        identity=run.identity,
     )
 
 

@@ -57,6 +57,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--drain-timeout-s", type=float, default=defaults.drain_timeout_s)
     parser.add_argument("--work-dir", type=Path, default=None, help="traces and logs")
+    parser.add_argument(
+        "--credentials",
+        choices=["ims", "static"],
+        default=defaults.credentials,
+        help="ims (default): every request with its user's promise token, the real path; "
+        "static: the simulator's bearer (standard-queue and sweep-crash always run static)",
+    )
     parser.add_argument("--json", type=Path, default=None, dest="json_path", help="results file")
     add_endpoint_flag(parser)
 
@@ -74,6 +81,7 @@ def _config(args: argparse.Namespace, consumers: int) -> HarnessConfig:
         drain_timeout_s=args.drain_timeout_s,
         work_dir=args.work_dir,
         endpoints=endpoints_from_args(args),
+        credentials=args.credentials,
     )
 
 

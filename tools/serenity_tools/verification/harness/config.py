@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from serenity_tools.standins.aws_endpoints import AwsEndpoints
+from serenity_tools.standins.stack import CredentialMode
 from serenity_tools.verification.harness.workload import MIN_CHILDREN
 
 SCENARIOS = ("concurrency", "standard-queue", "crash", "faults", "poison", "sweep-crash")
@@ -23,6 +24,11 @@ FEATURES_ON: Mapping[str, str] = {
 }
 """The feature settings every scenario runs with: unmetered check, tight-pool fallback,
 sibling reclaim and the pool early warning, all on."""
+
+IMS_FEATURES: Mapping[str, str] = {**FEATURES_ON, "SERENITY_SIBLING_RECLAIM": "false"}
+"""Under IMS, sibling reclaim is off: the Allocator refuses it at start in IMS mode (the
+releases it enqueues on a parked ensure's siblings would carry no user's credential record and
+end ``noCredential``; ADR 0016). Every other feature stays on."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,10 @@ class HarnessConfig:
         work_dir: Where traces and logs go (a new temporary directory per run when absent).
         endpoints: AWS endpoints given for some services (``--aws-endpoint``); moto serves
             the rest.
+        credentials: ``"ims"`` (the real path: every request enqueued with its child's
+            user's promise token, the consumers in IMS mode) or ``"static"`` (the simulator's
+            bearer). ``standard-queue`` and ``sweep-crash`` always run static (their senders
+            and the crashing in-process sweep hand over no credential).
     """
 
     children: int = 200
@@ -60,6 +70,7 @@ class HarnessConfig:
     drain_timeout_s: float = 900.0
     work_dir: Path | None = None
     endpoints: AwsEndpoints = field(default_factory=AwsEndpoints)
+    credentials: CredentialMode = "ims"
 
     def __post_init__(self) -> None:
         if self.children < MIN_CHILDREN:

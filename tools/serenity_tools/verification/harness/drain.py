@@ -15,15 +15,23 @@ from serenity_allocator.domain.ledger import LedgerEntry
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from serenity_tools.standins.consumer import DEFAULT_HANDLER, CrashPlan
 from serenity_tools.standins.consumer_pool import ConsumerPool, QueueDepth, queue_depth
-from serenity_tools.standins.stack import DEFAULT_VISIBILITY_TIMEOUT_S, DeadLetter, LocalStack
+from serenity_tools.standins.identities import LocalIdentities, keep_ims_calls
+from serenity_tools.standins.stack import (
+    DEFAULT_VISIBILITY_TIMEOUT_S,
+    CredentialMode,
+    DeadLetter,
+    LocalStack,
+)
 from serenity_tools.standins.traces import TraceSummary, read_trace_events, summarize_traces
-from serenity_tools.verification.harness.config import FEATURES_ON, HarnessConfig
+from serenity_tools.verification.credential_story import add_brand_users, user_of
+from serenity_tools.verification.harness.config import FEATURES_ON, IMS_FEATURES, HarnessConfig
 from serenity_tools.verification.harness.poison_bodies import PoisonMessage
 from serenity_tools.verification.harness.worker_releases import (
     reclaimed_children,
     with_worker_releases,
 )
 from serenity_tools.verification.harness.workload import Request, Workload
+from serenity_tools.verification.identity import IdentityRecord
 from serenity_tools.verification.invariants import InvariantResult, workspaces_by_id
 from serenity_tools.verification.ledger_check import (
     audit_local_dead_letters,
@@ -70,13 +78,20 @@ def _send_raw(
             raise RuntimeError(f"{len(failed)} message(s) not sent: {failed[0].get('Code')}")
 
 
-def fifo_sender(stack: LocalStack) -> Sender:
-    """Send to the allocation FIFO queue: requests through the real producer, poison raw."""
+def fifo_sender(stack: LocalStack, identities: LocalIdentities | None = None) -> Sender:
+    """Send to the allocation FIFO queue: requests through the real producer, poison raw.
+
+    With ``identities`` (IMS), each request with its child's user's credential: the producer
+    mints its promise token and writes the record before the batch is sent.
+    """
     producer = AllocationProducer(stack.resources.queue_url, stack.sqs)
+    users = identities.producer(stack.sqs) if identities is not None else None
 
     def send(batch: Sequence[Outgoing]) -> None:
         requests = [item for item in batch if not isinstance(item, PoisonMessage)]
-        if requests:
+        if requests and users is not None:
+            users.enqueue_many(requests, {r.request_id: user_of(r.workspace_id) for r in requests})
+        elif requests:
             producer.enqueue_many(requests)
         poison = [item for item in batch if isinstance(item, PoisonMessage)]
         raw = [(p.body, p.group_id, p.dedup_id) for p in poison]
@@ -158,6 +173,10 @@ class DrainedRun:
     """The request ledger table after the drain, by request id."""
     violations: Mapping[str, int] = field(default_factory=dict)
     """The simulator's ``violations`` (``flat_prompts_to_tiered``) after the drain."""
+    identity: IdentityRecord | None = None
+    """Under IMS: whose each request is and the users' memberships (invariant 7)."""
+    ims_calls: list[dict[str, Any]] = field(default_factory=list)
+    """The simulator's IMS call log after the drain (mints, exchanges, invalidations)."""
 
 
 def drain_workload(
@@ -172,6 +191,7 @@ def drain_workload(
     crash: CrashPlan | None = None,
     handler: str = DEFAULT_HANDLER,
     env: Mapping[str, str] = FEATURES_ON,
+    identities: LocalIdentities | None = None,
 ) -> DrainedRun:
     """Start ``consumers`` containers, feed ``units`` paced, wait for the drain, collect.
 
@@ -186,6 +206,7 @@ def drain_workload(
         crash: Crash injection for the consumers (dead ones are restarted).
         handler: ``MODULE:FUNCTION`` the consumers call.
         env: Environment overrides for the consumers.
+        identities: Under IMS, the users the default sender enqueues for.
     """
     queue_url = queue[0] if queue else stack.resources.queue_url
     collected_at = [time.monotonic()]
@@ -211,7 +232,7 @@ def drain_workload(
     try:
         enqueued_at = feed(
             units,
-            send or fifo_sender(stack),
+            send or fifo_sender(stack, identities),
             depth,
             max_in_queue=10 * consumers + 30,
             idle=idle,
@@ -224,6 +245,8 @@ def drain_workload(
         pool.stop()
     duration = time.monotonic() - started
     dump = stack.simulator.dump()
+    ims_calls = stack.simulator.ims_calls()
+    keep_ims_calls(stack.work_dir, ims_calls)
     # As an operator would on the DLQ alarm: requests whose last receive never ran our code
     # get their terminal dead letter (and its outcome) before anything is read.
     audit_reads = audit_local_dead_letters(stack.resources)
@@ -253,6 +276,10 @@ def drain_workload(
         max_receive_count=stack.resources.max_receive_count,
         ledger=read_ledger_table(stack.resources),
         violations=dump.get("violations", {}),
+        identity=None
+        if identities is None
+        else IdentityRecord(identities.owners, identities.memberships),
+        ims_calls=ims_calls,
     )
 
 
@@ -266,6 +293,7 @@ def services_write_guarded(
     requests: Sequence[Request],
     run: DrainedRun,
     consumers: int,
+    identities: LocalIdentities | None = None,
 ) -> MeteredWritesResult:
     """Each child's service writes through its guard, consumers serving the guards' ensures.
 
@@ -275,8 +303,9 @@ def services_write_guarded(
     reclaimed = reclaimed_children(requests)
     plans = {c: p for c, p in workload.plans.items() if c not in reclaimed}
     stack.simulator.faults(enforcement_lag_ms=GUARDED_LAG_MS)
+    features = IMS_FEATURES if identities is not None else FEATURES_ON
     pool = stack.start_consumers(
-        consumers, crash=None, idle_sleep_s=0.1, queue=None, **dict(FEATURES_ON)
+        consumers, crash=None, idle_sleep_s=0.1, queue=None, **dict(features)
     )
     try:
         records, _ = guarded_service_writes(
@@ -285,6 +314,7 @@ def services_write_guarded(
             run.outcomes,
             retry_interval_s=GUARDED_LAG_MS / 1000.0 / 2.5,
             enforcement_lag_s=GUARDED_LAG_MS / 1000.0,
+            identities=identities,
         )
         pool.wait_drained(lambda: queue_depth(stack.sqs, stack.resources.queue_url), timeout_s=120)
     finally:
@@ -305,12 +335,18 @@ def services_write_guarded(
 
 @contextlib.contextmanager
 def local_stack(
-    config: HarnessConfig, name: str, *, visibility_timeout_s: int | None = None, **kwargs: Any
+    config: HarnessConfig,
+    name: str,
+    *,
+    visibility_timeout_s: int | None = None,
+    credentials: CredentialMode | None = None,
+    **kwargs: Any,
 ) -> Iterator[LocalStack]:
     """A fresh stack for one run.
 
     Its visibility timeout is the configured one, else the scenario's own
-    (``visibility_timeout_s``), else the stack's generous default.
+    (``visibility_timeout_s``), else the stack's generous default; its credential mode the
+    scenario's (``credentials``), else the configured one.
     """
     work_dir = config.work_dir / f"{name}-c{config.consumers}" if config.work_dir else None
     visibility = config.visibility_timeout_s or visibility_timeout_s or DEFAULT_VISIBILITY_TIMEOUT_S
@@ -320,6 +356,7 @@ def local_stack(
         max_receive_count=config.max_receive_count,
         work_dir=work_dir,
         endpoints=config.endpoints,
+        credentials=credentials or config.credentials,
         **kwargs,
     ) as stack:
         yield stack
@@ -354,6 +391,11 @@ def fifo_run(
         config, name, visibility_timeout_s=visibility_timeout_s, not_ready_ms=not_ready_ms
     ) as stack:
         stack.simulator.seed([*workload.org.workspaces, *beside[0]])
+        identities = None
+        if stack.credentials == "ims":
+            identities = LocalIdentities(stack)
+            add_brand_users(identities, [*workload.org.workspaces, *beside[0]])
+            env = {**env, "SERENITY_SIBLING_RECLAIM": IMS_FEATURES["SERENITY_SIBLING_RECLAIM"]}
         if faults:
             stack.simulator.faults(**faults)
         run = drain_workload(
@@ -364,12 +406,15 @@ def fifo_run(
             crash=crash,
             handler=handler,
             env=env,
+            identities=identities,
         )
         if faults:
             stack.simulator.faults(error_rate={}, stuck=[])
         requests = with_worker_releases(workload.requests, run.events, run.outcomes)
         if guarded_writes:
-            writes = services_write_guarded(stack, workload, requests, run, config.consumers)
+            writes = services_write_guarded(
+                stack, workload, requests, run, config.consumers, identities
+            )
         else:
             writes = services_write(stack, workload, requests, run)
     return run, requests, writes

@@ -137,6 +137,21 @@ def run_numbers(run: DrainedRun, requests: int) -> dict[str, Any]:
         "Semrush calls": len(run.calls),
         "outcome events": len(run.outcomes),
         "dead letters": len(run.letters),
+        **_ims_numbers(run, requests),
+    }
+
+
+def _ims_numbers(run: DrainedRun, requests: int) -> dict[str, Any]:
+    """Under IMS: the IMS calls, and the worker's (exchange, invalidate) per request."""
+    if run.identity is None:
+        return {}
+    ops = Counter(str(call.get("op")) for call in run.ims_calls)
+    worker = ops["ims_exchange"] + ops["ims_invalidate"]
+    return {
+        "IMS mints (services)": ops["ims_mint"],
+        "IMS exchanges": ops["ims_exchange"],
+        "IMS invalidations": ops["ims_invalidate"],
+        "worker IMS calls per request": round(worker / max(1, requests), 2),
     }
 
 

@@ -69,7 +69,8 @@ def run_standard_queue(config: HarnessConfig) -> ScenarioResult:
     """Scenario 2: the same workload through a STANDARD queue; count what goes wrong."""
     started = time.monotonic()
     workload = plan_workload(config.children, config.requests, random.Random(config.seed))
-    with local_stack(config, "standard-queue") as stack:
+    # Static: the standard-queue sender writes raw bodies (no credential records).
+    with local_stack(config, "standard-queue", credentials="static") as stack:
         stack.simulator.seed(list(workload.org.workspaces))
         queue_url, queue_arn, dlq_url = create_standard_queue(stack)
         run = drain_workload(

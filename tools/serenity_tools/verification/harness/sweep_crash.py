@@ -277,7 +277,9 @@ def run_sweep_crash(config: HarnessConfig) -> ScenarioResult:
         "run_id": f"harness-{config.seed}-{uuid.uuid4().hex[:6]}",
     }
     trigger = SweepCrashTrigger()
-    with local_stack(config, "sweep-crash") as stack, stack.activated():
+    # Static: the crashing in-process sweep is about its checkpoint, not its run token (the
+    # demo runs the sweep under its operator's promise token).
+    with local_stack(config, "sweep-crash", credentials="static") as stack, stack.activated():
         stack.simulator.seed(list(org.workspaces))
         runtime = build_sweep_runtime(SweepSettings.from_env(os.environ))
         inner_store = runtime.store
