@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,21 @@ def test_a_token_typed_where_the_path_goes_is_never_printed_back() -> None:
     message = str(refused.value)
     assert message == "--access-token-file: cannot read the file (FileNotFoundError)"
     assert redact_secret(message, TOKEN) == message
+
+
+def test_a_token_without_the_claims_bucket_and_key_is_a_configuration_error() -> None:
+    # Given a token but neither --sweep-bucket nor --credentials-key-arn (nor their variables)
+    args = parse(["--dry-run"])
+    err = io.StringIO()
+
+    # When the CLI starts / Then nothing is invoked, and the error says what to give
+    def never(payload: dict[str, object]) -> dict[str, object]:
+        raise AssertionError("invoked without handing the token over")
+
+    invoker = type("Never", (), {"invoke": staticmethod(never)})()
+    code = sweep_cli.execute(
+        args, invoker, stdout=io.StringIO(), stderr=err, env={ACCESS_TOKEN_ENV: TOKEN}
+    )
+    assert code == 2
+    assert "--sweep-bucket and --credentials-key-arn" in err.getvalue()
+    assert redact_secret(err.getvalue(), TOKEN) == err.getvalue()
