@@ -226,3 +226,29 @@ def test_lambda_handler_logs_an_invalid_record_without_a_request_id() -> None:
     # Then its failure line has no request id and names the error
     assert failed_ids(response) == ["m1"]
     assert _failure_lines(logs) == [("m1", None, "InvalidMessageError")]
+
+
+def test_lambda_handler_coalesced_member_with_a_ledger_is_served_by_its_leader() -> None:
+    # Given a full child and a ledger (the leader records both members' intents first)
+    worker, ledger = _ledger_worker()
+
+    # When two ensures of the child are served by one combined top-up (100 + 100 -> 300)
+    result = worker.invoke(ensure_record("m1", "c1", 100), ensure_record("m2", "c1", 100))
+
+    # Then the member reports the run it was served by (coalesced 2, like the leader), not a
+    # landed earlier top-up of its own, and pays no read of the child of its own
+    target = Totals(projects=1, prompts=300)
+    assert failed_ids(result) == []
+    assert worker.gateway.transfers == [("c1", target)]
+    assert [
+        (o.request_id, o.status, o.coalesced, o.totals_before, o.totals_after)
+        for o in (worker.outcome("req-m1"), worker.outcome("req-m2"))
+    ] == [
+        ("req-m1", "topped-up", 2, FULL, target),
+        ("req-m2", "topped-up", 2, FULL, target),
+    ]
+    unledgered = new_worker(family_gateway(("c1", FULL, FULL)))
+    unledgered.invoke(ensure_record("m1", "c1", 100), ensure_record("m2", "c1", 100))
+    reads = worker.gateway.calls_of(READ_RESOURCES)
+    assert reads == unledgered.gateway.calls_of(READ_RESOURCES)
+    assert [entry.state for entry in ledger.entries.values()] == ["final", "final"]

@@ -63,14 +63,18 @@ def apply_ensure(
     if not config.dynamic_allocation:
         observer.record(DisabledNoop())
         return build_outcome(request, "disabled", receive_count)
-    landed = _landed_earlier(request, ports.gateway, ledger)
+    combined = _combined_run(run, message.message_id)
+    # A member behind a leader that stood is served by it; the intent the leader just recorded
+    # for it is that same top-up, not an earlier delivery's.
+    landed = (
+        None if _served_by_leader(combined) else _landed_earlier(request, ports.gateway, ledger)
+    )
     if landed is not None:
         # Not counted again in HeadroomCheck: the delivery that transferred counted it.
         return _served(request, receive_count, landed, 1, ports.parked, observer)
     ensurer = _Ensurer(
         config, ports, observer, deadlines, pool_warnings, ledger, receive_count, credentials
     )
-    combined = _combined_run(run, message.message_id)
     try:
         if combined is not None:
             result = ensurer.apply_run(combined, message.message_id, request)
@@ -90,6 +94,11 @@ def _combined_run(run: EnsureRun | None, message_id: str) -> EnsureRun | None:
     if run is not None and run.combined and run.includes(message_id):
         return run
     return None
+
+
+def _served_by_leader(run: EnsureRun | None) -> bool:
+    """True for a run whose leader's combined call already stood (its members share it)."""
+    return run is not None and run.result is not None
 
 
 def _landed_earlier(
