@@ -52,13 +52,19 @@ ACTIONS_THE_CODE_CALLS = {
         # dead-lettering an invalid message; a sibling reclaim's release
         "sqs:SendMessage",
         "events:PutEvents",
+        # the IMS consumer pair; a request's promise token (decrypt, encrypt the rolled one)
         "secretsmanager:GetSecretValue",
+        "kms:Decrypt",
+        "kms:Encrypt",
     },
     "SweepFunction": {
         "logs:CreateLogStream",
         "logs:PutLogEvents",
         "sqs:SendMessage",
+        # the IMS consumer pair; the run's promise token on its run claim
         "secretsmanager:GetSecretValue",
+        "kms:Decrypt",
+        "kms:Encrypt",
         "s3:GetObject",
         "s3:PutObject",
         "s3:ListBucket",
@@ -75,7 +81,7 @@ LEDGER_ITEM_ACTIONS = {
     "dynamodb:DeleteItem",
     "dynamodb:ConditionCheckItem",
 }
-SECRET_NAME = "serenity-allocator/semrush-token"
+SECRET_NAME = "serenity-allocator/ims-consumer"  # ImsConsumerSecretName's default
 
 
 @pytest.fixture(scope="module")
@@ -235,7 +241,7 @@ def test_each_function_writes_logs_only_to_its_own_log_group(
     assert logs == {("logs:CreateLogStream", expected), ("logs:PutLogEvents", expected)}
 
 
-def test_the_token_is_read_by_the_secrets_exact_name_and_six_character_suffix(
+def test_the_consumer_pair_is_read_by_the_secrets_exact_name_and_six_character_suffix(
     expanded: dict[str, Any], render: Renderer
 ) -> None:
     # Given every statement granting a Secrets Manager action

@@ -178,7 +178,10 @@ def test_environment_carries_the_contract_variables(template: dict[str, Any]) ->
         "POWERTOOLS_LOG_LEVEL",
         "ENVIRONMENT",
         "SEMRUSH_BASE_URL",
-        "SEMRUSH_TOKEN_SECRET_ID",
+        "IMS_HOST",
+        "IMS_CONSUMER_SECRET_ID",
+        "CREDENTIALS_TABLE",
+        "CREDENTIALS_KEY_ARN",
         "SERENITY_DYNAMIC_ALLOCATION",
         "BLOCK_PROJECTS",
         "BLOCK_PROMPTS",
@@ -202,9 +205,17 @@ def test_environment_carries_the_contract_variables(template: dict[str, Any]) ->
     assert allocator["SERENITY_BRAND_AI_CEILING_PROMPTS"] == {"Ref": "BrandAiCeilingPrompts"}
     assert allocator["DLQ_URL"] == {"Ref": DLQ}
     assert sweep["SWEEP_BUCKET"] == {"Ref": "SweepBucket"}
-    # And no token-shaped variable is ever deployed (the secret id only)
-    assert "SEMRUSH_TOKEN" not in allocator
-    assert "SEMRUSH_TOKEN" not in sweep
+    # And both run in IMS mode: the IMS origin, the consumer pair's secret, the credentials
+    # table and its key
+    for env in (allocator, sweep):
+        assert env["IMS_HOST"] == {"Ref": "ImsHost"}
+        assert env["IMS_CONSUMER_SECRET_ID"] == {"Ref": "ImsConsumerSecretName"}
+        assert env["CREDENTIALS_TABLE"] == {"Ref": "CredentialsTable"}
+        assert env["CREDENTIALS_KEY_ARN"] == {"Fn::GetAtt": ["CredentialsKey", "Arn"]}
+        # And no fleet-wide token is ever deployed, as a value or as a secret
+        assert "SEMRUSH_TOKEN" not in env
+        assert "SEMRUSH_TOKEN_SECRET_ID" not in env
+    assert "SemrushTokenSecretId" not in template["Parameters"]
 
 
 def test_kill_switch_ships_off(template: dict[str, Any]) -> None:
