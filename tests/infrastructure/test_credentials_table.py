@@ -1,7 +1,7 @@
 """The credentials table, its KMS key and who may touch them, read after SAM's transform.
 
 A producer may write a credential record and take it back, and encrypt for that purpose only:
-never read a record, never decrypt. The Allocator reads, rolls and deletes records and decrypts
+never read a record, never decrypt. The Allocator reads, rolls and scrubs records and decrypts
 and encrypts for the request purpose; the Sweep decrypts and encrypts for its run's purpose
 only and reads no record. Nothing else (the state machine, the outcome reader's GetItem on the
 ledger) reaches a token, no grant covers them with a wildcard, and the fleet-wide Semrush
@@ -115,10 +115,9 @@ def test_allocator_reads_rolls_and_deletes_records_and_uses_the_key_for_requests
     # Given the Allocator's role after the transform
     statements = role_statements(expanded)["AllocatorRole"]
     table, key = render.arn(TABLE), render.arn(KEY)
-    # Then it gets, updates (roll, scrub) and deletes records, never Put/Query/Scan, and
-    # decrypts and encrypts with the key only under the request purpose
+    # Then it reads records and updates them (roll, scrub: the code deletes none), never
+    # Put/Delete/Query/Scan, and decrypts and encrypts only under the request purpose
     assert _credential_grants(render, statements) == [
-        ("dynamodb:DeleteItem", table, None),
         ("dynamodb:GetItem", table, None),
         ("dynamodb:UpdateItem", table, None),
         ("kms:Decrypt", key, _purpose(PURPOSE)),

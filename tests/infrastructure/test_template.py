@@ -180,7 +180,6 @@ def test_environment_carries_the_contract_variables(template: dict[str, Any]) ->
         "SEMRUSH_BASE_URL",
         "IMS_HOST",
         "IMS_CONSUMER_SECRET_ID",
-        "CREDENTIALS_TABLE",
         "CREDENTIALS_KEY_ARN",
         "SERENITY_DYNAMIC_ALLOCATION",
         "BLOCK_PROJECTS",
@@ -195,6 +194,7 @@ def test_environment_carries_the_contract_variables(template: dict[str, Any]) ->
         "MAX_RECEIVE_COUNT",
         "OUTCOME_BUS_NAME",
         "REQUEST_LEDGER_TABLE",
+        "CREDENTIALS_TABLE",
         "SERENITY_BRAND_AI_CEILING_PROJECTS",
         "SERENITY_BRAND_AI_CEILING_PROMPTS",
     }
@@ -205,12 +205,12 @@ def test_environment_carries_the_contract_variables(template: dict[str, Any]) ->
     assert allocator["SERENITY_BRAND_AI_CEILING_PROMPTS"] == {"Ref": "BrandAiCeilingPrompts"}
     assert allocator["DLQ_URL"] == {"Ref": DLQ}
     assert sweep["SWEEP_BUCKET"] == {"Ref": "SweepBucket"}
-    # And both run in IMS mode: the IMS origin, the consumer pair's secret, the credentials
-    # table and its key
+    # And both run in IMS mode: the IMS origin, the consumer pair's secret and the key; the
+    # Allocator alone reads credential records
+    assert allocator["CREDENTIALS_TABLE"] == {"Ref": "CredentialsTable"}
     for env in (allocator, sweep):
         assert env["IMS_HOST"] == {"Ref": "ImsHost"}
         assert env["IMS_CONSUMER_SECRET_ID"] == {"Ref": "ImsConsumerSecretName"}
-        assert env["CREDENTIALS_TABLE"] == {"Ref": "CredentialsTable"}
         assert env["CREDENTIALS_KEY_ARN"] == {"Fn::GetAtt": ["CredentialsKey", "Arn"]}
         # And no fleet-wide token is ever deployed, as a value or as a secret
         assert "SEMRUSH_TOKEN" not in env
