@@ -154,3 +154,11 @@ def test_redact_secret_does_not_split_a_secret_that_is_not_jwt_shaped() -> None:
     assert redact_secret("payload e30 kept", short_part_jwt) == "payload e30 kept"
     # And the whole dotted secret still goes
     assert redact_secret(f"x {dotted} y", dotted) == f"x {REDACTED} y"
+
+
+def test_redact_secret_removes_an_echo_with_mixed_case_escapes() -> None:
+    # Given an echo whose percent-escapes mix both hex cases ("%2F" then "%2b")
+    echoed = quote(TOKEN, safe="").replace("%2B", "%2b")
+    assert "%2F" in echoed and "%2b" in echoed
+    # When redacted / Then it goes like any other form
+    assert redact_secret(f"echo {echoed} end", TOKEN) == f"echo {REDACTED} end"
