@@ -3,9 +3,9 @@
 A producer may write a credential record and take it back, and encrypt for that purpose only:
 never read a record, never decrypt. The Allocator reads, rolls and scrubs records and decrypts
 and encrypts for the request purpose; the Sweep decrypts and encrypts for its run's purpose
-only and reads no record. Nothing else (the state machine, the outcome reader's GetItem on the
-ledger) reaches a token, no grant covers them with a wildcard, and the fleet-wide Semrush
-token's secret is gone.
+and writes its releases' records as a producer does (encrypt only), never reading one.
+Nothing else (the state machine, the outcome reader's GetItem on the ledger) reaches a token,
+no grant covers them with a wildcard, and the fleet-wide Semrush token's secret is gone.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ POLICY = "ProducerCredentialsPolicy"
 LEDGER = "RequestLedgerTable"
 SWEEP_PURPOSE = "serenity-allocator/sweep-promise-token"
 CONSUMER_SECRET = "serenity-allocator/ims-consumer"  # ImsConsumerSecretName's default
+EMITTER_SECRET = "serenity-allocator/ims-emitter"  # ImsEmitterSecretName's default
 
 Grant = tuple[str, str, Any]
 """(action, rendered resource, rendered condition) of one Allow statement."""
@@ -125,16 +126,20 @@ def test_allocator_reads_rolls_and_deletes_records_and_uses_the_key_for_requests
     ]
 
 
-def test_sweep_uses_the_key_for_its_run_token_only_and_reads_no_record(
+def test_sweep_decrypts_its_run_token_only_and_writes_its_releases_records_as_a_producer(
     expanded: dict[str, Any], render: Renderer
 ) -> None:
     # Given the Sweep's role after the transform
     statements = role_statements(expanded)["SweepRole"]
-    key = render.arn(KEY)
-    # Then its only credential grants are decrypt and encrypt under the sweep's own purpose:
-    # a request's token (the request purpose) does not decrypt for it, and no table access
+    table, key = render.arn(TABLE), render.arn(KEY)
+    # Then it decrypts and encrypts under its own run purpose only (a request's token does
+    # not decrypt for it), and for its releases it holds exactly the producer's rights: put
+    # and take back a record, encrypt under the request purpose; no read, no decrypt of one
     assert _credential_grants(render, statements) == [
+        ("dynamodb:DeleteItem", table, None),
+        ("dynamodb:PutItem", table, None),
         ("kms:Decrypt", key, _purpose(SWEEP_PURPOSE)),
+        ("kms:Encrypt", key, _purpose(PURPOSE)),
         ("kms:Encrypt", key, _purpose(SWEEP_PURPOSE)),
     ]
     assert SWEEP_PURPOSE != PURPOSE
@@ -216,10 +221,13 @@ def test_no_role_or_policy_reads_the_fleet_wide_token_any_more(
     ]
     prefix = f"arn:aws:secretsmanager:{render.render({'Ref': 'AWS::Region'})}:"
     consumer = f"{prefix}{render.render({'Ref': 'AWS::AccountId'})}:secret:{CONSUMER_SECRET}-??????"
-    # Then the two functions read the IMS consumer pair, and no other secret
+    emitter = consumer.replace(CONSUMER_SECRET, EMITTER_SECRET)
+    # Then the two functions read the IMS consumer pair, the Sweep the emitter pair too, and
+    # no other secret
     assert sorted(secret_grants) == [
         ("AllocatorRole", "secretsmanager:GetSecretValue", consumer),
         ("SweepRole", "secretsmanager:GetSecretValue", consumer),
+        ("SweepRole", "secretsmanager:GetSecretValue", emitter),
     ]
     # And neither the old parameter nor its variable or secret is anywhere in the stack
     text = json.dumps(expanded)

@@ -198,17 +198,23 @@ def test_environment_carries_the_contract_variables(template: dict[str, Any]) ->
         "SERENITY_BRAND_AI_CEILING_PROJECTS",
         "SERENITY_BRAND_AI_CEILING_PROMPTS",
     }
-    assert set(sweep) == common | {"SWEEP_BUCKET", "QUEUE_URL"}
+    assert set(sweep) == common | {
+        "SWEEP_BUCKET",
+        "QUEUE_URL",
+        "IMS_EMITTER_SECRET_ID",
+        "CREDENTIALS_TABLE",
+    }
     assert allocator["OUTCOME_BUS_NAME"] == {"Ref": "OutcomeBus"}
     assert allocator["REQUEST_LEDGER_TABLE"] == {"Ref": "RequestLedgerTable"}
     assert allocator["SERENITY_BRAND_AI_CEILING_PROJECTS"] == {"Ref": "BrandAiCeilingProjects"}
     assert allocator["SERENITY_BRAND_AI_CEILING_PROMPTS"] == {"Ref": "BrandAiCeilingPrompts"}
     assert allocator["DLQ_URL"] == {"Ref": DLQ}
     assert sweep["SWEEP_BUCKET"] == {"Ref": "SweepBucket"}
-    # And both run in IMS mode: the IMS origin, the consumer pair's secret and the key; the
-    # Allocator alone reads credential records
-    assert allocator["CREDENTIALS_TABLE"] == {"Ref": "CredentialsTable"}
+    # And both run in IMS mode: the IMS origin, the consumer pair's secret, the key and the
+    # credentials table (the Sweep writes its releases' records, minted with the emitter pair)
+    assert sweep["IMS_EMITTER_SECRET_ID"] == {"Ref": "ImsEmitterSecretName"}
     for env in (allocator, sweep):
+        assert env["CREDENTIALS_TABLE"] == {"Ref": "CredentialsTable"}
         assert env["IMS_HOST"] == {"Ref": "ImsHost"}
         assert env["IMS_CONSUMER_SECRET_ID"] == {"Ref": "ImsConsumerSecretName"}
         assert env["CREDENTIALS_KEY_ARN"] == {"Fn::GetAtt": ["CredentialsKey", "Arn"]}
