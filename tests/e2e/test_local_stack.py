@@ -428,7 +428,7 @@ def test_local_up_prints_the_environment_and_stops_on_ctrl_c(tmp_path: Path) -> 
         if process.poll() is None:
             process.kill()
     output = "".join(lines)
-    assert "export QUEUE_URL=" in output and "export SEMRUSH_TOKEN_SECRET_ID=" in output
+    assert "export QUEUE_URL=" in output and "SEMRUSH_TOKEN_SECRET_ID" not in output
     assert "export SEMRUSH_TOKEN=" not in output
     # And a service's guide: the ledger table, the bearer's secret, the gate's lag, the routes
     assert "export REQUEST_LEDGER_TABLE=" in output and "export SIMULATOR_ORIGIN=" in output

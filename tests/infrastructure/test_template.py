@@ -39,6 +39,8 @@ PAGER_ALARMS = {
     "SweepExecutionFailedAlarm",
     "EnforcementBackClassifierAlarm",
     "EnforcementBackRetryAlarm",
+    "NeedsReauthBurstAlarm",
+    "AccessDeniedBurstAlarm",
 }
 DASHBOARD_ONLY_ALARMS = {
     "OrgPoolExhaustedRejectionAlarm",
@@ -54,6 +56,7 @@ PLANNED_RUNBOOKS = {
     "docs/runbooks/sweep.md",
     "docs/runbooks/allocator-errors.md",
     "docs/runbooks/enforcement-is-back.md",
+    "docs/runbooks/credentials.md",
 }
 
 
@@ -342,7 +345,7 @@ def test_custom_metric_alarms_use_the_catalogs_names_and_dimensions(
         for name, alarm in _alarms(template).items()
         if alarm.get("Namespace") == globals_env["POWERTOOLS_METRICS_NAMESPACE"]
     }
-    assert len(custom) == 7
+    assert len(custom) == 9
     for name, alarm in custom.items():
         # Then the metric exists in the code's catalog, with exactly the dimensions it emits
         spec = METRIC_CATALOG[alarm["MetricName"]]

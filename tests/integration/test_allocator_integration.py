@@ -18,11 +18,10 @@ import pytest
 
 from serenity_allocator.adapters.eventbridge_outcomes import EVENT_SOURCE, OUTCOME_DETAIL_TYPE
 from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
-from serenity_tools.standins.resources import LocalResources, local_client
+from serenity_tools.standins.resources import LocalResources
 from serenity_tools.standins.simulator import SimulatorServer
 from tests.conftest import OutcomeCapture
 from tests.integration.allocator_harness import (
-    TOKEN,
     AllocatorHarness,
     Invocation,
     allocator_harness,
@@ -546,60 +545,3 @@ def test_worker_publishes_one_outcome_event_per_completed_request(
     assert details[released]["source"] == "service"
     assert details[released]["totals_before"] == {"projects": 1, "prompts": 300}
     assert details[released]["totals_after"] == {"projects": 1, "prompts": 100}
-
-
-# ---------------------------------------------------------------- credentials
-
-
-def test_worker_reads_the_token_from_secrets_manager_and_refreshes_it_once_on_401(
-    local_resources: LocalResources, sim: SimulatorServer, outcome_capture: OutcomeCapture
-) -> None:
-    # Given no SEMRUSH_TOKEN, only the secret id (its value is accepted by the simulator)
-    assert local_resources.secret_id is not None
-    secrets = local_client("secretsmanager", local_resources.endpoint_url)
-    current = secrets.get_secret_value(SecretId=local_resources.secret_id)["SecretString"]
-    sim.set_auth([current])
-    _seed(sim, _child(prompts=(100, 500)))
-    overrides = {"SEMRUSH_TOKEN": None, "SEMRUSH_TOKEN_SECRET_ID": local_resources.secret_id}
-    with allocator_harness(local_resources, sim, overrides) as worker:
-        worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 0, "prompts": 10})
-
-        # When a first invocation runs
-        worker.invoke()
-
-        # Then the secret's token was accepted
-        assert [c["status"] for c in api_calls(sim)] == [200]
-
-        # Given the secret is rotated between two invocations (upstream accepts only the new one)
-        secrets.put_secret_value(SecretId=local_resources.secret_id, SecretString="tok-rotated-2")
-        sim.set_auth(["tok-rotated-2"])
-        sim.clear_calls()
-        worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 0, "prompts": 10})
-
-        # When the next invocation runs with the cached (old) token
-        invocation = worker.invoke()
-
-    # Then one 401 made it fetch the secret again, and the retry succeeded
-    assert [c["status"] for c in api_calls(sim)] == [401, 200]
-    assert invocation.failed == []
-    assert [o["status"] for o in outcome_capture.outcomes()] == ["hot-path", "hot-path"]
-
-
-def test_worker_explicit_loopback_token_wins_over_the_secret(
-    local_resources: LocalResources, sim: SimulatorServer, outcome_capture: OutcomeCapture
-) -> None:
-    # Given both SEMRUSH_TOKEN and a secret id whose value the upstream would refuse
-    assert local_resources.secret_id is not None
-    sim.set_auth([TOKEN])
-    _seed(sim, _child(prompts=(100, 500)))
-    overrides = {"SEMRUSH_TOKEN_SECRET_ID": local_resources.secret_id}
-    with allocator_harness(local_resources, sim, overrides) as worker:
-        worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 0, "prompts": 10})
-
-        # When the worker handles an ensure
-        invocation = worker.invoke()
-
-    # Then the explicit token was used: no 401, the request completed
-    assert [c["status"] for c in api_calls(sim)] == [200]
-    assert invocation.failed == []
-    assert [o["status"] for o in outcome_capture.outcomes()] == ["hot-path"]

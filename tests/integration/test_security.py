@@ -31,7 +31,7 @@ from serenity_allocator.adapters.observability import logger
 from serenity_allocator.adapters.semrush_client import SemrushClient
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_allocator.domain.errors import UpstreamError
-from serenity_tools.standins.resources import LocalResources, local_client
+from serenity_tools.standins.resources import LocalResources
 from serenity_tools.standins.simulator import (
     API_PREFIX,
     SimulatorServer,
@@ -180,9 +180,7 @@ def _assert_batch_really_ran(
     assert invocations[0].failed  # the busy and the echoed messages failed the first time
 
 
-@pytest.mark.parametrize("credential", ["SEMRUSH_TOKEN", "SEMRUSH_TOKEN_SECRET_ID"])
 def test_security_token_never_leaks_from_a_full_worker_batch(
-    credential: str,
     local_resources: LocalResources,
     sim: SimulatorServer,
     outcome_capture: OutcomeCapture,
@@ -190,19 +188,13 @@ def test_security_token_never_leaks_from_a_full_worker_batch(
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Given the canary token as the plain variable or as the secret's value
+    # Given the canary token as the plain (loopback) variable
     _powertools_logs_to_captured_stdout(monkeypatch)
     caplog.set_level(logging.DEBUG, logger="serenity-allocator")
     caplog.set_level(logging.DEBUG, logger="serenity_allocator")
     caplog.set_level(logging.DEBUG, logger="aws_lambda_powertools.utilities.batch")
     _seed(sim)
-    if credential == "SEMRUSH_TOKEN":
-        overrides: dict[str, str | None] = {"SEMRUSH_TOKEN": CANARY}
-    else:
-        assert local_resources.secret_id is not None
-        secrets = local_client("secretsmanager", local_resources.endpoint_url)
-        secrets.put_secret_value(SecretId=local_resources.secret_id, SecretString=CANARY)
-        overrides = {"SEMRUSH_TOKEN": None, "SEMRUSH_TOKEN_SECRET_ID": local_resources.secret_id}
+    overrides: dict[str, str | None] = {"SEMRUSH_TOKEN": CANARY}
 
     # When a full batch runs, the busy message through to its final receive
     with allocator_harness(local_resources, sim, overrides) as worker:

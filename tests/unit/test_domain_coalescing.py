@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from serenity_allocator.domain.ceiling import Ceiling
 from serenity_allocator.domain.coalescing import PlannedMessage, plan_ensure_runs
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest, parse_request
@@ -223,3 +225,22 @@ def test_plan_ensure_runs_only_ensures_are_planned() -> None:
     assert (
         plan_ensure_runs([_msg("m1", _release("r1", "c1")), _msg("m2", _release("r2", "c2"))]) == {}
     )
+
+
+def test_a_member_that_leaves_no_longer_counts_and_stands_alone() -> None:
+    # Given a run of three ensures (IMS mode: the second one's user cannot read the child)
+    requests = [_ensure(f"r{n}", "c1", prompts=100 * n) for n in (1, 2, 3)]
+    runs = plan_ensure_runs([PlannedMessage(f"m{n}", "c1", r) for n, r in enumerate(requests, 1)])
+    run = runs["m1"]
+
+    # When it leaves
+    run.leave("m2")
+
+    # Then the run sums the other two and no longer serves it; the leader cannot leave
+    assert run.need == Totals(projects=0, prompts=400)
+    assert (run.includes("m1"), run.includes("m2"), run.includes("m3")) == (True, False, True)
+    assert run.combined
+    with pytest.raises(ValueError, match="only a member behind the leader"):
+        run.leave("m1")
+    run.leave("m3")
+    assert not run.combined

@@ -8,7 +8,10 @@ from serenity_allocator.handlers.settings import AllocatorSettings, SettingsErro
 
 BASE = {
     "SEMRUSH_BASE_URL": "https://www.semrush.com",
-    "SEMRUSH_TOKEN_SECRET_ID": "serenity/semrush-token",
+    "IMS_HOST": "https://ims-na1.adobelogin.com",
+    "IMS_CONSUMER_SECRET_ID": "serenity/ims-consumer",
+    "CREDENTIALS_TABLE": "serenity-credentials",
+    "CREDENTIALS_KEY_ARN": "arn:aws:kms:us-east-1:123456789012:key/k-1",
     "ENVIRONMENT": "unit",
     "MAX_RECEIVE_COUNT": "5",
 }

@@ -12,7 +12,10 @@ SECRET_TOKEN = "tok-must-never-leak-3f9a"
 def _env(**overrides: str | None) -> dict[str, str]:
     env = {
         "SEMRUSH_BASE_URL": "https://www.semrush.com",
-        "SEMRUSH_TOKEN_SECRET_ID": "serenity/semrush-token",
+        "IMS_HOST": "https://ims-na1.adobelogin.com",
+        "IMS_CONSUMER_SECRET_ID": "serenity/ims-consumer",
+        "CREDENTIALS_TABLE": "serenity-credentials",
+        "CREDENTIALS_KEY_ARN": "arn:aws:kms:us-east-1:123456789012:key/k-1",
         "ENVIRONMENT": "unit",
         "MAX_RECEIVE_COUNT": "5",
     }
@@ -38,7 +41,10 @@ def test_allocator_settings_minimal_environment_parses() -> None:
 
     # Then the documented defaults apply
     assert settings.semrush.base_url == "https://www.semrush.com"
-    assert settings.semrush.token_secret_id == "serenity/semrush-token"
+    assert settings.ims is not None
+    assert settings.ims.host == "https://ims-na1.adobelogin.com"
+    assert settings.ims.consumer_secret_id == "serenity/ims-consumer"
+    assert settings.ims.credentials_table == "serenity-credentials"
     assert settings.semrush.token is None
     assert settings.environment == "unit"
     assert settings.max_receive_count == 5
@@ -56,20 +62,78 @@ def test_allocator_settings_missing_required_variable_named(name: str) -> None:
     assert name in message
 
 
+_STATIC = {name: None for name in ("IMS_HOST", "IMS_CONSUMER_SECRET_ID", "CREDENTIALS_TABLE")}
+_STATIC_LOCAL = {**_STATIC, "CREDENTIALS_KEY_ARN": None, "SEMRUSH_BASE_URL": "http://127.0.0.1:9"}
+
+
+def _local(**overrides: str | None) -> dict[str, str]:
+    """Static mode against a loopback simulator (local tools)."""
+    return _env(**_STATIC_LOCAL, SEMRUSH_TOKEN=SECRET_TOKEN, **overrides)
+
+
 def test_allocator_settings_missing_credentials_named() -> None:
-    # Given neither a secret id nor a (loopback) token / When parsed
-    message = _refusal(AllocatorSettings, _env(SEMRUSH_TOKEN_SECRET_ID=None))
+    # Given neither IMS mode nor a (loopback) token / When parsed
+    message = _refusal(AllocatorSettings, _env(**_STATIC, CREDENTIALS_KEY_ARN=None))
 
     # Then the error names both ways to give one
-    assert "SEMRUSH_TOKEN_SECRET_ID" in message
+    assert "IMS_HOST" in message and "IMS_CONSUMER_SECRET_ID" in message
     assert "SEMRUSH_TOKEN" in message
 
 
-def test_allocator_settings_blank_secret_id_is_missing() -> None:
-    # Given a blank secret id and no token / When parsed / Then refused as missing
-    assert "SEMRUSH_TOKEN_SECRET_ID" in _refusal(
-        AllocatorSettings, _env(SEMRUSH_TOKEN_SECRET_ID="   ")
+@pytest.mark.parametrize("value", ["serenity/semrush-token", "arn:aws:secretsmanager:x"])
+def test_allocator_settings_removed_token_secret_is_a_clear_error(value: str) -> None:
+    # Given the fleet-wide token's secret id (removed) / When parsed
+    message = _refusal(AllocatorSettings, _env(SEMRUSH_TOKEN_SECRET_ID=value))
+
+    # Then it says it is no longer supported and what replaces it, never echoing the value
+    assert "SEMRUSH_TOKEN_SECRET_ID is no longer supported" in message
+    assert "IMS_HOST" in message and "CREDENTIALS_TABLE" in message
+    assert value not in message
+
+
+def test_allocator_settings_static_token_and_ims_mode_are_exclusive() -> None:
+    env = _env(SEMRUSH_BASE_URL="http://127.0.0.1:9", SEMRUSH_TOKEN=SECRET_TOKEN)
+    message = _refusal(AllocatorSettings, env)
+    assert "SEMRUSH_TOKEN and IMS mode are exclusive" in message
+    assert SECRET_TOKEN not in message
+
+
+@pytest.mark.parametrize("name", ["CREDENTIALS_TABLE", "CREDENTIALS_KEY_ARN"])
+def test_allocator_settings_ims_mode_needs_the_credentials_table(name: str) -> None:
+    assert name in _refusal(AllocatorSettings, _env(**{name: None}))
+
+
+def test_allocator_settings_ims_mode_needs_a_consumer_pair() -> None:
+    message = _refusal(AllocatorSettings, _env(IMS_CONSUMER_SECRET_ID=None))
+    assert "IMS_CONSUMER_SECRET_ID" in message
+
+
+def test_allocator_settings_ims_env_pair_only_with_a_loopback_ims_host() -> None:
+    pair = {
+        "IMS_CONSUMER_SECRET_ID": None,
+        "IMS_CONSUMER_CLIENT_ID": "sim-consumer",
+        "IMS_CONSUMER_CLIENT_SECRET": SECRET_TOKEN,
+    }
+    # Against a real IMS host: refused, pointing at the secret, the secret not echoed
+    message = _refusal(AllocatorSettings, _env(**pair))
+    assert "loopback IMS_HOST" in message and SECRET_TOKEN not in message
+    # Against the simulator: accepted, and never in the repr
+    local = AllocatorSettings.from_env(_env(**pair, IMS_HOST="http://127.0.0.1:9"))
+    assert local.ims is not None and local.ims.consumer_client_secret == SECRET_TOKEN
+    assert SECRET_TOKEN not in repr(local)
+    # Half a pair, or the pair and the secret: refused
+    assert "go together" in _refusal(
+        AllocatorSettings, _env(**{**pair, "IMS_CONSUMER_CLIENT_SECRET": None})
     )
+    both = {**pair, "IMS_CONSUMER_SECRET_ID": "serenity/ims-consumer", "IMS_HOST": "http://[::1]:9"}
+    assert "not both" in _refusal(AllocatorSettings, _env(**both))
+
+
+@pytest.mark.parametrize(
+    "host", ["http://ims.example.com", "https://ims.example.com/path", "ftp://ims.example.com"]
+)
+def test_allocator_settings_ims_host_must_be_an_https_origin(host: str) -> None:
+    assert "IMS host" in _refusal(AllocatorSettings, _env(IMS_HOST=host))
 
 
 @pytest.mark.parametrize(
@@ -99,7 +163,7 @@ def test_allocator_settings_malformed_variable_named(name: str, value: str) -> N
 
 def test_allocator_settings_token_refused_with_non_loopback_base_url() -> None:
     # Given a plain token against the real upstream
-    env = _env(SEMRUSH_TOKEN=SECRET_TOKEN, SEMRUSH_TOKEN_SECRET_ID=None)
+    env = _env(**_STATIC, CREDENTIALS_KEY_ARN=None, SEMRUSH_TOKEN=SECRET_TOKEN)
 
     # When parsed
     message = _refusal(AllocatorSettings, env)
@@ -115,7 +179,12 @@ def test_allocator_settings_token_refused_with_non_loopback_base_url() -> None:
 def test_allocator_settings_token_accepted_with_loopback_base_url(base_url: str) -> None:
     # Given a plain token against a local simulator / When parsed
     settings = AllocatorSettings.from_env(
-        _env(SEMRUSH_BASE_URL=base_url, SEMRUSH_TOKEN=SECRET_TOKEN, SEMRUSH_TOKEN_SECRET_ID=None)
+        _env(
+            **_STATIC,
+            CREDENTIALS_KEY_ARN=None,
+            SEMRUSH_BASE_URL=base_url,
+            SEMRUSH_TOKEN=SECRET_TOKEN,
+        )
     )
 
     # Then it is kept, and never shown in the settings' repr
@@ -200,7 +269,7 @@ def test_allocator_settings_feature_switches_turned_off_with_false() -> None:
 
 def test_allocator_settings_sibling_reclaim_takes_true_or_false_and_needs_queue() -> None:
     # Given sibling reclaim asked for without a queue to enqueue the releases into
-    message = _refusal(AllocatorSettings, _env(SERENITY_SIBLING_RECLAIM="true"))
+    message = _refusal(AllocatorSettings, _local(SERENITY_SIBLING_RECLAIM="true"))
 
     # Then refused, naming what is missing
     assert "QUEUE_URL" in message
@@ -208,13 +277,13 @@ def test_allocator_settings_sibling_reclaim_takes_true_or_false_and_needs_queue(
     # And with the queue it is on; "false" is off; any other spelling is refused, named
     queue = "https://sqs.us-east-1.amazonaws.com/123456789012/serenity.fifo"
     assert AllocatorSettings.from_env(
-        _env(SERENITY_SIBLING_RECLAIM="true", QUEUE_URL=queue)
+        _local(SERENITY_SIBLING_RECLAIM="true", QUEUE_URL=queue)
     ).sibling_reclaim
     assert not AllocatorSettings.from_env(
-        _env(SERENITY_SIBLING_RECLAIM="false", QUEUE_URL=queue)
+        _local(SERENITY_SIBLING_RECLAIM="false", QUEUE_URL=queue)
     ).sibling_reclaim
     for spelling in ("True", "1", "yes"):
-        refusal = _refusal(AllocatorSettings, _env(SERENITY_SIBLING_RECLAIM=spelling))
+        refusal = _refusal(AllocatorSettings, _local(SERENITY_SIBLING_RECLAIM=spelling))
         assert "SERENITY_SIBLING_RECLAIM" in refusal
         assert 'must be "true" or "false"' in refusal
 
@@ -266,7 +335,9 @@ def test_aws_call_budget_does_not_follow_the_semrush_timeout() -> None:
     # Given a short upstream timeout and no AWS budget of its own
     from serenity_allocator.handlers.allocator_runtime import build_runtime
 
-    settings = AllocatorSettings.from_env(_env(SEMRUSH_TIMEOUT_S="1.5"))
+    settings = AllocatorSettings.from_env(
+        _env(**_STATIC_LOCAL, SEMRUSH_TOKEN=SECRET_TOKEN, SEMRUSH_TIMEOUT_S="1.5")
+    )
 
     # When the runtime is built / Then AWS calls keep their own, most patient budget
     runtime = build_runtime(settings)
@@ -278,5 +349,11 @@ def test_aws_call_budget_is_set_on_its_own() -> None:
     # Given AWS_CALL_BUDGET_S / When the runtime is built / Then every AWS call gets it
     from serenity_allocator.handlers.allocator_runtime import build_runtime
 
-    runtime = build_runtime(AllocatorSettings.from_env(_env(AWS_CALL_BUDGET_S="4")))
+    env = _env(**_STATIC_LOCAL, SEMRUSH_TOKEN=SECRET_TOKEN, AWS_CALL_BUDGET_S="4")
+    runtime = build_runtime(AllocatorSettings.from_env(env))
     assert runtime.aws_call_budget_s == 4.0
+
+
+def test_allocator_settings_sibling_reclaim_is_refused_in_ims_mode() -> None:
+    env = _env(SERENITY_SIBLING_RECLAIM="true", QUEUE_URL="https://q")
+    assert "not supported in IMS mode" in _refusal(AllocatorSettings, env)

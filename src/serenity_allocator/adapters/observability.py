@@ -33,6 +33,8 @@ from ..domain.observations import (
 from ..domain.worker_events import (
     Coalesced,
     Completed,
+    CredentialNotScrubbed,
+    CredentialOutcome,
     DisabledNoop,
     InvalidMessage,
     LedgerEvent,
@@ -102,6 +104,19 @@ METRIC_CATALOG: dict[str, MetricSpec] = {
         "Count",
         "Event",
         ("replayed", "deadLettered", "superseded", "duplicate", "unreadable", "requestIdConflict"),
+    ),
+    "CredentialOutcome": MetricSpec(
+        "Count",
+        "Outcome",
+        (
+            "exchanged",
+            "noCredential",
+            "needsReauth",
+            "accessDenied",
+            "imsUnavailable",
+            "invalidateFailed",
+        ),
+        pager=True,
     ),
 }
 
@@ -188,6 +203,7 @@ EVENT_METRICS: dict[type[object], EventMetric] = {
     Coalesced: EventMetric("CoalescedEnsures", value="extra_requests"),
     Reclaim: EventMetric("SiblingReclaim", value="count", dimension="result"),
     LedgerEvent: EventMetric("RequestLedger", dimension="event"),
+    CredentialOutcome: EventMetric("CredentialOutcome", dimension="outcome"),
 }
 """The one table from the observer vocabulary to the metric catalog.
 
@@ -297,6 +313,14 @@ def _record_failed(event: RecordFailed) -> None:
     )
 
 
+def _credential_outcome(event: CredentialOutcome) -> None:
+    extra = {"credential_outcome": event.outcome, "reason": event.reason}
+    if event.outcome == "exchanged":
+        logger.info("request credential exchanged", extra=extra)
+    else:
+        logger.warning("request credential", extra=extra)
+
+
 _LOG_LINES: dict[type[object], Callable[[Any], None]] = {
     MessageStarted: _message_started,
     InvalidMessage: lambda e: logger.warning("invalid message", extra={"reason": e.reason}),
@@ -312,6 +336,11 @@ _LOG_LINES: dict[type[object], Callable[[Any], None]] = {
     ),
     PoolLow: lambda e: logger.warning("org pool running low", extra=e.warning.model_dump()),
     PoolLowNotPublished: lambda e: logger.error("pool-low event not published", exc_info=e.error),
+    CredentialOutcome: _credential_outcome,
+    CredentialNotScrubbed: lambda e: logger.warning(
+        "credential record not scrubbed; it expires with its TTL",
+        extra={"credential_request_id": e.request_id, "reason": e.reason},
+    ),
 }
 """The log line of each event that has one (a metric failure never stops a log line)."""
 

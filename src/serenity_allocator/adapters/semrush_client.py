@@ -271,7 +271,8 @@ class SemrushClient(OwnedHttpClient):
             if 200 <= status <= 299:
                 return response
             if status == 401 and not refreshed:
-                # A rotated secret: fetch it again once; a second 401 is a real auth failure.
+                # An expired token: ask for a fresh one once (IMS mode: the request's promise is
+                # exchanged again); a second 401 is a real auth failure (accessDenied there).
                 refreshed = True
                 token = self._tokens.get_token(refresh=True)
                 continue

@@ -13,6 +13,9 @@ One module per use case:
 - :mod:`.reclaim`: park an ensure the pool cannot cover, enqueueing sibling releases.
 - :mod:`.apply_release`: apply a release under the settle policy.
 - :mod:`.dead_letter`: move an invalid record to the DLQ with its reason.
+- :mod:`.request_credentials`: a request's user authority (IMS mode): exchange first, bind,
+  admit coalesced members by their own users, invalidate and scrub at the end (ports:
+  :mod:`.credential_ports`).
 - :mod:`.final_receive`: which failures are terminal, and what a request says on its last
   receive (also when it was skipped behind its failed group).
 - :mod:`.finish_batch`: publish the outcomes and pool warnings, flush the metrics, fail what
@@ -54,12 +57,15 @@ else:
 from __future__ import annotations
 
 from .batch_plan import InboundMessage
+from .credential_ports import CredentialBroker, CredentialSession
 from .finish_batch import finish_batch
 from .handle_message import handle_message
 from .invocation import Invocation, WorkerConfig, WorkerPorts, start_batch
 from .ports import DeadLetterSink, OutcomeSink, ReleaseEnqueuer, WorkerObserver
 
 __all__ = [
+    "CredentialBroker",
+    "CredentialSession",
     "DeadLetterSink",
     "InboundMessage",
     "Invocation",

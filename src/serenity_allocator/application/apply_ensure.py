@@ -33,6 +33,7 @@ from .deadlines import Deadlines
 from .invocation import WorkerConfig, WorkerPorts
 from .ports import WorkerObserver
 from .reclaim import Parked, park_for_reclaim
+from .request_credentials import RequestCredentials
 from .request_ledger import LedgerView, record_transfer_intent
 
 
@@ -47,6 +48,7 @@ def apply_ensure(
     deadlines: Deadlines,
     pool_warnings: list[PoolLowWarning],
     ledger: LedgerView,
+    credentials: RequestCredentials | None = None,
 ) -> AllocationOutcome | Parked:
     """The terminal outcome of one ensure, or :class:`.Parked`; raises when a retry could succeed.
 
@@ -54,7 +56,8 @@ def apply_ensure(
     stands alone). With a request ledger, the top-up's intent (totals before, target) is
     recorded for every request it serves just before its transfer; a redelivery that finds the
     child at its recorded target reports the top-up it made (before a store failed or the
-    function died), never ``hot-path``.
+    function died), never ``hot-path``. In IMS mode (``credentials``) a run's leader first
+    admits only the members whose own users can read the child; one that left is applied alone.
     """
     receive_count = message.receive_count
     if not config.dynamic_allocation:
@@ -64,8 +67,10 @@ def apply_ensure(
     if landed is not None:
         # Not counted again in HeadroomCheck: the delivery that transferred counted it.
         return _served(request, receive_count, landed, 1, ports.parked, observer)
-    ensurer = _Ensurer(config, ports, observer, deadlines, pool_warnings, ledger, receive_count)
-    combined = run if run is not None and run.combined else None
+    ensurer = _Ensurer(
+        config, ports, observer, deadlines, pool_warnings, ledger, receive_count, credentials
+    )
+    combined = _combined_run(run, message.message_id)
     try:
         if combined is not None:
             result = ensurer.apply_run(combined, message.message_id, request)
@@ -78,6 +83,13 @@ def apply_ensure(
     # Re-read split: a leader whose combined call was refused was served on its own.
     coalesced = len(combined.members) if combined is not None and combined.combined else 1
     return _served(request, receive_count, result, coalesced, ports.parked, observer)
+
+
+def _combined_run(run: EnsureRun | None, message_id: str) -> EnsureRun | None:
+    """The run whose one combined call serves this message, or None (it stands alone)."""
+    if run is not None and run.combined and run.includes(message_id):
+        return run
+    return None
 
 
 def _landed_earlier(
@@ -130,6 +142,7 @@ class _Ensurer:
     pool_warnings: list[PoolLowWarning]
     ledger: LedgerView
     receive_count: int
+    credentials: RequestCredentials | None = None
 
     def apply_run(
         self, run: EnsureRun, message_id: str, request: EnsureRequest
@@ -140,6 +153,11 @@ class _Ensurer:
             if run.result is None:
                 raise AssertionError("a run member was handled before its leader's result")
             return run.result
+        if self.credentials is not None:
+            # Each member's own user must reach the child before it joins the combined call.
+            self.credentials.admit(run, self.ports.gateway)
+            if not run.combined:
+                return self.apply_one(request)
         attempt = self._attempt_observer()
         try:
             result = self._call(

@@ -40,7 +40,10 @@ def finish_batch(inv: Invocation, failed: Sequence[str]) -> list[str]:
     for message_id, outcome in skipped_final_receives(
         skipped, max_receive_count=inv.config.max_receive_count
     ):
-        state.book.record(message_id, outcome)
+        held = state.book.record(message_id, outcome)
+        if state.credentials is not None:
+            # Terminal too; IMS calls were bounded by the applying phase, so scrub only.
+            state.credentials.end(held or outcome, invalidate=False)
     unpublished = _publish_outcomes(inv)
     if unpublished:
         failures = _hold_back_groups(inv, failures, unpublished)

@@ -25,6 +25,12 @@
    kept for :func:`.finish_batch`, which logs one line per failed record.
 8. Every terminal outcome goes through :meth:`.OutcomeBook.record`, which stores it in the
    ledger once before it is announced.
+9. IMS mode (:mod:`.request_credentials`): before a request's first Semrush call its promise
+   is exchanged and the rolled one stored, and its access token is bound for its calls only;
+   every terminal outcome (a replay and a dead letter included) then invalidates the promise
+   and scrubs the record; a retryable failure keeps the rolled token on the record.
+   ``noCredential``/``needsReauth`` end ``failed`` in the DLQ with that reason,
+   ``accessDenied`` ends ``rejected``.
 """
 
 from __future__ import annotations
@@ -48,7 +54,15 @@ from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from ..domain.outcomes import build_outcome
 from ..domain.parent_links import ParentMismatchError
 from ..domain.transfer import TransferContext
-from ..domain.worker_events import Completed, LedgerEvent, MessageStarted, QueueLag, WillRetry
+from ..domain.worker_events import (
+    Completed,
+    CredentialOutcome,
+    CredentialOutcomeName,
+    LedgerEvent,
+    MessageStarted,
+    QueueLag,
+    WillRetry,
+)
 from .apply_ensure import apply_ensure
 from .apply_release import apply_release
 from .batch_plan import BatchMessage
@@ -57,7 +71,14 @@ from .final_receive import final_receive_outcome, terminal_failure
 from .invocation import Invocation
 from .outcomes import ReleaseIncompleteError
 from .reclaim import Parked
+from .request_credentials import dead_letter_refused, refused_outcome
 from .request_ledger import mark_final_receive
+
+_REFUSALS: dict[str, CredentialOutcomeName] = {
+    "noCredential": "noCredential",
+    "needsReauth": "needsReauth",
+    "accessDenied": "accessDenied",
+}
 
 
 class DuplicateRequestError(Exception):
@@ -95,6 +116,7 @@ def _handle(inv: Invocation, message: BatchMessage) -> None:
     if replayed is not None:
         inv.state.book.record(message.message_id, replayed, replayed=True)
         inv.observer.record(LedgerEvent("replayed"))
+        _end_credential(inv, replayed)
         return
     try:
         inv.state.ledger.check(request.request_id)
@@ -104,12 +126,34 @@ def _handle(inv: Invocation, message: BatchMessage) -> None:
         _refuse_parent(inv, message, request, exc)
         return
     except Exception as exc:
-        terminal = terminal_failure(request, exc, message.receive_count)
-        if terminal is None:
-            _note_retry(inv, message, request, exc)
-            raise
-        outcome = terminal
+        outcome = _terminal_or_raise(inv, message, request, exc)
     _finish(inv, message, outcome)
+
+
+def _terminal_or_raise(
+    inv: Invocation, message: BatchMessage, request: EnsureRequest | ReleaseRequest, exc: Exception
+) -> AllocationOutcome:
+    """The terminal outcome ``exc`` means now; re-raises it when a retry could fix it."""
+    refused = (
+        refused_outcome(request, exc, message.receive_count)
+        if inv.state.credentials is not None
+        else None
+    )
+    if refused is not None:
+        code = refused.error_code or ""
+        if refused.dead_lettered and not dead_letter_refused(
+            message, code, sink=inv.ports.dead_letters, deadlines=inv.deadlines
+        ):
+            refused = refused.model_copy(update={"dead_lettered": False})  # no DLQ wired
+        metric = _REFUSALS.get(code)
+        if metric is not None:
+            inv.observer.record(CredentialOutcome(metric))
+        return refused
+    terminal = terminal_failure(request, exc, message.receive_count)
+    if terminal is None:
+        _note_retry(inv, message, request, exc)
+        raise exc
+    return terminal
 
 
 def _report_start(inv: Invocation, message: BatchMessage) -> None:
@@ -149,6 +193,26 @@ def _apply(
     inv: Invocation, message: BatchMessage, request: EnsureRequest | ReleaseRequest
 ) -> AllocationOutcome:
     """The request's terminal outcome; a parked ensure fails its record here (it comes back)."""
+    credentials = inv.state.credentials
+    no_call = isinstance(request, EnsureRequest) and not inv.config.dynamic_allocation
+    if credentials is None or no_call:
+        return _apply_as(inv, message, request)  # static mode, or no Semrush call to make
+    try:
+        credentials.act_as(request)
+    except Exception:
+        run = inv.plan.runs.get(message.message_id)
+        if run is not None and run.combined and run.leader == message.message_id:
+            run.split_up()  # the members behind it make their own calls, as their own users
+        raise
+    try:
+        return _apply_as(inv, message, request)
+    finally:
+        credentials.step_aside()
+
+
+def _apply_as(
+    inv: Invocation, message: BatchMessage, request: EnsureRequest | ReleaseRequest
+) -> AllocationOutcome:
     ports = inv.ports
     if isinstance(request, ReleaseRequest):
         return apply_release(
@@ -174,6 +238,7 @@ def _apply(
         deadlines=inv.deadlines,
         pool_warnings=inv.state.pool_warnings,
         ledger=inv.state.ledger,
+        credentials=inv.state.credentials,
     )
     if isinstance(result, Parked):
         # Labels the outcome of a later receive (served after reclaim).
@@ -189,6 +254,13 @@ def _finish(inv: Invocation, message: BatchMessage, outcome: AllocationOutcome) 
     if held is not None:
         inv.observer.record(Completed(held))
         _report_ledger(inv, held)
+    _end_credential(inv, held or outcome)
+
+
+def _end_credential(inv: Invocation, outcome: AllocationOutcome) -> None:
+    # Terminal, whatever the status: the user's promise is invalidated and scrubbed.
+    if inv.state.credentials is not None:
+        inv.state.credentials.end(outcome)
 
 
 def _refuse_parent(
@@ -275,10 +347,13 @@ def _note_retry(
     inv.observer.record(WillRetry(error_code_of(exc), final_receive, expected, exc))
     if isinstance(exc, LedgerRecordUnreadableError):
         inv.observer.record(LedgerEvent("unreadable"))
-    if final_receive:
-        # Terminal outcome now; SQS's redrive then moves the message to the DLQ.
-        _forget_park(inv, request.request_id)
-        held = inv.state.book.record(
-            message.message_id, final_receive_outcome(request, exc, message.receive_count)
-        )
-        _report_ledger(inv, held)
+    if not final_receive:
+        if inv.state.credentials is not None:
+            inv.state.credentials.keep(request.request_id)  # the rolled token stays stored
+        return
+    # Terminal outcome now; SQS's redrive then moves the message to the DLQ.
+    _forget_park(inv, request.request_id)
+    outcome = final_receive_outcome(request, exc, message.receive_count)
+    held = inv.state.book.record(message.message_id, outcome)
+    _report_ledger(inv, held)
+    _end_credential(inv, held or outcome)

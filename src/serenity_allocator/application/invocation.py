@@ -13,9 +13,11 @@ from ..domain.pool_watch import PoolLowWarning, PoolWatch
 from ..domain.ports import Clock, Sleeper, WorkspaceGateway
 from ..domain.transfer import TransferPolicy
 from .batch_plan import BatchPlan, InboundMessage, plan_batch
+from .credential_ports import CredentialBroker
 from .deadlines import Deadlines
 from .outcomes import OutcomeBook
 from .ports import DeadLetterSink, OutcomeSink, ReleaseEnqueuer, WorkerObserver
+from .request_credentials import RequestCredentials
 from .request_ledger import LedgerDeadlines, LedgerView, read_ledger
 
 PUBLISH_CHUNK = 10
@@ -66,6 +68,8 @@ class WorkerPorts:
     """The request ledger (None: replays are applied again, as before the ledger)."""
     parent_links: ParentLinks | None = None
     """Verifies an ensure's parent against the upstream (None: the message is trusted)."""
+    credentials: CredentialBroker | None = None
+    """IMS mode: every request runs as its user (None: static mode, local tools only)."""
 
 
 @dataclass
@@ -81,6 +85,8 @@ class BatchState:
     """Message ids Powertools handed over (the others were skipped behind a failed group)."""
     failure_reasons: dict[str, str] = field(default_factory=dict)
     """Why each record this invocation failed did fail (an error code), by message id."""
+    credentials: RequestCredentials | None = None
+    """IMS mode: the batch's request sessions (None: static mode)."""
 
 
 @dataclass
@@ -151,6 +157,9 @@ def start_batch(
         state=BatchState(
             ledger=ledger,
             book=OutcomeBook(ledger=ledger, sequence_numbers=_sequence_numbers(plan)),
+            credentials=RequestCredentials(ports.credentials, observer, deadlines)
+            if ports.credentials is not None
+            else None,
         ),
     )
 

@@ -46,6 +46,22 @@ class EnsureRun:
         """The leader's combined call stood: its result is every member's."""
         self.result = result
 
+    def leave(self, message_id: str) -> None:
+        """A member (never the leader) leaves before the combined call: it is applied alone.
+
+        Its need no longer counts in the run's sum (IMS mode: its own user could not read the
+        child, so nothing is applied for it under the leader's call).
+        """
+        if message_id == self.leader or message_id not in self.members:
+            raise ValueError("only a member behind the leader can leave a run")
+        index = self.members.index(message_id)
+        del self.members[index]
+        del self.requests[index]
+
+    def includes(self, message_id: str) -> bool:
+        """True while ``message_id`` is served by this run (it has not left)."""
+        return message_id in self.members
+
     def split_up(self) -> None:
         """The combined call did not serve the run: each member makes its own call, in order."""
         self.split = True

@@ -155,6 +155,36 @@ class ImsUnavailableError(AllocationError):
     transient = True
 
 
+class NoCredentialError(AllocationError):
+    """IMS mode: the request has no usable credential record.
+
+    Absent, expired, scrubbed, or not decryptable for this request and child. Terminal:
+    dead-lettered with this reason; a new record (re-mint) and a redrive run it.
+    """
+
+    code = "noCredential"
+    message = "the request carries no usable user authorization"
+
+
+class AccessDeniedError(AllocationError):
+    """Semrush refused the request's own user with a freshly exchanged token.
+
+    A 403, or a 401 after one re-exchange and retry: this user cannot reach this workspace.
+    Terminal, a rejection, never retried.
+    """
+
+    code = "accessDenied"
+    message = "the requesting user cannot reach this workspace"
+
+
+class CredentialStoreUnavailableError(AllocationError):
+    """The credentials table or its KMS key could not be read or written (throttled, down)."""
+
+    code = "credentialStoreUnavailable"
+    message = "the credential store could not be reached"
+    transient = True
+
+
 class ParkedForReclaimError(AllocationError):
     """The pool is exhausted, sibling releases were enqueued: retry the ensure after them."""
 

@@ -18,6 +18,9 @@ LedgerEventName = Literal[
     "replayed", "deadLettered", "superseded", "duplicate", "unreadable", "requestIdConflict"
 ]
 ReclaimResult = Literal["enqueued", "parked", "served", "exhausted"]
+CredentialOutcomeName = Literal[
+    "exchanged", "noCredential", "needsReauth", "accessDenied", "imsUnavailable", "invalidateFailed"
+]
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,31 @@ class PoolLowNotPublished:
     error: Exception
 
 
+@dataclass(frozen=True)
+class CredentialOutcome:
+    """What became of a request's user authority (IMS mode): one count per occurrence.
+
+    ``exchanged``: a session opened (promise exchanged, rolled token stored); the terminal
+    ``noCredential``/``needsReauth``/``accessDenied``; ``imsUnavailable``: an exchange failed
+    for now (429/5xx/timeout); ``invalidateFailed``: IMS did not confirm the invalidation at
+    the end (the outcome stands). ``reason`` is a code for the log line, never a token.
+    """
+
+    outcome: CredentialOutcomeName
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class CredentialNotScrubbed:
+    """A terminal request's record kept its token (the scrub failed or did not fit).
+
+    It expires with the record's TTL. ``reason`` is an AWS code or ``outOfTime``.
+    """
+
+    request_id: str
+    reason: str
+
+
 WorkerEvent = (
     AllocationEvent
     | MessageStarted
@@ -152,5 +180,7 @@ WorkerEvent = (
     | OutcomesNotPublished
     | PoolLow
     | PoolLowNotPublished
+    | CredentialOutcome
+    | CredentialNotScrubbed
 )
 """Everything the Allocator reports."""

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from ..adapters.aws_clients import AWS_CALL_BUDGET_S
 from ..adapters.observability import MetricsObserver, MetricsRecorder, logger
 from ..application import (
+    CredentialBroker,
     DeadLetterSink,
     InboundMessage,
     Invocation,
@@ -31,8 +32,8 @@ from ..domain.parent_links import ParentLinks
 from ..domain.pool_watch import PoolWatch
 from ..domain.ports import Clock, Sleeper, WorkspaceGateway
 from ..domain.transfer import CALL_BUDGET_S, FAIL_FAST, SETTLE, TransferPolicy
-from .settings import AllocatorSettings
-from .wiring import build_semrush_client, limit_gateway_time
+from .settings import AllocatorSettings, ImsSettings
+from .wiring import build_ims_consumer, build_semrush_client, limit_gateway_time
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -62,6 +63,10 @@ class AllocatorRuntime:
     """Time reserved for one upstream call (the client's per-request timeout)."""
     aws_call_budget_s: float = AWS_CALL_BUDGET_S
     """Time reserved for one AWS call, retries included (the clients' bounded worst case)."""
+    credentials: CredentialBroker | None = None
+    """IMS mode: requests run as their users (None: static mode, local tools only)."""
+    ims: object | None = None
+    """The IMS client (time-limited like the gateway each invocation), in IMS mode."""
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -137,6 +142,7 @@ class AllocatorRuntime:
             parked=self.parked,
             ledger=self.ledger,
             parent_links=self.parent_links,
+            credentials=self.credentials,
         )
 
     def start(self, records: Sequence[Mapping[str, object]], context: LambdaContext) -> Invocation:
@@ -156,23 +162,28 @@ class AllocatorRuntime:
         )
         # No upstream call, retry or backoff outlives the applying phase (measured from now:
         # planning read the request ledger, which took time of its own).
-        limit_gateway_time(self.gateway, invocation.deadlines.applying - self.clock())
+        applying_s = invocation.deadlines.applying - self.clock()
+        limit_gateway_time(self.gateway, applying_s)
+        if self.ims is not None:
+            limit_gateway_time(self.ims, applying_s)  # exchanges and invalidations too
         return invocation
 
 
 def build_runtime(settings: AllocatorSettings) -> AllocatorRuntime:
     """Wire the real adapters from settings (clients are created lazily inside them)."""
-    client = build_semrush_client(settings.semrush)
     _log_ceiling_backstop(settings)
     # The AWS calls' budget is its own setting (AWS_CALL_BUDGET_S): a shorter upstream timeout
     # must not shrink every DynamoDB/SQS/EventBridge call to one short attempt.
     aws_budget_s = settings.aws_call_budget_s
-    runtime = AllocatorRuntime(
-        settings=settings,
-        gateway=client,
-        attempt_budget_s=settings.semrush.timeout_s,
-        aws_call_budget_s=aws_budget_s,
-    )
+    if settings.ims is None:
+        runtime = AllocatorRuntime(
+            settings=settings,
+            gateway=build_semrush_client(settings.semrush),
+            attempt_budget_s=settings.semrush.timeout_s,
+            aws_call_budget_s=aws_budget_s,
+        )
+    else:
+        runtime = _ims_runtime(settings, settings.ims, aws_budget_s)
     if settings.dlq_url:
         from ..adapters.sqs_dead_letter import DeadLetterSender
 
@@ -193,6 +204,40 @@ def build_runtime(settings: AllocatorSettings) -> AllocatorRuntime:
             ttl_s=settings.request_ledger_ttl_days * 86400,
             call_budget_s=aws_budget_s,
         )
+    return runtime
+
+
+def _ims_runtime(
+    settings: AllocatorSettings, ims_settings: ImsSettings, aws_budget_s: float
+) -> AllocatorRuntime:
+    """IMS mode: the Semrush client reads the current request's token from the holder."""
+    from ..adapters.dynamodb_credential_store import DynamoDbCredentialStore
+    from ..adapters.kms_token_cipher import KmsTokenCipher
+    from ..adapters.request_authority import ImsCredentialBroker, RequestTokenHolder
+
+    holder = RequestTokenHolder()
+    runtime: AllocatorRuntime
+    # IMS retries pause through the runtime's sleeper (late-bound: tests replace it).
+    ims = build_ims_consumer(
+        ims_settings,
+        call_budget_s=aws_budget_s,
+        sleep=lambda seconds: runtime.sleep(seconds),  # noqa: PLW0108
+    )
+    store = DynamoDbCredentialStore(
+        ims_settings.credentials_table or "",
+        KmsTokenCipher(ims_settings.credentials_key_arn or "", call_budget_s=aws_budget_s),
+        call_budget_s=aws_budget_s,
+    )
+    broker = ImsCredentialBroker(store, ims, holder)
+    holder.broker = broker
+    runtime = AllocatorRuntime(
+        settings=settings,
+        gateway=build_semrush_client(settings.semrush, holder),
+        attempt_budget_s=settings.semrush.timeout_s,
+        aws_call_budget_s=aws_budget_s,
+        credentials=broker,
+        ims=ims,
+    )
     return runtime
 
 

@@ -43,13 +43,27 @@ class _EnvModel(BaseModel):
             raise SettingsError(f"invalid configuration: {problems}") from None
 
 
+REMOVED_SECRET_VARIABLE = "SEMRUSH_TOKEN_SECRET_ID"  # noqa: S105 - a variable name
+IMS_MODE_VARIABLES = (
+    "IMS_HOST",
+    "IMS_CONSUMER_SECRET_ID",
+    "CREDENTIALS_TABLE",
+    "CREDENTIALS_KEY_ARN",
+)
+"""What IMS mode needs (docs/configuration.md); the consumer pair may instead come as
+``IMS_CONSUMER_CLIENT_ID`` + ``IMS_CONSUMER_CLIENT_SECRET`` with a loopback IMS host."""
+
+
+def _blank_is_none(value: object) -> object:
+    return None if isinstance(value, str) and not value.strip() else value
+
+
 class SemrushSettings(_EnvModel):
-    """Where the upstream is and how to authenticate against it."""
+    """Where the upstream is, and the static token of local runs (loopback only)."""
 
     base_url: str = Field(alias="SEMRUSH_BASE_URL")
-    token_secret_id: str | None = Field(default=None, alias="SEMRUSH_TOKEN_SECRET_ID")
+    removed_secret_id: str | None = Field(default=None, alias="SEMRUSH_TOKEN_SECRET_ID", repr=False)
     token: str | None = Field(default=None, alias="SEMRUSH_TOKEN", repr=False)
-    token_max_age_s: int = Field(default=300, ge=0, alias="SEMRUSH_TOKEN_MAX_AGE_S")
     timeout_s: float = Field(default=CALL_BUDGET_S, gt=0, le=60, alias="SEMRUSH_TIMEOUT_S")
     max_retries: int = Field(default=MAX_RETRIES, ge=0, le=5, alias="SEMRUSH_MAX_RETRIES")
     """Client retries on 429/5xx/transport errors. With the defaults one call takes at most
@@ -60,22 +74,101 @@ class SemrushSettings(_EnvModel):
     def _origin_only(cls, value: str) -> str:
         return validate_base_url(value)
 
-    @field_validator("token", "token_secret_id", mode="before")
+    @field_validator("token", "removed_secret_id", mode="before")
     @classmethod
     def _blank_is_absent(cls, value: object) -> object:
-        return None if isinstance(value, str) and not value.strip() else value
+        return _blank_is_none(value)
 
     @model_validator(mode="after")
-    def _one_credential(self) -> Self:
+    def _static_token_is_local(self) -> Self:
+        if self.removed_secret_id is not None:
+            # The fleet-wide bearer is gone: every request runs as the user who asked.
+            raise ValueError(
+                f"{REMOVED_SECRET_VARIABLE} is no longer supported (no fleet-wide Semrush "
+                "token): set IMS mode instead (" + ", ".join(IMS_MODE_VARIABLES) + ")"
+            )
         if self.token is not None and not is_loopback_origin(self.base_url):
             # A plain token in the environment is for the local simulator only.
             raise ValueError(
                 "SEMRUSH_TOKEN is accepted only with a loopback SEMRUSH_BASE_URL; "
-                "use SEMRUSH_TOKEN_SECRET_ID"
+                "against any other origin use IMS mode (" + ", ".join(IMS_MODE_VARIABLES) + ")"
             )
-        if self.token is None and self.token_secret_id is None:
-            raise ValueError("one of SEMRUSH_TOKEN_SECRET_ID or SEMRUSH_TOKEN must be set")
         return self
+
+
+class ImsSettings(_EnvModel):
+    """IMS mode: where IMS is, the consumer pair, and the credentials table and key.
+
+    The consumer pair is a Secrets Manager secret (``IMS_CONSUMER_SECRET_ID``, JSON
+    ``{"client_id", "client_secret"}``); with a loopback ``IMS_HOST`` only (the simulator),
+    ``IMS_CONSUMER_CLIENT_ID`` + ``IMS_CONSUMER_CLIENT_SECRET`` may be given instead.
+    """
+
+    host: str = Field(alias="IMS_HOST")
+    consumer_secret_id: str | None = Field(default=None, alias="IMS_CONSUMER_SECRET_ID")
+    consumer_client_id: str | None = Field(default=None, alias="IMS_CONSUMER_CLIENT_ID")
+    consumer_client_secret: str | None = Field(
+        default=None, alias="IMS_CONSUMER_CLIENT_SECRET", repr=False
+    )
+    credentials_table: str | None = Field(
+        default=None, alias="CREDENTIALS_TABLE", pattern=r"^[A-Za-z0-9_.-]{3,255}$"
+    )
+    credentials_key_arn: str | None = Field(default=None, alias="CREDENTIALS_KEY_ARN")
+
+    @field_validator(
+        "consumer_secret_id",
+        "consumer_client_id",
+        "consumer_client_secret",
+        "credentials_table",
+        "credentials_key_arn",
+        mode="before",
+    )
+    @classmethod
+    def _blank_is_absent(cls, value: object) -> object:
+        return _blank_is_none(value)
+
+    @field_validator("host")
+    @classmethod
+    def _ims_origin(cls, value: str) -> str:
+        from ..adapters.ims_client import validate_ims_origin
+
+        return validate_ims_origin(value)
+
+    @model_validator(mode="after")
+    def _one_consumer_pair(self) -> Self:
+        pair_given = self.consumer_client_id is not None or self.consumer_client_secret is not None
+        if pair_given and self.consumer_secret_id is not None:
+            raise ValueError(
+                "give the IMS consumer pair once: IMS_CONSUMER_SECRET_ID or "
+                "IMS_CONSUMER_CLIENT_ID + IMS_CONSUMER_CLIENT_SECRET, not both"
+            )
+        if pair_given:
+            if self.consumer_client_id is None or self.consumer_client_secret is None:
+                raise ValueError(
+                    "IMS_CONSUMER_CLIENT_ID and IMS_CONSUMER_CLIENT_SECRET go together"
+                )
+            if not is_loopback_origin(self.host):
+                raise ValueError(
+                    "IMS_CONSUMER_CLIENT_ID/IMS_CONSUMER_CLIENT_SECRET are accepted only with a "
+                    "loopback IMS_HOST; use IMS_CONSUMER_SECRET_ID"
+                )
+        elif self.consumer_secret_id is None:
+            raise ValueError("IMS mode needs IMS_CONSUMER_SECRET_ID (the consumer pair's secret)")
+        return self
+
+
+_IMS_VARIABLES = (
+    "IMS_HOST",
+    "IMS_CONSUMER_SECRET_ID",
+    "IMS_CONSUMER_CLIENT_ID",
+    "IMS_CONSUMER_CLIENT_SECRET",
+    "CREDENTIALS_TABLE",
+    "CREDENTIALS_KEY_ARN",
+)
+
+
+def _ims_given(data: Mapping[str, object]) -> bool:
+    return any(_blank_is_none(data.get(name)) is not None for name in _IMS_VARIABLES)
 
 
 class CommonSettings(_EnvModel):
@@ -86,6 +179,8 @@ class CommonSettings(_EnvModel):
     block_projects: int = Field(default=1, ge=1, alias="BLOCK_PROJECTS")
     block_prompts: int = Field(default=100, ge=1, alias="BLOCK_PROMPTS")
     semrush: SemrushSettings
+    ims: ImsSettings | None = None
+    """IMS mode (every request runs as its user); None: static mode (local tools only)."""
 
     @field_validator("dynamic_allocation", mode="before")
     @classmethod
@@ -97,7 +192,21 @@ class CommonSettings(_EnvModel):
     def _nest_semrush(cls, data: Any) -> Any:
         if isinstance(data, dict) and "semrush" not in data:
             data = {**data, "semrush": data}
+        if isinstance(data, dict) and "ims" not in data and _ims_given(data):
+            data = {**data, "ims": data}
         return data
+
+    @model_validator(mode="after")
+    def _one_credential_mode(self) -> Self:
+        # Static mode is the simulator's; anything else acts as the user who asked (IMS).
+        if self.ims is not None and self.semrush.token is not None:
+            raise ValueError("SEMRUSH_TOKEN and IMS mode are exclusive: set one of them")
+        if self.ims is None and self.semrush.token is None:
+            raise ValueError(
+                "no Semrush credential: set IMS mode (" + ", ".join(IMS_MODE_VARIABLES) + "), "
+                "or SEMRUSH_TOKEN with a loopback SEMRUSH_BASE_URL (local tools only)"
+            )
+        return self
 
     @property
     def blocks(self) -> Blocks:
@@ -211,6 +320,19 @@ class AllocatorSettings(CommonSettings):
     def _reclaim_needs_queue(self) -> Self:
         if self.sibling_reclaim and self.queue_url is None:
             raise ValueError("SERENITY_SIBLING_RECLAIM=true needs QUEUE_URL")
+        return self
+
+    @model_validator(mode="after")
+    def _ims_needs_the_credentials_table(self) -> Self:
+        ims = self.ims
+        if ims is not None and (ims.credentials_table is None or ims.credentials_key_arn is None):
+            raise ValueError("IMS mode needs CREDENTIALS_TABLE and CREDENTIALS_KEY_ARN")
+        if ims is not None and self.sibling_reclaim:
+            # Its sibling releases would carry no user's credential record (noCredential).
+            raise ValueError(
+                "SERENITY_SIBLING_RECLAIM=true is not supported in IMS mode: the sibling "
+                "releases it enqueues carry no user's credential"
+            )
         return self
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from ..adapters.ims_client import ImsClient
     from ..adapters.semrush_client import SemrushClient
-    from .settings import SemrushSettings
+    from ..adapters.token_provider import TokenProvider
+    from .settings import ImsSettings, SemrushSettings
 
 
 @runtime_checkable
@@ -24,18 +27,36 @@ def limit_gateway_time(gateway: object, seconds: float) -> None:
         gateway.limit_time(max(0.0, seconds))
 
 
-def build_semrush_client(semrush: SemrushSettings) -> SemrushClient:
-    """The Semrush client with its token source: a plain token (loopback only) or the secret."""
-    from ..adapters.semrush_client import SemrushClient
-    from ..adapters.token_provider import SecretsManagerTokenProvider, StaticTokenProvider
+def build_semrush_client(
+    semrush: SemrushSettings, tokens: TokenProvider | None = None
+) -> SemrushClient:
+    """The Semrush client over ``tokens``; without them, the static token (loopback only).
 
-    tokens = (
-        StaticTokenProvider(semrush.token)
-        if semrush.token is not None
-        else SecretsManagerTokenProvider(
-            semrush.token_secret_id or "", max_age_s=semrush.token_max_age_s
-        )
-    )
+    In IMS mode the caller passes the holder of the current request's access token.
+    """
+    from ..adapters.semrush_client import SemrushClient
+    from ..adapters.token_provider import StaticTokenProvider
+
+    if tokens is None:
+        if semrush.token is None:
+            raise ValueError("no Semrush token source: IMS mode needs the request token holder")
+        tokens = StaticTokenProvider(semrush.token)
     return SemrushClient(
         semrush.base_url, tokens, timeout_s=semrush.timeout_s, max_retries=semrush.max_retries
     )
+
+
+def build_ims_consumer(
+    ims: ImsSettings, *, call_budget_s: float, sleep: Callable[[float], None] | None = None
+) -> ImsClient:
+    """The IMS client with the consumer pair: from its secret, or the loopback-only env pair."""
+    from ..adapters.ims_client import ImsClient, ImsClientPair
+    from ..adapters.ims_consumer_secret import read_consumer_pair
+
+    if ims.consumer_secret_id is not None:
+        pair = read_consumer_pair(ims.consumer_secret_id, call_budget_s=call_budget_s)
+    else:
+        pair = ImsClientPair(ims.consumer_client_id or "", ims.consumer_client_secret or "")
+    if sleep is None:
+        return ImsClient(ims.host, consumer=pair)
+    return ImsClient(ims.host, consumer=pair, sleep=sleep)

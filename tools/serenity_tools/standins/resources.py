@@ -99,8 +99,8 @@ class LocalResources:
             "SWEEP_BUCKET": self.bucket,
             "REQUEST_LEDGER_TABLE": self.ledger_table,
         }
-        if self.secret_id is not None:
-            env["SEMRUSH_TOKEN_SECRET_ID"] = self.secret_id
+        # No SEMRUSH_TOKEN_SECRET_ID: the fleet-wide token is gone (the settings refuse it);
+        # local runs use SEMRUSH_TOKEN (loopback) or IMS mode against the simulator.
         return env
 
 

@@ -1,0 +1,192 @@
+"""A request's user authority over the credentials table and IMS; the Semrush token holder.
+
+IMS mode; docs/credentials.md "Per-request token".
+
+The Semrush client keeps one httpx client per container; its token provider here is a
+:class:`RequestTokenHolder` bound to the current request's session (the worker handles one
+record at a time per container). Unbound, ``get_token`` raises: no Semrush call runs without a
+request's user. ``get_token(refresh=True)`` (the client's one retry after a 401) exchanges
+again, stores the rolled token again, and answers the fresh access token.
+
+Nothing here logs, and no error, repr or return value holds a token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..domain.credentials import CredentialEnd
+from ..domain.errors import CredentialStoreUnavailableError, NoCredentialError
+from .dynamodb_credential_store import CredentialGoneError, CredentialStoreError, StoredCredential
+from .ims_client import ExchangedTokens
+from .kms_token_cipher import TokenCipherError
+
+UNDECRYPTABLE = "InvalidCiphertextException"
+"""KMS's answer for a ciphertext made under another context (another request or child) or
+not by this key: the record is unusable for this request, so it has no credential."""
+
+
+class CredentialStore(Protocol):
+    """What the worker does with the credentials table (:class:`DynamoDbCredentialStore`)."""
+
+    def read(self, request_id: str, workspace_id: str) -> StoredCredential | None:
+        """The request's promise token, or None."""
+        ...
+
+    def roll(self, request_id: str, workspace_id: str, promise_token: str) -> None:
+        """Replace the stored token with the rolled one."""
+        ...
+
+    def scrub(self, request_id: str) -> None:
+        """Remove the token from the record (idempotent)."""
+        ...
+
+
+class PromiseExchanger(Protocol):
+    """The consumer half of IMS (:class:`~.ims_client.ImsClient`)."""
+
+    def exchange(self, promise_token: str) -> ExchangedTokens:
+        """Exchange for an access token and a rolled promise token."""
+        ...
+
+    def invalidate(self, promise_token: str) -> bool:
+        """Invalidate the chain; True when IMS confirmed."""
+        ...
+
+
+class UnboundTokenError(RuntimeError):
+    """A Semrush call was attempted with no request's user bound (IMS mode fails closed)."""
+
+    code = "noBoundCredential"
+
+    def __init__(self) -> None:
+        super().__init__("no request credential is bound: refusing the Semrush call")
+
+
+@dataclass
+class ImsSession:
+    """One request's open authority: the access token and the current (rolled) promise."""
+
+    request_id: str
+    workspace_id: str
+    access_token: str = field(repr=False)
+    promise_token: str = field(repr=False)
+
+
+class ImsCredentialBroker:
+    """Opens, binds and ends request sessions: the application's ``CredentialBroker``.
+
+    Args:
+        store: The credentials table (read, roll, scrub).
+        ims: The IMS client with the consumer pair.
+        holder: The token holder the Semrush client reads.
+    """
+
+    def __init__(
+        self, store: CredentialStore, ims: PromiseExchanger, holder: RequestTokenHolder
+    ) -> None:
+        self._store = store
+        self._ims = ims
+        self._holder = holder
+
+    def open(self, request_id: str, workspace_id: str) -> ImsSession:
+        """Read, exchange, store the rolled token (before anything else); nothing bound."""
+        stored = self._read(request_id, workspace_id)
+        if stored is None:
+            raise NoCredentialError()
+        tokens = self._ims.exchange(stored.promise_token)
+        session = ImsSession(request_id, workspace_id, tokens.access_token, tokens.promise_token)
+        self._roll(session)
+        return session
+
+    def refresh(self, session: ImsSession) -> str:
+        """Exchange the session's current promise again (after a Semrush 401); store the roll."""
+        tokens = self._ims.exchange(session.promise_token)
+        session.access_token = tokens.access_token
+        session.promise_token = tokens.promise_token
+        self._roll(session)
+        return session.access_token
+
+    def bind(self, session: object | None) -> None:
+        """Bind ``session`` (one of ours) for the Semrush client; None unbinds."""
+        if session is not None and not isinstance(session, ImsSession):
+            raise TypeError("not a session of this broker")
+        self._holder.bound = session
+
+    def end(
+        self, request_id: str, workspace_id: str | None, session: object | None
+    ) -> CredentialEnd:
+        """Invalidate the session's promise (else the stored one), then scrub; never raises."""
+        token = session.promise_token if isinstance(session, ImsSession) else None
+        if token is None and workspace_id is not None:
+            token = self._stored_token(request_id, workspace_id)
+        if self._holder.bound is session and session is not None:
+            self._holder.bound = None
+        invalidated = self._ims.invalidate(token) if token is not None else None
+        return CredentialEnd(invalidated, self.scrub(request_id).scrub_error)
+
+    def scrub(self, request_id: str) -> CredentialEnd:
+        """Remove the token from the record; the failure's reason when it could not."""
+        try:
+            self._store.scrub(request_id)
+        except CredentialStoreError as exc:
+            return CredentialEnd(None, exc.reason)
+        return CredentialEnd(None)
+
+    def _read(self, request_id: str, workspace_id: str) -> StoredCredential | None:
+        try:
+            return self._store.read(request_id, workspace_id)
+        except TokenCipherError as exc:
+            if exc.reason == UNDECRYPTABLE:
+                return None
+            raise CredentialStoreUnavailableError() from None
+        except CredentialStoreError:
+            raise CredentialStoreUnavailableError() from None
+
+    def _stored_token(self, request_id: str, workspace_id: str) -> str | None:
+        try:
+            stored = self._store.read(request_id, workspace_id)
+        except (TokenCipherError, CredentialStoreError):
+            return None  # still scrubbed; the token dies with its IMS time to live
+        return stored.promise_token if stored is not None else None
+
+    def _roll(self, session: ImsSession) -> None:
+        # Before anything else: a crash from here on replays with the new token (the one just
+        # exchanged is spent). A failed roll ends this attempt: the chain is invalidated, as
+        # nothing holds its live token any more, and the next receive ends needsReauth.
+        try:
+            self._store.roll(session.request_id, session.workspace_id, session.promise_token)
+        except CredentialGoneError:
+            self._ims.invalidate(session.promise_token)
+            raise NoCredentialError() from None
+        except (CredentialStoreError, TokenCipherError):
+            self._ims.invalidate(session.promise_token)
+            raise CredentialStoreUnavailableError() from None
+
+    def __repr__(self) -> str:
+        return "ImsCredentialBroker()"
+
+
+class RequestTokenHolder:
+    """The Semrush client's token provider in IMS mode: the bound request's access token."""
+
+    def __init__(self) -> None:
+        self.bound: ImsSession | None = None
+        self.broker: ImsCredentialBroker | None = None
+
+    def get_token(self, *, refresh: bool = False) -> str:
+        """The bound request's access token; ``refresh`` exchanges again first.
+
+        Raises:
+            UnboundTokenError: No request is bound (fail closed).
+        """
+        session = self.bound
+        if session is None:
+            raise UnboundTokenError()
+        if refresh and self.broker is not None:
+            return self.broker.refresh(session)
+        return session.access_token
+
+    def __repr__(self) -> str:
+        return f"RequestTokenHolder(bound={self.bound.request_id if self.bound else None!r})"

@@ -1,0 +1,723 @@
+"""The Allocator acting as the user who asked: IMS promise tokens over real HTTP.
+
+moto serves SQS, EventBridge, DynamoDB (the credentials table and the ledger) and KMS; the
+simulator serves Semrush and IMS. Requests are enqueued by the real producer with the user's
+access token (it mints the promise token and writes the record), handled by the real
+``lambda_handler`` with the production runtime in IMS mode (only its sleep is a recorder).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import pytest
+
+from serenity_allocator.adapters.credential_handover import CredentialHandover, UserCredential
+from serenity_allocator.adapters.ims_client import ExchangedTokens, ImsClient, ImsClientPair
+from serenity_allocator.adapters.ims_consumer_secret import ConsumerSecretError
+from serenity_allocator.adapters.request_authority import RequestTokenHolder
+from serenity_allocator.adapters.secret_redaction import redact_secret
+from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
+from serenity_allocator.domain.errors import NeedsReauthError
+from serenity_allocator.producer import AllocationProducer
+from serenity_tools.standins.resources import LocalResources, local_client
+from serenity_tools.standins.simulator import ImsConfig, SimulatorServer, SimulatorState
+from serenity_tools.standins.simulator import start_simulator as start_sim
+from tests.conftest import OutcomeCapture
+from tests.integration.allocator_harness import (
+    AllocatorHarness,
+    allocator_harness,
+    api_calls,
+    emf_blobs,
+    metric_values,
+    totals_of,
+    transfer_bodies,
+    workspace,
+)
+from tests.integration.credentials_stack import CredentialsStack, create_credentials_stack
+
+MASTER = "ws-master"
+CHILD = "ws-child-a"
+
+
+@pytest.fixture
+def stack(aws_env: Any) -> CredentialsStack:
+    return create_credentials_stack(aws_env)
+
+
+@pytest.fixture
+def exchanged(monkeypatch: pytest.MonkeyPatch) -> list[ExchangedTokens]:
+    """Every exchange's answer (the rolled tokens, for the leak checks)."""
+    seen: list[ExchangedTokens] = []
+    original = ImsClient.exchange
+
+    def spy(self: ImsClient, promise_token: str) -> ExchangedTokens:
+        answer = original(self, promise_token)
+        seen.append(answer)
+        return answer
+
+    monkeypatch.setattr(ImsClient, "exchange", spy)
+    return seen
+
+
+def _ims(sim: SimulatorServer) -> ImsClient:
+    clients = sim.ims_clients()
+    return ImsClient(
+        sim.origin,
+        emitter=ImsClientPair(**clients["emitter"]),
+        consumer=ImsClientPair(**clients["consumer"]),
+        http=httpx.Client(trust_env=False),
+    )
+
+
+def _ims_env(sim: SimulatorServer, stack: CredentialsStack) -> dict[str, str | None]:
+    consumer = sim.ims_clients()["consumer"]
+    return {
+        "SEMRUSH_TOKEN": None,
+        "IMS_HOST": sim.origin,
+        "IMS_CONSUMER_CLIENT_ID": consumer["client_id"],
+        "IMS_CONSUMER_CLIENT_SECRET": consumer["client_secret"],
+        "CREDENTIALS_TABLE": stack.table_name,
+        "CREDENTIALS_KEY_ARN": stack.key_id,
+    }
+
+
+@contextmanager
+def _worker(
+    resources: LocalResources,
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    **extra: str | None,
+) -> Iterator[tuple[AllocatorHarness, AllocationProducer]]:
+    with allocator_harness(resources, sim, {**_ims_env(sim, stack), **extra}) as harness:
+        producer = AllocationProducer(
+            resources.queue_url, credentials=CredentialHandover(stack.store(), _ims(sim))
+        )
+        yield harness, producer
+
+
+@pytest.fixture
+def ims_worker(
+    local_resources: LocalResources,
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+) -> Iterator[tuple[AllocatorHarness, AllocationProducer]]:
+    with _worker(local_resources, sim, stack) as pair:
+        yield pair
+
+
+def _seed(sim: SimulatorServer, child_prompts: tuple[int, int] = (150, 200)) -> None:
+    sim.seed(
+        [
+            workspace(MASTER, projects=(0, 100), prompts=(0, 10_000)),
+            workspace(CHILD, parent_id=MASTER, projects=(1, 1), prompts=child_prompts),
+        ]
+    )
+
+
+def _scrubbed(stack: CredentialsStack, request_id: str) -> bool:
+    item = stack.raw_item(request_id)
+    return item is not None and "promise_token" not in item and "scrubbed_at" in item
+
+
+def _is_dead(sim: SimulatorServer, promise_token: str) -> bool:
+    try:
+        _ims(sim).exchange(promise_token)
+    except NeedsReauthError:
+        return True
+    return False
+
+
+def _credential_outcomes(stdout: str) -> list[str]:
+    return sorted(
+        dims["Outcome"]
+        for _, dims in metric_values(emf_blobs(stdout), "CredentialOutcome")
+        for _ in [0]
+    )
+
+
+def _assert_never_said(texts: list[str], tokens: list[str]) -> None:
+    # redact_secret recognises a token raw, base64- and url-encoded (its canary tests).
+    leaks = [
+        (index, token[:6])
+        for index, text in enumerate(texts)
+        for token in tokens
+        if redact_secret(text, token) != text
+    ]
+    assert leaks == []
+
+
+# ---------------------------------------------------------------- exchange first
+
+
+def test_ims_worker_exchanges_first_acts_as_the_user_and_ends_the_promise(
+    ims_worker: tuple[AllocatorHarness, AllocationProducer],
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+    exchanged: list[ExchangedTokens],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    worker, producer = ims_worker
+    # Given a member of the child and its pool who asks for a top-up
+    _seed(sim)
+    access = sim.ims_user("u1", [MASTER, CHILD])
+    request_id = producer.enqueue_ensure(
+        CHILD, MASTER, {"projects": 0, "prompts": 230}, credential=UserCredential.access(access)
+    )
+    minted = stack.store().read(request_id, CHILD)
+    assert minted is not None
+
+    # When the worker handles it
+    invocation = worker.invoke()
+
+    # Then it was served, every Semrush call made as u1, one exchange, then the promise ended
+    assert invocation.failed == []
+    [outcome] = outcome_capture.outcomes()
+    assert (outcome["request_id"], outcome["status"]) == (request_id, "topped-up")
+    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 1, "prompts": 400})]
+    assert {call["user"] for call in api_calls(sim)} == {"u1"}
+    assert [(c["op"], c["status"]) for c in sim.ims_calls()] == [
+        ("ims_mint", 200),
+        ("ims_exchange", 200),
+        ("ims_invalidate", 200),
+    ]
+    assert _scrubbed(stack, request_id)
+    [rolled] = exchanged
+    assert _is_dead(sim, rolled.promise_token)  # the chain was invalidated
+    stdout = capsys.readouterr().out
+    assert _credential_outcomes(stdout) == ["exchanged"]
+    _assert_never_said(
+        [stdout, json.dumps(outcome)],
+        [access, minted.promise_token, rolled.promise_token, rolled.access_token],
+    )
+
+
+def test_ims_worker_stores_the_rolled_token_before_its_first_semrush_call(
+    ims_worker: tuple[AllocatorHarness, AllocationProducer],
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    worker, producer = ims_worker
+    _seed(sim)
+    promise = _ims(sim).mint(sim.ims_user("u1", [MASTER, CHILD])).promise_token
+    request_id = producer.enqueue_ensure(
+        CHILD, MASTER, {"prompts": 230}, credential=UserCredential.promise(promise)
+    )
+    # Given the function dies at its first Semrush call, noting what the record held then
+    held_at_first_call: list[str] = []
+    original = RequestTokenHolder.get_token
+
+    def crash_once(self: RequestTokenHolder, *, refresh: bool = False) -> str:
+        if not held_at_first_call:
+            stored = stack.store().read(request_id, CHILD)
+            held_at_first_call.append(stored.promise_token if stored else "")
+            raise RuntimeError("the function died")
+        return original(self, refresh=refresh)
+
+    monkeypatch.setattr(RequestTokenHolder, "get_token", crash_once)
+
+    # When the first receive crashes and the message comes back
+    first = worker.invoke()
+    assert first.failed == first.message_ids
+    assert outcome_capture.outcomes() == []
+    worker.redeliver_failed(first)
+    second = worker.invoke()
+
+    # Then the record held the rolled token before any Semrush call, the old one was dead,
+    # and the replay exchanged the rolled one and was served
+    [rolled] = held_at_first_call
+    assert rolled not in ("", promise)
+    assert _is_dead(sim, promise)
+    assert second.failed == []
+    assert [o["status"] for o in outcome_capture.outcomes()] == ["topped-up"]
+    assert [(c["op"], c["status"]) for c in sim.ims_calls()] == [
+        ("ims_mint", 200),
+        ("ims_exchange", 200),
+        ("ims_exchange", 200),
+        ("ims_invalidate", 200),
+        ("ims_exchange", 401),  # this test's check that the original is dead
+    ]
+    assert _scrubbed(stack, request_id)
+
+
+# ---------------------------------------------------------------- refusals
+
+
+def _dlq_reasons(worker: AllocatorHarness) -> list[tuple[str, str]]:
+    return [
+        (m["Body"], m["MessageAttributes"][REASON_ATTRIBUTE]["StringValue"])
+        for m in worker.drain_dlq()
+    ]
+
+
+def test_ims_worker_without_a_record_ends_no_credential_in_the_dlq(
+    ims_worker: tuple[AllocatorHarness, AllocationProducer],
+    local_resources: LocalResources,
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    worker, _ = ims_worker
+    _seed(sim)
+    # Given a request sent without a credential record (a producer without a store)
+    request_id = AllocationProducer(local_resources.queue_url).enqueue_ensure(
+        CHILD, MASTER, {"prompts": 230}
+    )
+
+    # When the worker handles it
+    invocation = worker.invoke()
+
+    # Then it completes failed/noCredential, dead-lettered with that reason, no call made
+    assert invocation.failed == []
+    [outcome] = outcome_capture.outcomes()
+    assert (outcome["status"], outcome["error_code"], outcome["dead_lettered"]) == (
+        "failed",
+        "noCredential",
+        True,
+    )
+    [(body, reason)] = _dlq_reasons(worker)
+    assert (json.loads(body)["request_id"], reason) == (request_id, "noCredential")
+    assert api_calls(sim) == [] and sim.ims_calls() == []
+    assert worker.receive() == []
+    assert _credential_outcomes(capsys.readouterr().out) == ["noCredential"]
+
+
+def test_ims_worker_with_a_dead_promise_ends_needs_reauth_in_the_dlq(
+    ims_worker: tuple[AllocatorHarness, AllocationProducer],
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    worker, producer = ims_worker
+    _seed(sim)
+    access = sim.ims_user("u1", [MASTER, CHILD])
+    request_id = producer.enqueue_ensure(
+        CHILD, MASTER, {"prompts": 230}, credential=UserCredential.access(access)
+    )
+    # Given the promise was invalidated before the worker ran (expired, revoked)
+    stored = stack.store().read(request_id, CHILD)
+    assert stored is not None and _ims(sim).invalidate(stored.promise_token)
+
+    invocation = worker.invoke()
+
+    # Then failed/needsReauth, dead-lettered with that reason, no Semrush call, record scrubbed
+    assert invocation.failed == []
+    [outcome] = outcome_capture.outcomes()
+    assert (outcome["status"], outcome["error_code"], outcome["dead_lettered"]) == (
+        "failed",
+        "needsReauth",
+        True,
+    )
+    dead_letters = worker.drain_dlq()
+    assert [m["MessageAttributes"][REASON_ATTRIBUTE]["StringValue"] for m in dead_letters] == [
+        "needsReauth"
+    ]
+    assert api_calls(sim) == []
+    # The refused exchange, and no invalidation of a dead promise afterwards
+    assert [(c["op"], c["status"]) for c in sim.ims_calls()] == [
+        ("ims_mint", 200),
+        ("ims_invalidate", 200),
+        ("ims_exchange", 401),
+    ]
+    assert _scrubbed(stack, request_id)
+    stdout = capsys.readouterr().out
+    assert _credential_outcomes(stdout) == ["needsReauth"]
+    _assert_never_said(
+        [stdout, json.dumps(outcome), json.dumps(dead_letters, default=str)],
+        [access, stored.promise_token],
+    )
+
+
+def test_ims_worker_non_member_ends_access_denied_nothing_applied(
+    ims_worker: tuple[AllocatorHarness, AllocationProducer],
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+    exchanged: list[ExchangedTokens],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    worker, producer = ims_worker
+    _seed(sim)
+    # Given a user of the pool who is not a member of the child
+    access = sim.ims_user("u2", [MASTER])
+    request_id = producer.enqueue_ensure(
+        CHILD, MASTER, {"prompts": 230}, credential=UserCredential.access(access)
+    )
+
+    invocation = worker.invoke()
+
+    # Then rejected/accessDenied, never retried nor dead-lettered, nothing transferred
+    assert invocation.failed == []
+    [outcome] = outcome_capture.outcomes()
+    assert (outcome["status"], outcome["error_code"]) == ("rejected", "accessDenied")
+    assert not outcome.get("dead_lettered")
+    assert worker.drain_dlq() == []
+    assert transfer_bodies(sim) == []
+    assert [(c["op"], c["status"], c["user"]) for c in api_calls(sim)] == [
+        ("read_resources", 403, "u2")
+    ]
+    assert [c["op"] for c in sim.ims_calls()] == ["ims_mint", "ims_exchange", "ims_invalidate"]
+    assert _scrubbed(stack, request_id)
+    stdout = capsys.readouterr().out
+    assert _credential_outcomes(stdout) == ["accessDenied", "exchanged"]
+    [rolled] = exchanged
+    _assert_never_said(
+        [stdout, json.dumps(outcome)], [access, rolled.access_token, rolled.promise_token]
+    )
+
+
+class _TickingClock:
+    """Monotonic seconds that jump 10 s at every read once ticking (access tokens of 1 s)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.ticking = False
+
+    def __call__(self) -> float:
+        if self.ticking:
+            self.now += 10.0
+        return self.now
+
+
+def test_ims_worker_401_after_a_fresh_exchange_and_one_retry_is_access_denied(
+    local_resources: LocalResources, stack: CredentialsStack, outcome_capture: OutcomeCapture
+) -> None:
+    # Given a simulator whose access tokens are dead by the time they are used
+    clock = _TickingClock()
+    state = SimulatorState(clock=clock, ims_config=ImsConfig(access_ttl_s=1.0, promise_ttl_s=1e9))
+    with start_sim(state=state) as own_sim:
+        _seed(own_sim)
+        promise = _ims(own_sim).mint(own_sim.ims_user("u1", [MASTER, CHILD])).promise_token
+        with _worker(local_resources, own_sim, stack) as (worker, producer):
+            request_id = producer.enqueue_ensure(
+                CHILD, MASTER, {"prompts": 230}, credential=UserCredential.promise(promise)
+            )
+            clock.ticking = True
+
+            invocation = worker.invoke()
+
+            # Then one 401, one re-exchange, one more 401: accessDenied, never retried
+            assert invocation.failed == []
+            [outcome] = outcome_capture.outcomes()
+            assert (outcome["status"], outcome["error_code"]) == ("rejected", "accessDenied")
+            assert [(c["op"], c["status"]) for c in api_calls(own_sim)] == [
+                ("read_resources", 401),
+                ("read_resources", 401),
+            ]
+            assert [c["op"] for c in own_sim.ims_calls()] == [
+                "ims_mint",
+                "ims_exchange",
+                "ims_exchange",
+                "ims_invalidate",
+            ]
+            assert worker.drain_dlq() == []
+            assert _scrubbed(stack, request_id)
+
+
+# ---------------------------------------------------------------- coalescing
+
+
+def test_ims_worker_coalesced_run_admits_only_members_whose_user_reads_the_child(
+    ims_worker: tuple[AllocatorHarness, AllocationProducer],
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+) -> None:
+    worker, producer = ims_worker
+    _seed(sim)
+    members = {"u1": [MASTER, CHILD], "u2": [MASTER], "u3": [MASTER, CHILD]}
+    ids = {
+        user: producer.enqueue_ensure(
+            CHILD,
+            MASTER,
+            {"prompts": 100},
+            credential=UserCredential.access(sim.ims_user(user, workspaces)),
+        )
+        for user, workspaces in members.items()
+    }
+
+    # When one batch carries the three ensures (one run: u1 leads)
+    invocation = worker.invoke()
+
+    # Then u2 ended accessDenied alone; u1 and u3 were served by one transfer sized for them
+    assert len(invocation.message_ids) == 3 and invocation.failed == []
+    by_id = {o["request_id"]: o for o in outcome_capture.outcomes()}
+    assert (by_id[ids["u2"]]["status"], by_id[ids["u2"]]["error_code"]) == (
+        "rejected",
+        "accessDenied",
+    )
+    assert [(by_id[ids[u]]["status"], by_id[ids[u]]["coalesced"]) for u in ("u1", "u3")] == [
+        ("topped-up", 2),
+        ("topped-up", 2),
+    ]
+    # 150 used + 100 + 100 -> 400 (u2's 100 more would have made it 500)
+    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 1, "prompts": 400})]
+    transfers = api_calls(sim, "transfer")
+    assert [call["user"] for call in transfers] == ["u1"]
+    assert [(c["op"], c["status"]) for c in api_calls(sim) if c["user"] == "u2"] == [
+        ("read_resources", 403)
+    ]
+    assert totals_of(sim)[CHILD] == (1, 400)
+    assert all(_scrubbed(stack, request_id) for request_id in ids.values())
+    invalidated = [c["user"] for c in sim.ims_calls() if c["op"] == "ims_invalidate"]
+    assert sorted(invalidated) == ["u1", "u2", "u3"]
+
+
+# ---------------------------------------------------------------- IMS faults
+
+
+@pytest.mark.parametrize(
+    "faults",
+    [
+        {"fail_next": [{"op": "ims_exchange", "status": 429, "count": 3}]},
+        {"fail_next": [{"op": "ims_exchange", "status": 503, "count": 3}]},
+        {"error_rate": {"timeout": 1.0}, "timeout_hold_ms": 1},
+    ],
+    ids=["429", "503", "timeout"],
+)
+def test_ims_worker_ims_faults_are_transient_and_keep_the_token(
+    faults: dict[str, Any],
+    ims_worker: tuple[AllocatorHarness, AllocationProducer],
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    worker, producer = ims_worker
+    _seed(sim)
+    promise = _ims(sim).mint(sim.ims_user("u1", [MASTER, CHILD])).promise_token
+    request_id = producer.enqueue_ensure(
+        CHILD, MASTER, {"prompts": 230}, credential=UserCredential.promise(promise)
+    )
+    # Given IMS failing every exchange attempt of this receive
+    sim.faults(**faults)
+
+    first = worker.invoke()
+
+    # Then the record failed (it comes back), after the upstream client's 1 s and 2 s pauses,
+    # no Semrush call, no outcome, and the record still holds the unspent token
+    assert first.failed == first.message_ids
+    assert worker.sleeps.calls == [1.0, 2.0]
+    assert api_calls(sim) == [] and outcome_capture.outcomes() == []
+    stored = stack.store().read(request_id, CHILD)
+    assert stored is not None and stored.promise_token == promise
+    assert _credential_outcomes(capsys.readouterr().out) == ["imsUnavailable"]
+
+    # When IMS recovers and the message comes back
+    sim.faults(error_rate={}, fail_next=[])
+    worker.redeliver_failed(first)
+    second = worker.invoke()
+
+    # Then it is served as the user
+    assert second.failed == []
+    assert [o["status"] for o in outcome_capture.outcomes()] == ["topped-up"]
+    assert _scrubbed(stack, request_id)
+
+
+def test_ims_worker_ims_down_on_the_final_receive_ends_ims_unavailable(
+    local_resources: LocalResources,
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+) -> None:
+    _seed(sim)
+    with _worker(local_resources, sim, stack, MAX_RECEIVE_COUNT="1") as (worker, producer):
+        promise = _ims(sim).mint(sim.ims_user("u1", [MASTER, CHILD])).promise_token
+        request_id = producer.enqueue_ensure(
+            CHILD, MASTER, {"prompts": 230}, credential=UserCredential.promise(promise)
+        )
+        sim.faults(fail_next=[{"op": "ims_exchange", "status": 503, "count": 3}])
+
+        invocation = worker.invoke()
+
+    # Then the final receive ended it failed/imsUnavailable (SQS moves it to the DLQ next),
+    # and the unspent promise was invalidated and scrubbed all the same
+    assert invocation.failed == invocation.message_ids
+    [outcome] = outcome_capture.outcomes()
+    assert (outcome["status"], outcome["error_code"], outcome["dead_lettered"]) == (
+        "failed",
+        "imsUnavailable",
+        True,
+    )
+    assert _scrubbed(stack, request_id)
+    assert _is_dead(sim, promise)
+
+
+# ---------------------------------------------------------------- every terminal path ends it
+
+
+def test_ims_worker_replay_of_a_final_request_ends_a_token_written_again(
+    local_resources: LocalResources,
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+) -> None:
+    _seed(sim)
+    ledger = {"REQUEST_LEDGER_TABLE": local_resources.ledger_table}
+    with _worker(local_resources, sim, stack, **ledger) as (worker, producer):
+        access = sim.ims_user("u1", [MASTER, CHILD])
+        request_id = producer.enqueue_ensure(
+            CHILD, MASTER, {"prompts": 230}, credential=UserCredential.access(access)
+        )
+        [message] = worker.receive()
+        worker.handle([message])
+        # Given the request is final and a retried enqueue wrote a fresh promise for it
+        again = _ims(sim).mint(access).promise_token
+        assert stack.store().put(request_id, CHILD, again) is not None
+        worker.send_raw(message["Body"], group_id=CHILD, dedup_id="a-later-copy")
+
+        # When the copy is delivered
+        invocation = worker.invoke()
+
+    # Then it is replayed (nothing applied again) and the fresh promise is ended too
+    assert invocation.failed == []
+    assert [o["status"] for o in outcome_capture.outcomes()] == ["topped-up", "topped-up"]
+    assert len(transfer_bodies(sim)) == 1
+    assert _scrubbed(stack, request_id)
+    assert _is_dead(sim, again)
+
+
+def test_ims_worker_invalid_message_with_a_readable_id_ends_its_token(
+    ims_worker: tuple[AllocatorHarness, AllocationProducer],
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+) -> None:
+    worker, _ = ims_worker
+    _seed(sim)
+    promise = _ims(sim).mint(sim.ims_user("u1", [MASTER, CHILD])).promise_token
+    assert stack.store().put("r-invalid-1", CHILD, promise) is not None
+    body = {
+        "version": 1,
+        "kind": "ensure",
+        "request_id": "r-invalid-1",
+        "workspace_id": CHILD,
+        "parent_workspace_id": MASTER,
+        "need": {"projects": 0, "prompts": 5},
+    }
+    # Given a message in the wrong group (invalid, its request id readable)
+    worker.send_raw(json.dumps(body), group_id="another-group", dedup_id="d-1")
+
+    invocation = worker.invoke()
+
+    assert invocation.failed == []
+    [outcome] = outcome_capture.outcomes()
+    assert (outcome["request_id"], outcome["status"]) == ("r-invalid-1", "invalid")
+    assert _scrubbed(stack, "r-invalid-1")
+    assert _is_dead(sim, promise)
+    assert api_calls(sim) == []
+
+
+# ---------------------------------------------------------------- the consumer pair's secret
+
+
+def test_ims_worker_reads_the_consumer_pair_from_secrets_manager(
+    local_resources: LocalResources,
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+) -> None:
+    # Given the consumer pair only in a Secrets Manager secret
+    secrets = local_client("secretsmanager", local_resources.endpoint_url)
+    name = f"ims-consumer-{uuid.uuid4().hex[:8]}"
+    secrets.create_secret(Name=name, SecretString=json.dumps(sim.ims_clients()["consumer"]))
+    _seed(sim)
+    from_secret = {
+        "IMS_CONSUMER_CLIENT_ID": None,
+        "IMS_CONSUMER_CLIENT_SECRET": None,
+        "IMS_CONSUMER_SECRET_ID": name,
+    }
+    with _worker(local_resources, sim, stack, **from_secret) as (worker, producer):
+        access = sim.ims_user("u1", [MASTER, CHILD])
+        producer.enqueue_ensure(
+            CHILD, MASTER, {"prompts": 230}, credential=UserCredential.access(access)
+        )
+        invocation = worker.invoke()
+
+    # Then the worker exchanged with that pair and served the request
+    assert invocation.failed == []
+    assert [o["status"] for o in outcome_capture.outcomes()] == ["topped-up"]
+    assert [c["client_id"] for c in sim.ims_calls() if c["op"] != "ims_mint"] == [
+        "sim-consumer",
+        "sim-consumer",
+    ]
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        '{"client_id": "c"}',
+        "not-json sim-consumer-secret",
+        '{"client_id": " ", "client_secret": "x"}',
+    ],
+)
+def test_ims_worker_refuses_a_malformed_consumer_secret_without_quoting_it(
+    secret: str, local_resources: LocalResources, sim: SimulatorServer, stack: CredentialsStack
+) -> None:
+    secrets = local_client("secretsmanager", local_resources.endpoint_url)
+    name = f"ims-consumer-{uuid.uuid4().hex[:8]}"
+    secrets.create_secret(Name=name, SecretString=secret)
+    env = {**_ims_env(sim, stack), "IMS_CONSUMER_CLIENT_ID": None}
+    env.update(IMS_CONSUMER_CLIENT_SECRET=None, IMS_CONSUMER_SECRET_ID=name)
+    with pytest.raises(ConsumerSecretError) as raised, allocator_harness(local_resources, sim, env):
+        pass
+    assert "IMS consumer secret" in str(raised.value)
+    assert secret not in str(raised.value) and "sim-consumer-secret" not in str(raised.value)
+
+
+# ---------------------------------------------------------------- releases and the kill switch
+
+
+def test_ims_worker_release_runs_as_its_user(
+    ims_worker: tuple[AllocatorHarness, AllocationProducer],
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+) -> None:
+    worker, producer = ims_worker
+    _seed(sim, child_prompts=(50, 500))
+    access = sim.ims_user("u1", [MASTER, CHILD])
+    request_id = producer.enqueue_release(CHILD, credential=UserCredential.access(access))
+
+    invocation = worker.invoke()
+
+    assert invocation.failed == []
+    [outcome] = outcome_capture.outcomes()
+    assert (outcome["request_id"], outcome["status"]) == (request_id, "released")
+    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 1, "prompts": 100})]
+    assert {call["user"] for call in api_calls(sim)} == {"u1"}
+    assert _scrubbed(stack, request_id)
+
+
+def test_ims_worker_with_the_kill_switch_off_exchanges_nothing_and_ends_the_promise(
+    local_resources: LocalResources,
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+) -> None:
+    _seed(sim)
+    off = {"SERENITY_DYNAMIC_ALLOCATION": "false"}
+    with _worker(local_resources, sim, stack, **off) as (worker, producer):
+        promise = _ims(sim).mint(sim.ims_user("u1", [MASTER, CHILD])).promise_token
+        request_id = producer.enqueue_ensure(
+            CHILD, MASTER, {"prompts": 230}, credential=UserCredential.promise(promise)
+        )
+        invocation = worker.invoke()
+
+    # Then disabled, no Semrush call, no exchange, and the unused promise invalidated, scrubbed
+    assert invocation.failed == []
+    assert [o["status"] for o in outcome_capture.outcomes()] == ["disabled"]
+    assert api_calls(sim) == []
+    assert [c["op"] for c in sim.ims_calls()] == ["ims_mint", "ims_invalidate"]
+    assert _scrubbed(stack, request_id)

@@ -1,0 +1,154 @@
+"""The request session adapter and the Semrush token holder, over in-memory fakes.
+
+The real path (moto + simulator) is tests/integration/test_allocator_credentials.py; these pin
+the failure mapping that is awkward to provoke over the wire.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from serenity_allocator.adapters.dynamodb_credential_store import (
+    CredentialGoneError,
+    CredentialStoreError,
+    StoredCredential,
+)
+from serenity_allocator.adapters.ims_client import ExchangedTokens
+from serenity_allocator.adapters.kms_token_cipher import TokenCipherError
+from serenity_allocator.adapters.request_authority import (
+    ImsCredentialBroker,
+    RequestTokenHolder,
+    UnboundTokenError,
+)
+from serenity_allocator.domain.credentials import CredentialEnd
+from serenity_allocator.domain.errors import CredentialStoreUnavailableError, NoCredentialError
+
+
+class FakeStore:
+    def __init__(self) -> None:
+        self.tokens: dict[str, str] = {"r-1": "pt-0"}
+        self.read_error: Exception | None = None
+        self.roll_error: Exception | None = None
+        self.scrub_error: Exception | None = None
+        self.scrubbed: list[str] = []
+
+    def read(self, request_id: str, workspace_id: str) -> StoredCredential | None:
+        if self.read_error is not None:
+            raise self.read_error
+        token = self.tokens.get(request_id)
+        return None if token is None else StoredCredential(request_id, workspace_id, token, 9)
+
+    def roll(self, request_id: str, workspace_id: str, promise_token: str) -> None:
+        if self.roll_error is not None:
+            raise self.roll_error
+        self.tokens[request_id] = promise_token
+
+    def scrub(self, request_id: str) -> None:
+        if self.scrub_error is not None:
+            raise self.scrub_error
+        self.tokens.pop(request_id, None)
+        self.scrubbed.append(request_id)
+
+
+class FakeIms:
+    def __init__(self) -> None:
+        self.exchanged: list[str] = []
+        self.invalidated: list[str] = []
+        self.confirm = True
+
+    def exchange(self, promise_token: str) -> ExchangedTokens:
+        self.exchanged.append(promise_token)
+        n = len(self.exchanged)
+        return ExchangedTokens(access_token=f"at-{n}", promise_token=f"pt-{n}")
+
+    def invalidate(self, promise_token: str) -> bool:
+        self.invalidated.append(promise_token)
+        return self.confirm
+
+
+def _broker() -> tuple[ImsCredentialBroker, FakeStore, FakeIms, RequestTokenHolder]:
+    store, ims, holder = FakeStore(), FakeIms(), RequestTokenHolder()
+    broker = ImsCredentialBroker(store, ims, holder)
+    holder.broker = broker
+    return broker, store, ims, holder
+
+
+def test_holder_unbound_fails_closed() -> None:
+    with pytest.raises(UnboundTokenError):
+        RequestTokenHolder().get_token()
+
+
+def test_open_exchanges_and_rolls_before_anything_is_bound() -> None:
+    broker, store, ims, holder = _broker()
+    session = broker.open("r-1", "c1")
+    assert (ims.exchanged, store.tokens["r-1"]) == (["pt-0"], "pt-1")
+    assert holder.bound is None
+    broker.bind(session)
+    assert holder.get_token() == "at-1"
+    # A refresh (after a Semrush 401) exchanges the rolled token and stores the next one
+    assert holder.get_token(refresh=True) == "at-2"
+    assert (ims.exchanged, store.tokens["r-1"]) == (["pt-0", "pt-1"], "pt-2")
+    assert "at-" not in repr(session) and "pt-" not in repr(session) + repr(holder)
+
+
+def test_open_without_a_record_or_undecryptable_is_no_credential() -> None:
+    broker, store, ims, _ = _broker()
+    with pytest.raises(NoCredentialError):
+        broker.open("r-absent", "c1")
+    store.read_error = TokenCipherError("Decrypt", "InvalidCiphertextException")
+    with pytest.raises(NoCredentialError):
+        broker.open("r-1", "c1")
+    assert ims.exchanged == []
+
+
+@pytest.mark.parametrize(
+    "error",
+    [TokenCipherError("Decrypt", "ThrottlingException"), CredentialStoreError("read", "r-1", "x")],
+)
+def test_open_with_the_store_down_is_transient(error: Exception) -> None:
+    broker, store, ims, _ = _broker()
+    store.read_error = error
+    with pytest.raises(CredentialStoreUnavailableError):
+        broker.open("r-1", "c1")
+    assert ims.exchanged == []
+
+
+@pytest.mark.parametrize(
+    ("error", "raised"),
+    [
+        (CredentialGoneError("r-1"), NoCredentialError),
+        (CredentialStoreError("roll", "r-1", "ProvisionedThroughputExceededException"), None),
+        (TokenCipherError("Encrypt", "KMSInternalException"), None),
+    ],
+)
+def test_a_roll_that_cannot_be_stored_invalidates_the_fresh_chain(
+    error: Exception, raised: type[Exception] | None
+) -> None:
+    broker, store, ims, holder = _broker()
+    store.roll_error = error
+    with pytest.raises(raised or CredentialStoreUnavailableError):
+        broker.open("r-1", "c1")
+    assert ims.invalidated == ["pt-1"]
+    assert holder.bound is None
+
+
+def test_end_invalidates_the_current_token_and_scrubs() -> None:
+    broker, store, ims, holder = _broker()
+    session = broker.open("r-1", "c1")
+    broker.bind(session)
+    assert broker.end("r-1", "c1", session) == CredentialEnd(True)
+    assert (ims.invalidated, store.scrubbed, holder.bound) == (["pt-1"], ["r-1"], None)
+
+
+def test_end_without_a_session_invalidates_the_stored_token() -> None:
+    broker, store, ims, _ = _broker()
+    ims.confirm = False
+    assert broker.end("r-1", "c1", None) == CredentialEnd(False)
+    assert (ims.invalidated, store.scrubbed) == (["pt-0"], ["r-1"])
+
+
+def test_end_reports_a_failed_scrub_and_never_raises() -> None:
+    broker, store, ims, _ = _broker()
+    store.scrub_error = CredentialStoreError("scrub", "r-1", "AccessDeniedException")
+    assert broker.end("r-1", None, None) == CredentialEnd(None, "AccessDeniedException")
+    assert ims.invalidated == []  # no child known: the stored token cannot be decrypted
