@@ -108,6 +108,7 @@ def test_sweep_dry_run_transfers_nothing_and_reports_exact_targets(stack: SweepS
         "requires_decommission": 0,
         "skipped_not_created": 1,
         "not_a_child": 0,
+        "access_denied": 0,
         "expected_errors": 0,
         "unexpected_errors": 0,
         "failed_attempts": 0,

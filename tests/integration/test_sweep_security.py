@@ -119,8 +119,9 @@ def test_sweep_token_appears_in_no_log_message_checkpoint_result_or_metric(
     # Then the token really was used (the simulator accepts nothing else) and echoed once
     calls = api_calls(stack.sim)
     assert calls and {c["status"] for c in calls} <= {200, 403}
+    # (a 403 is access denied: the token may not reach that child)
     assert [r["outcome"] for r in returned[0]["items"] if r["workspace_id"] == "c-lean"] == [
-        "unexpected-error"
+        "access-denied"
     ]
     assert returned[1]["counts"]["enqueued"] == len(EXPECTED)
 

@@ -21,6 +21,7 @@ from aws_lambda_powertools.metrics.base import MetricManager
 
 from ..domain.model import AiResources, Dimension, Totals
 from ..domain.observations import (
+    CredentialOutcome,
     HeadroomChecked,
     NotReadyRetry,
     PoolChecked,
@@ -34,7 +35,6 @@ from ..domain.worker_events import (
     Coalesced,
     Completed,
     CredentialNotScrubbed,
-    CredentialOutcome,
     DisabledNoop,
     InvalidMessage,
     LedgerEvent,

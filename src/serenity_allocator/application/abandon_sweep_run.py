@@ -98,6 +98,7 @@ def _abandon_run(run_id: str, reason: str | None, env: SweepEnvironment) -> Swee
     released = (
         [] if dry_run else release_parents(env.store, run_id, checkpoint.parent_workspace_ids)
     )
+    _end_token(run_id, env)
     return SweepAbandonResult(
         run_id=run_id,
         dry_run=dry_run,
@@ -134,10 +135,16 @@ def _replace_unreadable(
     return _result(run_id, name, dry_run, problem, env)
 
 
+def _end_token(run_id: str, env: SweepEnvironment) -> None:
+    if env.run_tokens is not None:
+        env.run_tokens.end(run_id, "abandoned")
+
+
 def _result(
     run_id: str, name: str, dry_run: bool, problem: str | None, env: SweepEnvironment
 ) -> SweepAbandonResult:
     # Its parents are unknown: every claim it holds is free to take now that it is finished.
+    _end_token(run_id, env)
     return SweepAbandonResult(
         run_id=run_id,
         dry_run=dry_run,

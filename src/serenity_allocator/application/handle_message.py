@@ -51,13 +51,12 @@ from ..domain.ledger import (
     RequestIdConflictError,
 )
 from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
+from ..domain.observations import CredentialOutcome, CredentialOutcomeName
 from ..domain.outcomes import build_outcome
 from ..domain.parent_links import ParentMismatchError
 from ..domain.transfer import TransferContext
 from ..domain.worker_events import (
     Completed,
-    CredentialOutcome,
-    CredentialOutcomeName,
     LedgerEvent,
     MessageStarted,
     QueueLag,

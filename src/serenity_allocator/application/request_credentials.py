@@ -28,9 +28,10 @@ from ..domain.errors import (
     UpstreamError,
 )
 from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
+from ..domain.observations import CredentialOutcome
 from ..domain.outcomes import build_outcome
 from ..domain.ports import WorkspaceGateway
-from ..domain.worker_events import CredentialNotScrubbed, CredentialOutcome
+from ..domain.worker_events import CredentialNotScrubbed
 from .batch_plan import BatchMessage
 from .credential_ports import CredentialBroker, CredentialEnd, CredentialSession
 from .deadlines import Deadlines

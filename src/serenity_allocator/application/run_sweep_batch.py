@@ -13,9 +13,15 @@ enqueued (``start_sweep_run``, ``resume_sweep_run``).
 
 from __future__ import annotations
 
-from ..domain.sweep_errors import SweepRefusedError
+from ..domain.sweep_errors import RUN_CREDENTIAL_STOPS, SweepRefusedError
 from ..domain.sweep_failures import attempts_so_far, note_progress
-from ..domain.sweep_model import SweepItem, SweepRequest, SweepResult, checkpoint_name
+from ..domain.sweep_model import (
+    SweepCheckpoint,
+    SweepItem,
+    SweepRequest,
+    SweepResult,
+    checkpoint_name,
+)
 from ..domain.sweep_runs import sweep_result
 from .resume_sweep_run import resume_sweep_run
 from .start_sweep_run import start_sweep_run
@@ -37,6 +43,9 @@ def run_sweep_batch(request: SweepRequest, run_id: str, env: SweepEnvironment) -
         CheckpointCorruptError: the checkpoint breaks its schema, is not this run's, holds a
             lease no invocation could hold, or names targets that are not children of their
             parents; nothing is enqueued.
+        SweepNeedsReauthError: IMS refused the run's promise token (scrubbed; resume with a
+            new one). SweepNoCredentialError: the run's claim holds no token.
+        SweepImsUnavailableError: IMS could not exchange the token in time.
     """
     if not request.dry_run and not env.dynamic_allocation and not request.allow_when_disabled:
         # Children lowered while just-in-time allocation is off could not be topped back up.
@@ -48,15 +57,25 @@ def run_sweep_batch(request: SweepRequest, run_id: str, env: SweepEnvironment) -
     checkpoint = run.checkpoint
     items: list[SweepItem] = []
     if checkpoint.state == "open":
-        items = _process_batch(request, env, run)
+        items = _process_batch_or_give_back(request, env, run)
     if checkpoint.state == "open" and len(checkpoint.processed) == len(checkpoint.targets):
         checkpoint.state = "done"  # also a run with no target at all
-    done = checkpoint.state == "done"
     checkpoint.lease_owner, checkpoint.lease_until = None, None
     run.save()
+    _release_what_the_run_holds(run_id, checkpoint, env)
+    return sweep_result(run_id, checkpoint, items, env.store.location(run.name))
+
+
+def _release_what_the_run_holds(
+    run_id: str, checkpoint: SweepCheckpoint, env: SweepEnvironment
+) -> None:
+    """A done run frees its parents; a done or aborted run ends its hold on its token."""
+    done = checkpoint.state == "done"
     if done and not checkpoint.dry_run:
         release_parents(env.store, run_id, checkpoint.parent_workspace_ids)
-    return sweep_result(run_id, checkpoint, items, env.store.location(run.name))
+    if env.run_tokens is not None and (done or checkpoint.aborted is not None):
+        # The run's operator authority must not outlive it (a resume hands a new one over).
+        env.run_tokens.end(run_id, "aborted" if checkpoint.aborted else "done")
 
 
 def _open_run(request: SweepRequest, run_id: str, env: SweepEnvironment) -> RunCheckpoint:
@@ -66,6 +85,18 @@ def _open_run(request: SweepRequest, run_id: str, env: SweepEnvironment) -> RunC
     if stored is None:
         return start_sweep_run(request, run_id, name, env)
     return resume_sweep_run(request, run_id, name, stored, env)
+
+
+def _process_batch_or_give_back(
+    request: SweepRequest, env: SweepEnvironment, run: RunCheckpoint
+) -> list[SweepItem]:
+    try:
+        return _process_batch(request, env, run)
+    except RUN_CREDENTIAL_STOPS:
+        # The run's credential stopped the batch: give the run back for the resume.
+        run.checkpoint.lease_owner, run.checkpoint.lease_until = None, None
+        run.save()
+        raise
 
 
 def _process_batch(

@@ -17,7 +17,15 @@ from ..domain.ports import AllocationObserver, Clock, NullObserver, Sleeper, Wor
 from ..domain.sweep_model import StoredCheckpoint, SweepItem
 from ..domain.sweep_runs import MAX_LEASE_S
 
-__all__ = ["CheckpointStore", "SurplusReleaseQueue", "SweepEnvironment"]
+__all__ = [
+    "CheckpointStore",
+    "ExchangedTokens",
+    "PromiseExchange",
+    "RunTokenCipher",
+    "RunTokenEnder",
+    "SurplusReleaseQueue",
+    "SweepEnvironment",
+]
 
 
 class CheckpointStore(Protocol):
@@ -65,6 +73,56 @@ class SurplusReleaseQueue(Protocol):
         ...
 
 
+class ExchangedTokens(Protocol):
+    """What an exchange answers: the user's fresh access token and the ROLLED promise token."""
+
+    @property
+    def access_token(self) -> str:
+        """The access token for this batch's Semrush calls."""
+        ...
+
+    @property
+    def promise_token(self) -> str:
+        """The new promise token; the one exchanged must not be relied on afterwards."""
+        ...
+
+
+class PromiseExchange(Protocol):
+    """IMS with the consumer pair (``adapters.ims_client.ImsClient``).
+
+    ``exchange`` raises the domain's ``NeedsReauthError`` when IMS refuses (401/403),
+    ``ImsUnavailableError`` or ``OutOfTimeError`` when it cannot answer in time.
+    """
+
+    def exchange(self, promise_token: str) -> ExchangedTokens:
+        """Exchange a promise token for an access token and a new promise token."""
+        ...
+
+    def invalidate(self, promise_token: str) -> bool:
+        """Invalidate a token and its whole chain, best effort; True when IMS confirmed."""
+        ...
+
+
+class RunTokenCipher(Protocol):
+    """Client-side KMS encryption bound to a context (``adapters.kms_token_cipher``)."""
+
+    def encrypt(self, token: str, context: Mapping[str, str]) -> bytes:
+        """The ciphertext of ``token`` under ``context``."""
+        ...
+
+    def decrypt(self, ciphertext: bytes, context: Mapping[str, str]) -> str:
+        """The token ``ciphertext`` holds when ``context`` is the one it was made under."""
+        ...
+
+
+class RunTokenEnder(Protocol):
+    """Ends a run's hold on its operator's authority: invalidate and scrub its token."""
+
+    def end(self, run_id: str, reason: Literal["done", "aborted", "abandoned"]) -> None:
+        """Invalidate the run's token (best effort) and scrub it from its claim."""
+        ...
+
+
 @dataclass(frozen=True)
 class SweepEnvironment:
     """The sweep's collaborators and limits for one invocation."""
@@ -88,3 +146,5 @@ class SweepEnvironment:
     max_lease_s: float = MAX_LEASE_S
     observer: AllocationObserver = field(default_factory=NullObserver)
     on_item: Callable[[SweepItem], None] | None = None
+    run_tokens: RunTokenEnder | None = None
+    """The runs' promise tokens (IMS mode); None with a static token (local tools)."""

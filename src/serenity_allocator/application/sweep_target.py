@@ -11,13 +11,17 @@ from __future__ import annotations
 
 from ..domain.errors import RateLimitedError, UpstreamError
 from ..domain.model import Totals, WorkspaceStatus
+from ..domain.observations import CredentialOutcome
 from ..domain.ports import NullObserver
 from ..domain.release import release_surplus
+from ..domain.sweep_errors import SweepImsUnavailableError, SweepRefusedError
 from ..domain.sweep_failures import (
     backoff_delay,
     classify_failure,
     finish_target,
+    is_access_denied,
     is_rate_limited_error,
+    record_access_denied,
     record_failure,
     record_success,
 )
@@ -42,7 +46,12 @@ def sweep_target(
     item = SweepItem(workspace_id=child_id, parent_workspace_id=parent_id, outcome="")
     try:
         item, count = _with_backoff(request, checkpoint.run_id, floor, env, item)
+    except (SweepRefusedError, SweepImsUnavailableError):
+        raise  # the run's credential stopped the batch (a re-exchange after a 401 failed)
     except Exception as exc:
+        if is_access_denied(exc):
+            env.observer.record(CredentialOutcome("accessDenied"))
+            return record_access_denied(checkpoint, item)
         return record_failure(request, checkpoint, item, classify_failure(exc))
     record_success(checkpoint, child_id, count)
     if item.tiered:

@@ -15,6 +15,7 @@ result stands (:class:`~serenity_allocator.application.attempt_observer.AttemptO
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from .model import AiResources
 
@@ -84,6 +85,25 @@ class TieredWorkspaceMet:
     role: str
 
 
+CredentialOutcomeName = Literal[
+    "exchanged", "noCredential", "needsReauth", "accessDenied", "imsUnavailable", "invalidateFailed"
+]
+
+
+@dataclass(frozen=True)
+class CredentialOutcome:
+    """What became of a request's (or a sweep run's) user authority: one count per occurrence.
+
+    ``exchanged``: a session opened (promise exchanged, rolled token stored); the terminal
+    ``noCredential``/``needsReauth``/``accessDenied``; ``imsUnavailable``: an exchange failed
+    for now (429/5xx/timeout); ``invalidateFailed``: IMS did not confirm the invalidation at
+    the end (the outcome stands). ``reason`` is a code for the log line, never a token.
+    """
+
+    outcome: CredentialOutcomeName
+    reason: str | None = None
+
+
 AllocationEvent = (
     HeadroomChecked
     | TransferTimed
@@ -93,6 +113,7 @@ AllocationEvent = (
     | ReleaseFinished
     | TightPoolFallback
     | TieredWorkspaceMet
+    | CredentialOutcome
 )
 """Everything the domain's rules report."""
 

@@ -80,3 +80,84 @@ class CheckpointCorruptError(Exception):
 
 class StaleCheckpointError(Exception):
     """A conditional write lost: the document changed (or appeared) since it was read."""
+
+
+RESUME_WITH_TOKEN = (
+    "resume with a new token: set SWEEP_IMS_ACCESS_TOKEN (your IMS access token) or "  # noqa: S105
+    "SWEEP_PROMISE_TOKEN, or pass --access-token-file/--promise-token-file, and run "
+    "serenity-allocator sweep ... --run-id {run_id} (runbook sweep.md#tokens-the-run-acts-as-you)"
+)
+
+
+class SweepNeedsReauthError(SweepRefusedError):
+    """IMS refused the run's promise token (401/403 at exchange): the promise is dead.
+
+    The token was scrubbed from the claim; the run is kept and resumes with a new token.
+    """
+
+    code = "needsReauth"
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(
+            f"run {run_id!r} stopped: IMS refused its promise token (needsReauth: expired, "
+            "invalidated or the operator lost access); nothing more was done by this call; "
+            + RESUME_WITH_TOKEN.format(run_id=run_id)
+        )
+
+
+class SweepNoCredentialError(SweepRefusedError):
+    """The run's claim holds no usable token (none handed over, scrubbed, undecryptable)."""
+
+    code = "noCredential"
+
+    def __init__(self, run_id: str, why: str) -> None:
+        self.run_id = run_id
+        super().__init__(
+            f"run {run_id!r} holds no promise token ({why}); nothing was done by this call; "
+            + RESUME_WITH_TOKEN.format(run_id=run_id)
+        )
+
+
+class SweepImsUnavailableError(RuntimeError):
+    """IMS could not exchange the run's token within the batch's deadline (429/5xx/timeouts).
+
+    Transient: the claim still holds the token it held, and the run resumes by its run id.
+    """
+
+    code = "imsUnavailable"
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(
+            f"run {run_id!r}: IMS could not be reached to exchange the run's token; nothing "
+            f"more was done by this call; resume with --run-id {run_id} once IMS answers"
+        )
+
+
+class SweepReleaseCredentialError(SweepRefusedError):
+    """IMS mode, a real run, and no way to hand each release the operator's authority.
+
+    The worker runs every request as its user: a release without a credential record would be
+    dead-lettered ``noCredential``. The batch stops before its first release.
+    """
+
+    code = "noCredential"
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(
+            f"run {run_id!r}: a real sweep in IMS mode hands each release its operator's "
+            "authority (a promise token minted for it): set IMS_EMITTER_SECRET_ID and "
+            "CREDENTIALS_TABLE on the Sweep; nothing was enqueued; resume with --run-id "
+            f"{run_id} once they are set (a dry run needs neither)"
+        )
+
+
+RUN_CREDENTIAL_STOPS = (
+    SweepNeedsReauthError,
+    SweepNoCredentialError,
+    SweepImsUnavailableError,
+    SweepReleaseCredentialError,
+)
+"""What the run's credential stops a batch with (the run stays resumable)."""

@@ -48,6 +48,15 @@ def is_rate_limited_error(exc: Exception) -> bool:
     return isinstance(exc, UpstreamError) and is_rate_limited(exc.status, exc.body)
 
 
+def is_access_denied(exc: Exception) -> bool:
+    """True for a Semrush 401/403: the operator's token may not reach this workspace.
+
+    The client has already refreshed once after a 401 (a fresh exchange), so this is the
+    answer for a fresh token too (ims-promise-tokens.md: "cannot reach this workspace").
+    """
+    return isinstance(exc, UpstreamError) and exc.status in (401, 403)
+
+
 def classify_failure(exc: Exception) -> AttemptFailure:
     """The code of a failed attempt and whether it is the degraded gateway the abort is for."""
     if is_rate_limited_error(exc):
@@ -133,8 +142,22 @@ def record_failure(
     )
 
 
+def record_access_denied(checkpoint: SweepCheckpoint, item: SweepItem) -> SweepItem:
+    """A target the operator may not reach: terminal at once, never toward the abort.
+
+    The same token would be refused again; it neither counts toward the error streak nor ends
+    it as a success would.
+    """
+    finish_target(checkpoint, item.workspace_id, "access_denied")
+    return item.model_copy(update={"outcome": "access-denied", "error_code": "accessDenied"})
+
+
 def note_progress(request: SweepRequest, checkpoint: SweepCheckpoint, item: SweepItem) -> None:
-    """Abort after too many failed attempts in a row; done once every target is terminal."""
+    """Abort after too many failed attempts in a row; done once every target is terminal.
+
+    A run whose every target so far was denied (at least ``max_consecutive_errors`` of them,
+    or all of its targets) aborts too: the operator's identity cannot reach these children.
+    """
     if checkpoint.error_streak >= request.max_consecutive_errors:
         checkpoint.aborted = (
             f"{checkpoint.error_streak} consecutive failed attempts "
@@ -142,3 +165,11 @@ def note_progress(request: SweepRequest, checkpoint: SweepCheckpoint, item: Swee
         )
     if len(checkpoint.processed) == len(checkpoint.targets):
         checkpoint.state = "done"  # every target has a terminal result
+    denied = checkpoint.counts.access_denied
+    all_denied = denied > 0 and denied == len(checkpoint.processed)
+    enough = denied >= request.max_consecutive_errors or checkpoint.state == "done"
+    if all_denied and enough and checkpoint.aborted is None:
+        checkpoint.aborted = (
+            f"accessDenied on every target so far ({denied}): the operator's token cannot "
+            "reach these children; resume with the token of a user who can"
+        )

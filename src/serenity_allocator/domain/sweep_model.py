@@ -143,6 +143,7 @@ SweepCountName = Literal[
     "requires_decommission",
     "skipped_not_created",
     "not_a_child",
+    "access_denied",
     "expected_errors",
     "unexpected_errors",
 ]
@@ -153,7 +154,9 @@ class SweepCounts(BaseModel):
     """Running totals of a run, kept in its checkpoint.
 
     Each target counts once, under its terminal result (``expected_errors`` and
-    ``unexpected_errors`` are targets that ended failed after their last attempt);
+    ``unexpected_errors`` are targets that ended failed after their last attempt;
+    ``access_denied`` are targets the operator's token may not reach: Semrush 401/403, final
+    at once, never toward the abort unless every target so far was denied);
     ``failed_attempts`` counts every failed attempt, retried or not. ``tiered`` counts the
     targets in the tiered prompt shape besides their terminal result: their prompts are never
     released (no flat ``prompts`` to a tiered workspace), only their projects.
@@ -167,6 +170,7 @@ class SweepCounts(BaseModel):
     requires_decommission: Count = 0
     skipped_not_created: Count = 0
     not_a_child: Count = 0
+    access_denied: Count = 0
     expected_errors: Count = 0
     unexpected_errors: Count = 0
     failed_attempts: Count = 0

@@ -11,16 +11,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .messages import AllocationOutcome
-from .observations import AllocationEvent
+from .observations import AllocationEvent, CredentialOutcome
 from .pool_watch import PoolLowWarning
 
 LedgerEventName = Literal[
     "replayed", "deadLettered", "superseded", "duplicate", "unreadable", "requestIdConflict"
 ]
 ReclaimResult = Literal["enqueued", "parked", "served", "exhausted"]
-CredentialOutcomeName = Literal[
-    "exchanged", "noCredential", "needsReauth", "accessDenied", "imsUnavailable", "invalidateFailed"
-]
 
 
 @dataclass(frozen=True)
@@ -137,20 +134,6 @@ class PoolLowNotPublished:
     """A pool-low event could not be published (advisory; requests are unaffected)."""
 
     error: Exception
-
-
-@dataclass(frozen=True)
-class CredentialOutcome:
-    """What became of a request's user authority (IMS mode): one count per occurrence.
-
-    ``exchanged``: a session opened (promise exchanged, rolled token stored); the terminal
-    ``noCredential``/``needsReauth``/``accessDenied``; ``imsUnavailable``: an exchange failed
-    for now (429/5xx/timeout); ``invalidateFailed``: IMS did not confirm the invalidation at
-    the end (the outcome stands). ``reason`` is a code for the log line, never a token.
-    """
-
-    outcome: CredentialOutcomeName
-    reason: str | None = None
 
 
 @dataclass(frozen=True)

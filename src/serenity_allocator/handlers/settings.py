@@ -337,8 +337,65 @@ class AllocatorSettings(CommonSettings):
 
 
 class SweepSettings(CommonSettings):
-    """The Sweep function's configuration."""
+    """The Sweep function's configuration.
+
+    IMS mode (production): ``IMS_HOST``, the consumer pair and ``CREDENTIALS_KEY_ARN``: each
+    run acts with the promise token on its claim, encrypted with that key (the Sweep reads no
+    credential record, so ``CREDENTIALS_TABLE`` is not needed). Static mode (local tools):
+    ``SEMRUSH_TOKEN`` with a loopback ``SEMRUSH_BASE_URL``.
+    """
 
     sweep_bucket: str = Field(alias="SWEEP_BUCKET", min_length=1)
     queue_url: str = Field(alias="QUEUE_URL", min_length=1)
     safety_margin_ms: int = Field(default=10000, ge=0, alias="SAFETY_MARGIN_MS")
+    emitter_secret_id: str | None = Field(default=None, alias="IMS_EMITTER_SECRET_ID")
+    """The emitter pair (JSON ``{"client_id", "client_secret", "promise_definition_id"}``) a
+    real run mints each release's promise token with, from the operator's access token."""
+    emitter_client_id: str | None = Field(default=None, alias="IMS_EMITTER_CLIENT_ID")
+    emitter_client_secret: str | None = Field(
+        default=None, alias="IMS_EMITTER_CLIENT_SECRET", repr=False
+    )
+    promise_definition_id: str | None = Field(default=None, alias="IMS_PROMISE_DEFINITION_ID")
+
+    @field_validator(
+        "emitter_secret_id",
+        "emitter_client_id",
+        "emitter_client_secret",
+        "promise_definition_id",
+        mode="before",
+    )
+    @classmethod
+    def _blank_is_absent(cls, value: object) -> object:
+        return _blank_is_none(value)
+
+    @model_validator(mode="after")
+    def _ims_needs_the_key(self) -> Self:
+        if self.ims is not None and self.ims.credentials_key_arn is None:
+            raise ValueError(
+                "IMS mode needs CREDENTIALS_KEY_ARN (the key of each run's token on its claim)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _one_emitter_pair(self) -> Self:
+        local = (self.emitter_client_id, self.emitter_client_secret, self.promise_definition_id)
+        given = [value for value in local if value is not None]
+        if not given:
+            return self
+        if self.emitter_secret_id is not None or len(given) != len(local):
+            raise ValueError(
+                "give the IMS emitter pair once: IMS_EMITTER_SECRET_ID, or all of "
+                "IMS_EMITTER_CLIENT_ID, IMS_EMITTER_CLIENT_SECRET, IMS_PROMISE_DEFINITION_ID"
+            )
+        if self.ims is None or not is_loopback_origin(self.ims.host):
+            raise ValueError(
+                "IMS_EMITTER_CLIENT_ID/_SECRET are accepted only with a loopback IMS_HOST; "
+                "use IMS_EMITTER_SECRET_ID"
+            )
+        return self
+
+    @property
+    def releases_carry_credentials(self) -> bool:
+        """IMS mode with what a release's credential record needs: the emitter pair, the table."""
+        emitter = self.emitter_secret_id is not None or self.emitter_client_id is not None
+        return self.ims is not None and emitter and self.ims.credentials_table is not None

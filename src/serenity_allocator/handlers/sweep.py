@@ -21,11 +21,24 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from ..adapters.observability import MetricsObserver, MetricsRecorder, logger, metrics
+from ..adapters.session_token_holder import SessionTokenHolder
 from ..application.abandon_sweep_run import abandon_sweep_run
 from ..application.run_sweep_batch import run_sweep_batch
-from ..application.sweep_ports import CheckpointStore, SurplusReleaseQueue, SweepEnvironment
+from ..application.sweep_ports import (
+    CheckpointStore,
+    PromiseExchange,
+    RunTokenCipher,
+    SurplusReleaseQueue,
+    SweepEnvironment,
+)
+from ..application.sweep_run_tokens import RunTokens
 from ..domain.errors import UpstreamError
 from ..domain.ports import Clock, Sleeper, WorkspaceGateway
+from ..domain.sweep_errors import (
+    SweepImsUnavailableError,
+    SweepNeedsReauthError,
+    SweepNoCredentialError,
+)
 from ..domain.sweep_model import (
     SweepAbandonRequest,
     SweepItem,
@@ -33,8 +46,8 @@ from ..domain.sweep_model import (
     SweepRequest,
 )
 from ..domain.validation import describe_validation_error
-from .settings import SweepSettings
-from .wiring import build_semrush_client, limit_gateway_time
+from .settings import ImsSettings, SweepSettings
+from .wiring import build_ims_consumer, build_semrush_client, limit_gateway_time
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -69,8 +82,18 @@ class SweepUpstreamError(RuntimeError):
         )
 
 
-def _new_run_id() -> str:
+def new_run_id() -> str:
+    """A new run id: `rs-<UTC date>-<time>-<6 hex>`."""
     return f"rs-{datetime.now(UTC):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class SweepCredentials:
+    """IMS mode: the Semrush client's token holder, IMS (consumer pair) and the KMS cipher."""
+
+    holder: SessionTokenHolder
+    ims: PromiseExchange
+    cipher: RunTokenCipher
 
 
 @dataclass
@@ -84,19 +107,72 @@ class SweepRuntime:
     clock: Clock = time.monotonic
     wall_clock: Clock = time.time
     sleep: Sleeper = time.sleep
-    new_run_id: Callable[[], str] = _new_run_id
+    new_run_id: Callable[[], str] = new_run_id
+    credentials: SweepCredentials | None = None
+    """None in static mode (a loopback ``SEMRUSH_TOKEN``)."""
 
 
 def build_sweep_runtime(settings: SweepSettings) -> SweepRuntime:
-    """Wire the real adapters (Semrush client, S3 checkpoint store, SQS producer)."""
+    """Wire the real adapters (Semrush client, S3 checkpoint store, SQS producer, IMS, KMS)."""
     from ..adapters.s3_checkpoint_store import S3CheckpointStore
     from ..adapters.sqs_producer import AllocationProducer
 
+    store = S3CheckpointStore(settings.sweep_bucket)
+    if settings.ims is None:
+        gateway = build_semrush_client(settings.semrush)
+        enqueuer = AllocationProducer(settings.queue_url)
+        return SweepRuntime(settings=settings, gateway=gateway, store=store, enqueuer=enqueuer)
+    credentials = build_sweep_credentials(settings.ims)
+    gateway = build_semrush_client(settings.semrush, credentials.holder)
     return SweepRuntime(
         settings=settings,
-        gateway=build_semrush_client(settings.semrush),
-        store=S3CheckpointStore(settings.sweep_bucket),
-        enqueuer=AllocationProducer(settings.queue_url),
+        gateway=gateway,
+        store=store,
+        enqueuer=build_operator_releases(settings, credentials.holder),
+        credentials=credentials,
+    )
+
+
+def build_operator_releases(
+    settings: SweepSettings, holder: SessionTokenHolder
+) -> SurplusReleaseQueue:
+    """IMS mode: releases enqueued with the operator's authority (a record per release)."""
+    from ..adapters.credential_handover import CredentialHandover
+    from ..adapters.dynamodb_credential_store import DynamoDbCredentialStore
+    from ..adapters.ims_client import ImsClient, ImsClientPair
+    from ..adapters.ims_emitter_secret import read_emitter_pair
+    from ..adapters.kms_token_cipher import KmsTokenCipher
+    from ..adapters.operator_release_queue import OperatorReleaseQueue, ReleasesWithoutCredentials
+    from ..adapters.sqs_producer import AllocationProducer
+
+    ims = settings.ims
+    if ims is None or ims.credentials_table is None or not settings.releases_carry_credentials:
+        return ReleasesWithoutCredentials()
+    if settings.emitter_secret_id is not None:
+        emitter = read_emitter_pair(settings.emitter_secret_id)
+    else:
+        emitter = ImsClientPair(
+            settings.emitter_client_id or "",
+            settings.emitter_client_secret or "",
+            settings.promise_definition_id,
+        )
+    store = DynamoDbCredentialStore(
+        ims.credentials_table, KmsTokenCipher(ims.credentials_key_arn or "")
+    )
+    minter = ImsClient(ims.host, emitter=emitter)
+    producer = AllocationProducer(settings.queue_url, credentials=CredentialHandover(store, minter))
+    return OperatorReleaseQueue(producer, holder, minter)
+
+
+def build_sweep_credentials(ims: ImsSettings) -> SweepCredentials:
+    """The holder, IMS with the consumer pair (from its secret, or local) and the KMS cipher."""
+    from ..adapters.aws_clients import AWS_CALL_BUDGET_S
+    from ..adapters.kms_token_cipher import KmsTokenCipher
+
+    return SweepCredentials(
+        holder=SessionTokenHolder(),
+        ims=build_ims_consumer(ims, call_budget_s=AWS_CALL_BUDGET_S),
+        cipher=KmsTokenCipher(ims.credentials_key_arn or ""),
     )
 
 
@@ -162,6 +238,7 @@ def lambda_handler(
             return _abandon(request, env)
         run_id = request.run_id or rt.new_run_id()
         logger.append_keys(run_id=run_id, dry_run=request.dry_run)
+        _bind_run_token(rt, env, run_id)
         result = run_sweep_batch(request, run_id, env)
     except UpstreamError as exc:
         # The body stays out of the error (and the history); the log keeps the status only.
@@ -170,7 +247,12 @@ def lambda_handler(
             extra={"status": exc.status, "operation": exc.operation},
         )
         raise SweepUpstreamError(exc.status, exc.operation) from None
+    except (SweepNeedsReauthError, SweepNoCredentialError, SweepImsUnavailableError) as exc:
+        logger.warning("sweep batch stopped: run credential", extra={"error_code": exc.code})
+        raise
     finally:
+        if rt.credentials is not None:
+            rt.credentials.holder.unbind()
         recorder.flush()
     logger.info(
         "sweep batch finished",
@@ -197,12 +279,24 @@ def _abandon(request: AbandonPayload, env: SweepEnvironment) -> dict[str, Any]:
     return abandoned
 
 
+def _bind_run_token(rt: SweepRuntime, env: SweepEnvironment, run_id: str) -> None:
+    """IMS mode: this batch's Semrush calls carry the run's operator token (exchanged first)."""
+    if rt.credentials is not None and isinstance(env.run_tokens, RunTokens):
+        rt.credentials.holder.bind(env.run_tokens.session(run_id))
+
+
 def _environment(
     rt: SweepRuntime, context: LambdaContext, recorder: MetricsRecorder
 ) -> SweepEnvironment:
     remaining_s = context.get_remaining_time_in_millis() / 1000.0
     budget_s = remaining_s - rt.settings.safety_margin_ms / 1000.0
     limit_gateway_time(rt.gateway, budget_s)
+    limit_gateway_time(rt.enqueuer, budget_s)  # a real run's mints (IMS mode)
+    observer = MetricsObserver(recorder)
+    run_tokens = None
+    if rt.credentials is not None:
+        limit_gateway_time(rt.credentials.ims, budget_s)
+        run_tokens = RunTokens(rt.store, rt.credentials.cipher, rt.credentials.ims, observer)
     return SweepEnvironment(
         gateway=rt.gateway,
         store=rt.store,
@@ -216,6 +310,7 @@ def _environment(
         lease_until=rt.wall_clock() + remaining_s,
         dynamic_allocation=rt.settings.dynamic_allocation,
         blocks=rt.settings.blocks,
-        observer=MetricsObserver(recorder),
+        observer=observer,
         on_item=_log_item,
+        run_tokens=run_tokens,
     )

@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from .sweep_credentials import configure as configure_tokens
+from .sweep_credentials import hand_over, read_operator_token
 from .sweep_invokers import (
     LAMBDA_MAX_TIMEOUT_S,
     LOCAL_FUNCTION_NAME,
@@ -227,6 +229,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "'serenity-allocator local up')",
     )
     parser.add_argument("--report", metavar="FILE", help="write every child's line (.json/.csv)")
+    configure_tokens(parser)
     parser.add_argument(
         "--poll-interval-s",
         type=float,
@@ -264,11 +267,12 @@ def execute(
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
     is_tty: bool | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> int:
-    """Validate the flags, drive the run, print progress and the summary, write the report.
+    """Validate the flags, hand the operator's token over, drive the run, print the summary.
 
-    ``invoker`` replaces the one the target flags choose (tests); see the module docstring for
-    the exit codes.
+    ``invoker`` replaces the one the target flags choose and ``env`` the process environment
+    (tests); see the module docstring for the exit codes.
     """
     out = stdout or sys.stdout
     err = stderr or sys.stderr
@@ -278,11 +282,35 @@ def execute(
         payload = build_payload(args)
         report = _report_path(args.report)
         chosen = invoker or _invoker(args, err)
+        _hand_over_token(args, payload, os.environ if env is None else env, err)
     except SweepCliError as exc:
         print(f"sweep: {exc}", file=err)
         return 2
     sweep = _drive(chosen, payload, ProgressDisplay(err, is_tty=is_tty))
     return _finish(sweep, report, out, err)
+
+
+def _hand_over_token(
+    args: argparse.Namespace, payload: dict[str, Any], env: Mapping[str, str], err: TextIO
+) -> None:
+    """With a token given: fix the run id, then put the token on the run's claim (encrypted).
+
+    Raises:
+        SweepCliError: see :func:`.sweep_credentials.hand_over`.
+    """
+    token = read_operator_token(args, env)
+    if token is None:
+        return
+    if "run_id" not in payload:
+        from serenity_allocator.handlers.sweep import new_run_id
+
+        # The claim is written before the first invocation, so the run id is chosen here.
+        payload["run_id"] = new_run_id()
+    hand_over(args, env, payload["run_id"], token)
+    print(
+        f"sweep: run {payload['run_id']}: {token.kind} token from {token.source} handed over",
+        file=err,
+    )
 
 
 def _drive(invoker: SweepInvoker, payload: dict[str, Any], progress: ProgressDisplay) -> SweepRun:
