@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import sys
 import traceback
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -24,8 +25,14 @@ import pytest
 
 from serenity_allocator.adapters.credential_handover import CredentialHandover, UserCredential
 from serenity_allocator.adapters.dynamodb_credential_store import CredentialStoreError
-from serenity_allocator.adapters.ims_client import ImsClient, ImsClientPair, ImsRequestError
+from serenity_allocator.adapters.ims_client import (
+    ExchangedTokens,
+    ImsClient,
+    ImsClientPair,
+    ImsRequestError,
+)
 from serenity_allocator.adapters.kms_token_cipher import TokenCipherError
+from serenity_allocator.adapters.observability import logger
 from serenity_allocator.adapters.secret_redaction import redact_secret
 from serenity_allocator.domain.errors import (
     ImsUnavailableError,
@@ -35,6 +42,8 @@ from serenity_allocator.domain.errors import (
 from serenity_allocator.producer import AllocationProducer, EnqueueError
 from serenity_tools.standins.resources import LocalResources, local_client
 from serenity_tools.standins.simulator import SimulatorServer
+from tests.conftest import OutcomeCapture
+from tests.integration.allocator_harness import allocator_harness, api_calls, emf_blobs, workspace
 from tests.integration.credentials_stack import CredentialsStack, create_credentials_stack
 
 
@@ -275,6 +284,189 @@ def test_canary_producer_sends_no_token_and_shows_none(
         ),
         "logs": log_text(all_logs),
     }
+    assert {channel: leaks(text, secrets) for channel, text in said.items()} == {
+        channel: [] for channel in said
+    }
+
+
+# ---------------------------------------------------------------- the worker, in IMS mode
+
+MASTER = "ws-leak-master"
+TOPPED = "ws-leak-topped"
+RELEASED = "ws-leak-released"
+ECHOED = "ws-leak-echo"
+BUSY = "ws-leak-busy"
+DENIED = "ws-leak-denied"
+DEAD = "ws-leak-dead"
+BARE = "ws-leak-bare"
+
+
+class ExchangeSpy:
+    """Every exchange's answer; for the echoed child, Semrush then echoes its access token."""
+
+    def __init__(self, sim: SimulatorServer) -> None:
+        self.sim = sim
+        self.answers: list[ExchangedTokens] = []
+        self.echo_chain: set[str] = set()
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        original = ImsClient.exchange
+        spy = self
+
+        def exchange(client: ImsClient, promise_token: str) -> ExchangedTokens:
+            answer = original(client, promise_token)
+            spy.answers.append(answer)
+            if promise_token in spy.echo_chain:
+                spy.echo_chain.add(answer.promise_token)
+                # The next read answers 401 with the fresh access token echoed in every form:
+                # the retry after the re-exchange meets the next one (accessDenied).
+                body = echo_body([answer.access_token, answer.promise_token])
+                rule = {"status": 401, "op": "read_resources", "workspace_id": ECHOED}
+                spy.sim.faults(fail_next=[{**rule, "body": body}])
+            return answer
+
+        monkeypatch.setattr(ImsClient, "exchange", exchange)
+
+
+def _powertools_logs_to_captured_stdout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point the Powertools Logger's handler at the ``sys.stdout`` capsys captures now."""
+    handler = logger.registered_handler
+    if isinstance(handler, logging.StreamHandler):
+        monkeypatch.setattr(handler, "stream", sys.stdout)
+
+
+def _seed_worker(sim: SimulatorServer) -> None:
+    def child(workspace_id: str, used: int, total: int) -> dict[str, Any]:
+        return workspace(workspace_id, parent_id=MASTER, projects=(1, 1), prompts=(used, total))
+
+    sim.seed(
+        [
+            workspace(MASTER, projects=(0, 100), prompts=(0, 10_000)),
+            child(TOPPED, 150, 200),
+            child(RELEASED, 100, 400),
+            child(ECHOED, 100, 500),
+            child(BUSY, 150, 200),
+            child(DENIED, 150, 200),
+            child(DEAD, 150, 200),
+            child(BARE, 150, 200),
+        ]
+    )
+    sim.faults(stuck=[BUSY])
+
+
+def _raw_items(endpoint_url: str, table: str) -> str:
+    dynamodb = local_client("dynamodb", endpoint_url)
+    return json.dumps(dynamodb.scan(TableName=table, ConsistentRead=True)["Items"], default=repr)
+
+
+def test_canary_ims_worker_batch_never_shows_a_token(
+    local_resources: LocalResources,
+    stack: CredentialsStack,
+    sim: SimulatorServer,
+    outcome_capture: OutcomeCapture,
+    capsys: pytest.CaptureFixture[str],
+    all_logs: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given users (u2 cannot reach its child), a producer minting for them, and a spy on
+    # every exchange (the echoed child's Semrush then echoes the fresh access token back)
+    _powertools_logs_to_captured_stdout(monkeypatch)
+    caplog = all_logs
+    caplog.set_level(logging.DEBUG, logger="aws_lambda_powertools.utilities.batch")
+    _seed_worker(sim)
+    members = [MASTER, TOPPED, RELEASED, ECHOED, BUSY, DEAD]
+    u1, u2 = sim.ims_user("u1", members), sim.ims_user("u2", [MASTER])
+    spy = ExchangeSpy(sim)
+    spy.install(monkeypatch)
+    consumer = sim.ims_clients()["consumer"]
+    env = {
+        "SEMRUSH_TOKEN": None,
+        "IMS_HOST": sim.origin,
+        "IMS_CONSUMER_CLIENT_ID": consumer["client_id"],
+        "IMS_CONSUMER_CLIENT_SECRET": consumer["client_secret"],
+        "CREDENTIALS_TABLE": stack.table_name,
+        "CREDENTIALS_KEY_ARN": stack.key_id,
+        "REQUEST_LEDGER_TABLE": local_resources.ledger_table,
+    }
+    need = {"projects": 0, "prompts": 230}
+    with allocator_harness(local_resources, sim, env) as worker:
+        producer = AllocationProducer(
+            local_resources.queue_url, credentials=CredentialHandover(stack.store(), _ims(sim))
+        )
+        as_u1, as_u2 = UserCredential.access(u1), UserCredential.access(u2)
+        ids = {
+            TOPPED: producer.enqueue_ensure(TOPPED, MASTER, need, credential=as_u1),
+            RELEASED: producer.enqueue_release(RELEASED, credential=as_u1),
+            ECHOED: producer.enqueue_ensure(ECHOED, MASTER, {"prompts": 10}, credential=as_u1),
+            BUSY: producer.enqueue_ensure(BUSY, MASTER, need, credential=as_u1),
+            DENIED: producer.enqueue_ensure(DENIED, MASTER, need, credential=as_u2),
+        }
+        dead = _ims(sim).mint(u1).promise_token
+        assert _ims(sim).invalidate(dead)
+        ids[DEAD] = producer.enqueue_ensure(
+            DEAD, MASTER, need, credential=UserCredential.promise(dead)
+        )
+        ids[BARE] = producer.enqueue_ensure(BARE, MASTER, need)  # no credential record
+        worker.send_raw('{"kind": "ensure", "need": ', group_id=TOPPED, dedup_id="leak-bad")
+        minted = {}
+        for child in (TOPPED, RELEASED, ECHOED, BUSY, DENIED):
+            stored = stack.store().read(ids[child], child)
+            assert stored is not None
+            minted[child] = stored.promise_token
+        spy.echo_chain.add(minted[ECHOED])
+
+        # When the batch runs, the busy request through to its final receive
+        invocations = []
+        for _receive in range(local_resources.max_receive_count):
+            invocation = worker.invoke()
+            invocations.append(invocation)
+            worker.redeliver_failed(invocation)
+        captured = capsys.readouterr()
+        said = {
+            "stdout": captured.out,
+            "stderr": captured.err,
+            "log records": log_text(caplog),
+            "metric lines": json.dumps(emf_blobs(captured.out)),
+            "outcome events": json.dumps(outcome_capture.events()),
+            "ledger outcomes": _raw_items(
+                local_resources.endpoint_url, local_resources.ledger_table
+            ),
+            "credential records": _raw_items(local_resources.endpoint_url, stack.table_name),
+            "dlq messages": json.dumps(worker.drain_dlq(), default=str),
+            "exceptions": "\n".join(e for i in invocations for e in i.exceptions),
+            "runtime repr": repr(worker.runtime),
+        }
+
+    # Then every path ran: served, released, denied, echoed, dead, bare, invalid, busy
+    codes = {
+        (o["workspace_id"], o["status"], o.get("error_code")) for o in outcome_capture.outcomes()
+    }
+    assert {
+        (TOPPED, "topped-up", None),
+        (RELEASED, "released", None),
+        (DENIED, "rejected", "accessDenied"),
+        (ECHOED, "rejected", "accessDenied"),
+        (DEAD, "failed", "needsReauth"),
+        (BARE, "failed", "noCredential"),
+        (BUSY, "rejected", "workspaceBusy"),
+    } <= codes
+    assert "serenity-invalid-reason" in said["dlq messages"]
+    assert '"CredentialOutcome"' in said["metric lines"]
+    # (the echoed child's two reads were answered 401 with its fresh tokens in the body)
+    echoed = [c["status"] for c in api_calls(sim) if c.get("workspace_id") == ECHOED]
+    assert echoed == [401, 401]
+    # And no channel holds any token of any chain, or the consumer secret, in any form
+    secrets = {
+        "u1 access token": u1,
+        "u2 access token": u2,
+        "dead promise token": dead,
+        "consumer secret": consumer["client_secret"],
+        **{f"{child} minted promise": token for child, token in minted.items()},
+    }
+    for n, answer in enumerate(spy.answers):
+        secrets[f"exchange {n} access token"] = answer.access_token
+        secrets[f"exchange {n} rolled promise"] = answer.promise_token
+    assert len(spy.answers) >= 6
     assert {channel: leaks(text, secrets) for channel, text in said.items()} == {
         channel: [] for channel in said
     }
