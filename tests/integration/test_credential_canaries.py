@@ -12,11 +12,13 @@ covers (as sent, URL-encoded, JSON-escaped, base64 at any offset, base64url, hex
 from __future__ import annotations
 
 import base64
+import io
 import json
 import logging
 import sys
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus
 
@@ -31,20 +33,25 @@ from serenity_allocator.adapters.ims_client import (
     ImsClientPair,
     ImsRequestError,
 )
-from serenity_allocator.adapters.kms_token_cipher import TokenCipherError
-from serenity_allocator.adapters.observability import logger
+from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher, TokenCipherError
+from serenity_allocator.adapters.observability import SERVICE, logger
+from serenity_allocator.adapters.s3_checkpoint_store import S3CheckpointStore
 from serenity_allocator.adapters.secret_redaction import redact_secret
+from serenity_allocator.application.sweep_run_tokens import hand_over_run_token
 from serenity_allocator.domain.errors import (
     ImsUnavailableError,
     MalformedResponseError,
     NeedsReauthError,
 )
 from serenity_allocator.producer import AllocationProducer, EnqueueError
+from serenity_tools.standins.moto_server import MotoServer
 from serenity_tools.standins.resources import LocalResources, local_client
 from serenity_tools.standins.simulator import SimulatorServer
 from tests.conftest import OutcomeCapture
 from tests.integration.allocator_harness import allocator_harness, api_calls, emf_blobs, workspace
 from tests.integration.credentials_stack import CredentialsStack, create_credentials_stack
+from tests.integration.sweep_ims_stack import ImsSweepStack, cli_env, ims_sweep_stack
+from tests.integration.sweep_stack import MASTER as SWEEP_MASTER
 
 
 def _b64url(raw: bytes) -> str:
@@ -467,6 +474,128 @@ def test_canary_ims_worker_batch_never_shows_a_token(
         secrets[f"exchange {n} access token"] = answer.access_token
         secrets[f"exchange {n} rolled promise"] = answer.promise_token
     assert len(spy.answers) >= 6
+    assert {channel: leaks(text, secrets) for channel, text in said.items()} == {
+        channel: [] for channel in said
+    }
+
+
+# ---------------------------------------------------------------- the sweep, in IMS mode
+
+SWEEP_RUN = "rs-leak-1"
+
+
+@pytest.fixture
+def sweep_log_lines() -> Iterator[io.StringIO]:
+    """Every line the service logger writes, formatted as in Lambda, at DEBUG."""
+    buffer = io.StringIO()
+    handler = logging.StreamHandler(buffer)
+    handler.setFormatter(logger.registered_formatter)
+    service_logger = logging.getLogger(SERVICE)
+    previous_level = service_logger.level
+    service_logger.addHandler(handler)
+    service_logger.setLevel(logging.DEBUG)
+    try:
+        yield buffer
+    finally:
+        service_logger.removeHandler(handler)
+        service_logger.setLevel(previous_level)
+
+
+@pytest.fixture
+def sweep(
+    local_resources: LocalResources, sim: SimulatorServer, aws_env: MotoServer
+) -> Iterator[ImsSweepStack]:
+    with ims_sweep_stack(local_resources, sim, aws_env) as built:
+        yield built
+
+
+def _bucket_objects(sweep: ImsSweepStack) -> str:
+    """Every object of the sweep bucket (checkpoints, run claims, parent claims), key and body."""
+    s3 = sweep.stack.s3
+    listed = s3.list_objects_v2(Bucket=sweep.stack.resources.bucket).get("Contents", [])
+    bodies = [
+        item["Key"]
+        + s3.get_object(Bucket=sweep.stack.resources.bucket, Key=item["Key"])["Body"]
+        .read()
+        .decode()
+        for item in listed
+    ]
+    assert any("/runs/" in body for body in bodies) and len(bodies) >= 3
+    return "\n".join(bodies)
+
+
+def test_canary_ims_sweep_never_shows_a_token(
+    sweep: ImsSweepStack,
+    capsys: pytest.CaptureFixture[str],
+    all_logs: pytest.LogCaptureFixture,
+    sweep_log_lines: io.StringIO,
+    tmp_path: Path,
+) -> None:
+    # Given a dead promise handed to a run, then the operator's access token, and one child
+    # the operator cannot reach
+    dead = sweep.mint()
+    with sweep.consumer() as consumer:
+        assert consumer.invalidate(dead)
+    hand_over_run_token(
+        S3CheckpointStore(sweep.stack.resources.bucket),
+        KmsTokenCipher(sweep.key_id),
+        SWEEP_RUN,
+        dead,
+    )
+    sweep.sim.faults(
+        fail_next=[{"status": 403, "count": 1, "op": "status", "workspace_id": "c-lean"}]
+    )
+    argv = ["--parent", SWEEP_MASTER, "--rate-limit-ms", "0", "--batch-size", "2"]
+    argv += ["--run-id", SWEEP_RUN]
+    reports = [tmp_path / "report.json", tmp_path / "report.csv"]
+
+    # When the run is refused for the dead promise, resumed with the access token (a real run
+    # that mints a promise per release), and a dry run follows
+    assert sweep.cli(argv, {}) == 1
+    refused = capsys.readouterr()
+    env = {**cli_env(sweep.sim), "SWEEP_IMS_ACCESS_TOKEN": sweep.operator_access}
+    assert sweep.cli([*argv, "--report", str(reports[0])], env) == 0
+    dry = ["--parent", SWEEP_MASTER, "--dry-run", "--rate-limit-ms", "0"]
+    assert sweep.cli([*dry, "--report", str(reports[1])], env) == 0
+    printed = capsys.readouterr()
+
+    # Then every path ran: the refusal, the releases with their records, the denied child
+    messages = sweep.stack.queued()
+    assert len(messages) == 3
+    store = sweep.credentials.store()
+    released = {}
+    for n, message in enumerate(messages):
+        body = json.loads(message["Body"])
+        stored = store.read(body["request_id"], body["workspace_id"])
+        assert stored is not None
+        released[f"release {n} promise"] = stored.promise_token
+    assert "needsReauth" in refused.err
+    assert "access-denied" in reports[0].read_text(encoding="utf-8")
+    clients = sweep.sim.ims_clients()
+    secrets = {
+        "operator access token": sweep.operator_access,
+        "dead promise token": dead,
+        "emitter secret": clients["emitter"]["client_secret"],
+        "consumer secret": clients["consumer"]["client_secret"],
+        **released,
+        **{f"run token {n}": token for n, token in enumerate(sweep.ims.every_token())},
+    }
+    assert len(sweep.ims.every_token()) >= 9  # three batches: exchanged, rolled, access
+    said = {
+        "refusal": refused.out + refused.err,
+        "stdout and metrics": printed.out,
+        "stderr": printed.err,
+        "log records": log_text(all_logs),
+        "log lines": sweep_log_lines.getvalue(),
+        "bucket objects": _bucket_objects(sweep),
+        "queue messages": json.dumps(messages, default=str),
+        "credential records": _raw_items(
+            sweep.stack.resources.endpoint_url, sweep.credentials.table_name
+        ),
+        **{path.name: path.read_text(encoding="utf-8") for path in reports},
+    }
+    assert sweep_log_lines.getvalue().count('"message":"sweep item"') >= 2
+    # And none of it holds any token of the run, of a release, or either pair's secret
     assert {channel: leaks(text, secrets) for channel, text in said.items()} == {
         channel: [] for channel in said
     }
