@@ -17,7 +17,10 @@ from typing import Any
 import pytest
 
 from serenity_allocator.adapters.kms_token_cipher import PURPOSE
+from serenity_allocator.handlers.settings import AllocatorSettings, SweepSettings
+from serenity_tools.standins.invoke import IntrinsicResolver, UnresolvableError, parameter_values
 from tests.infrastructure._expanded import Renderer, as_list, expanded_template, role_statements
+from tests.infrastructure._template import function_environment, load_template
 
 TABLE = "CredentialsTable"
 KEY = "CredentialsKey"
@@ -240,3 +243,34 @@ def test_outputs_name_the_table_the_key_and_the_policy(expanded: dict[str, Any])
     assert outputs["CredentialsTableName"]["Value"] == {"Ref": TABLE}
     assert outputs["CredentialsKeyArn"]["Value"] == {"Fn::GetAtt": [KEY, "Arn"]}
     assert outputs["ProducerCredentialsPolicyArn"]["Value"] == {"Ref": POLICY}
+
+
+def _deployed_environment(function: str) -> dict[str, str]:
+    """The function's variables as a deployed stack would set them (ImsHost filled in)."""
+    template = load_template()
+    parameters = parameter_values(template, {"ImsHost": "https://ims.example.com"})
+    resolver, render = IntrinsicResolver(template, parameters), Renderer(template)
+    env = {}
+    for name, value in function_environment(template, function).items():
+        try:
+            env[name] = str(resolver.resolve(value))
+        except UnresolvableError:  # a resource's name or ARN: as CloudFormation renders it
+            env[name] = str(render.render(value))
+    return env
+
+
+def test_the_deployed_environment_runs_both_functions_in_ims_mode(render: Renderer) -> None:
+    # Given each function's environment as deployed
+    allocator = AllocatorSettings.from_env(_deployed_environment("AllocatorFunction"))
+    sweep = SweepSettings.from_env(_deployed_environment("SweepFunction"))
+    # Then both settings accept it in IMS mode, with the stack's own table, key and pairs
+    for settings in (allocator, sweep):
+        assert settings.ims is not None
+        assert settings.ims.host == "https://ims.example.com"
+        assert settings.ims.consumer_secret_id == CONSUMER_SECRET
+        assert settings.ims.credentials_table == render.physical_name(TABLE)
+        assert settings.ims.credentials_key_arn == render.arn(KEY)
+        assert settings.semrush.token is None
+    # And a real sweep's releases carry the operator (the emitter pair and the table are set)
+    assert sweep.emitter_secret_id == EMITTER_SECRET
+    assert sweep.releases_carry_credentials
