@@ -174,6 +174,10 @@ def test_env_json_is_sam_env_vars_for_the_local_stack() -> None:
     host = urlsplit(merged["SEMRUSH_BASE_URL"]).hostname or ""
     assert ipaddress.ip_address(host).is_loopback
     assert merged["SEMRUSH_TOKEN"] == "local-dev-token"
+    # And it runs in local static-token mode: the template's IMS settings are blanked (a
+    # blank value is an absent one), so the token is the only credential
+    assert (merged["IMS_HOST"], merged["IMS_CONSUMER_SECRET_ID"]) == ("", "")
+    assert env["SweepFunction"]["IMS_EMITTER_SECRET_ID"] == ""
     assert merged["SERENITY_DYNAMIC_ALLOCATION"] == "true"
     # And every AWS endpoint it names is local too (a local run never reaches AWS)
     for name, value in merged.items():

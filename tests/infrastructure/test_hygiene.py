@@ -210,13 +210,15 @@ def _failed_assertions(template: dict[str, Any], overrides: dict[str, str]) -> l
 
 
 TOPIC = "arn:aws:sns:us-east-1:123456789012:oncall"
+IMS = "https://ims.example.com"  # a stand-in: the shared doc names no IMS host
 
 
 def test_prod_deploy_without_an_alarm_topic_fails_with_a_clear_message(
     template: dict[str, Any],
 ) -> None:
-    # Given prod's samconfig as checked in (the topic left for the operator to fill in)
-    prod = _samconfig_overrides()["prod"]
+    # Given prod's samconfig as checked in (the topic left for the operator to fill in), with
+    # the IMS origin filled in (its own rule: the next test)
+    prod = {**_samconfig_overrides()["prod"], "ImsHost": IMS}
     assert prod["AlarmTopicArn"] == ""
     # When CloudFormation checks the rules / Then the deploy is refused, saying what to set
     (message,) = _failed_assertions(template, prod)
@@ -224,7 +226,43 @@ def test_prod_deploy_without_an_alarm_topic_fails_with_a_clear_message(
     assert "samconfig.toml" in message
     # And with a topic it goes through, as does dev without one
     assert _failed_assertions(template, {**prod, "AlarmTopicArn": TOPIC}) == []
-    assert _failed_assertions(template, _samconfig_overrides()["dev"]) == []
+    assert _failed_assertions(template, {**_samconfig_overrides()["dev"], "ImsHost": IMS}) == []
+
+
+@pytest.mark.parametrize("environment", ["default", "dev", "prod"])
+def test_a_deploy_without_the_ims_host_fails_with_a_clear_message(
+    template: dict[str, Any], environment: str
+) -> None:
+    # Given an environment's samconfig as checked in (the IMS origin left to the operator: no
+    # fleet-wide token to fall back on, and the shared doc names no host)
+    overrides = {**_samconfig_overrides()[environment], "AlarmTopicArn": TOPIC}
+    assert overrides["ImsHost"] == ""
+    # When CloudFormation checks the rules / Then the deploy is refused, saying what to set
+    (message,) = _failed_assertions(template, overrides)
+    assert "ImsHost is required" in message
+    assert "samconfig.toml" in message
+    # And with the origin it goes through
+    assert _failed_assertions(template, {**overrides, "ImsHost": IMS}) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [
+        ("", True),  # the default; the rule above refuses it at deploy
+        (IMS, True),
+        ("https://ims.example.com/", True),
+        ("http://ims.example.com", False),
+        ("https://10.0.0.1", False),
+        ("https://ims.example.com:8443", False),
+        ("https://ims.example.com/ims", False),
+        ("https://user@ims.example.com", False),
+    ],
+)
+def test_ims_host_parameter_takes_only_an_https_origin_on_a_dns_name(
+    template: dict[str, Any], value: str, accepted: bool
+) -> None:
+    pattern = template["Parameters"]["ImsHost"]["AllowedPattern"]
+    assert (re.fullmatch(pattern, value) is not None) is accepted
 
 
 @pytest.mark.parametrize(

@@ -52,13 +52,20 @@ ACTIONS_THE_CODE_CALLS = {
         # dead-lettering an invalid message; a sibling reclaim's release
         "sqs:SendMessage",
         "events:PutEvents",
+        # the IMS consumer pair; a request's promise token (decrypt, encrypt the rolled one)
         "secretsmanager:GetSecretValue",
+        "kms:Decrypt",
+        "kms:Encrypt",
     },
     "SweepFunction": {
         "logs:CreateLogStream",
         "logs:PutLogEvents",
         "sqs:SendMessage",
+        # the IMS consumer and emitter pairs; the run's promise token on its run claim, and
+        # each release's (encrypt only; its record: see the credentials table's tests)
         "secretsmanager:GetSecretValue",
+        "kms:Decrypt",
+        "kms:Encrypt",
         "s3:GetObject",
         "s3:PutObject",
         "s3:ListBucket",
@@ -75,7 +82,11 @@ LEDGER_ITEM_ACTIONS = {
     "dynamodb:DeleteItem",
     "dynamodb:ConditionCheckItem",
 }
-SECRET_NAME = "serenity-allocator/semrush-token"
+# The defaults of ImsConsumerSecretName (both functions) and ImsEmitterSecretName (the Sweep).
+SECRET_NAMES = {
+    "AllocatorRole": ["serenity-allocator/ims-consumer"],
+    "SweepRole": ["serenity-allocator/ims-consumer", "serenity-allocator/ims-emitter"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -235,25 +246,30 @@ def test_each_function_writes_logs_only_to_its_own_log_group(
     assert logs == {("logs:CreateLogStream", expected), ("logs:PutLogEvents", expected)}
 
 
-def test_the_token_is_read_by_the_secrets_exact_name_and_six_character_suffix(
+def test_the_ims_pairs_are_read_by_each_secrets_exact_name_and_six_character_suffix(
     expanded: dict[str, Any], render: Renderer
 ) -> None:
     # Given every statement granting a Secrets Manager action
-    grants = [
-        (action, resource)
-        for statements in role_statements(expanded).values()
+    grants = sorted(
+        (role, action, resource)
+        for role, statements in role_statements(expanded).items()
         for action, resource in _actions_and_resources(render, _allows(statements))
         if action.startswith("secretsmanager:")
-    ]
-    # Then both functions may only read the value (DescribeSecret is never called)
-    assert sorted(action for action, _ in grants) == ["secretsmanager:GetSecretValue"] * 2
+    )
+    # Then each function may only read the values of its pairs (DescribeSecret is never
+    # called): the Allocator the consumer pair, the Sweep the consumer and the emitter pairs
     prefix = f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:"
-    for _, resource in grants:
+    assert grants == [
+        (role, "secretsmanager:GetSecretValue", f"{prefix}{name}-??????")
+        for role, names in sorted(SECRET_NAMES.items())
+        for name in names
+    ]
+    for _, _, resource in grants:
         # And the ARN is the name plus exactly the six random characters AWS appends
-        assert resource == f"{prefix}{SECRET_NAME}-??????"
-        assert fnmatchcase(f"{prefix}{SECRET_NAME}-AbCdEf", resource)
-        assert not fnmatchcase(f"{prefix}{SECRET_NAME}-admin-AbCdEf", resource)
-        assert not fnmatchcase(f"{prefix}{SECRET_NAME}-AbCdEfG", resource)
+        name = resource.removeprefix(prefix).removesuffix("-??????")
+        assert fnmatchcase(f"{prefix}{name}-AbCdEf", resource)
+        assert not fnmatchcase(f"{prefix}{name}-admin-AbCdEf", resource)
+        assert not fnmatchcase(f"{prefix}{name}-AbCdEfG", resource)
 
 
 def test_the_state_machine_may_invoke_exactly_the_sweep_function(

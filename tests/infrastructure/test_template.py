@@ -181,7 +181,9 @@ def test_environment_carries_the_contract_variables(template: dict[str, Any]) ->
         "POWERTOOLS_LOG_LEVEL",
         "ENVIRONMENT",
         "SEMRUSH_BASE_URL",
-        "SEMRUSH_TOKEN_SECRET_ID",
+        "IMS_HOST",
+        "IMS_CONSUMER_SECRET_ID",
+        "CREDENTIALS_KEY_ARN",
         "SERENITY_DYNAMIC_ALLOCATION",
         "BLOCK_PROJECTS",
         "BLOCK_PROMPTS",
@@ -195,19 +197,34 @@ def test_environment_carries_the_contract_variables(template: dict[str, Any]) ->
         "MAX_RECEIVE_COUNT",
         "OUTCOME_BUS_NAME",
         "REQUEST_LEDGER_TABLE",
+        "CREDENTIALS_TABLE",
         "SERENITY_BRAND_AI_CEILING_PROJECTS",
         "SERENITY_BRAND_AI_CEILING_PROMPTS",
     }
-    assert set(sweep) == common | {"SWEEP_BUCKET", "QUEUE_URL"}
+    assert set(sweep) == common | {
+        "SWEEP_BUCKET",
+        "QUEUE_URL",
+        "IMS_EMITTER_SECRET_ID",
+        "CREDENTIALS_TABLE",
+    }
     assert allocator["OUTCOME_BUS_NAME"] == {"Ref": "OutcomeBus"}
     assert allocator["REQUEST_LEDGER_TABLE"] == {"Ref": "RequestLedgerTable"}
     assert allocator["SERENITY_BRAND_AI_CEILING_PROJECTS"] == {"Ref": "BrandAiCeilingProjects"}
     assert allocator["SERENITY_BRAND_AI_CEILING_PROMPTS"] == {"Ref": "BrandAiCeilingPrompts"}
     assert allocator["DLQ_URL"] == {"Ref": DLQ}
     assert sweep["SWEEP_BUCKET"] == {"Ref": "SweepBucket"}
-    # And no token-shaped variable is ever deployed (the secret id only)
-    assert "SEMRUSH_TOKEN" not in allocator
-    assert "SEMRUSH_TOKEN" not in sweep
+    # And both run in IMS mode: the IMS origin, the consumer pair's secret, the key and the
+    # credentials table (the Sweep writes its releases' records, minted with the emitter pair)
+    assert sweep["IMS_EMITTER_SECRET_ID"] == {"Ref": "ImsEmitterSecretName"}
+    for env in (allocator, sweep):
+        assert env["CREDENTIALS_TABLE"] == {"Ref": "CredentialsTable"}
+        assert env["IMS_HOST"] == {"Ref": "ImsHost"}
+        assert env["IMS_CONSUMER_SECRET_ID"] == {"Ref": "ImsConsumerSecretName"}
+        assert env["CREDENTIALS_KEY_ARN"] == {"Fn::GetAtt": ["CredentialsKey", "Arn"]}
+        # And no fleet-wide token is ever deployed, as a value or as a secret
+        assert "SEMRUSH_TOKEN" not in env
+        assert "SEMRUSH_TOKEN_SECRET_ID" not in env
+    assert "SemrushTokenSecretId" not in template["Parameters"]
 
 
 def test_kill_switch_ships_off(template: dict[str, Any]) -> None:
