@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from serenity_allocator.adapters.ims_client import (
+    DEFAULT_TIMEOUT_S,
     ExchangedTokens,
     ImsClient,
     ImsClientPair,
@@ -135,11 +136,31 @@ def test_ims_client_retries_stop_at_the_deadline(
     sim: SimulatorServer, ims: ImsClient, sleeps: Sleeps
 ) -> None:
     minted = ims.mint(sim.ims_user("u1", ["c1"]))
-    ims.limit_time(2.5)  # room for the 1 s pause, not for the 2 s one after it
+    # Room for the 1 s pause and a whole attempt after it, not for the 2 s one and another
+    ims.limit_time(1.0 + DEFAULT_TIMEOUT_S + 1.0)
     sim.faults(fail_next=[{"op": "ims_exchange", "status": 500, "count": 3}])
     with pytest.raises(ImsUnavailableError):
         ims.exchange(minted.promise_token)
     assert sleeps.calls == [1.0]
+
+
+def test_ims_client_starts_an_exchange_only_with_its_whole_timeout_left(
+    sim: SimulatorServer, ims: ImsClient, clock: Clock
+) -> None:
+    # Given a live promise and less time left than one whole exchange attempt
+    minted = ims.mint(sim.ims_user("u1", ["c1"]))
+    ims.limit_time(DEFAULT_TIMEOUT_S)
+    clock.now += 0.01
+
+    # When it is exchanged, nothing is sent: a shortened timeout could lose the answer of an
+    # exchange IMS still processes, and the token would be spent with no successor stored
+    with pytest.raises(OutOfTimeError):
+        ims.exchange(minted.promise_token)
+    assert [call["op"] for call in sim.ims_calls()] == ["ims_mint"]
+
+    # Then the token is still good once a whole attempt fits
+    ims.limit_time(DEFAULT_TIMEOUT_S)
+    assert isinstance(ims.exchange(minted.promise_token), ExchangedTokens)
 
 
 def test_ims_client_with_no_time_left_does_not_call(

@@ -132,6 +132,27 @@ def test_a_roll_that_cannot_be_stored_invalidates_the_fresh_chain(
     assert holder.bound is None
 
 
+def test_an_unanswered_roll_leaves_the_chain_alive_for_the_next_receive() -> None:
+    # Given DynamoDB timing out on the roll after applying it (the answer was lost)
+    broker, store, ims, holder = _broker()
+
+    def roll_lands_then_times_out(request_id: str, workspace_id: str, token: str) -> None:
+        store.tokens[request_id] = token
+        raise CredentialStoreError("roll", request_id, "ReadTimeoutError", unanswered=True)
+
+    store.roll = roll_lands_then_times_out  # type: ignore[method-assign]
+    # When the session is opened, the attempt fails (transient) and nothing is bound
+    with pytest.raises(CredentialStoreUnavailableError):
+        broker.open("r-1", "c1")
+    assert holder.bound is None
+    # Then the chain is not invalidated: the record's token is the live one, and the next
+    # receive exchanges it (not a needsReauth of a promise that was still good)
+    assert (ims.invalidated, store.tokens["r-1"]) == ([], "pt-1")
+    del store.roll
+    broker.open("r-1", "c1")
+    assert ims.exchanged == ["pt-0", "pt-1"]
+
+
 def test_end_invalidates_the_current_token_and_scrubs() -> None:
     broker, store, ims, holder = _broker()
     session = broker.open("r-1", "c1")

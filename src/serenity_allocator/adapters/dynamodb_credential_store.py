@@ -67,11 +67,16 @@ class CredentialStoreError(RuntimeError):
     Attributes:
         request_id: The request whose record was being written, read or changed.
         reason: The AWS error code or the kind of failure.
+        unanswered: DynamoDB gave no answer (a timeout, a dropped connection): the change may
+            have been applied all the same.
     """
 
-    def __init__(self, operation: str, request_id: str, reason: str) -> None:
+    def __init__(
+        self, operation: str, request_id: str, reason: str, *, unanswered: bool = False
+    ) -> None:
         self.request_id = request_id
         self.reason = reason
+        self.unanswered = unanswered
         super().__init__(f"credential {operation} for request {request_id} failed ({reason})")
 
 
@@ -253,7 +258,8 @@ class DynamoDbCredentialStore:
                 raise CredentialGoneError(request_id) from None
             raise CredentialStoreError("roll", request_id, aws_error_code(exc)) from None
         except BotoCoreError as exc:
-            raise CredentialStoreError("roll", request_id, aws_error_code(exc)) from None
+            reason = aws_error_code(exc)
+            raise CredentialStoreError("roll", request_id, reason, unanswered=True) from None
 
     def scrub(self, request_id: str) -> None:
         """Remove the token from the record (terminal states); idempotent, no record is fine.

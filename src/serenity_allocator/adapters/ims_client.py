@@ -9,8 +9,10 @@ twice, 1 s then 2 s. We retry exactly that, plus transport failures, never past 
 
 An exchange whose answer is lost (a read timeout) may already have rolled the token upstream:
 the retry then gets a 401 and ends :class:`NeedsReauthError`, the safe side (nothing runs
-without a live authority; a human re-mints). Nothing raised, logged or repr'd here holds a
-token or a client secret: errors name the operation, the status and IMS's short ``error`` code.
+without a live authority; a human re-mints). Our own deadline never causes that: an exchange
+attempt starts only when its whole timeout fits (else :class:`OutOfTimeError`, nothing sent).
+Nothing raised, logged or repr'd here holds a token or a client secret: errors name the
+operation, the status and IMS's short ``error`` code.
 """
 
 from __future__ import annotations
@@ -144,7 +146,8 @@ class ImsClient(OwnedHttpClient):
         emitter: The pair that mints (a service holding the user's request); None if unused.
         consumer: The pair that exchanges and invalidates (the worker); None if unused.
         http: An optional ready client (tests point it at the simulator).
-        timeout_s: Per-request timeout, shortened to the time left before the deadline.
+        timeout_s: Per-request timeout, shortened to the time left before the deadline (never
+            for an exchange: one starts only when the whole timeout fits).
         sleep: Sleeps between attempts (injected so tests never wait).
         clock: Monotonic seconds, for the deadline.
     """
@@ -173,6 +176,11 @@ class ImsClient(OwnedHttpClient):
         self._deadline: float | None = None
         self._owns_http = http is None
         self._http = http if http is not None else httpx.Client(follow_redirects=False)
+
+    @property
+    def timeout_s(self) -> float:
+        """The per-request timeout: one attempt's longest wait (an exchange is never cut short)."""
+        return self._timeout_s
 
     def limit_time(self, seconds: float | None) -> None:
         """Bound every later call, retries and sleeps included, to ``seconds`` from now.
@@ -210,6 +218,8 @@ class ImsClient(OwnedHttpClient):
         Raises:
             NeedsReauthError: IMS refused the exchange (401/403): terminal, never retried.
             ImsUnavailableError: 429/5xx/no answer after the retries, or no time left for one.
+            OutOfTimeError: A whole attempt (the full timeout) no longer fits before the
+                deadline: nothing was sent, the token passed in is still good.
             ImsRequestError: Another refusal (400).
             MalformedResponseError: A 2xx without both tokens.
         """
@@ -220,7 +230,7 @@ class ImsClient(OwnedHttpClient):
             "grant_type": "promise_exchange",
             "promise_token": _token(promise_token, "promise token"),
         }
-        body = self._json(self._call("exchange", TOKEN_PATH, form), "exchange")
+        body = self._json(self._call("exchange", TOKEN_PATH, form, whole=True), "exchange")
         return ExchangedTokens(
             access_token=_string(body, "access_token", "exchange"),
             promise_token=_string(body, "promise_token", "exchange"),
@@ -250,25 +260,28 @@ class ImsClient(OwnedHttpClient):
 
     # -- the request loop --------------------------------------------------------------------
 
-    def _call(self, operation: str, path: str, form: Mapping[str, str]) -> httpx.Response:
+    def _call(
+        self, operation: str, path: str, form: Mapping[str, str], *, whole: bool = False
+    ) -> httpx.Response:
+        """Send with the retries; ``whole``: every attempt gets the full timeout or none starts.
+
+        An exchange is ``whole``: it spends the token it carries, so one cut short by our own
+        deadline could be processed upstream with its answer lost (a spent token on the record).
+        """
+        need_s = self._timeout_s if whole else 0.0
         for retry in range(len(RETRY_DELAYS_S) + 1):
-            response = self._attempt(form, path)
-            if response is not None and response.status_code < 300:
+            response = _judged(self._attempt(form, path, need_s), operation, form)
+            if response is not None:
                 return response
-            if response is not None and response.status_code in _REFUSED:
-                raise NeedsReauthError()
-            if response is not None and not _is_transient(response.status_code):
-                code = _error_code(response, form)
-                raise ImsRequestError(response.status_code, operation, code)
-            if retry == len(RETRY_DELAYS_S) or not self._fits(RETRY_DELAYS_S[retry]):
+            if retry == len(RETRY_DELAYS_S) or not self._fits(RETRY_DELAYS_S[retry] + need_s):
                 break
             self._sleep(RETRY_DELAYS_S[retry])
         raise ImsUnavailableError()
 
-    def _attempt(self, form: Mapping[str, str], path: str) -> httpx.Response | None:
-        """Send once within the time left; None on a transport failure."""
+    def _attempt(self, form: Mapping[str, str], path: str, need_s: float) -> httpx.Response | None:
+        """Send once within the time left (at least ``need_s``); None on a transport failure."""
         left = None if self._deadline is None else self._deadline - self._clock()
-        if left is not None and left <= 0:
+        if left is not None and (left <= 0 or left < need_s):
             raise OutOfTimeError()
         timeout = self._timeout_s if left is None else min(self._timeout_s, left)
         try:
@@ -294,6 +307,19 @@ class ImsClient(OwnedHttpClient):
         if not isinstance(body, Mapping):
             raise MalformedResponseError(f"IMS {operation}: response body is not an object")
         return body
+
+
+def _judged(
+    response: httpx.Response | None, operation: str, form: Mapping[str, str]
+) -> httpx.Response | None:
+    """A 2xx answer; None when worth retrying (no answer, 429/5xx); otherwise raises."""
+    if response is None or _is_transient(response.status_code):
+        return None
+    if response.status_code < 300:
+        return response
+    if response.status_code in _REFUSED:
+        raise NeedsReauthError()
+    raise ImsRequestError(response.status_code, operation, _error_code(response, form))
 
 
 def _is_transient(status: int) -> bool:

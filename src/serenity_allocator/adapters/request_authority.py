@@ -153,15 +153,21 @@ class ImsCredentialBroker:
 
     def _roll(self, session: ImsSession) -> None:
         # Before anything else: a crash from here on replays with the new token (the one just
-        # exchanged is spent). A failed roll ends this attempt: the chain is invalidated, as
-        # nothing holds its live token any more, and the next receive ends needsReauth.
+        # exchanged is spent). A failed roll ends this attempt. When the record surely does not
+        # hold the new token (refused), nothing does: its chain is invalidated, and the next
+        # receive ends needsReauth. When DynamoDB gave no answer the write may have landed, so
+        # the chain is left alive: the next receive replays whichever token the record holds.
         try:
             self._store.roll(session.request_id, session.workspace_id, session.promise_token)
         except CredentialGoneError:
             self._ims.invalidate(session.promise_token)
             raise NoCredentialError() from None
-        except (CredentialStoreError, TokenCipherError):
-            self._ims.invalidate(session.promise_token)
+        except CredentialStoreError as exc:
+            if not exc.unanswered:
+                self._ims.invalidate(session.promise_token)
+            raise CredentialStoreUnavailableError() from None
+        except TokenCipherError:
+            self._ims.invalidate(session.promise_token)  # nothing was written
             raise CredentialStoreUnavailableError() from None
 
     def __repr__(self) -> str:

@@ -4,6 +4,10 @@ Two phases. While applying, every upstream call and every AWS call made for a re
 sends, ledger writes, reclaim enqueues) ends by ``applying``, which keeps one AWS call per
 publish chunk in reserve; once every record was handed over, announcing the batch (publishing,
 the ledger writes of skipped final receives) may use the time up to ``finishing``.
+
+An IMS exchange spends the promise token it is sent with, so one is started only when a whole
+exchange (and storing the rolled token) still fits before ``applying``: our own deadline never
+cuts an exchange short and loses its answer (ADR 0016).
 """
 
 from __future__ import annotations
@@ -25,12 +29,20 @@ class Deadlines:
     aws_call_s: float
     """The longest one AWS call (publish, DLQ send, ledger write, enqueue) can take, retries
     included."""
+    ims_call_s: float = 0.0
+    """The longest one IMS exchange can take (one attempt at the IMS client's timeout)."""
     announcing: bool = False
     """Set once every record was handed over: what is left is announcing the batch."""
 
     @classmethod
     def for_batch(
-        cls, clock: Clock, *, finish_by: float, publish_calls: int, aws_call_s: float
+        cls,
+        clock: Clock,
+        *,
+        finish_by: float,
+        publish_calls: int,
+        aws_call_s: float,
+        ims_call_s: float = 0.0,
     ) -> Deadlines:
         """Applying ends early enough to leave ``publish_calls`` AWS calls before ``finish_by``."""
         return cls(
@@ -38,6 +50,7 @@ class Deadlines:
             applying=finish_by - publish_calls * aws_call_s,
             finishing=finish_by,
             aws_call_s=aws_call_s,
+            ims_call_s=ims_call_s,
         )
 
     def fits_aws_call(self, finishing: bool = False) -> bool:
@@ -48,6 +61,13 @@ class Deadlines:
         """
         limit = self.finishing if finishing or self.announcing else self.applying
         return self.clock() + self.aws_call_s <= limit
+
+    def fits_ims_exchange(self) -> bool:
+        """True when a whole IMS exchange and the store of its rolled token fit before applying.
+
+        Only applying exchanges; a full IMS timeout is kept, never a shortened one.
+        """
+        return self.clock() + self.ims_call_s + self.aws_call_s <= self.applying
 
     def start_announcing(self) -> None:
         """Every record was handed over: from now on calls may use the finishing deadline."""

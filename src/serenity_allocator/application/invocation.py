@@ -43,6 +43,8 @@ class WorkerConfig:
     aws_call_budget_s: float = 0.0
     """The longest one AWS call (publish, DLQ send, ledger write, enqueue) can take, retries
     included (the invocation's :class:`.Deadlines` reserve it)."""
+    ims_call_budget_s: float = 0.0
+    """The longest one IMS exchange can take (IMS mode): an exchange starts only when it fits."""
 
     def is_final_receive(self, receive_count: int) -> bool:
         """True when SQS moves the message to the DLQ if this receive fails too."""
@@ -124,6 +126,7 @@ def start_batch(
         finish_by=finish_deadline,
         publish_calls=-(-len(plan.order) // PUBLISH_CHUNK) if ports.outcomes is not None else 0,
         aws_call_s=config.aws_call_budget_s,
+        ims_call_s=config.ims_call_budget_s,
     )
     requests = [m.request for m in plan.messages.values() if m.request is not None]
     # The lookup and every later ledger write are bounded by the applying deadline (a dead

@@ -5,9 +5,14 @@ token) and bind its access token; after its calls: unbind. A terminal outcome en
 (invalidate the current promise, scrub the record; a dead or missing promise is only
 scrubbed); a retryable failure keeps the rolled token on the record for the next receive.
 
+An exchange starts only when a whole IMS call (and the store of the rolled token) fits before
+the applying deadline (``Deadlines.fits_ims_exchange``); otherwise the record fails out of time
+with its still-valid token and comes back.
+
 A coalesced run admits a member only when its own token can read the child, at the leader's
 turn, before the combined transfer; a member that fails leaves the run and, at its own turn,
-ends alone with what refused it (or tries alone when the failure was transient).
+ends alone with what refused it, fails again with what kept its session from opening (its
+record comes back), or tries alone with the session opened at admission (a transient read).
 
 Refusals: ``noCredential`` and ``needsReauth`` end ``failed`` and dead-lettered with that
 reason; Semrush 403, or 401 after one re-exchange, ends ``rejected / accessDenied``.
@@ -54,8 +59,10 @@ class RequestCredentials:
     observer: WorkerObserver
     deadlines: Deadlines
     sessions: dict[str, CredentialSession] = field(default_factory=dict)
-    refused: dict[str, AllocationError] = field(default_factory=dict)
-    """Request ids a coalescing probe refused: each ends with this error at its own turn."""
+    refused: dict[str, Exception] = field(default_factory=dict)
+    """Request ids a coalescing probe refused, or whose session could not be opened there:
+    each raises this at its own turn (a refusal ends it; anything else fails its record, which
+    comes back), so one batch never opens a request's session twice."""
 
     def act_as(self, request: Request) -> None:
         """Open the request's session (unless open already) and bind its access token."""
@@ -111,10 +118,17 @@ class RequestCredentials:
                 refusal = _refusal_of(exc)
                 if refusal is not None:
                     self.refused[request.request_id] = refusal
+                elif request.request_id not in self.sessions:
+                    # Not opened (IMS unavailable, out of time): its own turn does not exchange
+                    # the stored token again (a lost answer may have spent it already).
+                    self.refused[request.request_id] = exc
                 run.leave(message_id)
         self.act_as(leader)
 
     def _open(self, request: Request) -> CredentialSession:
+        if not self.deadlines.fits_ims_exchange():
+            # Never cut an exchange short: the record fails with its still-valid token.
+            raise OutOfTimeError()
         try:
             session = self.broker.open(request.request_id, request.workspace_id)
         except ImsUnavailableError:

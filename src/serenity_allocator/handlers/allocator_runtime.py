@@ -67,6 +67,8 @@ class AllocatorRuntime:
     """IMS mode: requests run as their users (None: static mode, local tools only)."""
     ims: object | None = None
     """The IMS client (time-limited like the gateway each invocation), in IMS mode."""
+    ims_call_budget_s: float = 0.0
+    """Time reserved for one IMS exchange (the IMS client's per-request timeout), IMS mode."""
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -124,6 +126,7 @@ class AllocatorRuntime:
             sibling_reclaim_max_siblings=settings.sibling_reclaim_max_siblings,
             ceiling_backstop=settings.brand_ai_ceiling,
             aws_call_budget_s=self.aws_call_budget_s,
+            ims_call_budget_s=self.ims_call_budget_s,
         )
 
     def worker_ports(self) -> WorkerPorts:
@@ -237,6 +240,7 @@ def _ims_runtime(
         aws_call_budget_s=aws_budget_s,
         credentials=broker,
         ims=ims,
+        ims_call_budget_s=ims.timeout_s,
     )
     return runtime
 

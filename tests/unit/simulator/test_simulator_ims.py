@@ -185,6 +185,39 @@ def test_ims_mint_then_exchange_rolls_the_promise_token(sim: SimulatorServer) ->
     assert _exchange(sim, body["promise_token"]).status_code == 200
 
 
+def test_ims_exchange_of_a_token_a_lost_answer_spent_is_logged_answer_lost(
+    sim: SimulatorServer,
+) -> None:
+    # Given an exchange IMS processed whose answer never reached the caller (it exchanges the
+    # same token again instead of the rolled one)
+    _seeded(sim)
+    first = _mint(sim, sim.ims_user("u1", [CHILD])).json()["promise_token"]
+    assert _exchange(sim, first).status_code == 200
+    # When the old token comes back, it is refused like any spent token
+    assert _exchange(sim, first).status_code == 401
+    # Then the call log names it answer_lost, with its user
+    refusal = sim.ims_calls()[-1]
+    assert (refusal["status"], refusal["user"], refusal.get("answer_lost")) == (401, "u1", True)
+
+
+def test_ims_spent_token_whose_successor_was_used_or_killed_is_not_answer_lost(
+    sim: SimulatorServer,
+) -> None:
+    _seeded(sim)
+    # A token whose rolled successor came back (the caller held the answer)
+    first = _mint(sim, sim.ims_user("u1", [CHILD])).json()["promise_token"]
+    second = _exchange(sim, first).json()["promise_token"]
+    assert _exchange(sim, second).status_code == 200
+    assert _exchange(sim, first).status_code == 401
+    # A chain the caller invalidated
+    other = _mint(sim, sim.ims_user("u2", [CHILD])).json()["promise_token"]
+    assert _exchange(sim, other).status_code == 200
+    assert _invalidate(sim, other).status_code == 200
+    assert _exchange(sim, other).status_code == 401
+    refusals = [c for c in sim.ims_calls() if c["status"] == 401]
+    assert [(c["user"], c.get("answer_lost")) for c in refusals] == [(None, None), (None, None)]
+
+
 def test_ims_invalidate_kills_the_whole_chain(sim: SimulatorServer) -> None:
     _seeded(sim)
     first = _mint(sim, sim.ims_user("u1", [CHILD])).json()["promise_token"]

@@ -18,7 +18,12 @@ chooses, and says so here: error bodies are OAuth-style ``{"error", "error_descr
 ``expires_in`` values are seconds; invalidating an unknown or already dead token is a 200 (the
 call is idempotent). Faults (``fail_next`` with ``op`` ``ims_mint``/``ims_exchange``/
 ``ims_invalidate``, ``error_rate``, latency) come from ``/__faults`` like the Semrush ones; a
-``fail_next`` rule without an ``op`` and the ``error_rate`` draws apply to IMS calls too.
+``fail_next`` rule without an ``op`` and the ``error_rate`` draws apply to IMS calls too. An
+injected fault is answered INSTEAD of the call (nothing is minted, spent or invalidated): a
+5xx, 429 or held 504 never processed the request. An exchange of a spent token whose rolled
+successor was never presented since (its answer never reached the caller: processed, then lost
+in transit or before it was stored) is logged ``"answer_lost": true`` with its user, so a
+harness can tell that ``needsReauth`` (ADR 0016's safe side) from any other.
 
 Access tokens minted here start with :data:`ACCESS_TOKEN_PREFIX`. On the Semrush routes such a
 bearer must be live (else 401), its user must have a Semrush record (else 403) and be a member
@@ -140,6 +145,10 @@ class _Promise:
     chain: int
     expires_at: float
     spent: bool = False
+    presented: bool = False
+    """Sent back to an exchange or an invalidate since it was issued."""
+    successor: str | None = None
+    """The token the exchange that spent this one answered with."""
 
 
 @dataclass
@@ -264,6 +273,8 @@ class ImsState:
             OP_IMS_INVALIDATE: self._invalidate,
         }
         with self._lock:
+            if op == OP_IMS_EXCHANGE and self._answer_was_lost(form):
+                return self._refuse_lost_answer(form)
             try:
                 response, user = handlers[op](form)
             except SimulatorRequestError as exc:
@@ -271,11 +282,48 @@ class ImsState:
             self.log_call(op, form.get("client_id"), response.status, user)
         return response
 
-    def log_call(self, op: str, client_id: str | None, status: int, user: str | None) -> None:
+    def log_call(
+        self, op: str, client_id: str | None, status: int, user: str | None, **extra: Any
+    ) -> None:
         """Append to the IMS call log (callers hold the lock, or pass a faulted call)."""
         self._tokens.calls.append(
-            {"op": op, "client_id": client_id, "status": status, "user": user, "t": self._clock()}
+            {
+                "op": op,
+                "client_id": client_id,
+                "status": status,
+                "user": user,
+                "t": self._clock(),
+                **extra,
+            }
         )
+
+    def _answer_was_lost(self, form: Mapping[str, str]) -> bool:
+        """The consumer exchanges a spent token whose exchange's answer never came back.
+
+        The rolled token that exchange answered with was never presented since (to an exchange
+        or an invalidate), and its chain is alive: the answer never reached the caller's record
+        (lost in transit after IMS processed it, or lost by the caller before it was stored).
+        """
+        if self._refuse_client(form, self.config.consumer) is not None:
+            return False
+        promise = self._tokens.promises.get(form.get("promise_token", ""))
+        if promise is None or not promise.spent or promise.successor is None:
+            return False
+        successor = self._tokens.promises.get(promise.successor)
+        return (
+            successor is not None
+            and not successor.presented
+            and promise.chain not in self._tokens.dead_chains
+        )
+
+    def _refuse_lost_answer(self, form: Mapping[str, str]) -> SimResponse:
+        """The 401 of a token a lost answer spent, logged as such with its user."""
+        response = _oauth_error(401, "invalid_token", "promise_token is not valid")
+        promise = self._tokens.promises[form.get("promise_token", "")]
+        promise.presented = True
+        client_id = form.get("client_id")
+        self.log_call(OP_IMS_EXCHANGE, client_id, 401, promise.user, answer_lost=True)
+        return response
 
     def log_fault(self, op: str, form: Mapping[str, str], status: int) -> None:
         """Log a call answered by an injected fault."""
@@ -314,17 +362,20 @@ class ImsState:
         if refusal is not None:
             return refusal, None
         promise = self._tokens.promises.get(_field(form, "promise_token"))
+        if promise is not None:
+            promise.presented = True
         if promise is None or not self._is_alive(promise):
             return _oauth_error(401, "invalid_token", "promise_token is not valid"), None
         # Every exchange rolls the token: the old one must not be relied on afterwards.
         promise.spent = True
         access = ACCESS_TOKEN_PREFIX + secrets.token_urlsafe(24)
         self._tokens.access[access] = (promise.user, self._clock() + self.config.access_ttl_s)
+        promise.successor = self._new_promise(promise.user, promise.chain)
         body = {
             "access_token": access,
             "token_type": "bearer",
             "expires_in": int(self.config.access_ttl_s),
-            "promise_token": self._new_promise(promise.user, promise.chain),
+            "promise_token": promise.successor,
             "promise_token_expires_in": int(self.config.promise_ttl_s),
         }
         return SimResponse(200, body), promise.user
@@ -338,6 +389,7 @@ class ImsState:
         promise = self._tokens.promises.get(_field(form, "token"))
         if promise is None:
             return _EMPTY_OK, None
+        promise.presented = True
         # Rotation is not revocation; invalidation is: the whole chain dies.
         self._tokens.dead_chains.add(promise.chain)
         return _EMPTY_OK, promise.user

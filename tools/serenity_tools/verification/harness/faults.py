@@ -22,13 +22,15 @@ import random
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_tools.standins.stack import DeadLetter
+from serenity_tools.verification.checks import check_dead_letters
 from serenity_tools.verification.harness.analysis import (
-    drain_checks,
     invariant_checks,
+    queue_drained_check,
     redelivered,
     run_record,
 )
@@ -92,6 +94,53 @@ def check_bounded_attempts(
     return invariant_result(name, violations, detail)
 
 
+LOST_ANSWER = (
+    "needsReauth after IMS processed its exchange and the answer never reached the record "
+    "(ADR 0016: the safe side)"
+)
+
+
+def explain_lost_answers(
+    letters: Sequence[DeadLetter],
+    owners: Mapping[str, str],
+    ims_calls: Sequence[Mapping[str, Any]],
+) -> tuple[list[DeadLetter], list[str]]:
+    """Split off the ``needsReauth`` dead letters a lost exchange answer explains.
+
+    One per exchange the simulator logged ``answer_lost`` for the request's user: that promise
+    was spent by an exchange whose answer its caller never got. Every other letter is kept.
+    """
+    lost = Counter(
+        str(c.get("user"))
+        for c in ims_calls
+        if c.get("op") == "ims_exchange" and c.get("answer_lost") is True
+    )
+    kept: list[DeadLetter] = []
+    explained: list[str] = []
+    for letter in letters:
+        user = owners.get(letter.request_id or "")
+        if letter.reason == "needsReauth" and user is not None and lost[user] > 0:
+            lost[user] -= 1
+            explained.append(f"{letter.request_id}: {LOST_ANSWER}")
+        else:
+            kept.append(letter)
+    return kept, explained
+
+
+def dead_letter_check(
+    letters: Sequence[DeadLetter],
+    expected_dead: set[str],
+    owners: Mapping[str, str],
+    ims_calls: Sequence[Mapping[str, Any]],
+) -> InvariantResult:
+    """Only the zombie's requests in the DLQ, but for needsReauth a lost IMS answer explains."""
+    kept, explained = explain_lost_answers(letters, owners, ims_calls)
+    result = check_dead_letters(kept, expected_dead, expected_invalid=0)
+    if not explained:
+        return result
+    return replace(result, explained=tuple(explained))
+
+
 def _fault_numbers(calls: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     statuses = Counter(int(c.get("status", 0)) for c in calls)
     return {
@@ -137,13 +186,26 @@ def run_faults(config: HarnessConfig) -> ScenarioResult:
         *invariant_checks(record),
         check_bounded_attempts(run.events, run.outcomes, run.letters, run.max_receive_count),
         writes.result,
-        *drain_checks(run, expected_dead=zombie_ids),
+        queue_drained_check(run),
+        dead_letter_check(
+            run.letters,
+            zombie_ids,
+            run.identity.owners if run.identity is not None else {},
+            run.ims_calls,
+        ),
     ]
     numbers = {
         **run_numbers(run, len(workload.requests)),
         **_fault_numbers(run.calls),
         "zombie requests in the DLQ": len(
             zombie_ids & {letter.request_id for letter in run.letters}
+        ),
+        "needsReauth after a lost exchange answer": len(
+            explain_lost_answers(
+                run.letters,
+                run.identity.owners if run.identity is not None else {},
+                run.ims_calls,
+            )[1]
         ),
         "highest receive count": max(
             (m.get("receive_count", 0) for e in run.events for m in e.get("msgs", [])), default=0
