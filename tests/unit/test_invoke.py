@@ -265,6 +265,8 @@ def test_real_template_allocator_resolves_like_sam_with_the_local_env_file() -> 
         "DLQ_URL",
         "OUTCOME_BUS_NAME",
         "REQUEST_LEDGER_TABLE",
+        "CREDENTIALS_TABLE",
+        "CREDENTIALS_KEY_ARN",
     }
     # And env.json turns it into a local configuration with nothing left out
     assert local.environment["SEMRUSH_BASE_URL"] == "http://127.0.0.1:8765"

@@ -100,7 +100,7 @@ prompts?: number
 export interface LedgerRecord {
 announced?: boolean
 intent?: (ReleaseIntent | null)
-kind?: (("ensure" | "release") | null)
+kind?: (("ensure" | "release" | "unknown") | null)
 outcome?: (AllocationOutcome | null)
 provisional?: boolean
 request_id: string
