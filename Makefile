@@ -36,11 +36,11 @@ demo: $(STAMP)
 # tests run beside it. pytest is the long pole (minutes, both cores); the gates (mypy, the
 # longest, on ONE core) and the Node tests (mostly waiting on processes) fill the core time
 # pytest leaves idle instead of adding their own minute after it. -k: every job reports even
-# when one fails; the exit status is still non-zero. -Oline: each line whole, pytest's
-# progress live.
+# when one fails; the exit status is still non-zero. -Otarget: each job's output is printed as
+# one block when the job ends (the gates' within a minute, pytest's at its end), never mixed.
 TEST_JOBS := lint typecheck cfn-lint complexity scan pytest node-test
 test:
-	@$(MAKE) --no-print-directory -k -j$(words $(TEST_JOBS)) --output-sync=line $(TEST_JOBS)
+	@$(MAKE) --no-print-directory -k -j$(words $(TEST_JOBS)) --output-sync=target $(TEST_JOBS)
 
 setup:
 	@$(MAKE) --no-print-directory -j4 $(STAMP) $(SCAN_STAMP) $(NODE_STAMP) $(AWSCLI_STAMP)
