@@ -8,6 +8,8 @@
 - ``outcome_capture`` (function): captures what is published on the test's bus.
 - ``simulator`` (session) / ``sim`` (function, reset before the test): the Semrush simulator.
 
+And ``pytest_collection_modifyitems``: the order the pytest-xdist workers get the tests in.
+
 Do not combine these with moto's in-process ``mock_aws`` in one test: they share moto's
 in-process backends, and ``mock_aws`` resets them.
 """
@@ -30,6 +32,30 @@ from serenity_tools.standins.resources import (
 
 if TYPE_CHECKING:
     from serenity_tools.standins.simulator import SimulatorServer
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest first: the harness scenarios, then the other e2e tests, then the rest.
+
+    A stable sort: each class keeps pytest-randomly's shuffled order (it shuffles before any
+    plain hook runs). Under ``--dist worksteal`` the first worker is handed the first half of
+    this list and the second worker the other half, and an idle worker steals from the END of a
+    busy one's queue. So the first worker runs the harness scenarios one after another (each
+    starts moto and four or more consumer processes: two at once on two cores starve the
+    crash and faults scenarios' batches), then the other e2e tests, while the second worker
+    runs short tests and then steals the first's short tail: the run ends on short tests on
+    both, and no minute-long scenario starts last.
+    """
+    items.sort(key=_start_rank)
+
+
+def _start_rank(item: pytest.Item) -> int:
+    if item.get_closest_marker("harness") is not None:
+        return 0
+    if item.path.parent.name == "e2e":
+        return 1
+    return 2
 
 
 @pytest.fixture(scope="session")
