@@ -31,16 +31,14 @@ $(STAMP): pyproject.toml $(UV_STAMP)
 demo: $(STAMP)
 	$(BIN)/serenity-allocator demo
 
-# One make graph, run side by side: pytest starts as soon as .venv is installed, while the other
-# environments install (scan venv, node_modules, awscli v1) and the gates and the Node client's
-# tests run beside it. pytest is the long pole (minutes, both cores); the gates (mypy, the
-# longest, on ONE core) and the Node tests (mostly waiting on processes) fill the core time
-# pytest leaves idle instead of adding their own minute after it. -k: every job reports even
-# when one fails; the exit status is still non-zero. -Otarget: each job's output is printed as
-# one block when the job ends (the gates' within a minute, pytest's at its end), never mixed.
-TEST_JOBS := lint typecheck cfn-lint complexity scan pytest node-test
+# Four steps, each using both cores: every environment installs side by side (the dev and scan
+# venvs, the Node client's node_modules, awscli v1), the gates run two at a time (mypy, the
+# longest, beside the others), then pytest on every core, then the Node client's tests.
 test:
-	@$(MAKE) --no-print-directory -k -j$(words $(TEST_JOBS)) --output-sync=target $(TEST_JOBS)
+	@$(MAKE) --no-print-directory setup
+	@$(MAKE) --no-print-directory gates
+	@$(MAKE) --no-print-directory pytest
+	@$(MAKE) --no-print-directory node-test
 
 setup:
 	@$(MAKE) --no-print-directory -j4 $(STAMP) $(SCAN_STAMP) $(NODE_STAMP) $(AWSCLI_STAMP)
@@ -81,13 +79,10 @@ $(SCAN_STAMP): pyproject.toml $(UV_STAMP)
 scan: $(SCAN_STAMP)
 	$(SCAN_VENV)/bin/checkov --config-file .checkov.yaml
 
-# pytest-xdist: one worker per core, idle workers steal queued tests from the end of a busy
-# one's queue. tests/conftest.py puts the long tests first (the harness scenarios, then the
-# other e2e tests), so the first worker starts on them one after another while the second runs
-# short tests and steals the first's short tail: the run ends on short tests on both.
-# pytest-randomly shuffles the order within those classes on every run (the seed is printed;
-# `make pytest PYTEST_ARGS=--randomly-seed=N` repeats one). How tests are kept apart per
-# worker: docs/testing.md.
+# pytest-xdist: one worker per core, idle workers steal queued tests from busy ones (the six
+# harness scenarios are long, so a static split leaves a core idle at the end); pytest-randomly
+# shuffles the order on every run (the seed is printed; `make pytest
+# PYTEST_ARGS=--randomly-seed=N` repeats one). How tests are kept apart per worker: docs/testing.md.
 PYTEST_WORKERS ?= auto
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist worksteal
 
