@@ -18,6 +18,11 @@ const CONDITION_FAILED = 'ConditionalCheckFailedException';
 // Write only where no live token is held: a new request, a scrubbed one, or one past expiry.
 const PUT_CONDITION = 'attribute_not_exists(request_id) OR attribute_not_exists(promise_token) OR expires_at <= :now';
 const ERROR_CODE = /^[a-z_]{1,40}$/;
+const stderrLogger = {
+  warn(message, fields) {
+    process.stderr.write(`${JSON.stringify({ level: 'WARNING', message, ...fields })}\n`);
+  },
+};
 
 /** The encryption context the worker decrypts a request's token under, exactly. */
 export function encryptionContext(requestId, workspaceId) {
@@ -201,9 +206,13 @@ export class CredentialHandover {
    *   ims?: {mint(accessToken: string): Promise<string>} | null, timeoutMs?: number,
    *   wallClock?: () => number}} options `tableName`/`keyArn`: stack outputs
    *   CredentialsTableName/CredentialsKeyArn; `ims`: an ImsEmitter (needed for access tokens);
-   *   `timeoutMs` bounds each AWS call (default 5000); `wallClock` is epoch seconds.
+   *   `timeoutMs` bounds each AWS call (default 5000); `wallClock` is epoch seconds; `logger`
+   *   hears of a record a failed send could not take back (default: JSON lines on stderr).
    */
-  constructor({ tableName, keyArn, kms, dynamodb, ims = null, timeoutMs = 5000, wallClock = () => Date.now() / 1000 }) {
+  constructor({
+    tableName, keyArn, kms, dynamodb, ims = null, timeoutMs = 5000, wallClock = () => Date.now() / 1000,
+    logger = stderrLogger,
+  }) {
     this.tableName = nonBlank(tableName, 'tableName');
     this.keyArn = nonBlank(keyArn, 'keyArn');
     this.#kms = kms;
@@ -211,6 +220,7 @@ export class CredentialHandover {
     this.#ims = ims;
     this.timeoutMs = timeoutMs;
     this.wallClock = wallClock;
+    this.logger = logger;
   }
 
   /** Check a credential's shape (and that it can be minted) before anything is called. */
@@ -258,7 +268,14 @@ export class CredentialHandover {
         ConditionExpression: 'promise_token = :ours', ExpressionAttributeValues: { ':ours': { B: receipt.ciphertext } },
       }));
       return true;
-    } catch {
+    } catch (error) {
+      if (error.reason !== CONDITION_FAILED) { // a condition failure: the record holds another token now
+        try {
+          this.logger.warn('credential record of an unsent request not removed', { request_id: receipt.requestId, reason: error.reason });
+        } catch {
+          // A logger failure never changes the enqueue's outcome.
+        }
+      }
       return false;
     }
   }

@@ -48,9 +48,9 @@ describe('the credential handover on the local stack (IMS mode)', () => {
   const errors = [];
   const secrets = [];
 
-  const handover = ({ sleep, ims = true, db = dynamodb } = {}) => new CredentialHandover({
+  const handover = ({ sleep, ims = true, db = dynamodb, logger } = {}) => new CredentialHandover({
     tableName: stack.service.CREDENTIALS_TABLE, keyArn: stack.service.CREDENTIALS_KEY_ARN,
-    kms: new KMSClient(aws), dynamodb: db,
+    kms: new KMSClient(aws), dynamodb: db, logger,
     ims: ims ? new ImsEmitter({ host: stack.service.IMS_HOST, ...emitterPair, sleep }) : null,
   });
   const producer = (options = {}) => new AllocationProducer({
@@ -196,6 +196,22 @@ describe('the credential handover on the local stack (IMS mode)', () => {
     assert.equal(error.requestId, requestId);
     assert.deepEqual(commands, ['PutItemCommand', 'DeleteItemCommand']);
     assert.equal(await record(requestId), null);
+
+    // A take-back DynamoDB refuses is logged (ids and the code only); the send's error stands.
+    const warned = [];
+    const refusing = {
+      send: (command, options) => (command.constructor.name === 'DeleteItemCommand'
+        ? Promise.reject(Object.assign(new Error('throttled'), { name: 'ProvisionedThroughputExceededException' }))
+        : dynamodb.send(command, options)),
+    };
+    const kept = await rejection(producer({
+      db: refusing, logger: { warn: (message, fields) => warned.push([message, fields]) },
+      queueUrl: `${stack.service.AWS_ENDPOINT_URL}/000000000000/missing.fifo`,
+    }).enqueueEnsure({ workspaceId: CHILD, parentWorkspaceId: MASTER, requestId: 'req-node-cred-kept' }, { credential: { accessToken } }));
+    assert.equal(kept.name, 'EnqueueError');
+    assert.deepEqual(warned, [['credential record of an unsent request not removed',
+      { request_id: 'req-node-cred-kept', reason: 'ProvisionedThroughputExceededException' }]]);
+    assert.equal((await record('req-node-cred-kept')).workspace_id.S, CHILD);
   });
 
   it('a record that cannot be written is EnqueueError credential:<code>, nothing sent', async () => {
@@ -221,7 +237,7 @@ describe('the credential handover on the local stack (IMS mode)', () => {
   });
 
   it('no token or client secret in any error, its JSON, its inspection, or the producer\'s', () => {
-    assert.equal(errors.length, 5);
+    assert.equal(errors.length, 6);
     const tokens = [...secrets, 'pt-node-first', 'pt-node-second', 'pt-node-third'];
     const views = errors.flatMap((e) => [e.message, e.stack, JSON.stringify(e), inspect(e, { depth: 5 }), String(e.cause?.message ?? '')]);
     const seen = producer();

@@ -76,7 +76,7 @@ export interface CredentialReceipt { readonly requestId: string; readonly cipher
 export class CredentialHandover {
   constructor(options: {
     tableName: string; keyArn: string; kms: KMSClient; dynamodb: DynamoDBClient;
-    ims?: PromiseMinter | null; timeoutMs?: number; wallClock?: () => number;
+    ims?: PromiseMinter | null; timeoutMs?: number; wallClock?: () => number; logger?: Logger;
   });
   readonly tableName: string;
   readonly keyArn: string;
