@@ -4,6 +4,11 @@ export {
   WORKSPACE_ID_PATTERN, buildEnsure, buildRelease, newRequestId, sqsEntry,
 } from './contract.js';
 export { AllocationProducer, EnqueueError } from './producer.js';
+export {
+  CREDENTIAL_TTL_S, CredentialHandover, CredentialHandoverError, IMS_RETRY_DELAYS_S, ImsEmitter,
+  ImsRequestError, ImsUnavailableError, MAX_TOKEN_BYTES, NeedsReauthError, PROMISE_TOKEN_PURPOSE,
+  encryptionContext,
+} from './credentials.js';
 export { isMeteredQuota, modelChangeNeed } from './classify.js';
 export {
   APPLIED_STATUSES, GuardPolicy, WriteDeadlineExceededError, WriteGuard,

@@ -1,13 +1,19 @@
-// Enqueue allocation requests on the FIFO queue (AWS SDK v3, the caller's SQSClient).
+// Enqueue allocation requests on the FIFO queue (AWS SDK v3, the caller's SQSClient), each
+// optionally with its user's authority handed over first (./credentials.js).
 import { SendMessageCommand } from '@aws-sdk/client-sqs';
 import { buildEnsure, buildRelease, sqsEntry } from './contract.js';
+import { CredentialHandoverError } from './credentials.js';
 
-/** The queue refused or never got the message; `requestId` is the one that was not sent. */
+/**
+ * The request was not enqueued; `requestId` is the one that was not sent. `reason` is the SQS
+ * error's name, or `credential:<AWS code>` when its record could not be written (nothing sent).
+ */
 export class EnqueueError extends Error {
-  constructor(requestId, cause) {
-    super(`allocation request ${requestId} was not enqueued: ${cause?.name ?? 'error'}`, { cause });
+  constructor(requestId, cause, reason = cause?.name ?? 'error') {
+    super(`allocation request ${requestId} was not enqueued: ${reason}`, { cause });
     this.name = 'EnqueueError';
     this.requestId = requestId;
+    this.reason = reason;
   }
 }
 
@@ -15,34 +21,71 @@ export class EnqueueError extends Error {
  * Sends ensures and releases to the allocation queue.
  *
  * The producer needs `sqs:SendMessage` on the stack output `AllocationQueueArn`; `queueUrl`
- * is the stack output `AllocationQueueUrl`.
+ * is the stack output `AllocationQueueUrl`. With `credentials` (a CredentialHandover), an
+ * enqueue given `{ credential }` writes the request's promise token to the credentials table
+ * before the send (docs/credentials.md); without a credential it only sends, as before.
  */
 export class AllocationProducer {
+  #credentials;
+
   /**
    * @param {{queueUrl: string, sqs: import('@aws-sdk/client-sqs').SQSClient,
-   *   timeoutMs?: number}} options `timeoutMs` bounds each send (default 5000).
+   *   timeoutMs?: number, credentials?: import('./credentials.js').CredentialHandover | null}}
+   *   options `timeoutMs` bounds each send (default 5000).
    */
-  constructor({ queueUrl, sqs, timeoutMs = 5000 }) {
+  constructor({ queueUrl, sqs, timeoutMs = 5000, credentials = null }) {
     if (typeof queueUrl !== 'string' || !queueUrl.endsWith('.fifo')) {
       throw new TypeError('queueUrl: must be the FIFO queue URL (AllocationQueueUrl)');
     }
     this.queueUrl = queueUrl;
     this.sqs = sqs;
     this.timeoutMs = timeoutMs;
+    this.#credentials = credentials;
   }
 
-  /** Enqueue one ensure; resolves to its request id. */
-  async enqueueEnsure(input) {
-    return this.send(buildEnsure(input));
+  /** Enqueue one ensure; resolves to its request id. `options.credential`: see `send`. */
+  async enqueueEnsure(input, options) {
+    return this.send(buildEnsure(input), options);
   }
 
-  /** Enqueue one release; resolves to its request id. */
-  async enqueueRelease(input) {
-    return this.send(buildRelease(input));
+  /** Enqueue one release; resolves to its request id. `options.credential`: see `send`. */
+  async enqueueRelease(input, options) {
+    return this.send(buildRelease(input), options);
   }
 
-  /** Send a message built by buildEnsure/buildRelease; resolves to its request id. */
-  async send(message) {
+  /**
+   * Send a message built by buildEnsure/buildRelease; resolves to its request id.
+   *
+   * With `{ credential: { accessToken } }` (a promise token is minted with the emitter pair) or
+   * `{ credential: { promiseToken } }`: mint, write the record, then send; a failed send deletes
+   * the record this call wrote. Throws NeedsReauthError / ImsUnavailableError / ImsRequestError
+   * (nothing written or sent), EnqueueError with reason `credential:<code>` (nothing sent) or
+   * with the SQS error (the record taken back).
+   */
+  async send(message, { credential } = {}) {
+    if (credential === undefined) {
+      await this.#sendOne(message);
+      return message.request_id;
+    }
+    if (this.#credentials === null) throw new TypeError('credential: this producer has no credentials handover');
+    this.#credentials.check(credential);
+    let receipt;
+    try {
+      receipt = await this.#credentials.write(message.request_id, message.workspace_id, credential);
+    } catch (error) {
+      if (!(error instanceof CredentialHandoverError)) throw error;
+      throw new EnqueueError(message.request_id, error, `credential:${error.reason}`);
+    }
+    try {
+      await this.#sendOne(message);
+    } catch (error) {
+      if (receipt !== null) await this.#credentials.takeBack(receipt); // only what this call wrote
+      throw error;
+    }
+    return message.request_id;
+  }
+
+  async #sendOne(message) {
     try {
       await this.sqs.send(
         new SendMessageCommand({ QueueUrl: this.queueUrl, ...sqsEntry(message) }),
@@ -51,6 +94,9 @@ export class AllocationProducer {
     } catch (error) {
       throw new EnqueueError(message.request_id, error);
     }
-    return message.request_id;
+  }
+
+  toJSON() {
+    return { queueUrl: this.queueUrl, timeoutMs: this.timeoutMs, credentials: this.#credentials };
   }
 }

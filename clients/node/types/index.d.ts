@@ -2,6 +2,7 @@
 // schemas (./contract.d.ts); this file declares the functions and classes around them.
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import type { KMSClient } from '@aws-sdk/client-kms';
 import type {
   AllocationOutcome, EnsureRequest, LedgerRecord, ReleaseRequest,
 } from './contract.js';
@@ -44,12 +45,52 @@ export function sqsEntry(message: EnsureRequest | ReleaseRequest): {
   MessageBody: string; MessageGroupId: string; MessageDeduplicationId: string;
 };
 
-export class EnqueueError extends Error { requestId: string }
+/** The user authority a request runs under: exactly one of the two tokens. */
+export type UserCredential = { accessToken: string; promiseToken?: never } | { promiseToken: string; accessToken?: never };
+export interface EnqueueOptions {
+  /** Hand the user's authority over (the producer needs `credentials`); absent: send only. */
+  credential?: UserCredential;
+}
+
+export const PROMISE_TOKEN_PURPOSE: 'serenity-allocator/promise-token';
+export const CREDENTIAL_TTL_S: number;
+export const MAX_TOKEN_BYTES: number;
+export const IMS_RETRY_DELAYS_S: readonly number[];
+export function encryptionContext(requestId: string, workspaceId: string): {
+  purpose: 'serenity-allocator/promise-token'; request_id: string; workspace_id: string;
+};
+export class NeedsReauthError extends Error { code: 'needsReauth' }
+export class ImsUnavailableError extends Error { code: 'imsUnavailable' }
+export class ImsRequestError extends Error { code: 'imsRequestRefused'; status: number; error: string | null }
+export class CredentialHandoverError extends Error { requestId: string; reason: string }
+export interface PromiseMinter { mint(accessToken: string): Promise<string> }
+export class ImsEmitter implements PromiseMinter {
+  constructor(options: {
+    host: string; clientId: string; clientSecret: string; promiseDefinitionId: string;
+    timeoutMs?: number; deadlineMs?: number; sleep?: (seconds: number) => Promise<void>; clock?: () => number;
+  });
+  readonly origin: string;
+  mint(accessToken: string): Promise<string>;
+}
+export interface CredentialReceipt { readonly requestId: string; readonly ciphertext: Uint8Array }
+export class CredentialHandover {
+  constructor(options: {
+    tableName: string; keyArn: string; kms: KMSClient; dynamodb: DynamoDBClient;
+    ims?: PromiseMinter | null; timeoutMs?: number; wallClock?: () => number; logger?: Logger;
+  });
+  readonly tableName: string;
+  readonly keyArn: string;
+  check(credential: UserCredential): void;
+  write(requestId: string, workspaceId: string, credential: UserCredential): Promise<CredentialReceipt | null>;
+  takeBack(receipt: CredentialReceipt): Promise<boolean>;
+}
+
+export class EnqueueError extends Error { requestId: string; reason: string }
 export class AllocationProducer {
-  constructor(options: { queueUrl: string; sqs: SQSClient; timeoutMs?: number });
-  enqueueEnsure(input: EnsureInput): Promise<string>;
-  enqueueRelease(input: ReleaseInput): Promise<string>;
-  send(message: EnsureRequest | ReleaseRequest): Promise<string>;
+  constructor(options: { queueUrl: string; sqs: SQSClient; timeoutMs?: number; credentials?: CredentialHandover | null });
+  enqueueEnsure(input: EnsureInput, options?: EnqueueOptions): Promise<string>;
+  enqueueRelease(input: ReleaseInput, options?: EnqueueOptions): Promise<string>;
+  send(message: EnsureRequest | ReleaseRequest, options?: EnqueueOptions): Promise<string>;
 }
 
 export function isMeteredQuota(status: number, rawBody: string): boolean;

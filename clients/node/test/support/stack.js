@@ -29,11 +29,13 @@ export function parseLocalUp(text) {
   return { service, parts, text };
 }
 
-/** Start the stack; resolves once it prints READY. `stop()` ends the process it started. */
-export async function startLocalStack({ consumers = 1, enforcementLagMs = 1500, token, timeoutMs = 90_000 }) {
+/** Start the stack (`credentials`: the consumers' mode, `static` or `ims`); resolves once it prints READY. `stop()` ends the process it started. */
+export async function startLocalStack({
+  consumers = 1, enforcementLagMs = 1500, token, credentials = 'static', timeoutMs = 90_000,
+}) {
   const child = spawn(CLI, [
     'local', 'up', '--consumers', String(consumers), '--enforcement-lag-ms', String(enforcementLagMs),
-    '--token', token,
+    '--token', token, '--credentials', credentials,
   ], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
