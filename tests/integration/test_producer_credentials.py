@@ -22,6 +22,7 @@ from serenity_allocator.adapters.secret_redaction import redact_secret
 from serenity_allocator.domain.errors import NeedsReauthError
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest, parse_request
 from serenity_allocator.producer import AllocationProducer, EnqueueError
+from serenity_allocator.write_guard import WriteGuard
 from serenity_tools.standins.resources import LocalResources, local_client
 from serenity_tools.standins.simulator import SimulatorServer
 from tests.integration.credentials_stack import CredentialsStack, create_credentials_stack
@@ -236,3 +237,39 @@ def test_producer_credentials_never_appear_in_logs_errors_or_reprs(
     for secret in (access, stored.promise_token):
         assert redact_secret(text, secret) == text
     assert repr(credential) == "UserCredential()"
+
+
+def test_write_guard_acting_as_a_user_hands_over_each_of_its_ensures(
+    local_resources: LocalResources, stack: CredentialsStack, sim: SimulatorServer, spy: SendSpy
+) -> None:
+    # Given a user of the child and a guard built on the producer acting as that user
+    sim.seed([{"id": "m1"}, {"id": "c1", "parent_id": "m1"}])
+    access = sim.ims_user("u1", ["m1", "c1"])
+    producer = _producer(local_resources, stack, sim, sqs=spy)
+    guard = WriteGuard(producer.acting_as(UserCredential.access(access)), "c1", "m1")
+
+    # When it fronts two batches (two requests of their own)
+    first, second = guard.front({"prompts": 5}), guard.front({"prompts": 7})
+
+    # Then each ensure's record was written before its message, each with a promise minted
+    # for it alone (two mints), and each promise is live for its own request
+    assert spy.record_present_at_send == [True, True]
+    assert [c["op"] for c in sim.ims_calls()] == ["ims_mint", "ims_mint"]
+    records = [stack.store().read(rid, "c1") for rid in (first, second)]
+    assert all(record is not None for record in records)
+    tokens = [record.promise_token for record in records if record is not None]
+    assert len(set(tokens)) == 2
+    sent = [json.loads(m["Body"])["request_id"] for m in drain_queue(local_resources.queue_url)]
+    assert sent == [first, second]
+    assert access not in repr(producer.acting_as(UserCredential.access(access)))
+
+
+def test_producer_acting_as_refuses_a_promise_token_and_a_producer_without_a_store(
+    local_resources: LocalResources, stack: CredentialsStack, sim: SimulatorServer
+) -> None:
+    # A promise serves one request: the guard's second ensure would carry a dead copy
+    producer = _producer(local_resources, stack, sim)
+    with pytest.raises(ValueError, match="give the user's access token"):
+        producer.acting_as(UserCredential.promise("promise-token"))
+    with pytest.raises(ValueError, match="no credential store"):
+        AllocationProducer(local_resources.queue_url).acting_as(UserCredential.access("tok"))

@@ -226,6 +226,26 @@ class AllocationProducer:
             raise
         return request.request_id
 
+    def acting_as(self, credential: UserCredential) -> UserProducer:
+        """The producer for one user: every request it enqueues carries that user's authority.
+
+        What a :class:`~serenity_allocator.write_guard.WriteGuard` takes in IMS mode (its front
+        and recovery ensures are requests of their own, each handed over before it is sent).
+
+        Raises:
+            ValueError: A promise token (one promise serves one request: the worker's exchange
+                of the first kills it for the next; give the user's access token, minted per
+                request) or a producer without ``credentials``.
+        """
+        if credential.promise_token is not None:
+            raise ValueError(
+                "credential: a producer acting as a user sends several requests; give the "
+                "user's access token (UserCredential.access) so each gets its own promise token"
+            )
+        if self._credentials is None:
+            raise ValueError("credential given, but this producer has no credential store")
+        return UserProducer(self, credential)
+
     def enqueue_many(self, requests: Sequence[AllocationRequestModel]) -> list[str]:
         """Enqueue ready-built requests with SendMessageBatch, at most 10 per call.
 
@@ -335,6 +355,21 @@ def _record_classifier(matched: bool, environment: str) -> None:
         recorder.flush()
     except Exception:  # metrics never change the classification
         _log.debug("MeteredQuotaClassifier not recorded", exc_info=True)
+
+
+class UserProducer:
+    """An :class:`AllocationProducer` acting as one user (:meth:`AllocationProducer.acting_as`)."""
+
+    def __init__(self, producer: AllocationProducer, credential: UserCredential) -> None:
+        self._producer = producer
+        self._credential = credential
+
+    def enqueue(self, request: AllocationRequestModel) -> str:
+        """Enqueue ``request`` with the user's authority handed over first; its request id."""
+        return self._producer.enqueue(request, credential=self._credential)
+
+    def __repr__(self) -> str:
+        return "UserProducer(credential=***)"
 
 
 def _entry(
