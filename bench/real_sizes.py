@@ -372,6 +372,12 @@ def recommendation_lines(
         "`SERENITY_SIBLING_RECLAIM=true` (not a template parameter: the Allocator function's",
         "environment, beside its `QUEUE_URL`); leave `BLOCK_PROJECTS=1`.",
         "",
+        "**In IMS mode (every deployment: the worker acts as each request's user) the Allocator",
+        "refuses `SERENITY_SIBLING_RECLAIM=true`**: the releases it would enqueue for the siblings",
+        "carry no user's authority (they would end `noCredential`). Until reclaim carries one, the",
+        "deployable part of this recommendation is the block and the fallback (blocks 1/25,",
+        "fallback on, reclaim off); that variant is not in these tables yet.",
+        "",
         "Dormant: with the kill switch off an ensure costs "
         f"{dormant['switch_off']['calls_per_request']} upstream calls and "
         f"{dormant['switch_off']['handler_ms_per_request']} ms of handler time; switched on",
