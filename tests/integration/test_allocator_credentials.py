@@ -19,7 +19,7 @@ import pytest
 
 from serenity_allocator.adapters.credential_handover import CredentialHandover, UserCredential
 from serenity_allocator.adapters.ims_client import ExchangedTokens, ImsClient, ImsClientPair
-from serenity_allocator.adapters.ims_consumer_secret import ConsumerSecretError
+from serenity_allocator.adapters.ims_pair_secret import ImsPairSecretError
 from serenity_allocator.adapters.request_authority import RequestTokenHolder
 from serenity_allocator.adapters.secret_redaction import redact_secret
 from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
@@ -670,7 +670,7 @@ def test_ims_worker_refuses_a_malformed_consumer_secret_without_quoting_it(
     secrets.create_secret(Name=name, SecretString=secret)
     env = {**_ims_env(sim, stack), "IMS_CONSUMER_CLIENT_ID": None}
     env.update(IMS_CONSUMER_CLIENT_SECRET=None, IMS_CONSUMER_SECRET_ID=name)
-    with pytest.raises(ConsumerSecretError) as raised, allocator_harness(local_resources, sim, env):
+    with pytest.raises(ImsPairSecretError) as raised, allocator_harness(local_resources, sim, env):
         pass
     assert "IMS consumer secret" in str(raised.value)
     assert secret not in str(raised.value) and "sim-consumer-secret" not in str(raised.value)

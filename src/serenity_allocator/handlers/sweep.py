@@ -140,7 +140,7 @@ def build_operator_releases(
     from ..adapters.credential_handover import CredentialHandover
     from ..adapters.dynamodb_credential_store import DynamoDbCredentialStore
     from ..adapters.ims_client import ImsClient, ImsClientPair
-    from ..adapters.ims_emitter_secret import read_emitter_pair
+    from ..adapters.ims_pair_secret import read_ims_pair
     from ..adapters.kms_token_cipher import KmsTokenCipher
     from ..adapters.operator_release_queue import OperatorReleaseQueue, ReleasesWithoutCredentials
     from ..adapters.sqs_producer import AllocationProducer
@@ -149,7 +149,7 @@ def build_operator_releases(
     if ims is None or ims.credentials_table is None or not settings.releases_carry_credentials:
         return ReleasesWithoutCredentials()
     if settings.emitter_secret_id is not None:
-        emitter = read_emitter_pair(settings.emitter_secret_id)
+        emitter = read_ims_pair(settings.emitter_secret_id, "emitter")
     else:
         emitter = ImsClientPair(
             settings.emitter_client_id or "",

@@ -51,10 +51,10 @@ def build_ims_consumer(
 ) -> ImsClient:
     """The IMS client with the consumer pair: from its secret, or the loopback-only env pair."""
     from ..adapters.ims_client import ImsClient, ImsClientPair
-    from ..adapters.ims_consumer_secret import read_consumer_pair
+    from ..adapters.ims_pair_secret import read_ims_pair
 
     if ims.consumer_secret_id is not None:
-        pair = read_consumer_pair(ims.consumer_secret_id, call_budget_s=call_budget_s)
+        pair = read_ims_pair(ims.consumer_secret_id, "consumer", call_budget_s=call_budget_s)
     else:
         pair = ImsClientPair(ims.consumer_client_id or "", ims.consumer_client_secret or "")
     if sleep is None:

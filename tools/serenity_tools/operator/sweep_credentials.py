@@ -172,9 +172,9 @@ def _emitter_pair(env: Mapping[str, str]) -> ImsClientPair:
     from serenity_allocator.adapters.semrush_origin import ConfigurationError, is_loopback_origin
 
     if env.get("IMS_EMITTER_SECRET_ID", "").strip():
-        from serenity_allocator.adapters.ims_emitter_secret import read_emitter_pair
+        from serenity_allocator.adapters.ims_pair_secret import read_ims_pair
 
-        return read_emitter_pair(env["IMS_EMITTER_SECRET_ID"])
+        return read_ims_pair(env["IMS_EMITTER_SECRET_ID"], "emitter")
     names = ("IMS_EMITTER_CLIENT_ID", "IMS_EMITTER_CLIENT_SECRET", "IMS_PROMISE_DEFINITION_ID")
     if not all(env.get(name, "").strip() for name in names):
         raise ConfigurationError(
