@@ -64,11 +64,13 @@ def test_a_request_enqueued_for_a_user_has_its_minted_promise_on_the_credentials
     producer = identities.producer()
     request = build_ensure("child-1", "org-1", {"prompts": 50})
 
-    # When its service enqueues with the user's access token
+    # When its service enqueues with the user's access token (the stack is shared by the
+    # module's tests: only the IMS calls from here on are this request's)
+    earlier = len(ims_stack.simulator.ims_calls())
     producer.enqueue(request, "u-brand-1")
 
     # Then the producer minted a promise for that user with the emitter pair
-    mints = [c for c in ims_stack.simulator.ims_calls() if c["op"] == "ims_mint"]
+    mints = [c for c in ims_stack.simulator.ims_calls()[earlier:] if c["op"] == "ims_mint"]
     assert [(c["user"], c["status"], c["client_id"]) for c in mints] == [
         ("u-brand-1", 200, identities.emitter.client_id)
     ]
