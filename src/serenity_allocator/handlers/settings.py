@@ -8,9 +8,17 @@ invocation fails at start instead of misbehaving later.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ..adapters.aws_clients import AWS_CALL_BUDGET_S
 from ..adapters.semrush_limits import MAX_RETRIES
@@ -58,12 +66,18 @@ def _blank_is_none(value: object) -> object:
     return None if isinstance(value, str) and not value.strip() else value
 
 
+OptionalText = Annotated[str | None, BeforeValidator(_blank_is_none)]
+"""An optional variable: set to blank (as a template leaves an unused one) means absent."""
+
+
 class SemrushSettings(_EnvModel):
     """Where the upstream is, and the static token of local runs (loopback only)."""
 
     base_url: str = Field(alias="SEMRUSH_BASE_URL")
-    removed_secret_id: str | None = Field(default=None, alias="SEMRUSH_TOKEN_SECRET_ID", repr=False)
-    token: str | None = Field(default=None, alias="SEMRUSH_TOKEN", repr=False)
+    removed_secret_id: OptionalText = Field(
+        default=None, alias="SEMRUSH_TOKEN_SECRET_ID", repr=False
+    )
+    token: OptionalText = Field(default=None, alias="SEMRUSH_TOKEN", repr=False)
     timeout_s: float = Field(default=CALL_BUDGET_S, gt=0, le=60, alias="SEMRUSH_TIMEOUT_S")
     max_retries: int = Field(default=MAX_RETRIES, ge=0, le=5, alias="SEMRUSH_MAX_RETRIES")
     """Client retries on 429/5xx/transport errors. With the defaults one call takes at most
@@ -73,11 +87,6 @@ class SemrushSettings(_EnvModel):
     @classmethod
     def _origin_only(cls, value: str) -> str:
         return validate_base_url(value)
-
-    @field_validator("token", "removed_secret_id", mode="before")
-    @classmethod
-    def _blank_is_absent(cls, value: object) -> object:
-        return _blank_is_none(value)
 
     @model_validator(mode="after")
     def _static_token_is_local(self) -> Self:
@@ -105,27 +114,15 @@ class ImsSettings(_EnvModel):
     """
 
     host: str = Field(alias="IMS_HOST")
-    consumer_secret_id: str | None = Field(default=None, alias="IMS_CONSUMER_SECRET_ID")
-    consumer_client_id: str | None = Field(default=None, alias="IMS_CONSUMER_CLIENT_ID")
-    consumer_client_secret: str | None = Field(
+    consumer_secret_id: OptionalText = Field(default=None, alias="IMS_CONSUMER_SECRET_ID")
+    consumer_client_id: OptionalText = Field(default=None, alias="IMS_CONSUMER_CLIENT_ID")
+    consumer_client_secret: OptionalText = Field(
         default=None, alias="IMS_CONSUMER_CLIENT_SECRET", repr=False
     )
-    credentials_table: str | None = Field(
+    credentials_table: OptionalText = Field(
         default=None, alias="CREDENTIALS_TABLE", pattern=r"^[A-Za-z0-9_.-]{3,255}$"
     )
-    credentials_key_arn: str | None = Field(default=None, alias="CREDENTIALS_KEY_ARN")
-
-    @field_validator(
-        "consumer_secret_id",
-        "consumer_client_id",
-        "consumer_client_secret",
-        "credentials_table",
-        "credentials_key_arn",
-        mode="before",
-    )
-    @classmethod
-    def _blank_is_absent(cls, value: object) -> object:
-        return _blank_is_none(value)
+    credentials_key_arn: OptionalText = Field(default=None, alias="CREDENTIALS_KEY_ARN")
 
     @field_validator("host")
     @classmethod
@@ -229,10 +226,10 @@ def _feature_switch(value: object, default: bool) -> bool:
 class AllocatorSettings(CommonSettings):
     """The Allocator worker's configuration."""
 
-    queue_url: str | None = Field(default=None, alias="QUEUE_URL")
-    dlq_url: str | None = Field(default=None, alias="DLQ_URL")
+    queue_url: OptionalText = Field(default=None, alias="QUEUE_URL")
+    dlq_url: OptionalText = Field(default=None, alias="DLQ_URL")
     max_receive_count: int = Field(alias="MAX_RECEIVE_COUNT", ge=1, le=1000)
-    outcome_bus_name: str | None = Field(default=None, alias="OUTCOME_BUS_NAME")
+    outcome_bus_name: OptionalText = Field(default=None, alias="OUTCOME_BUS_NAME")
     safety_margin_ms: int = Field(default=3000, ge=0, alias="SAFETY_MARGIN_MS")
     ensure_not_ready_retries: int = Field(default=2, ge=0, le=5, alias="ENSURE_NOT_READY_RETRIES")
     ensure_retry_interval_s: float = Field(
@@ -269,7 +266,7 @@ class AllocatorSettings(CommonSettings):
     own setting, independent of ``SEMRUSH_TIMEOUT_S``: from 10 s up two attempts, below one.
     A function shorter than about three budgets applies little (docs/configuration.md)."""
 
-    request_ledger_table: str | None = Field(
+    request_ledger_table: OptionalText = Field(
         default=None, alias="REQUEST_LEDGER_TABLE", pattern=r"^[A-Za-z0-9_.-]{3,255}$"
     )
     """The request ledger (DynamoDB). Unset: no ledger, so a replayed request is applied again
@@ -309,13 +306,6 @@ class AllocatorSettings(CommonSettings):
     def _default_off(cls, value: object) -> bool:
         return _feature_switch(value, default=False)
 
-    @field_validator(
-        "queue_url", "dlq_url", "outcome_bus_name", "request_ledger_table", mode="before"
-    )
-    @classmethod
-    def _blank_is_absent(cls, value: object) -> object:
-        return None if isinstance(value, str) and not value.strip() else value
-
     @model_validator(mode="after")
     def _reclaim_needs_queue(self) -> Self:
         if self.sibling_reclaim and self.queue_url is None:
@@ -348,25 +338,14 @@ class SweepSettings(CommonSettings):
     sweep_bucket: str = Field(alias="SWEEP_BUCKET", min_length=1)
     queue_url: str = Field(alias="QUEUE_URL", min_length=1)
     safety_margin_ms: int = Field(default=10000, ge=0, alias="SAFETY_MARGIN_MS")
-    emitter_secret_id: str | None = Field(default=None, alias="IMS_EMITTER_SECRET_ID")
+    emitter_secret_id: OptionalText = Field(default=None, alias="IMS_EMITTER_SECRET_ID")
     """The emitter pair (JSON ``{"client_id", "client_secret", "promise_definition_id"}``) a
     real run mints each release's promise token with, from the operator's access token."""
-    emitter_client_id: str | None = Field(default=None, alias="IMS_EMITTER_CLIENT_ID")
-    emitter_client_secret: str | None = Field(
+    emitter_client_id: OptionalText = Field(default=None, alias="IMS_EMITTER_CLIENT_ID")
+    emitter_client_secret: OptionalText = Field(
         default=None, alias="IMS_EMITTER_CLIENT_SECRET", repr=False
     )
-    promise_definition_id: str | None = Field(default=None, alias="IMS_PROMISE_DEFINITION_ID")
-
-    @field_validator(
-        "emitter_secret_id",
-        "emitter_client_id",
-        "emitter_client_secret",
-        "promise_definition_id",
-        mode="before",
-    )
-    @classmethod
-    def _blank_is_absent(cls, value: object) -> object:
-        return _blank_is_none(value)
+    promise_definition_id: OptionalText = Field(default=None, alias="IMS_PROMISE_DEFINITION_ID")
 
     @model_validator(mode="after")
     def _ims_needs_the_key(self) -> Self:
