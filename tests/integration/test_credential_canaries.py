@@ -34,7 +34,7 @@ from serenity_allocator.adapters.ims_client import (
     ImsRequestError,
 )
 from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher, TokenCipherError
-from serenity_allocator.adapters.observability import SERVICE, logger
+from serenity_allocator.adapters.observability import logger
 from serenity_allocator.adapters.s3_checkpoint_store import S3CheckpointStore
 from serenity_allocator.adapters.secret_redaction import redact_secret
 from serenity_allocator.application.sweep_run_tokens import hand_over_run_token
@@ -485,23 +485,6 @@ SWEEP_RUN = "rs-leak-1"
 
 
 @pytest.fixture
-def sweep_log_lines() -> Iterator[io.StringIO]:
-    """Every line the service logger writes, formatted as in Lambda, at DEBUG."""
-    buffer = io.StringIO()
-    handler = logging.StreamHandler(buffer)
-    handler.setFormatter(logger.registered_formatter)
-    service_logger = logging.getLogger(SERVICE)
-    previous_level = service_logger.level
-    service_logger.addHandler(handler)
-    service_logger.setLevel(logging.DEBUG)
-    try:
-        yield buffer
-    finally:
-        service_logger.removeHandler(handler)
-        service_logger.setLevel(previous_level)
-
-
-@pytest.fixture
 def sweep(
     local_resources: LocalResources, sim: SimulatorServer, aws_env: MotoServer
 ) -> Iterator[ImsSweepStack]:
@@ -528,7 +511,7 @@ def test_canary_ims_sweep_never_shows_a_token(
     sweep: ImsSweepStack,
     capsys: pytest.CaptureFixture[str],
     all_logs: pytest.LogCaptureFixture,
-    sweep_log_lines: io.StringIO,
+    service_log_lines: io.StringIO,
     tmp_path: Path,
 ) -> None:
     # Given a dead promise handed to a run, then the operator's access token, and one child
@@ -586,7 +569,7 @@ def test_canary_ims_sweep_never_shows_a_token(
         "stdout and metrics": printed.out,
         "stderr": printed.err,
         "log records": log_text(all_logs),
-        "log lines": sweep_log_lines.getvalue(),
+        "log lines": service_log_lines.getvalue(),
         "bucket objects": _bucket_objects(sweep),
         "queue messages": json.dumps(messages, default=str),
         "credential records": _raw_items(
@@ -594,7 +577,7 @@ def test_canary_ims_sweep_never_shows_a_token(
         ),
         **{path.name: path.read_text(encoding="utf-8") for path in reports},
     }
-    assert sweep_log_lines.getvalue().count('"message":"sweep item"') >= 2
+    assert service_log_lines.getvalue().count('"message":"sweep item"') >= 2
     # And none of it holds any token of the run, of a release, or either pair's secret
     assert {channel: leaks(text, secrets) for channel, text in said.items()} == {
         channel: [] for channel in said

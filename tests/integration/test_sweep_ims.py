@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher
-from serenity_allocator.adapters.observability import SERVICE, logger
 from serenity_allocator.adapters.s3_checkpoint_store import S3CheckpointStore
 from serenity_allocator.adapters.secret_redaction import redact_secret
 from serenity_allocator.application.sweep_run_tokens import hand_over_run_token
@@ -42,23 +41,6 @@ from tests.integration.sweep_stack import CHILDREN, MASTER, fail_status_reads, p
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish:UserWarning")
 
 RUN_ID = "rs-ims-1"
-
-
-@pytest.fixture
-def log_lines() -> Iterator[io.StringIO]:
-    """Every line the service logger writes, formatted as in Lambda, at DEBUG."""
-    buffer = io.StringIO()
-    handler = logging.StreamHandler(buffer)
-    handler.setFormatter(logger.registered_formatter)
-    service_logger = logging.getLogger(SERVICE)
-    previous_level = service_logger.level
-    service_logger.addHandler(handler)
-    service_logger.setLevel(logging.DEBUG)
-    try:
-        yield buffer
-    finally:
-        service_logger.removeHandler(handler)
-        service_logger.setLevel(previous_level)
 
 
 @pytest.fixture
@@ -434,7 +416,7 @@ def test_no_token_in_the_checkpoint_the_claim_the_report_or_the_logs(
     ims: ImsSweepStack,
     capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
-    log_lines: io.StringIO,
+    service_log_lines: io.StringIO,
     tmp_path: Path,
 ) -> None:
     # Everything at INFO, ours at DEBUG (botocore's DEBUG logs request bodies, a KMS Encrypt's
@@ -463,7 +445,7 @@ def test_no_token_in_the_checkpoint_the_claim_the_report_or_the_logs(
         "stdout": printed.out,
         "stderr": printed.err,
         "logs": "\n".join(record.getMessage() for record in caplog.records),
-        "log lines": log_lines.getvalue(),
+        "log lines": service_log_lines.getvalue(),
         **{path.name: path.read_text(encoding="utf-8") for path in reports},
     }
     for name, text in texts.items():

@@ -20,7 +20,6 @@ from urllib.parse import quote
 
 import pytest
 
-from serenity_allocator.adapters.observability import SERVICE, logger
 from serenity_allocator.domain.sweep_errors import SweepRefusedError
 from serenity_allocator.handlers.sweep import SweepPayloadError, SweepUpstreamError
 from serenity_tools.standins.resources import LocalResources
@@ -37,23 +36,6 @@ from tests.integration.sweep_stack import (
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish:UserWarning")
 
 CANARY = "tok-SECRET-canary-123"
-
-
-@pytest.fixture
-def log_lines() -> Iterator[io.StringIO]:
-    """Every structured log line the service logger writes, formatted as in Lambda, at DEBUG."""
-    buffer = io.StringIO()
-    handler = logging.StreamHandler(buffer)
-    handler.setFormatter(logger.registered_formatter)
-    service_logger = logging.getLogger(SERVICE)
-    previous_level = service_logger.level
-    service_logger.addHandler(handler)
-    service_logger.setLevel(logging.DEBUG)
-    try:
-        yield buffer
-    finally:
-        service_logger.removeHandler(handler)
-        service_logger.setLevel(previous_level)
 
 
 @pytest.fixture
@@ -82,7 +64,7 @@ def _bucket_dump(stack: SweepStack) -> list[str]:
 
 def test_sweep_token_appears_in_no_log_message_checkpoint_result_or_metric(
     canary_stack: SweepStack,
-    log_lines: io.StringIO,
+    service_log_lines: io.StringIO,
     capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -127,7 +109,7 @@ def test_sweep_token_appears_in_no_log_message_checkpoint_result_or_metric(
 
     # And the capture is not vacuous: per-child log lines and the dry-run metric are there
     printed = capsys.readouterr()
-    logged = log_lines.getvalue()
+    logged = service_log_lines.getvalue()
     assert logged.count('"message":"sweep item"') == 10
     assert metric_values(emf_blobs(printed.out), "ReleaseOutcome")
 
@@ -154,7 +136,7 @@ def test_sweep_token_appears_in_no_log_message_checkpoint_result_or_metric(
     ids=["plain", "url-encoded", "json-escaped"],
 )
 def test_sweep_upstream_body_never_reaches_the_lambda_error(
-    canary_stack: SweepStack, log_lines: io.StringIO, echo: str
+    canary_stack: SweepStack, service_log_lines: io.StringIO, echo: str
 ) -> None:
     # Given the family listing (which the whole batch needs) refused with a body that echoes
     # the token, in one of its encodings
@@ -174,7 +156,7 @@ def test_sweep_upstream_body_never_reaches_the_lambda_error(
     )
     assert failed.value.__cause__ is None and failed.value.__suppress_context__
     # And the log says what failed, without the body either
-    logged = log_lines.getvalue()
+    logged = service_log_lines.getvalue()
     assert '"message":"sweep batch stopped: upstream error"' in logged
     assert "xyz-body-marker" not in logged
     assert CANARY[:12] not in logged and quote(CANARY, safe="")[:12] not in logged
