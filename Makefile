@@ -9,6 +9,14 @@ TIERS := unit integration infrastructure contract e2e
 
 .PHONY: demo test setup gates lint format typecheck cfn-lint complexity scan pytest bench build deploy clean stress node-install node-test $(TIERS)
 
+# This machine's environment sets PYTHONDONTWRITEBYTECODE=1, so every Python process compiled
+# every module it imported, every time: a consumer process's start-up took 0.97 CPU-s instead of
+# 0.5, a pytest collection 10 instead of 2.6. Every target here caches bytecode, in one folder
+# inside the venv (never beside the sources, so the checkout and the Lambda artifact stay clean;
+# `make clean` removes it with the venv).
+unexport PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX := $(CURDIR)/$(VENV)/pycache
+
 UV_VERSION := 0.13.9
 UV := $(BIN)/uv
 UV_STAMP := $(VENV)/.uv-$(UV_VERSION)
