@@ -33,7 +33,7 @@ from serenity_allocator.domain.errors import (
     OutOfTimeError,
 )
 
-from .http_lifecycle import OwnedHttpClient
+from .http_lifecycle import OwnedHttpClient, tls_context
 from .secret_redaction import redact_secret
 from .semrush_origin import ConfigurationError, is_dns_name, is_loopback_origin
 
@@ -175,7 +175,9 @@ class ImsClient(OwnedHttpClient):
         self._clock = clock
         self._deadline: float | None = None
         self._owns_http = http is None
-        self._http = http if http is not None else httpx.Client(follow_redirects=False)
+        self._http = (
+            http if http is not None else httpx.Client(follow_redirects=False, verify=tls_context())
+        )
 
     @property
     def timeout_s(self) -> float:

@@ -28,7 +28,7 @@ from serenity_allocator.domain.errors import (
 from serenity_allocator.domain.model import AiResources, Totals, WorkspaceRecord
 from serenity_allocator.domain.transfer import CALL_BUDGET_S
 
-from .http_lifecycle import OwnedHttpClient
+from .http_lifecycle import OwnedHttpClient, tls_context
 from .secret_redaction import redact_secret
 from .semrush_limits import MAX_RETRIES
 from .semrush_operations import (
@@ -134,7 +134,7 @@ class SemrushClient(OwnedHttpClient):
         self._http = (
             http
             if http is not None
-            else httpx.Client(timeout=self._timeout, follow_redirects=False)
+            else httpx.Client(timeout=self._timeout, follow_redirects=False, verify=tls_context())
         )
 
     def limit_time(self, seconds: float | None) -> None:
