@@ -643,13 +643,21 @@ class StoreFailsOnce:
         self.failing_stores = 1
 
     def store_outcome(
-        self, outcome: Any, *, dead_lettered: bool = False, provisional: bool = False
+        self,
+        outcome: Any,
+        *,
+        dead_lettered: bool = False,
+        provisional: bool = False,
+        source_message_id: str | None = None,
     ) -> Any:
         if not provisional and self.failing_stores > 0:
             self.failing_stores -= 1
             raise LedgerUnavailableError("ProvisionedThroughputExceededException")
         return self._inner.store_outcome(
-            outcome, dead_lettered=dead_lettered, provisional=provisional
+            outcome,
+            dead_lettered=dead_lettered,
+            provisional=provisional,
+            source_message_id=source_message_id,
         )
 
     def __getattr__(self, name: str) -> Any:

@@ -43,7 +43,12 @@ class DownLedger:
         raise LedgerUnavailableError("ConnectTimeoutError")
 
     def store_outcome(
-        self, outcome: AllocationOutcome, *, dead_lettered: bool = False, provisional: bool = False
+        self,
+        outcome: AllocationOutcome,
+        *,
+        dead_lettered: bool = False,
+        provisional: bool = False,
+        source_message_id: str | None = None,
     ) -> AllocationOutcome:
         raise LedgerUnavailableError("ConnectTimeoutError")
 

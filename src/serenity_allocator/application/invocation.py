@@ -129,11 +129,15 @@ def start_batch(
         ims_call_s=config.ims_call_budget_s,
     )
     requests = [m.request for m in plan.messages.values() if m.request is not None]
+    # An invalid message's readable id too: its own dead letter, redelivered, is replayed.
+    invalid_ids = [
+        m.invalid_outcome.request_id for m in plan.messages.values() if m.invalid_outcome
+    ]
     # The lookup and every later ledger write are bounded by the applying deadline (a dead
     # letter, written as a record fails, only by the function's own).
     ledger = read_ledger(
         ports.ledger,
-        (request.request_id for request in requests),
+        [request.request_id for request in requests] + invalid_ids,
         LedgerDeadlines(
             clock=ports.clock,
             sleep=ports.sleep,
@@ -142,10 +146,13 @@ def start_batch(
             call_budget_s=config.aws_call_budget_s,
         ),
     )
-    # Replayed, refused or unreadable requests, and those an earlier delivery may have applied
-    # (a recorded intent), join no coalesced run: each is settled on its own.
+    # Replayed, refused or unreadable requests, those an earlier delivery may have applied
+    # (a recorded intent), and dead letters a delivery sent itself (replayed for that message,
+    # ADR 0020) join no coalesced run: each is settled on its own.
     standalone = ledger.settled(requests) | {
-        rid for rid, entry in ledger.entries.items() if entry.intent is not None
+        rid
+        for rid, entry in ledger.entries.items()
+        if entry.intent is not None or entry.source_message_id is not None
     }
     if standalone:
         plan = plan_batch(
