@@ -7,9 +7,11 @@
    completes with the first (no outcome of its own), or fails with it.
 4. The request ledger (:mod:`.request_ledger`), read once for the batch: a request whose id is
    bound to another workspace or kind (in the ledger or earlier in the batch) is refused,
-   ``rejected / requestIdConflict``, nothing applied; a request with a final record is
-   replayed (its stored outcome published again, identical) and not applied again; one whose
-   record could not be read (unreadable, or unanswered under throttling) fails alone.
+   ``rejected / requestIdConflict``, nothing applied; a request with a final record, or with
+   a dead letter this same message sent itself (a redelivery after a crash, ADR 0020; an
+   invalid message's too), is replayed (its stored outcome published again, identical) and
+   not applied or dead-lettered again; one whose record could not be read (unreadable, or
+   unanswered under throttling) fails alone.
 5. On a final receive, a provisional dead letter goes to the ledger first, so a crash from
    here on still leaves the request a terminal record.
 6. Apply: an ensure (:mod:`.apply_ensure`) or a release (:mod:`.apply_release`). An ensure

@@ -152,11 +152,9 @@ class LedgerEntry(BaseModel):
     def was_dead_lettered_by(self, message_id: str | None) -> bool:
         """True when this record is the dead letter the delivery of ``message_id`` sent itself.
 
-        That delivery completed its record, so SQS deletes the message; the same message id
-        coming back means the consumer died before the delete (a redelivery, not a redrive: a
-        redriven message is a new message with a new id). Not bound: SQS's own dead letters
-        (a final receive's failure, a provisional record), which reach the worker again only
-        through a redrive.
+        That delivery completed its record: the same message id again means the consumer died
+        before the delete (a redrive is a new message). SQS's own dead letters (a final
+        receive's, a provisional one) are never bound: only a redrive brings them back.
         """
         return (
             self.state == "deadLettered"
