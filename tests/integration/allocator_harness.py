@@ -127,6 +127,25 @@ class AllocatorHarness:
         self.invocations.append(invocation)
         return invocation
 
+    def die_before_the_delete(self) -> Invocation:
+        """Receive a batch and run the handler, then die before deleting anything.
+
+        The crash harness's ``after_handler_before_delete``: every record, completed or not,
+        comes back with the same message id (its visibility timeout ended now).
+        """
+        messages = receive_messages(self.sqs, self.resources.queue_url)
+        assert messages, "the event source mapping never invokes with an empty batch"
+        event = build_sqs_event(messages, queue_arn=self.resources.queue_arn, region=LOCAL_REGION)
+        context = LocalLambdaContext(FUNCTION_NAME, FUNCTION_TIMEOUT_S)
+        response = lambda_handler(event, context, runtime=self.runtime)
+        invocation = Invocation(event, response)
+        self.invocations.append(invocation)
+        every_record = {
+            "batchItemFailures": [{"itemIdentifier": m} for m in invocation.message_ids]
+        }
+        make_visible(self.sqs, self.resources.queue_url, event, every_record)
+        return invocation
+
     def redeliver_failed(self, invocation: Invocation) -> None:
         """Let the failed records of ``invocation`` come back now (visibility timeout over)."""
         make_visible(self.sqs, self.resources.queue_url, invocation.event, invocation.response)

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from serenity_allocator.adapters.credential_handover import CredentialHandover, UserCredential
+from serenity_allocator.adapters.dynamodb_request_ledger import DynamoDbRequestLedger
 from serenity_allocator.adapters.ims_client import ExchangedTokens, ImsClient, ImsClientPair
 from serenity_allocator.adapters.ims_pair_secret import ImsPairSecretError
 from serenity_allocator.adapters.request_authority import RequestTokenHolder
@@ -337,6 +338,64 @@ def test_ims_worker_with_a_dead_promise_ends_needs_reauth_in_the_dlq(
         [stdout, json.dumps(outcome), json.dumps(dead_letters, default=str)],
         [access, stored.promise_token],
     )
+
+
+def test_ims_worker_needs_reauth_delivered_again_after_a_crash_before_the_delete_is_replayed(
+    local_resources: LocalResources,
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+) -> None:
+    _seed(sim)
+    ledger = DynamoDbRequestLedger(
+        local_resources.ledger_table, local_client("dynamodb", local_resources.endpoint_url)
+    )
+    table = {"REQUEST_LEDGER_TABLE": local_resources.ledger_table}
+    with _worker(local_resources, sim, stack, **table) as (worker, producer):
+        access = sim.ims_user("u1", [MASTER, CHILD])
+        request_id = producer.enqueue_ensure(
+            CHILD, MASTER, {"prompts": 230}, credential=UserCredential.access(access)
+        )
+        stored = stack.store().read(request_id, CHILD)
+        assert stored is not None and _ims(sim).invalidate(stored.promise_token)
+        # Given its refusal was dead-lettered, stored, published and its record completed,
+        # and the consumer died before the delete
+        first = worker.die_before_the_delete()
+        record = ledger.get(request_id)
+
+        # When SQS delivers the same message again (its credential record scrubbed since)
+        second = worker.invoke()
+        record_after_replay = ledger.get(request_id)
+        dead_letters = worker.drain_dlq()
+
+        # And, the user's promise minted again, an operator redrives the DLQ copy (a new
+        # message)
+        again = _ims(sim).mint(access).promise_token
+        assert stack.store().put(request_id, CHILD, again) is not None
+        [dead_letter] = dead_letters
+        worker.send_raw(dead_letter["Body"], group_id=CHILD, dedup_id="redrive-1")
+        redrive = worker.invoke()
+
+    # Then the redelivery replays the refusal: one outcome content, one DLQ copy, the ledger
+    # record untouched (bound to the message that sent the dead letter)
+    assert first.failed == second.failed == redrive.failed == []
+    assert (second.message_ids, second.receive_counts()) == (first.message_ids, [2])
+    [refused, replayed, redriven] = outcome_capture.outcomes()
+    assert replayed == refused
+    assert (refused["status"], refused["error_code"], refused["dead_lettered"]) == (
+        "failed",
+        "needsReauth",
+        True,
+    )
+    assert dead_letter["MessageAttributes"][REASON_ATTRIBUTE]["StringValue"] == "needsReauth"
+    assert record is not None and record.source_message_id == first.message_ids[0]
+    assert record_after_replay == record
+    # And the redrive is applied, superseding the dead letter
+    assert (redriven["status"], redriven["supersedes"]) == ("topped-up", "deadLettered")
+    assert len(transfer_bodies(sim)) == 1
+    final = ledger.get(request_id)
+    assert final is not None and (final.state, final.source_message_id) == ("final", None)
+    assert _is_dead(sim, again)
 
 
 def test_ims_worker_non_member_ends_access_denied_nothing_applied(

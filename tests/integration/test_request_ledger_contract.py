@@ -189,6 +189,43 @@ def test_ledger_contract_redrive_supersedes_a_dead_letter(ledger: RequestLedger)
     assert _state(ledger) == ("final", redriven, None, False)
 
 
+def _source(ledger: RequestLedger) -> str | None:
+    return ledger.read_batch(["req-1"]).entries["req-1"].source_message_id
+
+
+def test_ledger_contract_a_dead_letter_keeps_its_source_message_until_a_redrive_replaces_it(
+    ledger: RequestLedger,
+) -> None:
+    # Given a dead letter the worker sent itself, stored with its message id
+    refusal = _outcome("failed", error_code="needsReauth", dead_lettered=True)
+    ledger.store_outcome(refusal, dead_lettered=True, source_message_id="m-1")
+    bound = _source(ledger)
+
+    # When an intent joins it (a redrive applying), then the redrive's final outcome is stored
+    ledger.record_intent("req-1", INTENT, workspace_id="child-1")
+    beside_intent = _source(ledger)
+    ledger.store_outcome(_outcome(supersedes="deadLettered"), source_message_id="m-2")
+
+    # Then the id is kept with the dead letter, also beside the intent, and cleared by the
+    # final record (only a published dead letter keeps one)
+    assert (bound, beside_intent, _source(ledger)) == ("m-1", "m-1", None)
+
+
+def test_ledger_contract_a_provisional_or_unbound_dead_letter_names_no_message(
+    ledger: RequestLedger,
+) -> None:
+    # Given a provisional dead letter stored with a message id (which it must not keep)
+    ledger.store_outcome(DEAD, provisional=True, source_message_id="m-1")
+    provisional = _source(ledger)
+
+    # When a bound dead letter is replaced by an unbound one (a later final receive failing)
+    ledger.store_outcome(DEAD, dead_lettered=True, source_message_id="m-1")
+    ledger.store_outcome(DEAD, dead_lettered=True)
+
+    # Then neither names a message
+    assert (provisional, _source(ledger)) == (None, None)
+
+
 def test_ledger_contract_final_outcome_replaces_its_own_provisional_dead_letter(
     ledger: RequestLedger,
 ) -> None:

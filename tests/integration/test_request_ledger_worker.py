@@ -341,6 +341,82 @@ def test_worker_gives_every_refused_body_with_a_readable_request_id_an_invalid_o
     assert ledger.get("req with a space") is None
 
 
+def test_worker_parent_mismatch_delivered_again_after_a_crash_before_the_delete_is_replayed(
+    worker: AllocatorHarness,
+    sim: SimulatorServer,
+    outcome_capture: OutcomeCapture,
+    ledger: DynamoDbRequestLedger,
+) -> None:
+    # Given an ensure naming a foreign parent: dead-lettered parentMismatch, stored, published,
+    # its record completed, and the consumer died before the delete
+    _seed(sim, _child(prompts=(100, 100)))
+    request_id = worker.producer.enqueue_ensure(
+        CHILD, FOREIGN_MASTER, {"projects": 0, "prompts": 300}
+    )
+    first = worker.die_before_the_delete()
+    record = ledger.get(request_id)
+
+    # When SQS delivers the same message again
+    second = worker.invoke()
+    record_after_replay = ledger.get(request_id)
+    dead_letters = worker.drain_dlq()
+
+    # Then the stored outcome is published again, identical; one DLQ copy; the ledger as it was
+    assert first.failed == second.failed == []
+    assert (second.message_ids, second.receive_counts()) == (first.message_ids, [2])
+    [refused, replayed] = outcome_capture.outcomes()
+    assert replayed == refused
+    assert (refused["status"], refused["error_code"]) == ("invalid", "parentMismatch")
+    assert [m["MessageAttributes"][REASON_ATTRIBUTE]["StringValue"] for m in dead_letters] == [
+        "parentMismatch: parent_workspace_id is not the parent of workspace_id"
+    ]
+    assert record is not None and record.source_message_id == first.message_ids[0]
+    assert record_after_replay == record
+
+    # And a redrive of the DLQ copy (a new message) is applied again: refused again, its own
+    # dead letter, the record now bound to the redriven message
+    redriven_id = worker.send_raw(dead_letters[0]["Body"], group_id=CHILD, dedup_id="redrive-1")
+    redrive = worker.invoke()
+    assert redrive.failed == []
+    assert len(worker.drain_dlq()) == 1
+    assert outcome_capture.outcomes()[-1]["receive_count"] == 1
+    assert ledger.get(request_id).source_message_id == redriven_id  # type: ignore[union-attr]
+    assert transfer_bodies(sim) == []
+
+
+def test_worker_invalid_message_delivered_again_after_a_crash_before_the_delete_is_replayed(
+    worker: AllocatorHarness,
+    sim: SimulatorServer,
+    outcome_capture: OutcomeCapture,
+    ledger: DynamoDbRequestLedger,
+) -> None:
+    # Given a message in another child's group (invalid, its request id readable): dead-
+    # lettered, its invalid outcome stored and published, and the consumer died before the
+    # delete
+    _seed(sim, _child(prompts=(100, 100)))
+    body = {"kind": "release", "request_id": "req-foreign-group", "workspace_id": CHILD}
+    message_id = worker.send_raw(json.dumps(body), group_id=SIBLING, dedup_id="d-1")
+    first = worker.die_before_the_delete()
+    record = ledger.get("req-foreign-group")
+
+    # When SQS delivers the same message again
+    second = worker.invoke()
+
+    # Then its invalid outcome is published again as stored: one content, one DLQ copy, the
+    # ledger untouched
+    assert first.failed == second.failed == []
+    assert (second.message_ids, second.receive_counts()) == ([message_id], [2])
+    [invalid, replayed] = outcome_capture.outcomes()
+    assert replayed == invalid
+    assert (invalid["status"], invalid["receive_count"]) == ("invalid", 1)
+    assert [
+        m["MessageAttributes"][REASON_ATTRIBUTE]["StringValue"] for m in worker.drain_dlq()
+    ] == ["MessageGroupId: must equal workspace_id"]
+    assert record is not None and record.source_message_id == message_id
+    assert ledger.get("req-foreign-group") == record
+    assert worker.receive() == []
+
+
 def test_worker_checks_a_parent_once_per_container(
     worker: AllocatorHarness, sim: SimulatorServer, outcome_capture: OutcomeCapture
 ) -> None:
@@ -643,13 +719,21 @@ class StoreFailsOnce:
         self.failing_stores = 1
 
     def store_outcome(
-        self, outcome: Any, *, dead_lettered: bool = False, provisional: bool = False
+        self,
+        outcome: Any,
+        *,
+        dead_lettered: bool = False,
+        provisional: bool = False,
+        source_message_id: str | None = None,
     ) -> Any:
         if not provisional and self.failing_stores > 0:
             self.failing_stores -= 1
             raise LedgerUnavailableError("ProvisionedThroughputExceededException")
         return self._inner.store_outcome(
-            outcome, dead_lettered=dead_lettered, provisional=provisional
+            outcome,
+            dead_lettered=dead_lettered,
+            provisional=provisional,
+            source_message_id=source_message_id,
         )
 
     def __getattr__(self, name: str) -> Any:

@@ -10,6 +10,7 @@ this fake and the adapter on moto:
   (the held one is returned instead);
 - a provisional dead letter replaces only nothing or an intent;
 - a record keeps its intent when it turns terminal;
+- ``source_message_id`` is kept only with a published dead letter; any other store clears it;
 - no write touches a record bound to another workspace or kind (``RequestIdConflictError``),
   nor one that cannot be read (``LedgerRecordUnreadableError``);
 - ``mark_announced`` flags terminal records only.
@@ -141,7 +142,12 @@ class InMemoryRequestLedger:
                 self.entries[rid] = entry.model_copy(update={"announced": True})
 
     def store_outcome(
-        self, outcome: AllocationOutcome, *, dead_lettered: bool = False, provisional: bool = False
+        self,
+        outcome: AllocationOutcome,
+        *,
+        dead_lettered: bool = False,
+        provisional: bool = False,
+        source_message_id: str | None = None,
     ) -> AllocationOutcome:
         """Store a terminal outcome under the adapter's conditions; return what is held."""
         self.stores += 1
@@ -164,6 +170,9 @@ class InMemoryRequestLedger:
             intent=entry.intent if entry is not None else None,
             provisional=provisional,
             updated_at=self._now,
+            source_message_id=source_message_id
+            if state == "deadLettered" and not provisional
+            else None,
         )
         if state == "deadLettered" and not provisional:
             self.dead_letters[outcome.request_id] = stored

@@ -80,12 +80,22 @@ class StoreFailsOnce(InMemoryRequestLedger):
         self.failing_stores = 1
 
     def store_outcome(
-        self, outcome: AllocationOutcome, *, dead_lettered: bool = False, provisional: bool = False
+        self,
+        outcome: AllocationOutcome,
+        *,
+        dead_lettered: bool = False,
+        provisional: bool = False,
+        source_message_id: str | None = None,
     ) -> AllocationOutcome:
         if not provisional and self.failing_stores > 0:
             self.failing_stores -= 1
             raise LedgerUnavailableError("ProvisionedThroughputExceededException")
-        return super().store_outcome(outcome, dead_lettered=dead_lettered, provisional=provisional)
+        return super().store_outcome(
+            outcome,
+            dead_lettered=dead_lettered,
+            provisional=provisional,
+            source_message_id=source_message_id,
+        )
 
 
 def _later_receive(receive_count: int) -> dict[str, Any]:

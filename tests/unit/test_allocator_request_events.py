@@ -257,6 +257,115 @@ def test_a_parent_mismatch_with_a_ledger_is_a_counted_dead_letter(
     assert metric_total(data, "RequestLedger", "deadLettered") == 1
 
 
+# ==== a dead letter the worker sent itself, redelivered (ADR 0020) ==========================
+
+
+def test_a_parent_mismatch_redelivered_as_the_same_message_is_replayed_not_dead_lettered_again(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Given an ensure naming a parent that is not the child's, dead-lettered and completed
+    ledger = InMemoryRequestLedger()
+    worker = _worker(ledger)
+    worker.gateway.add_master("other-master", total=Totals(projects=5, prompts=500))
+    worker.invoke(ensure_record("m1", "c1", 100, parent="other-master"))
+    stored = ledger.entries["req-m1"]
+    read_emf(capsys)
+
+    # When the consumer died before the delete and SQS delivers the same message again
+    response = worker.invoke(ensure_record("m1", "c1", 100, parent="other-master", receive_count=2))
+
+    # Then the stored outcome is published again, identical; one DLQ copy, the ledger as it was
+    _, data = read_emf(capsys)
+    assert failed_ids(response) == []
+    assert stored.source_message_id == "m1"
+    assert worker.outcomes is not None
+    [first, again] = worker.outcomes.published
+    assert first == again == stored.outcome
+    assert worker.dead_letters is not None and len(worker.dead_letters.sent) == 1
+    assert (ledger.entries["req-m1"], ledger.stores) == (stored, 1)
+    assert metric_total(data, "RequestLedger", "replayed") == 1
+    assert metric_total(data, "RequestLedger", "deadLettered") == 0
+
+
+def test_an_invalid_message_redelivered_as_the_same_message_is_replayed_not_sent_again() -> None:
+    # Given a message in another child's group (invalid, its request id readable), completed
+    ledger = InMemoryRequestLedger()
+    worker = _worker(ledger)
+    worker.invoke(ensure_record("m1", "c1", 100, group="c2"))
+    stored = ledger.entries["req-m1"]
+
+    # When SQS delivers the same message again (the delete never happened)
+    response = worker.invoke(ensure_record("m1", "c1", 100, group="c2", receive_count=2))
+
+    # Then its invalid outcome is published again as stored, and nothing is sent or written
+    assert failed_ids(response) == []
+    assert worker.outcomes is not None
+    [first, again] = worker.outcomes.published
+    assert first == again == stored.outcome
+    assert (first.status, first.receive_count) == ("invalid", 1)
+    assert worker.dead_letters is not None and len(worker.dead_letters.sent) == 1
+    assert (ledger.entries["req-m1"], ledger.stores) == (stored, 1)
+
+
+def test_a_dead_letter_sent_by_another_message_is_applied_and_superseded() -> None:
+    # Given a refusal dead-lettered by message m1 (its record completed)
+    ledger = InMemoryRequestLedger()
+    refusal = AllocationOutcome(
+        request_id="req-m1",
+        kind="ensure",
+        workspace_id="c1",
+        status="failed",
+        error_code="needsReauth",
+        receive_count=1,
+        dead_lettered=True,
+    )
+    ledger.entries["req-m1"] = LedgerEntry(
+        request_id="req-m1",
+        state="deadLettered",
+        workspace_id="c1",
+        kind="ensure",
+        outcome=refusal,
+        source_message_id="m1",
+    )
+    worker = _worker(ledger)
+
+    # When m1 comes back, then an operator's redrive of its DLQ copy (a new message)
+    worker.invoke(ensure_record("m1", "c1", 100, receive_count=2))
+    redriven = ensure_record("m1", "c1", 100)
+    redriven["messageId"] = "m1-redriven"
+    worker.invoke(redriven)
+
+    # Then m1 replays the refusal, applying nothing; the redrive is applied and supersedes it
+    assert worker.outcomes is not None
+    [replayed, applied] = worker.outcomes.published
+    assert replayed == refusal
+    assert (applied.status, applied.supersedes) == ("topped-up", "deadLettered")
+    assert worker.gateway.transfers == [("c1", Totals(projects=1, prompts=200))]
+    assert (ledger.entries["req-m1"].state, ledger.entries["req-m1"].source_message_id) == (
+        "final",
+        None,
+    )
+
+
+def test_a_final_receive_dead_letter_is_applied_again_by_the_same_message_id() -> None:
+    # Given an ensure dead-lettered by SQS's redrive (its final receive failed its record)
+    ledger = InMemoryRequestLedger()
+    worker = _worker(ledger)
+    worker.gateway.script_errors("transfer", "c1", [WorkspaceBusyError()])
+    worker.invoke(ensure_record("m1", "c1", 100, receive_count=MAX_RECEIVE_COUNT))
+    assert ledger.entries["req-m1"].source_message_id is None
+
+    # When a message with the same id reaches the worker (a redrive that kept the id)
+    response = worker.invoke(ensure_record("m1", "c1", 100))
+
+    # Then today's rule holds: it is applied, and its outcome supersedes the dead letter
+    assert failed_ids(response) == []
+    assert (worker.outcome("req-m1").status, worker.outcome("req-m1").supersedes) == (
+        "topped-up",
+        "deadLettered",
+    )
+
+
 # ==== an unexpected failure =================================================================
 
 

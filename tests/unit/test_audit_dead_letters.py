@@ -267,7 +267,12 @@ class RefusingStoreLedger(StaleLookupLedger):
         self.error = error
 
     def store_outcome(
-        self, outcome: AllocationOutcome, *, dead_lettered: bool = False, provisional: bool = False
+        self,
+        outcome: AllocationOutcome,
+        *,
+        dead_lettered: bool = False,
+        provisional: bool = False,
+        source_message_id: str | None = None,
     ) -> AllocationOutcome:
         raise self.error
 

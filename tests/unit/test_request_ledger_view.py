@@ -11,18 +11,21 @@ from serenity_allocator.application.request_ledger import (
     LedgerDeadlines,
     LedgerView,
     confirm_announced,
+    mark_final_receive,
     read_ledger,
+    replay_invalid,
     store_terminal,
 )
 from serenity_allocator.domain.errors import OutOfTimeError
 from serenity_allocator.domain.ledger import (
     CallDeadline,
+    LedgerEntry,
     LedgerRead,
     LedgerRecordUnreadableError,
     LedgerUnavailableError,
     ReleaseIntent,
 )
-from serenity_allocator.domain.messages import AllocationOutcome
+from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest
 from serenity_allocator.domain.model import Totals
 from tests.fakes import FakeClock
 from tests.unit.ledger_fake import InMemoryRequestLedger, intent_entry
@@ -43,7 +46,12 @@ class DownLedger:
         raise LedgerUnavailableError("ConnectTimeoutError")
 
     def store_outcome(
-        self, outcome: AllocationOutcome, *, dead_lettered: bool = False, provisional: bool = False
+        self,
+        outcome: AllocationOutcome,
+        *,
+        dead_lettered: bool = False,
+        provisional: bool = False,
+        source_message_id: str | None = None,
     ) -> AllocationOutcome:
         raise LedgerUnavailableError("ConnectTimeoutError")
 
@@ -251,3 +259,120 @@ def test_ledger_view_keeps_unreadable_and_unanswered_ids_out_of_the_batch_and_sa
     assert view.settled([]) == frozenset({"req-1", "req-2"})
     with pytest.raises(LedgerRecordUnreadableError, match="record: bad state"):
         view.check("req-1")
+
+
+# ==== a dead letter the worker sent itself is bound to its message (ADR 0020) ================
+
+
+def _ensure_request(request_id: str = "req-1") -> EnsureRequest:
+    return EnsureRequest.model_validate(
+        {
+            "kind": "ensure",
+            "request_id": request_id,
+            "workspace_id": "child-1",
+            "parent_workspace_id": "master-1",
+            "need": {"prompts": 5},
+        }
+    )
+
+
+def _refusal() -> AllocationOutcome:
+    return _outcome(error_code="needsReauth", receive_count=2, dead_lettered=True)
+
+
+def test_outcome_book_binds_a_completing_dead_letter_to_its_message_and_replays_only_it() -> None:
+    # Given a dead letter the worker sent itself, recorded as its record completes
+    ledger = InMemoryRequestLedger()
+    book = OutcomeBook(ledger=LedgerView(ledger))
+    held = book.record("m-1", _refusal(), completes=True)
+    [entry] = read_ledger(ledger, ["req-1"]).entries.values()
+
+    # When the batches that follow look it up: the same message again, and another one
+    same = read_ledger(ledger, ["req-1"]).replay(_ensure_request(), "m-1")
+    other = read_ledger(ledger, ["req-1"]).replay(_ensure_request(), "m-2")
+
+    # Then the record is bound to m-1: m-1 replays the stored outcome, m-2 (a redrive) applies
+    assert (entry.state, entry.source_message_id) == ("deadLettered", "m-1")
+    assert same == held == _refusal()
+    assert other is None
+
+
+def test_a_redrive_of_a_bound_dead_letter_supersedes_it_and_clears_the_binding() -> None:
+    # Given a dead letter bound to m-1
+    ledger = InMemoryRequestLedger()
+    OutcomeBook(ledger=LedgerView(ledger)).record("m-1", _refusal(), completes=True)
+
+    # When an operator's redrive (m-2) completes with a topped-up outcome
+    view = read_ledger(ledger, ["req-1"])
+    held = OutcomeBook(ledger=view).record(
+        "m-2", _outcome(status="topped-up", error_code=None), completes=True
+    )
+
+    # Then it supersedes the dead letter, and the final record is bound to no message
+    assert held is not None and held.supersedes == "deadLettered"
+    entry = ledger.entries["req-1"]
+    assert (entry.state, entry.source_message_id) == ("final", None)
+    assert view.entries["req-1"].source_message_id is None
+
+
+def test_dead_letters_sqs_redrives_are_never_bound_to_a_message() -> None:
+    # Given a final receive's dead letter (the record fails: SQS's redrive moves it) and the
+    # provisional one a final receive leaves first
+    ledger = InMemoryRequestLedger()
+    OutcomeBook(ledger=LedgerView(ledger)).record("m-1", _outcome(dead_lettered=True))
+    failed = ledger.entries["req-1"]
+    mark_final_receive(LedgerView(ledger), _ensure_request("req-2"), 5)
+    provisional = ledger.entries["req-2"]
+
+    # When the same message id comes back / Then neither is replayed: both are applied
+    assert (failed.state, failed.source_message_id) == ("deadLettered", None)
+    assert (provisional.provisional, provisional.source_message_id) == (True, None)
+    assert read_ledger(ledger, ["req-1"]).replay(_ensure_request(), "m-1") is None
+    assert not provisional.is_replayed_for("m-1")
+
+
+def test_only_a_published_dead_letter_is_replayed_for_its_message() -> None:
+    # Given records that name m-1 as their source (as a hand edit or another version could)
+    outcome = _refusal()
+    bound = LedgerEntry(
+        request_id="req-1", state="deadLettered", outcome=outcome, source_message_id="m-1"
+    )
+    provisional = bound.model_copy(update={"provisional": True})
+    final = bound.model_copy(
+        update={"state": "final", "outcome": _outcome(status="topped-up", error_code=None)}
+    )
+
+    # When asked which deliveries replay them / Then only m-1 replays the dead letter; a
+    # provisional record never; a final record always (the binding adds nothing to it)
+    assert (bound.is_replayed_for("m-1"), bound.is_replayed_for("m-2")) == (True, False)
+    assert bound.is_replayed_for(None) is False
+    assert provisional.is_replayed_for("m-1") is False
+    assert (final.is_replayed_for("m-1"), final.is_replayed_for("m-2")) == (True, True)
+
+
+def test_a_completing_outcome_that_is_not_a_dead_letter_is_bound_to_nothing() -> None:
+    # Given a completing topped-up outcome / When it is stored
+    ledger = InMemoryRequestLedger()
+    OutcomeBook(ledger=LedgerView(ledger)).record(
+        "m-1", _outcome(status="topped-up", error_code=None), completes=True
+    )
+
+    # Then the final record names no message (a final record is replayed for every delivery)
+    assert ledger.entries["req-1"].source_message_id is None
+
+
+def test_replay_invalid_replays_only_the_dead_letter_the_same_invalid_message_sent() -> None:
+    # Given an invalid message's outcome, dead-lettered and stored as m-1 completed
+    ledger = InMemoryRequestLedger()
+    invalid = _outcome(status="invalid", error_code="invalidMessage", dead_lettered=True)
+    OutcomeBook(ledger=LedgerView(ledger)).record("m-1", invalid, completes=True)
+    view = read_ledger(ledger, ["req-1"])
+
+    # When the same message, another one, and one of another workspace ask
+    foreign = invalid.model_copy(update={"workspace_id": "child-2"})
+
+    # Then only the same message, of the same workspace, replays it
+    assert replay_invalid(view, invalid, "m-1") == invalid
+    assert replay_invalid(view, invalid, "m-2") is None
+    assert replay_invalid(view, foreign, "m-1") is None
+    assert replay_invalid(view, None, "m-1") is None

@@ -105,6 +105,7 @@ outcome?: (AllocationOutcome | null)
 provisional?: boolean
 request_id: string
 schema_version?: number
+source_message_id?: (string | null)
 state: ("intent" | "final" | "deadLettered")
 updated_at?: (number | null)
 workspace_id?: (string | null)

@@ -13,19 +13,22 @@ Item shape (table key ``request_id``, a string)::
     provisional    BOOL  a deadLettered record written as a final receive began (never published)
     announced      BOOL  the DLQ audit's publish of the terminal outcome was confirmed
     dead_letter    S  the last published dead-lettered outcome (kept when a redrive supersedes it)
+    source_message_id  S  the SQS message id of the delivery that sent its dead letter to the
+                   DLQ itself and completed (absent on any other record): that same message
+                   coming back is a redelivery, replayed (docs/decisions/0020)
     expires_at     N  epoch seconds; the table's TTL attribute
     updated_at     N  epoch seconds
 
 Every write is one ``UpdateItem`` with a condition, so the rules hold across containers:
 an intent never overwrites a terminal record (beside a dead letter it is only added), a
 ``final`` record is written once and never replaced, a ``deadLettered`` one is replaced by a
-later terminal outcome (a redrive), and no write touches a record bound to another workspace
-or kind (``RequestIdConflictError``). Reads are strongly consistent (``BatchGetItem`` with
-``ConsistentRead``), so the worker that runs right after another sees its writes; keys left
-unprocessed under throttling are retried with full-jitter backoff inside the caller's
-deadline. A reader ignores attributes and JSON fields it does not know; an item it cannot
-interpret is reported unreadable, alone. Decision and alternatives:
-docs/decisions/0009-request-ledger.md.
+later terminal outcome (a redrive, which removes its ``source_message_id``), and no write
+touches a record bound to another workspace or kind (``RequestIdConflictError``). Reads are
+strongly consistent (``BatchGetItem`` with ``ConsistentRead``), so the worker that runs right
+after another sees its writes; keys left unprocessed under throttling are retried with
+full-jitter backoff inside the caller's deadline. A reader ignores attributes and JSON fields
+it does not know; an item it cannot interpret is reported unreadable, alone. Decision and
+alternatives: docs/decisions/0009-request-ledger.md.
 """
 
 from __future__ import annotations
@@ -265,9 +268,17 @@ class DynamoDbRequestLedger:
         raise LedgerConflictError(request_id)
 
     def store_outcome(
-        self, outcome: AllocationOutcome, *, dead_lettered: bool = False, provisional: bool = False
+        self,
+        outcome: AllocationOutcome,
+        *,
+        dead_lettered: bool = False,
+        provisional: bool = False,
+        source_message_id: str | None = None,
     ) -> AllocationOutcome:
         """Store a terminal outcome once; return what the ledger holds afterwards.
+
+        ``source_message_id`` is written only with a published dead letter; every other write
+        removes the attribute (the record is no longer that message's dead letter).
 
         Raises:
             RequestIdConflictError: the id is bound to another workspace or kind.
@@ -289,6 +300,11 @@ class DynamoDbRequestLedger:
         }
         if state == "deadLettered" and not provisional:
             expression += ", dead_letter = :body"
+        if state == "deadLettered" and not provisional and source_message_id is not None:
+            expression += ", source_message_id = :source"
+            values[":source"] = {"S": source_message_id}
+        else:
+            expression += " REMOVE source_message_id"
         condition = _OPEN_CONDITION if provisional else _TERMINAL_CONDITION
         if self._update(outcome.request_id, expression, condition, values, status=True):
             return outcome

@@ -55,6 +55,7 @@ def item_to_entry(item: Mapping[str, Any]) -> LedgerEntry:
             intent=read_stored(ReleaseIntent, intent, "intent") if intent else None,
             provisional=_flag(item, "provisional"),
             announced=_flag(item, "announced"),
+            source_message_id=_text(item, "source_message_id"),
             updated_at=_number(item, "updated_at"),
             schema_version=_version(item),
         )

@@ -7,9 +7,11 @@
    completes with the first (no outcome of its own), or fails with it.
 4. The request ledger (:mod:`.request_ledger`), read once for the batch: a request whose id is
    bound to another workspace or kind (in the ledger or earlier in the batch) is refused,
-   ``rejected / requestIdConflict``, nothing applied; a request with a final record is
-   replayed (its stored outcome published again, identical) and not applied again; one whose
-   record could not be read (unreadable, or unanswered under throttling) fails alone.
+   ``rejected / requestIdConflict``, nothing applied; a request with a final record, or with
+   a dead letter this same message sent itself (a redelivery after a crash, ADR 0020; an
+   invalid message's too), is replayed (its stored outcome published again, identical) and
+   not applied or dead-lettered again; one whose record could not be read (unreadable, or
+   unanswered under throttling) fails alone.
 5. On a final receive, a provisional dead letter goes to the ledger first, so a crash from
    here on still leaves the request a terminal record.
 6. Apply: an ensure (:mod:`.apply_ensure`) or a release (:mod:`.apply_release`). An ensure
@@ -71,7 +73,7 @@ from .invocation import Invocation
 from .outcomes import ReleaseIncompleteError
 from .reclaim import Parked
 from .request_credentials import dead_letter_refused, refused_outcome
-from .request_ledger import mark_final_receive
+from .request_ledger import mark_final_receive, replay_invalid
 
 _REFUSALS: dict[str, CredentialOutcomeName] = {
     "noCredential": "noCredential",
@@ -100,6 +102,10 @@ def _handle(inv: Invocation, message: BatchMessage) -> None:
     request = message.request
     _report_start(inv, message)
     if request is None:
+        replayed = replay_invalid(inv.state.ledger, message.invalid_outcome, message.message_id)
+        if replayed is not None:
+            _replay(inv, message, replayed)
+            return
         _dead_letter(inv, message)
         if message.invalid_outcome is not None:
             _finish(inv, message, message.invalid_outcome)
@@ -111,11 +117,9 @@ def _handle(inv: Invocation, message: BatchMessage) -> None:
         _follow_first_copy(inv, message.duplicate_of)
         inv.observer.record(LedgerEvent("duplicate"))
         return
-    replayed = inv.state.ledger.replay(request)
+    replayed = inv.state.ledger.replay(request, message.message_id)
     if replayed is not None:
-        inv.state.book.record(message.message_id, replayed, replayed=True)
-        inv.observer.record(LedgerEvent("replayed"))
-        _end_credential(inv, replayed)
+        _replay(inv, message, replayed)
         return
     try:
         inv.state.ledger.check(request.request_id)
@@ -153,6 +157,13 @@ def _terminal_or_raise(
         _note_retry(inv, message, request, exc)
         raise exc
     return terminal
+
+
+def _replay(inv: Invocation, message: BatchMessage, replayed: AllocationOutcome) -> None:
+    # Published again as stored; nothing applied or dead-lettered again.
+    inv.state.book.record(message.message_id, replayed, replayed=True)
+    inv.observer.record(LedgerEvent("replayed"))
+    _end_credential(inv, replayed)
 
 
 def _report_start(inv: Invocation, message: BatchMessage) -> None:
@@ -248,7 +259,7 @@ def _apply_as(
 
 def _finish(inv: Invocation, message: BatchMessage, outcome: AllocationOutcome) -> None:
     """The request's terminal outcome: stored once in the ledger, then reported."""
-    held = inv.state.book.record(message.message_id, outcome)
+    held = inv.state.book.record(message.message_id, outcome, completes=True)
     _forget_park(inv, outcome.request_id)
     if held is not None:
         inv.observer.record(Completed(held))

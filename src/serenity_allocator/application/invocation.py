@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from ..domain.ceiling import NO_CEILING, Ceiling
 from ..domain.ledger import RequestLedger
+from ..domain.messages import EnsureRequest, ReleaseRequest
 from ..domain.model import Blocks
 from ..domain.parent_links import ParentLinks
 from ..domain.pool_watch import PoolLowWarning, PoolWatch
@@ -133,7 +134,7 @@ def start_batch(
     # letter, written as a record fails, only by the function's own).
     ledger = read_ledger(
         ports.ledger,
-        (request.request_id for request in requests),
+        _looked_up_ids(plan),
         LedgerDeadlines(
             clock=ports.clock,
             sleep=ports.sleep,
@@ -142,11 +143,7 @@ def start_batch(
             call_budget_s=config.aws_call_budget_s,
         ),
     )
-    # Replayed, refused or unreadable requests, and those an earlier delivery may have applied
-    # (a recorded intent), join no coalesced run: each is settled on its own.
-    standalone = ledger.settled(requests) | {
-        rid for rid, entry in ledger.entries.items() if entry.intent is not None
-    }
+    standalone = _standalone(ledger, requests)
     if standalone:
         plan = plan_batch(
             inbound, dynamic_allocation=config.dynamic_allocation, standalone=standalone
@@ -165,6 +162,33 @@ def start_batch(
             else None,
         ),
     )
+
+
+def _looked_up_ids(plan: BatchPlan) -> list[str]:
+    """The ids the ledger is asked for: every valid request's, an invalid message's readable one.
+
+    The latter because an invalid message's own dead letter, delivered again, is replayed.
+    """
+    return [
+        read.request_id
+        for m in plan.messages.values()
+        if (read := m.request or m.invalid_outcome) is not None
+    ]
+
+
+def _standalone(
+    ledger: LedgerView, requests: Sequence[EnsureRequest | ReleaseRequest]
+) -> frozenset[str]:
+    """Ids that join no coalesced run: each is settled on its own.
+
+    Replayed, refused or unreadable requests, those an earlier delivery may have applied (a
+    recorded intent), and dead letters a delivery sent itself (replayed for that message).
+    """
+    return ledger.settled(requests) | {
+        rid
+        for rid, entry in ledger.entries.items()
+        if entry.intent is not None or entry.source_message_id is not None
+    }
 
 
 def _sequence_numbers(plan: BatchPlan) -> dict[str, str]:

@@ -36,13 +36,23 @@ class OutcomeBook:
     """Message id -> its SQS SequenceNumber: the order key every recorded outcome carries."""
 
     def record(
-        self, message_id: str, outcome: AllocationOutcome, *, replayed: bool = False
+        self,
+        message_id: str,
+        outcome: AllocationOutcome,
+        *,
+        replayed: bool = False,
+        completes: bool = False,
     ) -> AllocationOutcome | None:
         """Record the terminal outcome of the request carried by ``message_id``.
 
         The ledger stores it first (a replayed outcome is already stored), so what is
         published is always what the ledger holds; the recorded outcome is returned, or None
         for a dead letter the ledger could not take (it is then not announced).
+
+        ``completes``: the record completes with this outcome (SQS deletes the message), so a
+        dead letter is one the worker sent itself; the ledger binds it to ``message_id``, and a
+        redelivery of that message after a crash replays it (ADR 0020). A record that fails
+        (SQS's redrive then moves it) is not bound.
 
         Raises:
             LedgerUnavailableError: a completed request's outcome could not be stored (the
@@ -52,7 +62,7 @@ class OutcomeBook:
         if not replayed and outcome.sequence_number is None and sequence_number is not None:
             outcome = outcome.model_copy(update={"sequence_number": sequence_number})
         if self.ledger is not None and not replayed:
-            held = self.ledger.store(outcome)
+            held = self.ledger.store(outcome, message_id if completes else None)
             if held is None:
                 return None
             outcome = held

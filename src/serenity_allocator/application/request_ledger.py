@@ -8,7 +8,9 @@ The decision and what "exactly once" means: docs/decisions/0009-request-ledger.m
 - :meth:`LedgerView.check` fails only the request whose record could not be read (unanswered
   under throttling, or unreadable: ``ledgerRecordUnreadable``); :meth:`LedgerView.conflicts`
   tells a request whose id is bound to another workspace or kind (``requestIdConflict``).
-- :meth:`LedgerView.replay` gives a replayed request's stored outcome, published again as is.
+- :meth:`LedgerView.replay` gives a replayed request's stored outcome, published again as is
+  (a dead letter the worker sent itself: only for the same message, ADR 0020);
+  :func:`replay_invalid` does so for an invalid message's.
 - :func:`store_terminal` stores a terminal outcome once and returns what the ledger holds; a
   redrive's outcome is marked as superseding the dead letter it replaces.
 - :func:`mark_final_receive` leaves a provisional dead letter as a final receive begins, so a
@@ -101,10 +103,10 @@ class LedgerView:
         entry = self.entries.get(request.request_id)
         return entry is not None and not entry.belongs_to(request.workspace_id, request.kind)
 
-    def replay(self, request: Request) -> AllocationOutcome | None:
-        """The stored final outcome of ``request``, or None when it must be applied."""
+    def replay(self, request: Request, message_id: str | None = None) -> AllocationOutcome | None:
+        """The stored outcome ``message_id``'s delivery of ``request`` replays, or None: apply."""
         entry = self.entries.get(request.request_id)
-        if entry is None or not entry.is_replayable or self.conflicts(request):
+        if entry is None or not entry.is_replayed_for(message_id) or self.conflicts(request):
             return None
         return entry.outcome
 
@@ -125,9 +127,11 @@ class LedgerView:
         entry = self.entries.get(request_id)
         return None if entry is None else entry.intent
 
-    def store(self, outcome: AllocationOutcome) -> AllocationOutcome | None:
+    def store(
+        self, outcome: AllocationOutcome, completing_message_id: str | None = None
+    ) -> AllocationOutcome | None:
         """Store a terminal outcome once (see :func:`store_terminal`)."""
-        return store_terminal(self, outcome)
+        return store_terminal(self, outcome, completing_message_id)
 
     def check(self, request_id: str) -> None:
         """Raise why this request cannot be applied now, if its record was not read.
@@ -169,8 +173,13 @@ def read_ledger(
     return view
 
 
-def store_terminal(view: LedgerView, outcome: AllocationOutcome) -> AllocationOutcome | None:
+def store_terminal(
+    view: LedgerView, outcome: AllocationOutcome, completing_message_id: str | None = None
+) -> AllocationOutcome | None:
     """Store ``outcome`` once; return the outcome to publish (the ledger's, if one existed).
+
+    ``completing_message_id``: the message whose record completes with ``outcome``; a dead
+    letter is then one the worker sent itself, and is bound to that message (ADR 0020).
 
     Called through :meth:`LedgerView.store` (by :meth:`.OutcomeBook.record`). Nothing is ever
     published that the ledger does not hold: a dead-lettered outcome the ledger cannot take
@@ -199,13 +208,16 @@ def store_terminal(view: LedgerView, outcome: AllocationOutcome) -> AllocationOu
         raise LedgerRecordUnreadableError(view.unreadable[outcome.request_id])
     entry = view.entries.get(outcome.request_id)
     outcome = _superseding(entry, outcome)
+    source = completing_message_id if dead else None
     try:
-        held = view.ledger.store_outcome(outcome, dead_lettered=dead)
+        held = view.ledger.store_outcome(outcome, dead_lettered=dead, source_message_id=source)
     except (LedgerUnavailableError, LedgerRecordUnreadableError, RequestIdConflictError):
         if dead:
             return None
         raise
-    view.entries[outcome.request_id] = _terminal_entry(outcome.request_id, held, entry)
+    view.entries[outcome.request_id] = _terminal_entry(
+        outcome.request_id, held, entry, source if held == outcome else None
+    )
     return held
 
 
@@ -240,7 +252,10 @@ def _superseding(entry: LedgerEntry | None, outcome: AllocationOutcome) -> Alloc
 
 
 def _terminal_entry(
-    request_id: str, held: AllocationOutcome, earlier: LedgerEntry | None
+    request_id: str,
+    held: AllocationOutcome,
+    earlier: LedgerEntry | None,
+    source_message_id: str | None = None,
 ) -> LedgerEntry:
     """The batch's copy of the record just stored; a release keeps its recorded intent."""
     return LedgerEntry(
@@ -250,7 +265,22 @@ def _terminal_entry(
         kind=held.kind,
         outcome=held,
         intent=earlier.intent if earlier is not None else None,
+        source_message_id=source_message_id,
     )
+
+
+def replay_invalid(
+    view: LedgerView, outcome: AllocationOutcome | None, message_id: str
+) -> AllocationOutcome | None:
+    """The stored ``invalid`` outcome a redelivery of the same invalid message replays, or None.
+
+    Only the dead letter this very message sent (ADR 0020): any other record under the id is
+    handled as before (the message is dead-lettered and its outcome stored).
+    """
+    entry = None if outcome is None else view.entries.get(outcome.request_id)
+    if entry is None or outcome is None or not entry.was_dead_lettered_by(message_id):
+        return None
+    return entry.outcome if entry.belongs_to(outcome.workspace_id, outcome.kind) else None
 
 
 def mark_final_receive(view: LedgerView, request: Request, receive_count: int) -> None:

@@ -9,7 +9,9 @@ say nothing was released). The ledger holds, per request id:
   so a replay after a partial application reports ``released`` with the true before and after;
 - ``final``: the terminal outcome, written once; a replay publishes it again unchanged;
 - ``deadLettered``: the terminal outcome of a valid request that ends in the DLQ. A later
-  redrive that completes supersedes it explicitly (the outcome says ``supersedes``).
+  redrive that completes supersedes it explicitly (the outcome says ``supersedes``). One the
+  worker sent to the DLQ itself, completing its record, is bound to that message's id: the same
+  message again is SQS redelivering it after a crash, replayed (docs/decisions/0020).
 
 Every record binds its ``request_id`` to the request's workspace and kind, so a second request
 reusing an id is refused (``requestIdConflict``) instead of answered with another child's
@@ -84,6 +86,9 @@ class LedgerEntry(BaseModel):
     announced: bool = False
     """True once a publish of the terminal outcome was confirmed by the DLQ audit: the audit
     announces a terminal record of a DLQ message only while this is False."""
+    source_message_id: str | None = None
+    """The SQS message id of the delivery that sent this dead letter to the DLQ itself and
+    completed its record; None on every other record (and on items written before it)."""
     schema_version: int = Field(default=LEDGER_SCHEMA_VERSION, ge=1)
 
     @model_validator(mode="after")
@@ -128,12 +133,35 @@ class LedgerEntry(BaseModel):
 
     @property
     def is_replayable(self) -> bool:
-        """True when a delivery of this request must replay the stored outcome, not apply.
+        """True when every delivery of this request must replay the stored outcome, not apply.
 
-        A ``deadLettered`` record is not replayed: the message reaching the worker again means
-        an operator redrove it, so it is applied and its outcome supersedes the dead letter.
+        A ``deadLettered`` record is not replayed by any message but the one that sent it
+        (:meth:`is_replayed_for`): another message is an operator's redrive, applied, and its
+        outcome supersedes the dead letter.
         """
         return self.state == "final"
+
+    def is_replayed_for(self, message_id: str | None) -> bool:
+        """True when the delivery of ``message_id`` must replay the stored outcome, not apply.
+
+        A ``final`` record, for any message; a dead letter, only for the message that sent it
+        (:meth:`was_dead_lettered_by`).
+        """
+        return self.is_replayable or self.was_dead_lettered_by(message_id)
+
+    def was_dead_lettered_by(self, message_id: str | None) -> bool:
+        """True when this record is the dead letter the delivery of ``message_id`` sent itself.
+
+        That delivery completed its record: the same message id again means the consumer died
+        before the delete (a redrive is a new message). SQS's own dead letters (a final
+        receive's, a provisional one) are never bound: only a redrive brings them back.
+        """
+        return (
+            self.state == "deadLettered"
+            and not self.provisional
+            and message_id is not None
+            and self.source_message_id == message_id
+        )
 
     @property
     def was_announced_dead(self) -> bool:
@@ -260,14 +288,20 @@ class RequestLedger(Protocol):
         ...
 
     def store_outcome(
-        self, outcome: AllocationOutcome, *, dead_lettered: bool = False, provisional: bool = False
+        self,
+        outcome: AllocationOutcome,
+        *,
+        dead_lettered: bool = False,
+        provisional: bool = False,
+        source_message_id: str | None = None,
     ) -> AllocationOutcome:
         """Store a terminal outcome once; return the outcome the ledger holds afterwards.
 
         A ``final`` record is never overwritten: when one exists, it is returned and ``outcome``
         is dropped (the caller publishes what is returned). A ``deadLettered`` record is
         replaced by any later terminal outcome (a redrive), a provisional one is never written
-        over an existing terminal record.
+        over an existing terminal record. ``source_message_id`` is kept only with a published
+        dead letter (:attr:`LedgerEntry.source_message_id`); any other write clears it.
 
         Raises:
             RequestIdConflictError: the id is bound to another workspace or kind (nothing of
