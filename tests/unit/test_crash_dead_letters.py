@@ -146,3 +146,85 @@ def test_check_crash_dead_letters_flags_a_completed_request_without_its_outcome(
 
     # Then it is a violation
     assert result.violations == ("req-d: no published outcome equals its record (0 published)",)
+
+
+REAUTH = DEAD.model_copy(update={"error_code": "needsReauth", "receive_count": 2})
+LOST = [{"op": "ims_exchange", "status": 401, "user": "u-1", "answer_lost": True}]
+
+
+def _reauth_record() -> dict[str, LedgerEntry]:
+    return {"req-d": LedgerEntry(request_id="req-d", state="deadLettered", outcome=REAUTH)}
+
+
+def _two_receives(first_released: bool) -> list[dict[str, Any]]:
+    """req-d received twice: the first batch's consumer died (unless released), the second
+    dead-lettered it and lived."""
+    events = _receives(released=(2,))[:4]
+    if first_released:
+        events[1] = {"ev": "release", "pid": 101, "batch": 1}
+    return events
+
+
+def test_a_needs_reauth_letter_after_a_killed_exchange_is_explained() -> None:
+    # Given a needsReauth dead letter whose first receive died with its consumer, and the
+    # simulator's log of the lost exchange answer for the request's user
+    letters = [_letter(reason="needsReauth")]
+
+    # When checked
+    result = check_crash_dead_letters(
+        letters,
+        _reauth_record(),
+        [REAUTH],
+        _two_receives(first_released=False),
+        owners={"req-d": "u-1"},
+        ims_calls=LOST,
+    )
+
+    # Then it passes, the letter explained (ADR 0016's safe side), never a violation
+    assert result.passed is True
+    assert result.explained == (
+        "req-d: needsReauth after IMS processed its exchange and the answer never reached the "
+        "record (ADR 0016: the safe side)",
+    )
+    assert result.detail.endswith(
+        "; but 1 needsReauth, each after its consumer lost an exchange answer"
+    )
+
+
+def test_a_needs_reauth_letter_without_a_killed_receive_or_a_lost_answer_stays_a_violation() -> (
+    None
+):
+    # Given the same letter, once with its first receive released by a living consumer and
+    # once without a lost answer logged for its user
+    letters = [_letter(reason="needsReauth")]
+    cases = [
+        (_two_receives(first_released=True), LOST),
+        (_two_receives(first_released=False), []),
+    ]
+
+    for events, calls in cases:
+        # When checked
+        result = check_crash_dead_letters(
+            letters, _reauth_record(), [REAUTH], events, owners={"req-d": "u-1"}, ims_calls=calls
+        )
+
+        # Then it is an invalid message, as before
+        assert result.violations == ("m-req-d: invalid message (needsReauth)",)
+
+
+def test_an_explained_needs_reauth_letter_must_still_end_truthfully() -> None:
+    # Given an explained needsReauth letter whose outcome was never published
+    letters = [_letter(reason="needsReauth")]
+
+    # When checked
+    result = check_crash_dead_letters(
+        letters,
+        _reauth_record(),
+        [],
+        _two_receives(first_released=False),
+        owners={"req-d": "u-1"},
+        ims_calls=LOST,
+    )
+
+    # Then its missing outcome is the violation
+    assert result.violations == ("req-d: no published outcome equals its record (0 published)",)

@@ -8,7 +8,8 @@ and the next exchange ends ``needsReauth`` (the safe side). The simulator logs t
 from __future__ import annotations
 
 from serenity_tools.standins.stack import DeadLetter
-from serenity_tools.verification.harness.faults import LOST_ANSWER, dead_letter_check
+from serenity_tools.verification.harness.faults import dead_letter_check
+from serenity_tools.verification.lost_answers import LOST_ANSWER
 
 ZOMBIE = {"z-1"}
 OWNERS = {"r-1": "u1", "r-2": "u2", "z-1": "uz"}

@@ -9,20 +9,28 @@ published outcome equal to it:
   allocation happened; writing ``deadLettered`` over it would be false) and its message in the
   DLQ is a leftover the operator deletes (docs/runbooks/dlq-triage.md).
 Anything else stays a violation: a receive a living consumer released (the worker failed it),
-a provisional record, no record, no outcome or one unlike the record. Invalid messages (a
-reason attribute) are not expected at all.
+a provisional record, no record, no outcome or one unlike the record.
+
+Invalid messages (a reason attribute) are not expected, with one exception under IMS: a
+consumer killed after IMS answered its exchange and before it stored the rolled token leaves a
+spent promise, and a later receive rightly ends the request ``failed / needsReauth`` in the DLQ
+(ADR 0016). Such a letter is explained, never a violation, only when both show it: the
+simulator logged the lost answer for the request's user (:mod:`.lost_answers`), and an earlier
+receive of the request was in a batch whose consumer died. Its end must still be one truthful
+dead letter (record and outcome).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from serenity_allocator.domain.ledger import LedgerEntry
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_tools.standins.stack import DeadLetter
 from serenity_tools.verification.invariants import InvariantResult, invariant_result
+from serenity_tools.verification.lost_answers import explain_lost_answers
 
 NAME = "DLQ contents"
 
@@ -48,6 +56,10 @@ class CrashTraces:
             for index, batch in enumerate(batches, start=1)
             if batch in self.released
         ]
+
+    def died_before(self, request_id: str) -> bool:
+        """True when a receive before the request's last one was in a batch whose consumer died."""
+        return any(batch not in self.released for batch in self.receives.get(request_id, ())[:-1])
 
 
 def read_crash_traces(events: Iterable[Mapping[str, Any]]) -> CrashTraces:
@@ -75,6 +87,9 @@ def check_crash_dead_letters(
     ledger: Mapping[str, LedgerEntry] | None,
     outcomes: Sequence[AllocationOutcome],
     events: Iterable[Mapping[str, Any]],
+    *,
+    owners: Mapping[str, str] | None = None,
+    ims_calls: Sequence[Mapping[str, Any]] = (),
 ) -> InvariantResult:
     """Every DLQ request was taken there by crashes and ended with one truthful dead letter.
 
@@ -84,24 +99,82 @@ def check_crash_dead_letters(
             no request in the DLQ can have ended truthfully).
         outcomes: Every outcome event published, in order.
         events: The consumers' trace events.
+        owners: Request id -> the user it was enqueued for (IMS runs).
+        ims_calls: The simulator's IMS call log (IMS runs).
     """
     traces = read_crash_traces(events)
+    invalid = [letter for letter in letters if letter.reason is not None]
+    unexplained, explained = _explain_lost_answers(invalid, traces, owners or {}, ims_calls)
+    dead = sorted(_ids(letter for letter in letters if letter.reason is None))
     violations = [
-        f"{letter.message_id}: invalid message ({letter.reason})"
-        for letter in letters
-        if letter.reason is not None
+        *(f"{letter.message_id}: invalid message ({letter.reason})" for letter in unexplained),
+        # An explained letter must still end truthfully, as a crashed request's does.
+        *_untruthful_ends(sorted(_ids(invalid) - _ids(unexplained)), ledger, outcomes),
+        *_crash_problems(dead, traces, ledger, outcomes),
     ]
-    dead = sorted({letter.request_id or "" for letter in letters if letter.reason is None})
-    for request_id in dead:
-        problems = traces.unexplained(request_id) + _untruthful(request_id, ledger, outcomes)
-        violations += [f"{request_id}: {problem}" for problem in problems]
-    return invariant_result(NAME, violations, _covered(dead, traces, ledger))
+    result = invariant_result(NAME, violations, _covered(dead, traces, ledger, len(explained)))
+    return replace(result, explained=tuple(explained)) if explained else result
+
+
+def _untruthful_ends(
+    request_ids: Sequence[str],
+    ledger: Mapping[str, LedgerEntry] | None,
+    outcomes: Sequence[AllocationOutcome],
+) -> list[str]:
+    """One line per problem with each request's end as a dead letter."""
+    return [
+        f"{request_id}: {problem}"
+        for request_id in request_ids
+        for problem in _untruthful(request_id, ledger, outcomes)
+    ]
+
+
+def _explain_lost_answers(
+    invalid: Sequence[DeadLetter],
+    traces: CrashTraces,
+    owners: Mapping[str, str],
+    ims_calls: Sequence[Mapping[str, Any]],
+) -> tuple[list[DeadLetter], list[str]]:
+    """The invalid letters left unexplained, and why the others are explained.
+
+    Only a letter an earlier killed receive precedes may be a lost exchange answer.
+    """
+    crashed = [letter for letter in invalid if traces.died_before(letter.request_id or "")]
+    kept, explained = explain_lost_answers(crashed, owners, ims_calls)
+    return [letter for letter in invalid if letter not in crashed or letter in kept], explained
+
+
+def _crash_problems(
+    dead: Sequence[str],
+    traces: CrashTraces,
+    ledger: Mapping[str, LedgerEntry] | None,
+    outcomes: Sequence[AllocationOutcome],
+) -> list[str]:
+    """Why the requests that ran out of receives are not all crashes' truthful dead letters."""
+    unexplained = [f"{rid}: {problem}" for rid in dead for problem in traces.unexplained(rid)]
+    return unexplained + _untruthful_ends(dead, ledger, outcomes)
+
+
+def _ids(letters: Iterable[DeadLetter]) -> set[str]:
+    return {letter.request_id or "" for letter in letters}
 
 
 def _covered(
-    dead: Sequence[str], traces: CrashTraces, ledger: Mapping[str, LedgerEntry] | None
+    dead: Sequence[str],
+    traces: CrashTraces,
+    ledger: Mapping[str, LedgerEntry] | None,
+    lost_answers: int,
 ) -> str:
     """What the check saw, for the report."""
+    seen = _seen(dead, traces, ledger)
+    if lost_answers:
+        seen += f"; but {lost_answers} needsReauth, each after its consumer lost an exchange answer"
+    return seen
+
+
+def _seen(
+    dead: Sequence[str], traces: CrashTraces, ledger: Mapping[str, LedgerEntry] | None
+) -> str:
     if not dead:
         return "empty: no request ran out of receives, no invalid message"
     receives = sum(len(traces.receives.get(rid, ())) for rid in dead)

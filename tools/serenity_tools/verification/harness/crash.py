@@ -93,9 +93,17 @@ def run_crash(config: HarnessConfig) -> ScenarioResult:
         *invariant_checks(run_record(workload.org, requests, run)),
         writes.result,
         queue_drained_check(run),
-        # A request may run out of receives to crashes alone; it must still end as one
-        # truthful dead letter (record and outcome). Anything else in the DLQ is a violation.
-        check_crash_dead_letters(run.letters, run.ledger, run.outcomes, run.events),
+        # A request may run out of receives to crashes alone, or (IMS) lose its exchange's
+        # answer with a killed consumer; it must still end as one truthful dead letter
+        # (record and outcome). Anything else in the DLQ is a violation.
+        check_crash_dead_letters(
+            run.letters,
+            run.ledger,
+            run.outcomes,
+            run.events,
+            owners=run.owners,
+            ims_calls=run.ims_calls,
+        ),
         check_real_sized(_not_dead_lettered(real_sized, run.letters), run.outcomes),
     ]
     traced = Counter(str(e.get("at")) for e in run.events if e.get("ev") == "crash")

@@ -178,6 +178,11 @@ class DrainedRun:
     ims_calls: list[dict[str, Any]] = field(default_factory=list)
     """The simulator's IMS call log after the drain (mints, exchanges, invalidations)."""
 
+    @property
+    def owners(self) -> Mapping[str, str]:
+        """Request id -> the user it was enqueued for (empty without IMS)."""
+        return self.identity.owners if self.identity is not None else {}
+
 
 def drain_workload(
     stack: LocalStack,

@@ -39,6 +39,7 @@ from serenity_tools.verification.harness.drain import fifo_run
 from serenity_tools.verification.harness.results import ScenarioResult, finished, run_numbers
 from serenity_tools.verification.harness.workload import plan_workload
 from serenity_tools.verification.invariants import InvariantResult, invariant_result
+from serenity_tools.verification.lost_answers import explain_lost_answers
 
 FAULTS_VISIBILITY_TIMEOUT_S = 30
 """The faults scenario's visibility timeout (a 29 s function: batches are never starved)."""
@@ -92,39 +93,6 @@ def check_bounded_attempts(
         f"{dead}; limit {max_receive_count}"
     )
     return invariant_result(name, violations, detail)
-
-
-LOST_ANSWER = (
-    "needsReauth after IMS processed its exchange and the answer never reached the record "
-    "(ADR 0016: the safe side)"
-)
-
-
-def explain_lost_answers(
-    letters: Sequence[DeadLetter],
-    owners: Mapping[str, str],
-    ims_calls: Sequence[Mapping[str, Any]],
-) -> tuple[list[DeadLetter], list[str]]:
-    """Split off the ``needsReauth`` dead letters a lost exchange answer explains.
-
-    One per exchange the simulator logged ``answer_lost`` for the request's user: that promise
-    was spent by an exchange whose answer its caller never got. Every other letter is kept.
-    """
-    lost = Counter(
-        str(c.get("user"))
-        for c in ims_calls
-        if c.get("op") == "ims_exchange" and c.get("answer_lost") is True
-    )
-    kept: list[DeadLetter] = []
-    explained: list[str] = []
-    for letter in letters:
-        user = owners.get(letter.request_id or "")
-        if letter.reason == "needsReauth" and user is not None and lost[user] > 0:
-            lost[user] -= 1
-            explained.append(f"{letter.request_id}: {LOST_ANSWER}")
-        else:
-            kept.append(letter)
-    return kept, explained
 
 
 def dead_letter_check(
@@ -190,7 +158,7 @@ def run_faults(config: HarnessConfig) -> ScenarioResult:
         dead_letter_check(
             run.letters,
             zombie_ids,
-            run.identity.owners if run.identity is not None else {},
+            run.owners,
             run.ims_calls,
         ),
     ]
@@ -203,7 +171,7 @@ def run_faults(config: HarnessConfig) -> ScenarioResult:
         "needsReauth after a lost exchange answer": len(
             explain_lost_answers(
                 run.letters,
-                run.identity.owners if run.identity is not None else {},
+                run.owners,
                 run.ims_calls,
             )[1]
         ),
