@@ -138,7 +138,7 @@ def test_another_runs_checkpoint_under_the_name_is_replaced_as_unreadable() -> N
     body, etag = rig.store.objects[RUN]
     rig.store.objects[RUN] = ({**body, "run_id": "rs-copied"}, etag)
 
-    result = _abandon(rig, run_id=RUN)
+    result = _abandon(rig, run_id=RUN, reason="copied over")
 
     assert (result.run_id, result.unreadable, result.checkpoint) == (
         RUN,
@@ -148,7 +148,7 @@ def test_another_runs_checkpoint_under_the_name_is_replaced_as_unreadable() -> N
     assert rig.store.body(RUN) == {
         "run_id": RUN,
         "state": "abandoned",
-        "abandon_reason": "abandoned by an operator",
+        "abandon_reason": "copied over",
         "unreadable": "it belongs to another run",
     }
 
@@ -254,3 +254,32 @@ def test_an_abandon_by_parent_clears_an_unreadable_claim_and_says_what_it_was() 
         "run_id": None,
         "released_by": None,
     }
+
+
+def test_abandoning_over_the_abandoned_marker_again_names_its_checkpoint() -> None:
+    store = UnreadableStore()
+    rig = _unfinished(store)
+    store.unreadable = True
+    _abandon(rig, run_id=RUN)
+    tokens = RecordingRunTokens()
+
+    again = _abandon(rig, tokens, run_id=RUN)
+
+    assert (again.run_id, again.checkpoint, again.unreadable) == (RUN, LOCATION, None)
+    assert tokens.ended == [(RUN, "abandoned")]
+
+
+def test_clearing_an_unreadable_claim_that_changed_meanwhile_is_refused() -> None:
+    store = UnreadableStore()
+    rig = _unfinished(store)
+    claim = parent_claim_name(MASTER)
+    _, etag = store.objects[claim]
+    store.objects[claim] = ({"parent_workspace_id": MASTER, "holder": RUN}, etag)
+    store.before_save = lambda: store.objects.update({claim: ({"x": 1}, '"v-meanwhile"')})
+
+    with pytest.raises(SweepRefusedError) as refused:
+        _abandon(rig, parent_workspace_id=MASTER)
+
+    assert str(refused.value) == (
+        f"the claim of parent {MASTER!r} changed while it was being cleared; read it again"
+    )

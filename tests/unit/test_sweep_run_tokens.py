@@ -227,6 +227,8 @@ def _no_credential(rig: Rig, *, counted: bool = True) -> SweepNoCredentialError:
             "its claim is unreadable: it belongs to another run",
         ),
         ({"run_id": RUN, "promise_token": "not base64!"}, "its token is not valid base64"),
+        # base64 of "pt" with a character outside the alphabet: refused, never skipped over
+        ({"run_id": RUN, "promise_token": "cH*Q="}, "its token is not valid base64"),
     ],
 )
 def test_an_exchange_without_a_usable_token_says_why(
