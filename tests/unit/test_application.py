@@ -7,6 +7,7 @@ publishing and FIFO hold-back) one by one.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -20,6 +21,7 @@ from serenity_allocator.application import (
     start_batch,
 )
 from serenity_allocator.application.attempt_observer import AttemptObserver
+from serenity_allocator.application.deadlines import Deadlines
 from serenity_allocator.application.final_receive import (
     final_receive_outcome,
     skipped_final_receives,
@@ -165,6 +167,38 @@ def test_fits_aws_call_uses_the_finishing_deadline_once_the_batch_is_announced()
     # When every record was handed over / Then any call may use the time up to the end
     invocation.deadlines.start_announcing()
     assert invocation.deadlines.fits_aws_call() is True
+
+
+def test_start_batch_keeps_a_whole_ims_exchange_from_the_configured_budget() -> None:
+    # Given an IMS budget of 5 s, and left to apply just that plus one AWS call (no outcome sink)
+    clock = FakeClock()
+    config = dataclasses.replace(_config(), ims_call_budget_s=5.0)
+    ports = WorkerPorts(
+        gateway=InMemoryGateway(), clock=clock, sleep=clock.sleep, wall_clock_ms=lambda: 0.0
+    )
+    inbound = [_inbound("m1", "c1")]
+    invocation = start_batch(
+        config,
+        ports,
+        RecordingReporter(),
+        inbound,
+        finish_deadline=clock() + 5.0 + AWS_CALL_BUDGET_S,
+    )
+
+    # Then an exchange fits exactly, and not a moment later
+    assert invocation.deadlines.ims_call_s == 5.0
+    assert invocation.deadlines.fits_ims_exchange() is True
+    clock.advance(0.001)
+    assert invocation.deadlines.fits_ims_exchange() is False
+
+
+def test_deadlines_for_a_batch_reserve_no_ims_time_unless_told() -> None:
+    clock = FakeClock()
+
+    deadlines = Deadlines.for_batch(clock, finish_by=clock() + 2.0, publish_calls=0, aws_call_s=2.0)
+
+    assert deadlines.ims_call_s == 0.0
+    assert deadlines.fits_ims_exchange() is True
 
 
 # ==== verdicts count only when they stand ==================================================

@@ -108,3 +108,28 @@ def test_error_code_of_is_the_typed_code_the_upstream_status_or_the_kind(
     # Given a typed error, an upstream answer and an unforeseen failure
     # When each is given its code / Then one mapping serves outcomes, logs and sweep reports
     assert error_code_of(exc) == expected
+
+
+@pytest.mark.parametrize(
+    ("body", "operation", "text"),
+    [
+        ("y" * 200, "", "upstream answered 502: " + "y" * 200),
+        ("y" * 201, "read_status", "read_status: upstream answered 502: " + "y" * 200 + "..."),
+    ],
+)
+def test_upstream_error_keeps_a_body_of_200_characters_whole_and_cuts_a_longer_one(
+    body: str, operation: str, text: str
+) -> None:
+    error = UpstreamError(502, body, operation) if operation else UpstreamError(502, body)
+    assert str(error) == text
+
+
+class _CodedError(Exception):
+    def __init__(self, code: object) -> None:
+        super().__init__("coded")
+        self.code = code
+
+
+@pytest.mark.parametrize("code", ["", 7, None])
+def test_error_code_of_ignores_a_code_that_is_not_a_non_empty_string(code: object) -> None:
+    assert error_code_of(_CodedError(code)) == "_CodedError"

@@ -191,3 +191,45 @@ def test_allocation_outcome_reads_a_stored_outcome_under_its_former_field_name()
     outcome = AllocationOutcome.model_validate_json(stored)
     assert outcome.receive_count == 3
     assert "attempts" not in outcome.model_dump()
+
+
+def _refusal(body: str) -> ValidationError:
+    with pytest.raises(ValidationError) as raised:
+        parse_request(body)
+    return raised.value
+
+
+def test_parse_request_refuses_true_as_the_version_saying_it_must_be_the_integer_1() -> None:
+    errors = _refusal(json.dumps(_release(version=True))).errors()
+
+    assert [(e["loc"], e["msg"]) for e in errors] == [
+        (("release", "version"), "Value error, must be the integer 1")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        ('{"kind": NaN}', "NaN is not a JSON value"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"kind": ', "Expecting value at line 1 column 10"),
+    ],
+)
+def test_parse_request_refuses_what_is_not_json_as_the_whole_body(body: str, why: str) -> None:
+    refusal = _refusal(body)
+
+    assert refusal.title == "AllocationRequest"
+    [error] = refusal.errors()
+    assert (error["type"], error["loc"], error["input"]) == ("json_invalid", (), body)
+    assert error["ctx"] == {"error": why}
+
+
+def test_parse_request_puts_an_unknown_kind_on_kind_with_its_input_and_title() -> None:
+    body = _release(kind="grow")
+
+    refusal = _refusal(json.dumps(body))
+
+    [error] = refusal.errors()
+    assert (error["type"], error["loc"], error["input"]) == ("union_tag_invalid", ("kind",), body)
+    assert error["ctx"]["tag"] == "grow"
+    assert refusal.title.startswith("tagged-union[")

@@ -176,3 +176,75 @@ def test_observe_rate_is_per_pool() -> None:
     warning = watch.observe(POOL_B, _pool(prompts_free=1_000))
     assert warning is not None
     assert warning.drain_units_per_hour is None
+
+
+def test_observe_warns_on_a_dimension_of_one_unit_with_none_free() -> None:
+    watch = PoolWatch(FakeClock(), threshold=0.1, interval_s=INTERVAL_S)
+
+    warning = watch.observe(POOL_A, _pool(prompts_free=5_000, projects_free=0, projects_total=1))
+
+    assert warning is not None
+    assert (warning.dim, warning.free, warning.total, warning.free_ratio) == ("projects", 0, 1, 0.0)
+
+
+def test_observe_reads_the_prompts_past_a_projects_dimension_of_zero_total() -> None:
+    watch = PoolWatch(FakeClock(), threshold=0.1, interval_s=INTERVAL_S)
+
+    warning = watch.observe(POOL_A, _pool(prompts_free=500, projects_free=0, projects_total=0))
+
+    assert warning is not None
+    assert (warning.dim, warning.free) == ("prompts", 500)
+
+
+def test_observe_names_the_first_dimension_when_both_are_equally_low() -> None:
+    watch = PoolWatch(FakeClock(), threshold=0.1, interval_s=INTERVAL_S)
+
+    warning = watch.observe(POOL_A, _pool(prompts_free=500, projects_free=5))
+
+    assert warning is not None
+    assert (warning.dim, warning.free, warning.free_ratio) == ("projects", 5, 0.05)
+
+
+def test_observe_rounds_the_ratio_to_four_places_and_the_hourly_drain_to_two() -> None:
+    # Given a pool of 3 prompts read twice 7 s apart, one prompt drained in between
+    clock = FakeClock()
+    watch = PoolWatch(clock, threshold=0.5, interval_s=INTERVAL_S)
+    assert watch.observe(POOL_A, _pool(prompts_free=2, prompts_total=3)) is None
+    clock.advance(7)
+
+    warning = watch.observe(POOL_A, _pool(prompts_free=1, prompts_total=3))
+
+    # Then 1/3 is 0.3333, 3600/7 per hour is 514.29, and 1 prompt at 1/7 a second lasts 7 s
+    assert warning is not None
+    assert warning.free_ratio == 0.3333
+    assert warning.drain_units_per_hour == 514.29
+    assert warning.projected_seconds_to_exhaustion == 7.0
+
+
+def test_observe_takes_a_drain_sample_from_reads_half_a_second_apart() -> None:
+    # Given two reads 0.5 s apart (one prompt drained), then none drained for the interval
+    clock = FakeClock()
+    watch = PoolWatch(clock, threshold=0.1, interval_s=INTERVAL_S)
+    watch.observe(POOL_A, _pool(prompts_free=501))
+    clock.advance(0.5)
+    watch.observe(POOL_A, _pool(prompts_free=500))  # 2 prompts a second (warned)
+    clock.advance(INTERVAL_S)
+
+    warning = watch.observe(POOL_A, _pool(prompts_free=500))  # nothing drained for 900 s
+
+    # Then the 0.5 s sample counted: the smoothed rate is 0.3 * 0 + 0.7 * 2 = 1.4 a second
+    assert warning is not None
+    assert warning.drain_units_per_hour == 5040.0
+    assert warning.projected_seconds_to_exhaustion == round(500 / 1.4, 1)
+
+
+def test_observe_projects_no_time_left_for_a_drained_pool() -> None:
+    clock = FakeClock()
+    watch = PoolWatch(clock, threshold=0.1, interval_s=INTERVAL_S)
+    assert watch.observe(POOL_A, _pool(prompts_free=10, prompts_total=20)) is None
+    clock.advance(10)
+
+    warning = watch.observe(POOL_A, _pool(prompts_free=0, prompts_total=20))
+
+    assert warning is not None
+    assert warning.projected_seconds_to_exhaustion == 0.0

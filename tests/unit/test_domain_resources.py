@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from serenity_allocator.domain.model import round_up_to_block
+from serenity_allocator.domain.model import DimensionUsage, PromptTiers, round_up_to_block
 
 # ---- block math ---------------------------------------------------------------------------
 
@@ -37,3 +37,26 @@ def test_round_up_to_block_is_the_smallest_covering_multiple(units: int, block: 
     # Then it is a whole number of blocks, covers the units, and wastes less than one block
     assert rounded % block == 0
     assert units <= rounded < units + block
+
+
+@pytest.mark.parametrize("block", [0, -100])
+def test_round_up_to_block_refuses_a_block_below_one_by_name(block: int) -> None:
+    with pytest.raises(ValueError) as caught:
+        round_up_to_block(250, block)
+    assert str(caught.value) == "block must be a positive whole number"
+
+
+# ---- the tiered prompt shape ----------------------------------------------------------------
+
+
+def _tiers(daily_free: int, weekly_free: int) -> PromptTiers:
+    return PromptTiers(
+        daily=DimensionUsage(used=100, total=100 + daily_free),
+        weekly=DimensionUsage(used=700, total=700 + weekly_free),
+    )
+
+
+def test_prompt_tiers_tightest_is_the_tier_with_fewer_free_prompts_daily_on_a_tie() -> None:
+    assert _tiers(daily_free=50, weekly_free=20).tightest().total == 720
+    assert _tiers(daily_free=20, weekly_free=50).tightest().total == 120
+    assert _tiers(daily_free=30, weekly_free=30).tightest().total == 130

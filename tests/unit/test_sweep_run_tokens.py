@@ -6,15 +6,23 @@ of the end, which the simulator cannot stage at the exact moment they matter.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
+from serenity_allocator.application.sweep_ports import StoredCheckpoint
 from serenity_allocator.application.sweep_run_tokens import RunTokens, hand_over_run_token
-from serenity_allocator.domain.errors import NeedsReauthError
+from serenity_allocator.domain.errors import ImsUnavailableError, NeedsReauthError
 from serenity_allocator.domain.observations import CredentialOutcome
-from serenity_allocator.domain.sweep_errors import RunInProgressError, SweepNeedsReauthError
+from serenity_allocator.domain.sweep_errors import (
+    CheckpointCorruptError,
+    RunInProgressError,
+    SweepImsUnavailableError,
+    SweepNeedsReauthError,
+    SweepNoCredentialError,
+)
 from serenity_allocator.domain.sweep_run_claim import run_claim_name
 from tests.fakes import InMemoryCheckpointStore, RecordingObserver
 
@@ -190,3 +198,194 @@ def test_a_session_exchanges_once_per_batch_and_again_on_refresh(rig: Rig) -> No
     assert session.access_token(refresh=True) != first  # after a Semrush 401
     assert rig.outcomes() == ["exchanged", "exchanged"]
     assert "pt-" not in repr(session) and "at-" not in repr(session)
+
+
+# ---- what a claim without a usable token says, and what ending it does ----------------------
+
+CLAIM = run_claim_name(RUN)
+SCRUBBED = {"run_id": RUN, "promise_token": None, "handover": None}
+
+
+def _no_credential(rig: Rig, *, counted: bool = True) -> SweepNoCredentialError:
+    with pytest.raises(SweepNoCredentialError) as caught:
+        rig.tokens().session(RUN).access_token()
+    assert caught.value.run_id == RUN
+    # A ciphertext that is not base64 fails before the outcome is counted (decrypting it)
+    assert rig.outcomes() == (["noCredential"] if counted else [])
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (None, "no token was handed over for it"),
+        ({"run_id": RUN}, "its claim holds no token"),
+        ({"run_id": RUN, "ended": "done"}, "its token was scrubbed when the run stopped (done)"),
+        ({"run_id": RUN, "junk": 1}, "its claim is unreadable: it breaks the claim schema"),
+        (
+            {"run_id": "rs-other", "promise_token": "cHQ="},
+            "its claim is unreadable: it belongs to another run",
+        ),
+        ({"run_id": RUN, "promise_token": "not base64!"}, "its token is not valid base64"),
+        # base64 of "pt" with a character outside the alphabet: refused, never skipped over
+        ({"run_id": RUN, "promise_token": "cH*Q="}, "its token is not valid base64"),
+    ],
+)
+def test_an_exchange_without_a_usable_token_says_why(
+    rig: Rig, body: dict[str, Any] | None, why: str
+) -> None:
+    if body is not None:
+        rig.store.save(CLAIM, body, expected_etag=None)
+
+    refused = _no_credential(rig, counted="base64" not in why)
+
+    assert str(refused).startswith(f"run 'rs-unit-1' holds no promise token ({why}); ")
+
+
+@dataclass
+class CorruptClaimStore(InMemoryCheckpointStore):
+    """Reads the claim as the S3 store reads a body that is not JSON: corrupt, with its etag."""
+
+    def load(self, run_id: str) -> StoredCheckpoint | None:
+        if run_id == CLAIM and run_id in self.objects:
+            raise CheckpointCorruptError(run_id, "not valid JSON", etag=self.objects[run_id][1])
+        return super().load(run_id)
+
+    def __post_init__(self) -> None:
+        InMemoryCheckpointStore.__init__(self)
+
+
+def test_an_exchange_over_a_corrupt_claim_names_its_problem() -> None:
+    rig = Rig(store=CorruptClaimStore())
+    rig.store.save(CLAIM, {"run_id": RUN}, expected_etag=None)
+
+    refused = _no_credential(rig)
+
+    assert "(its claim is unreadable: not valid JSON)" in str(refused)
+
+
+@pytest.mark.parametrize(
+    "body", [{"run_id": RUN, "junk": 1}, {"run_id": "rs-other"}, {"run_id": RUN}]
+)
+def test_ending_a_run_scrubs_a_claim_that_breaks_its_schema_or_holds_no_token(
+    rig: Rig, body: dict[str, Any]
+) -> None:
+    rig.store.save(CLAIM, body, expected_etag=None)
+
+    rig.tokens().end(RUN, "abandoned")
+
+    assert rig.claim() == {**SCRUBBED, "ended": "abandoned"}
+
+
+def test_ending_a_run_scrubs_a_corrupt_claim_in_the_version_read() -> None:
+    store = CorruptClaimStore()
+    rig = Rig(store=store)
+    store.save(CLAIM, {"run_id": RUN}, expected_etag=None)
+
+    rig.tokens().end(RUN, "done")
+
+    assert store.objects[CLAIM][0] == {**SCRUBBED, "ended": "done"}
+
+
+class RacingStore(InMemoryCheckpointStore):
+    """Runs ``before_save`` once, just before the next save of the claim (a concurrent write)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.before_save: Callable[[], None] | None = None
+
+    def save(self, run_id: str, body: Mapping[str, Any], *, expected_etag: str | None) -> str:
+        hook, self.before_save = self.before_save, None
+        if hook is not None and run_id == CLAIM:
+            hook()
+        return super().save(run_id, body, expected_etag=expected_etag)
+
+
+def test_a_handover_that_loses_its_race_is_a_run_in_progress() -> None:
+    store = RacingStore()
+    rig = Rig(store=store)
+    rig.hand_over("pt-first")
+    store.before_save = lambda: rig.hand_over("pt-meanwhile")
+
+    with pytest.raises(RunInProgressError) as caught:
+        rig.hand_over("pt-late")
+
+    assert caught.value.run_id == RUN
+
+
+def test_a_scrub_that_loses_its_race_reads_the_claim_again_and_scrubs_it() -> None:
+    # Given a claim whose first scrub write loses to a handover landing meanwhile
+    store = RacingStore()
+    rig = Rig(store=store)
+    rig.hand_over(rig.ims.mint())
+    meanwhile = rig.ims.mint()
+    store.before_save = lambda: rig.hand_over(meanwhile)
+
+    # When the run ends
+    rig.tokens().end(RUN, "done")
+
+    # Then the claim is scrubbed, and the token handed over meanwhile invalidated too
+    assert rig.claim() == {**SCRUBBED, "ended": "done"}
+    assert meanwhile in rig.ims.invalidated
+
+
+def test_a_roll_or_a_dead_promise_lost_to_another_invocation_names_the_run(rig: Rig) -> None:
+    rig.hand_over(rig.ims.mint())
+    rig.ims.on_exchange.append(lambda: rig.hand_over("pt-written-meanwhile"))
+    with pytest.raises(RunInProgressError) as rolled:
+        rig.tokens().session(RUN).access_token()
+    assert rolled.value.run_id == RUN
+
+    rig.ims.on_exchange[:] = [lambda: rig.hand_over(rig.ims.mint())]
+    with pytest.raises(RunInProgressError) as dead:
+        rig.tokens().session(RUN).access_token()  # the handover meanwhile was never alive
+    assert dead.value.run_id == RUN
+
+
+def test_a_dead_promise_names_its_run(rig: Rig) -> None:
+    rig.hand_over("pt-never-alive")
+
+    with pytest.raises(SweepNeedsReauthError) as caught:
+        rig.tokens().session(RUN).access_token()
+
+    assert caught.value.run_id == RUN
+
+
+def test_ims_unavailable_at_exchange_keeps_the_claim_and_names_the_run(rig: Rig) -> None:
+    rig.hand_over(rig.ims.mint())
+    before = rig.claim()
+
+    def unavailable() -> None:
+        raise ImsUnavailableError()
+
+    rig.ims.on_exchange.append(unavailable)
+    with pytest.raises(SweepImsUnavailableError) as caught:
+        rig.tokens().session(RUN).access_token()
+
+    assert caught.value.run_id == RUN
+    assert rig.outcomes() == ["imsUnavailable"]
+    assert rig.claim() == before
+
+
+def test_a_batch_without_a_handover_invalidates_nothing(rig: Rig) -> None:
+    rig.hand_over(rig.ims.mint())
+    rig.tokens().session(RUN).access_token()
+
+    rig.tokens().session(RUN).access_token()
+
+    assert rig.ims.invalidated == []
+    assert rig.outcomes() == ["exchanged", "exchanged"]
+
+
+def test_an_invalidation_that_raises_is_counted_as_failed(rig: Rig) -> None:
+    rig.hand_over(rig.ims.mint())
+    rig.tokens().session(RUN).access_token()
+
+    def refuse(promise_token: str) -> bool:
+        raise ImsUnavailableError()
+
+    rig.ims.invalidate = refuse  # type: ignore[method-assign]
+    rig.tokens().end(RUN, "done")
+
+    assert rig.outcomes() == ["exchanged", "invalidateFailed"]
+    assert rig.claim() == {**SCRUBBED, "ended": "done"}

@@ -94,10 +94,6 @@ class PromptTiers(_Frozen):
     daily: DimensionUsage
     weekly: DimensionUsage
 
-    def fits(self, more: int) -> bool:
-        """True when ``more`` prompts fit on BOTH tiers (``used + more <= total`` on each)."""
-        return all(tier.used + more <= tier.total for tier in (self.daily, self.weekly))
-
     def tightest(self) -> DimensionUsage:
         """The tier with the fewest free prompts (daily on a tie): what a write meets first."""
         return self.weekly if self.weekly.free < self.daily.free else self.daily
