@@ -21,9 +21,9 @@ from serenity_allocator.application import (
 )
 from serenity_allocator.application.attempt_observer import AttemptObserver
 from serenity_allocator.application.final_receive import (
-    final_receive_outcome,
+    Failure,
+    failure_of,
     skipped_final_receives,
-    terminal_failure,
 )
 from serenity_allocator.application.invocation import Invocation
 from serenity_allocator.domain.errors import (
@@ -32,7 +32,7 @@ from serenity_allocator.domain.errors import (
     UpstreamError,
     WorkspaceBusyError,
 )
-from serenity_allocator.domain.messages import EnsureRequest
+from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from serenity_allocator.domain.model import DEFAULT_BLOCKS
 from serenity_allocator.domain.observations import HeadroomChecked, Rejected, TightPoolFallback
 from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE
@@ -62,6 +62,13 @@ class RecordingReporter:
 
     def flush(self) -> None:
         self.events.append(Flush())
+
+
+def _failed(request: EnsureRequest | ReleaseRequest) -> AllocationOutcome:
+    """A terminal outcome to book: the request's out of time on its final receive."""
+    outcome = failure_of(request, OutOfTimeError(), 1, ims=False, final_receive=True).outcome
+    assert outcome is not None
+    return outcome
 
 
 def _config() -> WorkerConfig:
@@ -220,13 +227,16 @@ ENSURE = EnsureRequest(
         (KeyError("bug"), "failed", "KeyError"),
     ],
 )
-def test_final_receive_outcome_says_what_the_request_ends_with(
+def test_failure_of_says_what_the_request_ends_with_on_its_final_receive(
     error: Exception, status: str, code: str
 ) -> None:
     # Given a request failing on its last receive / When its outcome is made
-    outcome = final_receive_outcome(ENSURE, error, MAX_RECEIVE_COUNT)
+    failure = failure_of(ENSURE, error, MAX_RECEIVE_COUNT, ims=False, final_receive=True)
+    outcome = failure.outcome
 
     # Then it carries its end, and says it ends in the DLQ
+    assert failure.retry is True
+    assert outcome is not None
     assert (outcome.status, outcome.error_code, outcome.receive_count) == (
         status,
         code,
@@ -236,9 +246,13 @@ def test_final_receive_outcome_says_what_the_request_ends_with(
 
 
 @pytest.mark.parametrize("status", [400, 403, 404, 405, 409, 410, 413, 415])
-def test_terminal_failure_completes_on_an_answer_no_retry_fixes(status: int) -> None:
+def test_failure_of_completes_on_an_answer_no_retry_fixes(status: int) -> None:
     # Given an upstream answer a retry cannot fix / Then the request completes as failed
-    outcome = terminal_failure(ENSURE, UpstreamError(status, "no", "read"), 1)
+    failure = failure_of(
+        ENSURE, UpstreamError(status, "no", "read"), 1, ims=False, final_receive=False
+    )
+    outcome = failure.outcome
+    assert failure.retry is False
     assert outcome is not None
     assert (outcome.status, outcome.error_code) == ("failed", f"upstream{status}")
 
@@ -246,9 +260,9 @@ def test_terminal_failure_completes_on_an_answer_no_retry_fixes(status: int) -> 
 @pytest.mark.parametrize(
     "error", [UpstreamError(429, "slow down", "read"), UpstreamError(500, "boom", "read")]
 )
-def test_terminal_failure_leaves_a_retryable_answer_to_the_queue(error: Exception) -> None:
+def test_failure_of_leaves_a_retryable_answer_to_the_queue(error: Exception) -> None:
     # Given an answer a retry may fix / Then there is no terminal outcome yet
-    assert terminal_failure(ENSURE, error, 1) is None
+    assert failure_of(ENSURE, error, 1, ims=False, final_receive=False) == Failure(None, retry=True)
 
 
 def test_skipped_final_receives_get_group_blocked_only_on_their_last_receive() -> None:
@@ -282,7 +296,7 @@ def test_finish_batch_holds_back_a_group_from_its_first_unpublished_outcome() ->
     invocation, reporter = _invocation(inbound, outcomes=RecordingOutcomes(fail_calls=[2]))
     for message in invocation.plan.messages.values():
         assert message.request is not None
-        outcome = final_receive_outcome(message.request, OutOfTimeError(), 1)
+        outcome = _failed(message.request)
         invocation.state.book.record(message.message_id, outcome)
 
     # When the batch finishes with no failure of its own
@@ -301,7 +315,7 @@ def test_finish_batch_fails_the_records_whose_publish_no_longer_fits() -> None:
         [_inbound("m1", "c1")], outcomes=sink, clock=clock, finish_in_s=AWS_CALL_BUDGET_S - 1
     )
     assert invocation.plan.message("m1").request is not None
-    invocation.state.book.record("m1", final_receive_outcome(ENSURE, OutOfTimeError(), 1))
+    invocation.state.book.record("m1", _failed(ENSURE))
 
     # When the batch finishes / Then the record fails at once, and nothing was sent
     assert finish_batch(invocation, []) == ["m1"]
