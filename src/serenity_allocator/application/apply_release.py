@@ -52,7 +52,7 @@ def apply_release(
             gateway,
             request.workspace_id,
             context,
-            floor=request.floor or config.blocks.as_totals(),
+            floor=request.floor,  # None: the rule's own floor, one block of each
             blocks=config.blocks,
             policy=config.release_policy,
             before_transfer=record_intent,

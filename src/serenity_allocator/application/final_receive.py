@@ -1,5 +1,8 @@
 """Failures: which are terminal now, and what a request says on its last receive.
 
+:func:`failure_of` reads a request's failure once, into a :class:`Failure`: the outcome to
+record now, if any, and whether the record comes back.
+
 SQS moves a message to the DLQ once its receive count reaches the redrive policy's
 maxReceiveCount; a request that fails on that receive gets its terminal outcome first, so the
 service that sent it always hears back.
@@ -18,6 +21,7 @@ from ..domain.errors import (
 )
 from ..domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus, ReleaseRequest
 from ..domain.outcomes import build_outcome
+from ..domain.parent_links import ParentMismatchError
 from .batch_plan import BatchMessage
 from .request_credentials import DEAD_LETTERED_REFUSALS, credential_refusal
 
@@ -34,6 +38,9 @@ class Failure:
     retry: bool
     """True: the record fails and SQS redelivers it (or, on its final receive, dead-letters
     it, with :attr:`outcome` recorded first)."""
+    invalid_reason: str | None = None
+    """Set when the failure makes the message invalid: its body goes to the DLQ as invalid,
+    with this reason."""
 
 
 def failure_of(
@@ -46,26 +53,39 @@ def failure_of(
 ) -> Failure:
     """What ``exc`` means for ``request``: one answer, its outcome built in one place.
 
-    Terminal now: a credential refusal (IMS mode only: ``noCredential``/``needsReauth`` end
+    Terminal now: a parent that is not the child's (``invalid``, dead-lettered as an invalid
+    message), a credential refusal (IMS mode only: ``noCredential``/``needsReauth`` end
     ``failed`` and dead-lettered, ``accessDenied`` ends ``rejected``), or an upstream answer no
     retry fixes (``failed``). Anything else comes back; on the final receive it records what
     the request ends with first, dead-lettered.
     """
-    refusal = credential_refusal(exc) if ims else None
-    retry = False
-    status: OutcomeStatus = "failed"
-    code = error_code_of(exc)
-    dead = False
-    if refusal is not None:
-        code, dead = refusal.code, refusal.code in DEAD_LETTERED_REFUSALS
-        status = "failed" if dead else "rejected"
-    elif not (isinstance(exc, UpstreamError) and exc.status in TERMINAL_UPSTREAM_STATUSES):
-        if not final_receive:
-            return Failure(None, retry=True)
-        retry, dead = True, True
-        status, code = _final_receive_status(exc, code)
+    terminal = _terminal_now(exc, ims)
+    if terminal is not None:
+        status, code, dead = terminal
+    elif not final_receive:
+        return Failure(None, retry=True)
+    else:
+        status, code = _final_receive_status(exc, error_code_of(exc))
+        dead = True
     outcome = build_outcome(request, status, receive_count, error_code=code)
-    return Failure(dead_lettered(outcome) if dead else outcome, retry=retry)
+    return Failure(
+        dead_lettered(outcome) if dead else outcome,
+        retry=terminal is None,
+        invalid_reason=str(exc) if isinstance(exc, ParentMismatchError) else None,
+    )
+
+
+def _terminal_now(exc: Exception, ims: bool) -> tuple[OutcomeStatus, str, bool] | None:
+    """(status, code, dead-lettered) of a failure no retry fixes; None when one could."""
+    if isinstance(exc, ParentMismatchError):
+        return "invalid", exc.code, True
+    refusal = credential_refusal(exc) if ims else None
+    if refusal is not None:
+        dead = refusal.code in DEAD_LETTERED_REFUSALS
+        return ("failed" if dead else "rejected"), refusal.code, dead
+    if isinstance(exc, UpstreamError) and exc.status in TERMINAL_UPSTREAM_STATUSES:
+        return "failed", error_code_of(exc), False
+    return None
 
 
 def _final_receive_status(exc: Exception, code: str) -> tuple[OutcomeStatus, str]:

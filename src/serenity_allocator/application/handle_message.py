@@ -38,8 +38,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from ..domain.errors import (
     AllocationError,
     ParkedForReclaimError,
@@ -54,8 +52,6 @@ from ..domain.ledger import (
 )
 from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from ..domain.observations import CredentialOutcome, CredentialOutcomeName
-from ..domain.outcomes import build_outcome
-from ..domain.parent_links import ParentMismatchError
 from ..domain.transfer import TransferContext
 from ..domain.worker_events import (
     Completed,
@@ -67,12 +63,11 @@ from ..domain.worker_events import (
 from .apply_ensure import apply_ensure
 from .apply_release import apply_release
 from .batch_plan import BatchMessage
-from .dead_letter import dead_letter
+from .dead_letter import dead_letter, dead_letter_failed
 from .final_receive import failure_of
 from .invocation import Invocation
 from .outcomes import ReleaseIncompleteError
 from .reclaim import Parked
-from .request_credentials import dead_letter_refused
 from .request_ledger import Apply, FollowFirst, Refuse, Replay
 
 Request = EnsureRequest | ReleaseRequest
@@ -138,8 +133,6 @@ def _terminal_outcome(inv: Invocation, message: BatchMessage) -> AllocationOutco
         )
         if isinstance(decision, Apply):
             return _apply(inv, message, request)
-    except ParentMismatchError as exc:
-        return _refuse_parent(inv, message, request, exc)
     except Exception as exc:
         return _terminal_or_raise(inv, message, request, exc)
     _settle(inv, message, decision)
@@ -187,12 +180,15 @@ def _terminal_or_raise(
     )
     outcome = failure.outcome
     if not failure.retry and outcome is not None:
-        code = outcome.error_code or ""
-        if outcome.dead_lettered and not dead_letter_refused(
-            message, code, sink=inv.ports.dead_letters, deadlines=inv.deadlines
-        ):
-            outcome = outcome.model_copy(update={"dead_lettered": False})  # no DLQ wired
-        metric = _REFUSALS.get(code)
+        outcome = dead_letter_failed(
+            message,
+            outcome,
+            invalid_reason=failure.invalid_reason,
+            sink=inv.ports.dead_letters,
+            deadlines=inv.deadlines,
+            observer=inv.observer,
+        )
+        metric = _REFUSALS.get(outcome.error_code or "")
         if metric is not None:
             inv.observer.record(CredentialOutcome(metric))
         return outcome
@@ -280,21 +276,6 @@ def _apply_as(inv: Invocation, message: BatchMessage, request: Request) -> Alloc
         ports.parked.add(request.request_id)
         raise ParkedForReclaimError()
     return result
-
-
-def _refuse_parent(
-    inv: Invocation, message: BatchMessage, request: Request, exc: ParentMismatchError
-) -> AllocationOutcome:
-    # Invalid like a malformed message (to the DLQ with its reason), but its request id is
-    # real, so its service also hears back: an ``invalid`` outcome, stored and announced.
-    dead_letter(
-        replace(message, invalid_reason=str(exc)),
-        sink=inv.ports.dead_letters,
-        deadlines=inv.deadlines,
-        observer=inv.observer,
-    )
-    outcome = build_outcome(request, "invalid", message.receive_count, error_code=exc.code)
-    return outcome.model_copy(update={"dead_lettered": True})
 
 
 def _finish(

@@ -36,10 +36,9 @@ from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from ..domain.observations import CredentialOutcome
 from ..domain.ports import WorkspaceGateway
 from ..domain.worker_events import CredentialNotScrubbed
-from .batch_plan import BatchMessage
 from .credential_ports import CredentialBroker, CredentialEnd, CredentialSession
 from .deadlines import Deadlines
-from .ports import DeadLetterSink, WorkerObserver
+from .ports import WorkerObserver
 
 Request = EnsureRequest | ReleaseRequest
 
@@ -109,6 +108,7 @@ class RequestCredentials:
         afterwards (the combined transfer is made with it).
         """
         leader = run.requests[0]
+        leaving: list[str] = []
         for message_id, request in list(zip(run.members, run.requests, strict=True))[1:]:
             try:
                 self.act_as(request)
@@ -121,8 +121,12 @@ class RequestCredentials:
                     # Not opened (IMS unavailable, out of time): its own turn does not exchange
                     # the stored token again (a lost answer may have spent it already).
                     self.refused[request.request_id] = exc
+                leaving.append(message_id)
+        try:
+            self.act_as(leader)
+        finally:
+            for message_id in leaving:
                 run.leave(message_id)
-        self.act_as(leader)
 
     def _open(self, request: Request) -> CredentialSession:
         if not self.deadlines.fits_ims_exchange():
@@ -155,26 +159,3 @@ def credential_refusal(exc: Exception) -> AllocationError | None:
     if isinstance(exc, UpstreamError) and exc.status in REFUSED_UPSTREAM_STATUSES:
         return AccessDeniedError()
     return None
-
-
-def dead_letter_refused(
-    message: BatchMessage, reason: str, *, sink: DeadLetterSink | None, deadlines: Deadlines
-) -> bool:
-    """Send a refused request's body, unchanged, to the DLQ with ``reason``; False: no DLQ.
-
-    Raises:
-        OutOfTimeError: The send would not fit; the record comes back (nothing is lost).
-        Whatever the DLQ sender raises: the record fails and comes back.
-    """
-    if sink is None:
-        return False
-    if not deadlines.fits_aws_call():
-        raise OutOfTimeError()
-    sink.send_invalid(
-        message.inbound.body,
-        reason=reason,
-        group_id=message.group_id or None,
-        dedup_id=message.message_id,
-        source_message_id=message.message_id,
-    )
-    return True

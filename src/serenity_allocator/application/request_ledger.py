@@ -146,13 +146,20 @@ class LedgerView:
             LedgerUnavailableError, OutOfTimeError, LedgerRecordUnreadableError: the record
                 was not read (:meth:`check`), or the provisional dead letter not written.
         """
-        if self.conflicts(request) or (
+        bound_elsewhere = self.conflicts(request) or (
             first is not None
             and (first.workspace_id, first.kind) != (request.workspace_id, request.kind)
-        ):
-            return Refuse(
-                build_outcome(request, "rejected", receive_count, error_code=REQUEST_ID_CONFLICT)
-            )
+        )
+        if not bound_elsewhere:
+            return self._admit(request, first, receive_count, final_receive)
+        return Refuse(
+            build_outcome(request, "rejected", receive_count, error_code=REQUEST_ID_CONFLICT)
+        )
+
+    def _admit(
+        self, request: Request, first: Request | None, receive_count: int, final_receive: bool
+    ) -> FollowFirst | Replay | Apply:
+        """The answer for a request whose id is its own."""
         if first is not None:
             return FollowFirst()
         entry = self.entries.get(request.request_id)
