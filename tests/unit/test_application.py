@@ -27,6 +27,9 @@ from serenity_allocator.application.final_receive import (
 )
 from serenity_allocator.application.invocation import Invocation
 from serenity_allocator.domain.errors import (
+    AccessDeniedError,
+    NeedsReauthError,
+    NoCredentialError,
     OutOfTimeError,
     ParkedForReclaimError,
     UpstreamError,
@@ -35,6 +38,7 @@ from serenity_allocator.domain.errors import (
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from serenity_allocator.domain.model import DEFAULT_BLOCKS
 from serenity_allocator.domain.observations import HeadroomChecked, Rejected, TightPoolFallback
+from serenity_allocator.domain.parent_links import ParentMismatchError
 from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE
 from serenity_allocator.domain.worker_events import OutcomesNotPublished, WorkerEvent
 from tests.fakes import FakeClock, InMemoryGateway, RecordingOutcomes, event_name
@@ -263,6 +267,54 @@ def test_failure_of_completes_on_an_answer_no_retry_fixes(status: int) -> None:
 def test_failure_of_leaves_a_retryable_answer_to_the_queue(error: Exception) -> None:
     # Given an answer a retry may fix / Then there is no terminal outcome yet
     assert failure_of(ENSURE, error, 1, ims=False, final_receive=False) == Failure(None, retry=True)
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "code", "dead_lettered"),
+    [
+        (NoCredentialError(), "failed", "noCredential", True),
+        (NeedsReauthError(), "failed", "needsReauth", True),
+        (AccessDeniedError(), "rejected", "accessDenied", None),
+        (UpstreamError(403, "forbidden", "read"), "rejected", "accessDenied", None),
+    ],
+)
+def test_failure_of_ends_a_credential_refusal_in_ims_mode(
+    error: Exception, status: str, code: str, dead_lettered: bool | None
+) -> None:
+    # Given a request its user's credential refuses (IMS mode), on an early receive
+    failure = failure_of(ENSURE, error, 1, ims=True, final_receive=False)
+
+    # Then it ends now: a missing or dead promise in the DLQ, a denied user rejected
+    outcome = failure.outcome
+    assert failure.retry is False
+    assert outcome is not None
+    assert (outcome.status, outcome.error_code, outcome.dead_lettered) == (
+        status,
+        code,
+        dead_lettered,
+    )
+    assert failure.invalid_reason is None
+
+
+def test_failure_of_a_terminal_upstream_answer_is_not_dead_lettered() -> None:
+    # Given an upstream answer no retry fixes / Then it completes, and not in the DLQ
+    failure = failure_of(
+        ENSURE, UpstreamError(404, "gone", "read"), 1, ims=False, final_receive=True
+    )
+    assert failure.outcome is not None
+    assert (failure.retry, failure.outcome.dead_lettered) == (False, None)
+
+
+def test_failure_of_a_parent_mismatch_makes_the_message_invalid() -> None:
+    # Given an ensure whose parent is not its child's
+    error = ParentMismatchError()
+    failure = failure_of(ENSURE, error, 2, ims=True, final_receive=False)
+
+    # Then it ends now as invalid, in the DLQ as an invalid message with the error's text
+    assert failure.outcome is not None
+    assert (failure.outcome.status, failure.outcome.error_code) == ("invalid", "parentMismatch")
+    assert (failure.outcome.dead_lettered, failure.retry) == (True, False)
+    assert failure.invalid_reason == str(error)
 
 
 def test_skipped_final_receives_get_group_blocked_only_on_their_last_receive() -> None:

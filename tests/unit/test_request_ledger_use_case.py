@@ -326,6 +326,17 @@ def test_mark_final_receive_then_completing_replaces_the_provisional_record() ->
     assert (ledger.entries["req-1"].state, ledger.entries["req-1"].provisional) == ("final", False)
 
 
+def test_mark_final_receive_with_no_time_left_to_apply_writes_nothing() -> None:
+    # Given a view past its applying deadline (the finishing one still ahead)
+    ledger = InMemoryRequestLedger()
+    view = LedgerView(ledger, FINISH_ONLY)
+
+    # When a final receive begins, Then it fails before writing its provisional dead letter
+    with pytest.raises(OutOfTimeError):
+        mark_final_receive(view, RELEASE, 5)
+    assert (ledger.writes, ledger.entries) == (0, {})
+
+
 def test_mark_final_receive_without_a_ledger_does_nothing() -> None:
     # Given no ledger
     view = LedgerView()
@@ -358,7 +369,7 @@ def test_record_transfer_intent_writes_it_and_keeps_it_in_the_view() -> None:
     assert view.entries["req-1"] == LedgerEntry(
         request_id="req-1", state="intent", intent=intent, **BOUND
     )
-    assert view.intent("req-1") == intent
+    assert view.entries["req-1"].intent == intent
 
 
 def test_record_transfer_intent_beside_a_dead_letter_keeps_the_terminal_view_entry() -> None:
@@ -467,3 +478,33 @@ def test_landed_is_none_when_the_transfer_did_not_land() -> None:
 
     # Then nothing is replayed: the release is applied again
     assert (not_landed, noop, none) == (None, None, None)
+
+
+def test_apply_release_of_an_unused_child_with_no_floor_requires_decommission() -> None:
+    # Given an unused child and a release that asks for no floor (a transfer to 0 is ignored)
+    view = _view(InMemoryRequestLedger())
+    request = RELEASE.model_copy(update={"floor": Totals()})
+
+    # When the release is applied
+    outcome = apply_release(
+        request,
+        1,
+        config=WorkerConfig(
+            dynamic_allocation=True,
+            blocks=DEFAULT_BLOCKS,
+            max_receive_count=5,
+            ensure_policy=FAIL_FAST,
+            release_policy=SETTLE,
+        ),
+        gateway=_child_at(TARGET),
+        ledger=view,
+        context=TransferContext(clock=lambda: 0.0, sleep=lambda _s: None),
+    )
+
+    # Then it says so, with the child's totals unchanged, and records no intent
+    assert (outcome.status, outcome.totals_before, outcome.totals_after) == (
+        "requires-decommission",
+        TARGET,
+        TARGET,
+    )
+    assert view.entries == {}

@@ -9,14 +9,20 @@ child. The outcome is built in one place, at the end.
 from __future__ import annotations
 
 from ..domain.messages import AllocationOutcome, OutcomeStatus, ReleaseRequest
-from ..domain.model import Totals
 from ..domain.outcomes import build_outcome
 from ..domain.ports import WorkspaceGateway
-from ..domain.release import ReleasePlan, release_surplus
+from ..domain.release import ReleaseOutcome, ReleasePlan, release_surplus
 from ..domain.transfer import TransferContext
 from .invocation import WorkerConfig
 from .outcomes import ReleaseIncompleteError
 from .request_ledger import LedgerView, record_transfer_intent
+
+_STATUSES: dict[ReleaseOutcome, OutcomeStatus] = {
+    "released": "released",
+    "nothing-to-release": "nothing-to-release",
+    "requires-decommission": "requires-decommission",
+}
+"""The outcome status of each result a release the worker ran can end with (not an error)."""
 
 
 def apply_release(
@@ -41,8 +47,6 @@ def apply_release(
         record_transfer_intent(ledger, request, plan.before, plan.target)
 
     status: OutcomeStatus
-    before: Totals | None
-    after: Totals | None
     landed = ledger.landed(request, gateway)
     if landed is not None:
         # Not counted again in ReleaseOutcome: the delivery that transferred counted it.
@@ -57,12 +61,10 @@ def apply_release(
             policy=config.release_policy,
             before_transfer=record_intent,
         )
-        plan = result.plan
         if result.outcome == "error":
             raise ReleaseIncompleteError(result.error_code or "error")
-        if result.outcome == "dry-run":  # the worker never previews; kept total for mypy
-            raise AssertionError("release worker must not run dry")
-        status = result.outcome
-        before = plan.before if plan else None
-        after = plan.target if plan and result.outcome == "released" else before
+        # A release that lowers nothing keeps its target equal to its before, so the totals
+        # after are the plan's target whatever the outcome.
+        status = _STATUSES[result.outcome]  # a dry run is never asked for: not in the table
+        before, after = result.plan.before, result.plan.target
     return build_outcome(request, status, receive_count, before=before, after=after)

@@ -196,11 +196,6 @@ class LedgerView:
                 kept.add(request.request_id)
         return frozenset(kept)
 
-    def intent(self, request_id: str) -> ReleaseIntent | None:
-        """A release's intent recorded by an earlier delivery, if any."""
-        entry = self.entries.get(request_id)
-        return None if entry is None else entry.intent
-
     def store(self, outcome: AllocationOutcome) -> AllocationOutcome | None:
         """Store a terminal outcome once (see :func:`store_terminal`)."""
         return store_terminal(self, outcome)

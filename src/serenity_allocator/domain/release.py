@@ -56,7 +56,8 @@ class ReleaseResult(FrozenResult):
     """What one release did (or, in a dry run, would do)."""
 
     outcome: ReleaseOutcome
-    plan: ReleasePlan | None = None
+    plan: ReleasePlan
+    """The plan it read (every release, previewed or not, plans from one read first)."""
     error_code: str | None = None
     attempts: int = 0
 
