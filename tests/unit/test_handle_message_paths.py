@@ -18,6 +18,9 @@ from serenity_allocator.application import (
     handle_message,
     start_batch,
 )
+from serenity_allocator.application.batch_plan import BatchMessage
+from serenity_allocator.application.dead_letter import InvalidMessageError, dead_letter
+from serenity_allocator.application.deadlines import Deadlines
 from serenity_allocator.application.invocation import Invocation
 from serenity_allocator.domain.errors import (
     AccessDeniedError,
@@ -30,7 +33,12 @@ from serenity_allocator.domain.model import DEFAULT_BLOCKS, Totals
 from serenity_allocator.domain.observations import CredentialOutcome
 from serenity_allocator.domain.outcomes import build_outcome
 from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE
-from serenity_allocator.domain.worker_events import Completed, LedgerEvent, WorkerEvent
+from serenity_allocator.domain.worker_events import (
+    Completed,
+    InvalidMessage,
+    LedgerEvent,
+    WorkerEvent,
+)
 from tests.fakes import READ_RESOURCES, FakeClock, InMemoryGateway, RecordingDeadLetters
 from tests.unit.ledger_fake import InMemoryRequestLedger
 from tests.unit.test_allocator_credentials import FakeBroker
@@ -200,9 +208,13 @@ def test_a_member_refused_at_admission_leaves_the_run_and_its_failure_splits_not
     invocation, _ = _batch([_ensure("m1"), _ensure("m2"), _ensure("m3")], broker=broker)
     run = invocation.plan.runs["m1"]
 
-    # When the leader is served, Then the refused member left the run before the call
+    # When the leader is served, Then the refused member left the run before the call,
+    # and the combined call served the two that stayed
     handle_message(invocation, "m1")
     assert run.members == ["m1", "m3"]
+    [(_, leader)] = invocation.state.book.entries
+    assert (leader.status, leader.coalesced) == ("hot-path", 2)
+    assert run.result is not None
 
     # When the member's own turn fails, Then the run the others share stays whole
     with pytest.raises(ImsUnavailableError):
@@ -232,3 +244,34 @@ def test_a_dead_letter_the_ledger_cannot_take_still_ends_the_credential() -> Non
     # Then its record is still scrubbed (the promise is dead)
     assert invocation.state.book.entries == []
     assert broker.scrubbed == ["req-m1"]
+
+
+# ==== dead letters ==========================================================================
+
+
+def _invalid(reason: str | None) -> BatchMessage:
+    return BatchMessage(InboundMessage("m1", "c1", "{oops"), None, invalid_reason=reason)
+
+
+def test_an_invalid_message_without_its_reason_is_dead_lettered_as_invalid() -> None:
+    # Given an invalid record that names no reason / When it is dead-lettered
+    sink = RecordingDeadLetters()
+    events = Events()
+    dead_letter(_invalid(None), sink=sink, deadlines=_deadlines(), observer=events)
+
+    # Then it goes with the generic reason, unchanged, and is counted under it
+    [sent] = sink.sent
+    assert (sent.body, sent.reason, sent.dedup_id) == ("{oops", "invalid message", "m1")
+    assert events.events == [InvalidMessage("invalid message")]
+
+
+def test_an_invalid_message_without_a_dlq_fails_with_its_reason() -> None:
+    # Given no DLQ wired / When an invalid record is dead-lettered, Then its record fails
+    with pytest.raises(InvalidMessageError) as failed:
+        dead_letter(_invalid("kind: unknown"), sink=None, deadlines=_deadlines(), observer=Events())
+    assert str(failed.value) == "kind: unknown"
+
+
+def _deadlines() -> Deadlines:
+    clock = FakeClock()
+    return Deadlines(clock=clock, applying=clock() + 10.0, finishing=clock() + 20.0, aws_call_s=1.0)

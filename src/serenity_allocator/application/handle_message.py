@@ -201,9 +201,8 @@ def _terminal_or_raise(
         if inv.state.credentials is not None:
             inv.state.credentials.keep(request.request_id)  # the rolled token stays stored
         raise exc
-    # Terminal outcome now; SQS's redrive then moves the message to the DLQ. The park ends
-    # before the store is tried (a store that fails still ends it).
-    inv.ports.parked.discard(request.request_id)
+    # Terminal outcome now (dead-lettered: a store that fails drops it, never raises); SQS's
+    # redrive then moves the message to the DLQ.
     _finish(inv, message, outcome, completed=False)
     raise exc
 
