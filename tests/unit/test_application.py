@@ -23,20 +23,24 @@ from serenity_allocator.application import (
 from serenity_allocator.application.attempt_observer import AttemptObserver
 from serenity_allocator.application.deadlines import Deadlines
 from serenity_allocator.application.final_receive import (
-    final_receive_outcome,
+    Failure,
+    failure_of,
     skipped_final_receives,
-    terminal_failure,
 )
 from serenity_allocator.application.invocation import Invocation
 from serenity_allocator.domain.errors import (
+    AccessDeniedError,
+    NeedsReauthError,
+    NoCredentialError,
     OutOfTimeError,
     ParkedForReclaimError,
     UpstreamError,
     WorkspaceBusyError,
 )
-from serenity_allocator.domain.messages import EnsureRequest
+from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from serenity_allocator.domain.model import DEFAULT_BLOCKS
 from serenity_allocator.domain.observations import HeadroomChecked, Rejected, TightPoolFallback
+from serenity_allocator.domain.parent_links import ParentMismatchError
 from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE
 from serenity_allocator.domain.worker_events import OutcomesNotPublished, WorkerEvent
 from tests.fakes import FakeClock, InMemoryGateway, RecordingOutcomes, event_name
@@ -64,6 +68,13 @@ class RecordingReporter:
 
     def flush(self) -> None:
         self.events.append(Flush())
+
+
+def _failed(request: EnsureRequest | ReleaseRequest) -> AllocationOutcome:
+    """A terminal outcome to book: the request's out of time on its final receive."""
+    outcome = failure_of(request, OutOfTimeError(), 1, ims=False, final_receive=True).outcome
+    assert outcome is not None
+    return outcome
 
 
 def _config() -> WorkerConfig:
@@ -254,13 +265,16 @@ ENSURE = EnsureRequest(
         (KeyError("bug"), "failed", "KeyError"),
     ],
 )
-def test_final_receive_outcome_says_what_the_request_ends_with(
+def test_failure_of_says_what_the_request_ends_with_on_its_final_receive(
     error: Exception, status: str, code: str
 ) -> None:
     # Given a request failing on its last receive / When its outcome is made
-    outcome = final_receive_outcome(ENSURE, error, MAX_RECEIVE_COUNT)
+    failure = failure_of(ENSURE, error, MAX_RECEIVE_COUNT, ims=False, final_receive=True)
+    outcome = failure.outcome
 
     # Then it carries its end, and says it ends in the DLQ
+    assert failure.retry is True
+    assert outcome is not None
     assert (outcome.status, outcome.error_code, outcome.receive_count) == (
         status,
         code,
@@ -270,9 +284,13 @@ def test_final_receive_outcome_says_what_the_request_ends_with(
 
 
 @pytest.mark.parametrize("status", [400, 403, 404, 405, 409, 410, 413, 415])
-def test_terminal_failure_completes_on_an_answer_no_retry_fixes(status: int) -> None:
+def test_failure_of_completes_on_an_answer_no_retry_fixes(status: int) -> None:
     # Given an upstream answer a retry cannot fix / Then the request completes as failed
-    outcome = terminal_failure(ENSURE, UpstreamError(status, "no", "read"), 1)
+    failure = failure_of(
+        ENSURE, UpstreamError(status, "no", "read"), 1, ims=False, final_receive=False
+    )
+    outcome = failure.outcome
+    assert failure.retry is False
     assert outcome is not None
     assert (outcome.status, outcome.error_code) == ("failed", f"upstream{status}")
 
@@ -280,9 +298,57 @@ def test_terminal_failure_completes_on_an_answer_no_retry_fixes(status: int) -> 
 @pytest.mark.parametrize(
     "error", [UpstreamError(429, "slow down", "read"), UpstreamError(500, "boom", "read")]
 )
-def test_terminal_failure_leaves_a_retryable_answer_to_the_queue(error: Exception) -> None:
+def test_failure_of_leaves_a_retryable_answer_to_the_queue(error: Exception) -> None:
     # Given an answer a retry may fix / Then there is no terminal outcome yet
-    assert terminal_failure(ENSURE, error, 1) is None
+    assert failure_of(ENSURE, error, 1, ims=False, final_receive=False) == Failure(None, retry=True)
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "code", "dead_lettered"),
+    [
+        (NoCredentialError(), "failed", "noCredential", True),
+        (NeedsReauthError(), "failed", "needsReauth", True),
+        (AccessDeniedError(), "rejected", "accessDenied", None),
+        (UpstreamError(403, "forbidden", "read"), "rejected", "accessDenied", None),
+    ],
+)
+def test_failure_of_ends_a_credential_refusal_in_ims_mode(
+    error: Exception, status: str, code: str, dead_lettered: bool | None
+) -> None:
+    # Given a request its user's credential refuses (IMS mode), on an early receive
+    failure = failure_of(ENSURE, error, 1, ims=True, final_receive=False)
+
+    # Then it ends now: a missing or dead promise in the DLQ, a denied user rejected
+    outcome = failure.outcome
+    assert failure.retry is False
+    assert outcome is not None
+    assert (outcome.status, outcome.error_code, outcome.dead_lettered) == (
+        status,
+        code,
+        dead_lettered,
+    )
+    assert failure.invalid_reason is None
+
+
+def test_failure_of_a_terminal_upstream_answer_is_not_dead_lettered() -> None:
+    # Given an upstream answer no retry fixes / Then it completes, and not in the DLQ
+    failure = failure_of(
+        ENSURE, UpstreamError(404, "gone", "read"), 1, ims=False, final_receive=True
+    )
+    assert failure.outcome is not None
+    assert (failure.retry, failure.outcome.dead_lettered) == (False, None)
+
+
+def test_failure_of_a_parent_mismatch_makes_the_message_invalid() -> None:
+    # Given an ensure whose parent is not its child's
+    error = ParentMismatchError()
+    failure = failure_of(ENSURE, error, 2, ims=True, final_receive=False)
+
+    # Then it ends now as invalid, in the DLQ as an invalid message with the error's text
+    assert failure.outcome is not None
+    assert (failure.outcome.status, failure.outcome.error_code) == ("invalid", "parentMismatch")
+    assert (failure.outcome.dead_lettered, failure.retry) == (True, False)
+    assert failure.invalid_reason == str(error)
 
 
 def test_skipped_final_receives_get_group_blocked_only_on_their_last_receive() -> None:
@@ -316,7 +382,7 @@ def test_finish_batch_holds_back_a_group_from_its_first_unpublished_outcome() ->
     invocation, reporter = _invocation(inbound, outcomes=RecordingOutcomes(fail_calls=[2]))
     for message in invocation.plan.messages.values():
         assert message.request is not None
-        outcome = final_receive_outcome(message.request, OutOfTimeError(), 1)
+        outcome = _failed(message.request)
         invocation.state.book.record(message.message_id, outcome)
 
     # When the batch finishes with no failure of its own
@@ -335,7 +401,7 @@ def test_finish_batch_fails_the_records_whose_publish_no_longer_fits() -> None:
         [_inbound("m1", "c1")], outcomes=sink, clock=clock, finish_in_s=AWS_CALL_BUDGET_S - 1
     )
     assert invocation.plan.message("m1").request is not None
-    invocation.state.book.record("m1", final_receive_outcome(ENSURE, OutOfTimeError(), 1))
+    invocation.state.book.record("m1", _failed(ENSURE))
 
     # When the batch finishes / Then the record fails at once, and nothing was sent
     assert finish_batch(invocation, []) == ["m1"]

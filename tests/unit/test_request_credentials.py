@@ -13,15 +13,23 @@ import pytest
 
 from serenity_allocator.application.credential_ports import CredentialEnd
 from serenity_allocator.application.deadlines import Deadlines
-from serenity_allocator.application.request_credentials import RequestCredentials
+from serenity_allocator.application.request_credentials import (
+    RequestCredentials,
+    credential_refusal,
+)
 from serenity_allocator.domain.coalescing import EnsureRun
 from serenity_allocator.domain.errors import (
+    AccessDeniedError,
     CredentialStoreUnavailableError,
     ImsUnavailableError,
+    NoCredentialError,
     OutOfTimeError,
+    UpstreamError,
 )
-from serenity_allocator.domain.messages import EnsureRequest
-from serenity_allocator.domain.worker_events import WorkerEvent
+from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest
+from serenity_allocator.domain.observations import CredentialOutcome
+from serenity_allocator.domain.outcomes import build_outcome
+from serenity_allocator.domain.worker_events import CredentialNotScrubbed, WorkerEvent
 from tests.fakes import FakeClock
 
 IMS_CALL_S = 5.0
@@ -176,3 +184,153 @@ def test_a_member_whose_session_failed_at_admission_is_not_exchanged_again_at_it
     credentials.act_as(_ensure("r-3"))
     assert broker.opened == ["r-1", "r-2", "r-3"]
     assert broker.bound[-1] == "r-3"
+
+
+# ==== what a session's life reports =========================================================
+
+
+@dataclass
+class EndingBroker(FakeBroker):
+    """Also records how each request ended, and answers with ``answer``."""
+
+    answer: CredentialEnd = field(default_factory=lambda: CredentialEnd(True))
+    ended: list[tuple[str, str | None, object | None]] = field(default_factory=list)
+    scrubbed: list[str] = field(default_factory=list)
+
+    def end(
+        self, request_id: str, workspace_id: str | None, session: object | None
+    ) -> CredentialEnd:
+        self.ended.append((request_id, workspace_id, session))
+        return self.answer
+
+    def scrub(self, request_id: str) -> CredentialEnd:
+        self.scrubbed.append(request_id)
+        return self.answer
+
+
+def _ending(
+    clock: FakeClock, applying_in_s: float = 60.0, answer: CredentialEnd | None = None
+) -> tuple[RequestCredentials, EndingBroker, Events]:
+    deadlines = Deadlines(
+        clock=clock,
+        applying=clock() + applying_in_s,
+        finishing=clock() + applying_in_s + 2 * AWS_CALL_S,
+        aws_call_s=AWS_CALL_S,
+        ims_call_s=IMS_CALL_S,
+    )
+    broker = EndingBroker(clock, answer=answer or CredentialEnd(True))
+    events = Events()
+    return RequestCredentials(broker, events, deadlines), broker, events  # type: ignore[arg-type]
+
+
+def _outcome(request_id: str, error_code: str | None = None) -> AllocationOutcome:
+    return build_outcome(_ensure(request_id), "hot-path", 1, error_code=error_code)
+
+
+def test_a_session_opened_is_counted_exchanged_and_opened_for_its_child() -> None:
+    credentials, broker, events = _ending(FakeClock())
+    opened: list[tuple[str, str]] = []
+    broker_open = broker.open
+
+    def open_recording(request_id: str, workspace_id: str) -> Session:
+        opened.append((request_id, workspace_id))
+        return broker_open(request_id, workspace_id)
+
+    broker.open = open_recording  # type: ignore[method-assign]
+    credentials.act_as(_ensure("r-1"))
+    assert opened == [("r-1", "c1")]
+    assert events.events == [CredentialOutcome("exchanged")]
+
+
+def test_an_exchange_ims_cannot_answer_is_counted_and_raised() -> None:
+    credentials, broker, events = _ending(FakeClock())
+    broker.failing["r-1"] = ImsUnavailableError()
+    with pytest.raises(ImsUnavailableError):
+        credentials.act_as(_ensure("r-1"))
+    assert events.events == [CredentialOutcome("imsUnavailable")]
+    assert "r-1" not in credentials.sessions
+
+
+def test_keep_forgets_the_batchs_session_only() -> None:
+    credentials, _, _ = _ending(FakeClock())
+    credentials.act_as(_ensure("r-1"))
+    credentials.act_as(_ensure("r-2"))
+    credentials.keep("r-1")
+    credentials.keep("r-unknown")  # nothing to forget: no error
+    assert list(credentials.sessions) == ["r-2"]
+
+
+def test_end_invalidates_with_the_requests_child_and_session() -> None:
+    credentials, broker, events = _ending(FakeClock())
+    credentials.act_as(_ensure("r-1"))
+    credentials.refused["r-1"] = AccessDeniedError()
+    credentials.end(_outcome("r-1"))
+    assert broker.ended == [("r-1", "c1", Session("r-1"))]
+    assert (credentials.sessions, credentials.refused) == ({}, {})
+    assert events.events == [CredentialOutcome("exchanged")]
+
+
+def test_end_with_no_time_left_reports_the_record_not_scrubbed() -> None:
+    clock = FakeClock()
+    credentials, broker, events = _ending(clock, applying_in_s=0.5)
+    credentials.refused["r-1"] = AccessDeniedError()
+    clock.now += 10.0
+    credentials.end(_outcome("r-1"))
+    assert (broker.ended, broker.scrubbed, credentials.refused) == ([], [], {})
+    assert events.events == [CredentialNotScrubbed("r-1", OutOfTimeError.code)]
+
+
+def test_end_reports_an_unconfirmed_invalidation_and_a_failed_scrub() -> None:
+    credentials, _, events = _ending(FakeClock(), answer=CredentialEnd(False, "Throttling"))
+    credentials.end(_outcome("r-1"))
+    assert events.events == [
+        CredentialOutcome("invalidateFailed", reason="notConfirmed"),
+        CredentialNotScrubbed("r-1", "Throttling"),
+    ]
+
+
+def test_end_reports_nothing_when_invalidated_and_scrubbed() -> None:
+    credentials, _, events = _ending(FakeClock(), answer=CredentialEnd(True))
+    credentials.end(_outcome("r-1"))
+    assert events.events == []
+
+
+def test_a_member_whose_own_user_is_denied_at_admission_is_refused_at_its_turn() -> None:
+    # Given a run whose second member's user may not read the child
+    credentials, _, _ = _ending(FakeClock())
+    run = EnsureRun(["m-1", "m-2"], [_ensure("r-1"), _ensure("r-2")])
+    credentials.act_as(run.requests[0])
+
+    class DeniesSecond(Readable):
+        def read_resources(self, workspace_id: str) -> object:
+            super().read_resources(workspace_id)
+            if len(self.reads) == 1:
+                raise UpstreamError(403, "forbidden", "read")
+            return object()
+
+    gateway = DeniesSecond()
+
+    # When the leader's turn admits it
+    credentials.admit(run, gateway)  # type: ignore[arg-type]
+
+    # Then it read its own child, left the run, and its turn ends denied
+    assert gateway.reads == ["c1"]
+    assert run.members == ["m-1"]
+    with pytest.raises(AccessDeniedError):
+        credentials.act_as(_ensure("r-2"))
+
+
+@pytest.mark.parametrize(
+    ("error", "refused"),
+    [
+        (UpstreamError(401, "unauthorized", "read"), True),
+        (UpstreamError(403, "forbidden", "read"), True),
+        (UpstreamError(500, "boom", "read"), False),
+        (NoCredentialError(), True),
+        (ImsUnavailableError(), False),
+    ],
+)
+def test_credential_refusal_tells_a_refusal_from_a_transient_failure(
+    error: Exception, refused: bool
+) -> None:
+    assert (credential_refusal(error) is not None) is refused

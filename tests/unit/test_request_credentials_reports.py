@@ -11,10 +11,8 @@ import pytest
 
 from serenity_allocator.application.batch_plan import BatchMessage, InboundMessage
 from serenity_allocator.application.credential_ports import CredentialEnd
-from serenity_allocator.application.request_credentials import (
-    dead_letter_refused,
-    refused_outcome,
-)
+from serenity_allocator.application.dead_letter import dead_letter_failed
+from serenity_allocator.application.final_receive import Failure, failure_of
 from serenity_allocator.domain.coalescing import EnsureRun
 from serenity_allocator.domain.errors import (
     AccessDeniedError,
@@ -26,7 +24,7 @@ from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.observations import CredentialOutcome
 from serenity_allocator.domain.outcomes import build_outcome
 from serenity_allocator.domain.worker_events import CredentialNotScrubbed
-from tests.fakes import FakeClock
+from tests.fakes import FakeClock, RecordingObserver
 from tests.unit.test_request_credentials import FakeBroker, Readable, _credentials, _ensure
 
 
@@ -188,20 +186,23 @@ def test_a_session_is_opened_for_the_requests_own_child() -> None:
     assert broker.ends == [("open", "r-1", "c7")]
 
 
+def _failure(exc: Exception, receive_count: int) -> Failure:
+    return failure_of(_ensure("r-1"), exc, receive_count, ims=True, final_receive=False)
+
+
 def test_refused_outcome_rejects_a_403_or_401_and_ignores_other_statuses() -> None:
     request = _ensure("r-1")
 
-    denied = refused_outcome(request, UpstreamError(401, "no", "read"), 3)
+    denied = _failure(UpstreamError(401, "no", "read"), 3)
 
-    assert denied == build_outcome(request, "rejected", 3, error_code="accessDenied")
-    assert refused_outcome(request, UpstreamError(500, "down", "read"), 3) is None
-    assert refused_outcome(request, KeyError("bug"), 3) is None
+    assert denied.outcome == build_outcome(request, "rejected", 3, error_code="accessDenied")
+    assert denied.retry is False
+    assert _failure(UpstreamError(500, "down", "read"), 3) == Failure(None, retry=True)
+    assert _failure(KeyError("bug"), 3) == Failure(None, retry=True)
 
 
 def test_refused_outcome_fails_a_missing_promise_as_dead_lettered() -> None:
-    request = _ensure("r-1")
-
-    outcome = refused_outcome(request, NoCredentialError(), 2)
+    outcome = _failure(NoCredentialError(), 2).outcome
 
     assert outcome is not None
     assert (outcome.status, outcome.error_code, outcome.dead_lettered) == (
@@ -228,7 +229,19 @@ def test_a_refused_request_is_dead_lettered_as_it_came(
     message = BatchMessage(InboundMessage("msg-1", group_id, '{"raw": 1}'), _ensure("r-1"))
     sink = Sink()
 
-    assert dead_letter_refused(message, "noCredential", sink=sink, deadlines=deadlines) is True
+    refused = _failure(NoCredentialError(), 1).outcome
+    assert refused is not None
+
+    sent = dead_letter_failed(
+        message,
+        refused,
+        invalid_reason=None,
+        sink=sink,
+        deadlines=deadlines,
+        observer=RecordingObserver(),
+    )
+
+    assert sent.dead_lettered is True
 
     assert sink.sent == [
         (

@@ -6,6 +6,9 @@ from typing import Any
 
 import pytest
 
+from serenity_allocator.application.apply_release import apply_release
+from serenity_allocator.application.invocation import WorkerConfig
+from serenity_allocator.application.ledger_decisions import Replay
 from serenity_allocator.application.request_ledger import (
     FINAL_RECEIVE_UNFINISHED,
     LedgerDeadlines,
@@ -13,7 +16,6 @@ from serenity_allocator.application.request_ledger import (
     mark_final_receive,
     read_ledger,
     record_transfer_intent,
-    replay_release,
     store_terminal,
 )
 from serenity_allocator.domain.errors import OutOfTimeError
@@ -24,7 +26,9 @@ from serenity_allocator.domain.ledger import (
     ReleaseIntent,
 )
 from serenity_allocator.domain.messages import AllocationOutcome, ReleaseRequest
-from serenity_allocator.domain.model import Totals
+from serenity_allocator.domain.model import DEFAULT_BLOCKS, Totals
+from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE, TransferContext
+from tests.fakes import InMemoryGateway
 from tests.unit.ledger_fake import InMemoryRequestLedger
 
 BEFORE = Totals(projects=3, prompts=500)
@@ -130,10 +134,16 @@ def test_ledger_view_replays_only_a_final_outcome() -> None:
 
     # When the batch asks which requests to replay
     view = read_ledger(ledger, ["req-final", "req-intent", "req-dead", "req-new"])
-    replays = [
-        view.replay(RELEASE.model_copy(update={"request_id": rid}))
+    decisions = [
+        view.decide(
+            RELEASE.model_copy(update={"request_id": rid}),
+            first=None,
+            receive_count=1,
+            final_receive=False,
+        )
         for rid in ("req-final", "req-intent", "req-dead", "req-new")
     ]
+    replays = [d.outcome if isinstance(d, Replay) else None for d in decisions]
 
     # Then only the final outcome is replayed, exactly as stored
     assert replays == [final, None, None, None]
@@ -316,6 +326,17 @@ def test_mark_final_receive_then_completing_replaces_the_provisional_record() ->
     assert (ledger.entries["req-1"].state, ledger.entries["req-1"].provisional) == ("final", False)
 
 
+def test_mark_final_receive_with_no_time_left_to_apply_writes_nothing() -> None:
+    # Given a view past its applying deadline (the finishing one still ahead)
+    ledger = InMemoryRequestLedger()
+    view = LedgerView(ledger, FINISH_ONLY)
+
+    # When a final receive begins, Then it fails before writing its provisional dead letter
+    with pytest.raises(OutOfTimeError):
+        mark_final_receive(view, RELEASE, 5)
+    assert (ledger.writes, ledger.entries) == (0, {})
+
+
 def test_mark_final_receive_without_a_ledger_does_nothing() -> None:
     # Given no ledger
     view = LedgerView()
@@ -325,7 +346,8 @@ def test_mark_final_receive_without_a_ledger_does_nothing() -> None:
 
     # Then no provisional record is kept, and the receive's own outcome is what completes it
     assert view.entries == {}
-    assert view.replay(RELEASE) is None
+    decision = view.decide(RELEASE, first=None, receive_count=5, final_receive=False)
+    assert not isinstance(decision, Replay)
     assert store_terminal(view, _outcome(receive_count=5)) == _outcome(receive_count=5)
     assert view.entries == {}
 
@@ -347,7 +369,7 @@ def test_record_transfer_intent_writes_it_and_keeps_it_in_the_view() -> None:
     assert view.entries["req-1"] == LedgerEntry(
         request_id="req-1", state="intent", intent=intent, **BOUND
     )
-    assert view.intent("req-1") == intent
+    assert view.entries["req-1"].intent == intent
 
 
 def test_record_transfer_intent_beside_a_dead_letter_keeps_the_terminal_view_entry() -> None:
@@ -395,6 +417,13 @@ def test_record_transfer_intent_without_a_ledger_does_nothing() -> None:
     assert view.entries == {}
 
 
+def _child_at(totals: Totals) -> InMemoryGateway:
+    gateway = InMemoryGateway()
+    gateway.add_master("master-1", total=Totals(projects=50, prompts=10_000))
+    gateway.add_child("child-1", "master-1", total=totals)
+    return gateway
+
+
 def test_request_ledger_release_replay_after_a_partial_application_reports_true_totals() -> None:
     # Given a delivery that recorded its intent, transferred, and died before storing
     ledger = InMemoryRequestLedger()
@@ -402,13 +431,26 @@ def test_request_ledger_release_replay_after_a_partial_application_reports_true_
 
     # When the redelivery reads the lowered child and replays
     view = _view(ledger)
-    template = _outcome("nothing-to-release", receive_count=2, totals_before=TARGET)
-    replayed = replay_release(view, RELEASE, TARGET, template)
-    assert replayed is not None
+    replayed = apply_release(
+        RELEASE,
+        2,
+        config=WorkerConfig(
+            dynamic_allocation=True,
+            blocks=DEFAULT_BLOCKS,
+            max_receive_count=5,
+            ensure_policy=FAIL_FAST,
+            release_policy=SETTLE,
+        ),
+        gateway=_child_at(TARGET),
+        ledger=view,
+        context=TransferContext(clock=lambda: 0.0, sleep=lambda _s: None),
+    )
     held = store_terminal(view, replayed)
 
     # Then it reports released with the recorded before and after, stored once
-    expected = _outcome("released", receive_count=2, totals_before=BEFORE, totals_after=TARGET)
+    expected = _outcome(
+        "released", receive_count=2, totals_before=BEFORE, totals_after=TARGET, source="service"
+    )
     assert replayed == expected
     assert held == expected
     intent = ReleaseIntent(before=BEFORE, target=TARGET)
@@ -420,7 +462,7 @@ def test_request_ledger_release_replay_after_a_partial_application_reports_true_
     )
 
 
-def test_replay_release_applies_again_when_the_transfer_did_not_land() -> None:
+def test_landed_is_none_when_the_transfer_did_not_land() -> None:
     # Given recorded intents, one a no-op (target equals before)
     ledger = InMemoryRequestLedger()
     record_transfer_intent(_view(ledger), RELEASE, BEFORE, TARGET)
@@ -428,16 +470,41 @@ def test_replay_release_applies_again_when_the_transfer_did_not_land() -> None:
         _view(ledger), RELEASE.model_copy(update={"request_id": "req-noop"}), BEFORE, BEFORE
     )
     view = _view(ledger, "req-1", "req-noop", "req-none")
-    template = _outcome("nothing-to-release")
 
     # When the child does not hold the target, the intent is a no-op, or there is no intent
-    not_landed = replay_release(view, RELEASE, BEFORE, template)
-    noop = replay_release(
-        view, RELEASE.model_copy(update={"request_id": "req-noop"}), BEFORE, template
-    )
-    none = replay_release(
-        view, RELEASE.model_copy(update={"request_id": "req-none"}), TARGET, template
-    )
+    not_landed = view.landed(RELEASE, _child_at(BEFORE))
+    noop = view.landed(RELEASE.model_copy(update={"request_id": "req-noop"}), _child_at(BEFORE))
+    none = view.landed(RELEASE.model_copy(update={"request_id": "req-none"}), _child_at(TARGET))
 
     # Then nothing is replayed: the release is applied again
     assert (not_landed, noop, none) == (None, None, None)
+
+
+def test_apply_release_of_an_unused_child_with_no_floor_requires_decommission() -> None:
+    # Given an unused child and a release that asks for no floor (a transfer to 0 is ignored)
+    view = _view(InMemoryRequestLedger())
+    request = RELEASE.model_copy(update={"floor": Totals()})
+
+    # When the release is applied
+    outcome = apply_release(
+        request,
+        1,
+        config=WorkerConfig(
+            dynamic_allocation=True,
+            blocks=DEFAULT_BLOCKS,
+            max_receive_count=5,
+            ensure_policy=FAIL_FAST,
+            release_policy=SETTLE,
+        ),
+        gateway=_child_at(TARGET),
+        ledger=view,
+        context=TransferContext(clock=lambda: 0.0, sleep=lambda _s: None),
+    )
+
+    # Then it says so, with the child's totals unchanged, and records no intent
+    assert (outcome.status, outcome.totals_before, outcome.totals_after) == (
+        "requires-decommission",
+        TARGET,
+        TARGET,
+    )
+    assert view.entries == {}

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from serenity_allocator.application.ledger_decisions import Apply, LedgerDecision, Replay
 from serenity_allocator.application.outcomes import OutcomeBook
 from serenity_allocator.application.request_ledger import (
     LedgerDeadlines,
@@ -280,6 +281,13 @@ def _refusal() -> AllocationOutcome:
     return _outcome(error_code="needsReauth", receive_count=2, dead_lettered=True)
 
 
+def _decide(ledger: InMemoryRequestLedger, message_id: str) -> LedgerDecision:
+    """What a first copy of req-1's ensure, delivered as ``message_id``, is told to do."""
+    return read_ledger(ledger, ["req-1"]).decide(
+        _ensure_request(), message_id=message_id, first=None, receive_count=2, final_receive=False
+    )
+
+
 def test_outcome_book_binds_a_completing_dead_letter_to_its_message_and_replays_only_it() -> None:
     # Given a dead letter the worker sent itself, recorded as its record completes
     ledger = InMemoryRequestLedger()
@@ -288,13 +296,13 @@ def test_outcome_book_binds_a_completing_dead_letter_to_its_message_and_replays_
     [entry] = read_ledger(ledger, ["req-1"]).entries.values()
 
     # When the batches that follow look it up: the same message again, and another one
-    same = read_ledger(ledger, ["req-1"]).replay(_ensure_request(), "m-1")
-    other = read_ledger(ledger, ["req-1"]).replay(_ensure_request(), "m-2")
+    same = _decide(ledger, "m-1")
+    other = _decide(ledger, "m-2")
 
     # Then the record is bound to m-1: m-1 replays the stored outcome, m-2 (a redrive) applies
     assert (entry.state, entry.source_message_id) == ("deadLettered", "m-1")
-    assert same == held == _refusal()
-    assert other is None
+    assert same == Replay(_refusal()) and held == _refusal()
+    assert other == Apply()
 
 
 def test_a_redrive_of_a_bound_dead_letter_supersedes_it_and_clears_the_binding() -> None:
@@ -327,7 +335,7 @@ def test_dead_letters_sqs_redrives_are_never_bound_to_a_message() -> None:
     # When the same message id comes back / Then neither is replayed: both are applied
     assert (failed.state, failed.source_message_id) == ("deadLettered", None)
     assert (provisional.provisional, provisional.source_message_id) == (True, None)
-    assert read_ledger(ledger, ["req-1"]).replay(_ensure_request(), "m-1") is None
+    assert _decide(ledger, "m-1") == Apply()
     assert not provisional.is_replayed_for("m-1")
 
 

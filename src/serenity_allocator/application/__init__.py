@@ -12,12 +12,14 @@ One module per use case:
 - :mod:`.apply_ensure`: apply an ensure, alone or as one combined top-up for a run.
 - :mod:`.reclaim`: park an ensure the pool cannot cover, enqueueing sibling releases.
 - :mod:`.apply_release`: apply a release under the settle policy.
-- :mod:`.dead_letter`: move an invalid record to the DLQ with its reason.
+- :mod:`.dead_letter`: move an invalid record, or a request that failed for good into the DLQ,
+  to the DLQ with its reason.
 - :mod:`.request_credentials`: a request's user authority (IMS mode): exchange first, bind,
   admit coalesced members by their own users, invalidate and scrub at the end (ports:
   :mod:`.credential_ports`).
-- :mod:`.final_receive`: which failures are terminal, and what a request says on its last
-  receive (also when it was skipped behind its failed group).
+- :mod:`.final_receive`: what a failure means, read once (:func:`.failure_of`): terminal
+  now, or retried, and what a request says on its last receive (also when it was skipped
+  behind its failed group).
 - :mod:`.finish_batch`: publish the outcomes and pool warnings, flush the metrics, fail what
   could not be announced.
 - :mod:`.attempt_observer`: verdict events (rejections, tight-pool fallback results) count
@@ -44,11 +46,14 @@ outcome first when this is its final receive). The ledger sits at these points a
 else:
 
 1. Before applying: the batch's request ids are read once (``start_batch``); in
-   ``handle_message`` a request with a final record is replayed (its stored outcome announced
-   again, unchanged) and not applied; a final receive leaves a provisional dead letter first.
+   ``handle_message`` one call (:meth:`.LedgerView.decide`) answers with a decision value: a
+   request whose id is bound elsewhere is refused, a later copy follows the first, a request
+   with a final record is replayed (its stored outcome announced again, unchanged) and not
+   applied; a final receive leaves a provisional dead letter first.
 2. Inside a release (``apply_release``) and a top-up (``apply_ensure``): the intent (before,
    target) is recorded just before the transfer, so a later delivery whose child is at the
-   target reports what was done even when the terminal store failed.
+   target (:meth:`.LedgerView.landed`, one answer for both) reports what was done even when
+   the terminal store failed.
 3. When terminal (:meth:`.OutcomeBook.record`): every terminal outcome of the invocation enters
    through this one method (a completed request, a final receive, a skipped final receive), and
    the ledger stores it there, once, before it is announced.

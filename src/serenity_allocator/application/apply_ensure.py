@@ -24,7 +24,6 @@ from ..domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus
 from ..domain.model import Totals
 from ..domain.outcomes import build_outcome
 from ..domain.pool_watch import PoolLowWarning
-from ..domain.ports import WorkspaceGateway
 from ..domain.transfer import TransferContext
 from ..domain.worker_events import Coalesced, DisabledNoop, Reclaim
 from .attempt_observer import AttemptObserver
@@ -54,39 +53,47 @@ def apply_ensure(
 
     ``request`` is the message's request; ``run`` the coalesced run it belongs to (None: it
     stands alone). With a request ledger, the top-up's intent (totals before, target) is
-    recorded for every request it serves just before its transfer; a redelivery that finds the
-    child at its recorded target reports the top-up it made (before a store failed or the
+    recorded for every request it serves just before its transfer; a redelivery whose recorded
+    top-up landed (:meth:`.LedgerView.landed`) reports it (made before a store failed or the
     function died), never ``hot-path``. In IMS mode (``credentials``) a run's leader first
     admits only the members whose own users can read the child; one that left is applied alone.
+    The outcome is built in one place, at the end.
     """
     receive_count = message.receive_count
-    if not config.dynamic_allocation:
+    if config.dynamic_allocation:
+        ensurer = _Ensurer(
+            config, ports, observer, deadlines, pool_warnings, ledger, receive_count, credentials
+        )
+        ended = ensurer.ensure(message.message_id, request, run)
+    else:
         observer.record(DisabledNoop())
-        return build_outcome(request, "disabled", receive_count)
-    combined = _combined_run(run, message.message_id)
-    # A member behind a leader that stood is served by it; the intent the leader just recorded
-    # for it is that same top-up, not an earlier delivery's.
-    landed = (
-        None if _served_by_leader(combined) else _landed_earlier(request, ports.gateway, ledger)
+        ended = _Ended("disabled")
+    if isinstance(ended, Parked):
+        return ended
+    status, result = ended.status, ended.result
+    if result is not None and result.topped_up and request.request_id in ports.parked:
+        observer.record(Reclaim("served"))
+        status = "topped-up-after-reclaim"
+    return build_outcome(
+        request,
+        status,
+        receive_count,
+        error_code=ended.error_code,
+        before=result.before if result is not None else None,
+        after=result.after if result is not None else None,
+        coalesced=ended.coalesced,
     )
-    if landed is not None:
-        # Not counted again in HeadroomCheck: the delivery that transferred counted it.
-        return _served(request, receive_count, landed, 1, ports.parked, observer)
-    ensurer = _Ensurer(
-        config, ports, observer, deadlines, pool_warnings, ledger, receive_count, credentials
-    )
-    try:
-        if combined is not None:
-            result = ensurer.apply_run(combined, message.message_id, request)
-        else:
-            result = ensurer.apply_one(request)
-    except (BrandAiLimitError, OrgPoolExhaustedError, TieredPromptsError) as exc:
-        return build_outcome(request, "rejected", receive_count, error_code=exc.code)
-    if isinstance(result, Parked):
-        return result
-    # Re-read split: a leader whose combined call was refused was served on its own.
-    coalesced = len(combined.members) if combined is not None and combined.combined else 1
-    return _served(request, receive_count, result, coalesced, ports.parked, observer)
+
+
+@dataclass(frozen=True)
+class _Ended:
+    """How one ensure ended, short of its outcome: a status, with what served it, if anything."""
+
+    status: OutcomeStatus
+    error_code: str | None = None
+    result: EnsureResult | None = None
+    coalesced: int = 1
+    """Requests the call that served this one covered (1: its own call)."""
 
 
 def _combined_run(run: EnsureRun | None, message_id: str) -> EnsureRun | None:
@@ -99,45 +106,6 @@ def _combined_run(run: EnsureRun | None, message_id: str) -> EnsureRun | None:
 def _served_by_leader(run: EnsureRun | None) -> bool:
     """True for a run whose leader's combined call already stood (its members share it)."""
     return run is not None and run.result is not None
-
-
-def _landed_earlier(
-    request: EnsureRequest, gateway: WorkspaceGateway, ledger: LedgerView
-) -> EnsureResult | None:
-    """The top-up an earlier delivery recorded and made, or None when it must be applied.
-
-    Only an ensure with a recorded intent pays this extra read. The child holding exactly the
-    recorded target means the intent's transfer landed (FIFO order per child: no other
-    mutation of this child runs in between), as for a release's intent.
-    """
-    intent = ledger.intent(request.request_id)
-    if intent is None or intent.target == intent.before:
-        return None
-    if gateway.read_resources(request.workspace_id).totals() != intent.target:
-        return None
-    return EnsureResult(outcome="topped-up", before=intent.before, after=intent.target)
-
-
-def _served(
-    request: EnsureRequest,
-    receive_count: int,
-    result: EnsureResult,
-    coalesced: int,
-    parked: set[str],
-    observer: WorkerObserver,
-) -> AllocationOutcome:
-    status: OutcomeStatus = result.outcome
-    if result.topped_up and request.request_id in parked:
-        observer.record(Reclaim("served"))
-        status = "topped-up-after-reclaim"
-    return build_outcome(
-        request,
-        status,
-        receive_count,
-        before=result.before,
-        after=result.after,
-        coalesced=coalesced,
-    )
 
 
 @dataclass
@@ -153,20 +121,52 @@ class _Ensurer:
     receive_count: int
     credentials: RequestCredentials | None = None
 
-    def apply_run(
-        self, run: EnsureRun, message_id: str, request: EnsureRequest
+    def ensure(
+        self, message_id: str, request: EnsureRequest, run: EnsureRun | None
+    ) -> _Ended | Parked:
+        """How the ensure of ``request`` (in ``run``, if coalesced) ended, or :class:`.Parked`."""
+        combined = _combined_run(run, message_id)
+        # A member behind a leader that stood is served by it; the intent the leader just
+        # recorded for it is that same top-up, not an earlier delivery's.
+        landed = (
+            None if _served_by_leader(combined) else self.ledger.landed(request, self.ports.gateway)
+        )
+        if landed is not None:
+            # Not counted again in HeadroomCheck: the delivery that transferred counted it.
+            served = EnsureResult(outcome="topped-up", before=landed.before, after=landed.target)
+            return _Ended(served.outcome, result=served)
+        try:
+            result = self._apply(combined, message_id, request)
+        except (BrandAiLimitError, OrgPoolExhaustedError, TieredPromptsError) as exc:
+            return _Ended("rejected", error_code=exc.code)
+        if isinstance(result, Parked):
+            return result
+        # Re-read split: a leader whose combined call was refused was served on its own.
+        coalesced = len(combined.members) if combined is not None and combined.combined else 1
+        return _Ended(result.outcome, result=result, coalesced=coalesced)
+
+    def _apply(
+        self, run: EnsureRun | None, message_id: str, request: EnsureRequest
     ) -> EnsureResult | Parked:
-        if message_id != run.leader:
-            # The leader's combined call already covered this request (a failed leader fails
-            # the rest of its group before we get here: skip_group_on_error).
-            if run.result is None:
-                raise AssertionError("a run member was handled before its leader's result")
-            return run.result
+        if run is not None:
+            if message_id != run.leader:
+                # The leader's combined call already covered this request (a failed leader
+                # fails the rest of its group before we get here: skip_group_on_error).
+                if run.result is None:
+                    raise AssertionError("a run member was handled before its leader's result")
+                return run.result
+            combined = self._apply_combined(run, request)
+            if combined is not None:
+                return combined
+        return self.apply_one(request)
+
+    def _apply_combined(self, run: EnsureRun, request: EnsureRequest) -> EnsureResult | None:
+        """The leader's one call for the whole run; None when the run split (apply it alone)."""
         if self.credentials is not None:
             # Each member's own user must reach the child before it joins the combined call.
             self.credentials.admit(run, self.ports.gateway)
             if not run.combined:
-                return self.apply_one(request)
+                return None
         attempt = self._attempt_observer()
         try:
             result = self._call(
@@ -180,7 +180,7 @@ class _Ensurer:
             # the sum); each request may on its own. No request received this refusal.
             attempt.discard()
             run.split_up()
-            return self.apply_one(request)
+            return None
         except Exception:
             # Any other failure is the members' too: keep what it recorded (a busy rejection is
             # real), and if it completes the leader (a terminal upstream answer), let the

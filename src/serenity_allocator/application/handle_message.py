@@ -5,22 +5,24 @@
    when its request id can be read, its ``invalid`` outcome is stored and announced too.
 3. A second record of the batch with an earlier record's request id is not applied: it
    completes with the first (no outcome of its own), or fails with it.
-4. The request ledger (:mod:`.request_ledger`), read once for the batch: a request whose id is
-   bound to another workspace or kind (in the ledger or earlier in the batch) is refused,
-   ``rejected / requestIdConflict``, nothing applied; a request with a final record, or with
-   a dead letter this same message sent itself (a redelivery after a crash, ADR 0020; an
-   invalid message's too), is replayed (its stored outcome published again, identical) and
-   not applied or dead-lettered again; one whose record could not be read (unreadable, or
-   unanswered under throttling) fails alone.
-5. On a final receive, a provisional dead letter goes to the ledger first, so a crash from
-   here on still leaves the request a terminal record.
+4. The request ledger (:mod:`.request_ledger`), read once for the batch, answers in one call
+   (:meth:`.LedgerView.decide`) what happens before applying: a request whose id is bound to
+   another workspace or kind (in the ledger or earlier in the batch) is refused,
+   ``rejected / requestIdConflict``, nothing applied; a later copy follows the first; a
+   request with a final record, or with a dead letter this same message sent itself (a
+   redelivery after a crash, ADR 0020; an invalid message's too), is replayed (its stored
+   outcome published again, identical) and not applied or dead-lettered again; one whose
+   record could not be read (unreadable, or unanswered under throttling) fails alone.
+5. On a final receive, a provisional dead letter goes to the ledger first (in that same
+   call), so a crash from here on still leaves the request a terminal record.
 6. Apply: an ensure (:mod:`.apply_ensure`) or a release (:mod:`.apply_release`). An ensure
    that needs a top-up first checks its parent against the upstream (:class:`.ParentLinks`):
    a parent that is not the child's real parent makes the message invalid (to the DLQ with
    reason ``parentMismatch``, outcome ``invalid``), before any transfer, reclaim or
    unmetered shortcut.
-7. A terminal result, or a failure a retry cannot fix (:mod:`.final_receive`), completes the
-   record through :func:`_finish`; a failure a retry could fix raises, so Powertools fails the
+7. A terminal result, or a failure a retry cannot fix (:func:`.failure_of`, one answer per
+   failure), completes the record through :func:`_finish`, the one place a record's outcome is
+   recorded; a failure a retry could fix raises, so Powertools fails the
    record and SQS redelivers it, after recording the terminal outcome when this is the final
    receive. An ensure parked for sibling reclaim comes back as a value (:class:`.Parked`) and
    is failed here, the one place a record is failed on purpose. Why each record failed is
@@ -37,11 +39,8 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from ..domain.errors import (
     AllocationError,
-    OutOfTimeError,
     ParkedForReclaimError,
     UpstreamError,
     error_code_of,
@@ -54,8 +53,6 @@ from ..domain.ledger import (
 )
 from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from ..domain.observations import CredentialOutcome, CredentialOutcomeName
-from ..domain.outcomes import build_outcome
-from ..domain.parent_links import ParentMismatchError
 from ..domain.transfer import TransferContext
 from ..domain.worker_events import (
     Completed,
@@ -67,19 +64,31 @@ from ..domain.worker_events import (
 from .apply_ensure import apply_ensure
 from .apply_release import apply_release
 from .batch_plan import BatchMessage
-from .dead_letter import dead_letter
-from .final_receive import final_receive_outcome, terminal_failure
+from .dead_letter import dead_letter, dead_letter_failed
+from .final_receive import failure_of
 from .invocation import Invocation
+from .ledger_decisions import Apply, FollowFirst, Refuse, Replay
 from .outcomes import ReleaseIncompleteError
 from .reclaim import Parked
-from .request_credentials import dead_letter_refused, refused_outcome
-from .request_ledger import mark_final_receive, replay_invalid
+from .request_ledger import replay_invalid
+
+Request = EnsureRequest | ReleaseRequest
 
 _REFUSALS: dict[str, CredentialOutcomeName] = {
     "noCredential": "noCredential",
     "needsReauth": "needsReauth",
     "accessDenied": "accessDenied",
 }
+_EXPECTED_FAILURES = (
+    AllocationError
+    | ReleaseIncompleteError
+    | UpstreamError
+    | LedgerUnavailableError
+    | LedgerConflictError
+    | LedgerRecordUnreadableError
+    | RequestIdConflictError
+)
+"""Failures the worker expects now and then (``WillRetry``'s ``expected``); others are bugs."""
 
 
 class DuplicateRequestError(Exception):
@@ -99,71 +108,110 @@ def handle_message(inv: Invocation, message_id: str) -> None:
 
 
 def _handle(inv: Invocation, message: BatchMessage) -> None:
-    request = message.request
     _report_start(inv, message)
+    outcome = _terminal_outcome(inv, message)
+    if outcome is not None:
+        _finish(inv, message, outcome)
+
+
+def _terminal_outcome(inv: Invocation, message: BatchMessage) -> AllocationOutcome | None:
+    """The outcome the record ends with, to record; None when nothing is left to record.
+
+    Raises when the record must fail (a retry could fix it, or a later copy waits for its first).
+    """
+    request = message.request
     if request is None:
         replayed = replay_invalid(inv.state.ledger, message.invalid_outcome, message.message_id)
-        if replayed is not None:
-            _replay(inv, message, replayed)
-            return
-        _dead_letter(inv, message)
-        if message.invalid_outcome is not None:
-            _finish(inv, message, message.invalid_outcome)
-        return
-    if _is_bound_elsewhere(inv, message, request):
-        _refuse_request_id(inv, message, request)
-        return
-    if message.duplicate_of is not None:
-        _follow_first_copy(inv, message.duplicate_of)
-        inv.observer.record(LedgerEvent("duplicate"))
-        return
-    replayed = inv.state.ledger.replay(request, message.message_id)
-    if replayed is not None:
-        _replay(inv, message, replayed)
-        return
+        if replayed is not None:  # this very message was dead-lettered before a crash
+            _settle(inv, message, Replay(replayed))
+            return None
+        dead_letter(
+            message, sink=inv.ports.dead_letters, deadlines=inv.deadlines, observer=inv.observer
+        )
+        return message.invalid_outcome
+    first = inv.plan.message(message.duplicate_of).request if message.duplicate_of else None
     try:
-        inv.state.ledger.check(request.request_id)
-        _mark_final_receive(inv, message, request)
-        outcome = _apply(inv, message, request)
-    except ParentMismatchError as exc:
-        _refuse_parent(inv, message, request, exc)
-        return
+        decision = inv.state.ledger.decide(
+            request,
+            message_id=message.message_id,
+            first=first,
+            receive_count=message.receive_count,
+            final_receive=inv.config.is_final_receive(message.receive_count),
+        )
+        if isinstance(decision, Apply):
+            return _apply(inv, message, request)
     except Exception as exc:
-        outcome = _terminal_or_raise(inv, message, request, exc)
-    _finish(inv, message, outcome)
+        return _terminal_or_raise(inv, message, request, exc)
+    _settle(inv, message, decision)
+    return None
+
+
+def _settle(
+    inv: Invocation, message: BatchMessage, decision: Refuse | Replay | FollowFirst
+) -> None:
+    """Complete a record the ledger settled: nothing applied, nothing stored."""
+    match decision:
+        case Refuse(outcome):
+            # Nothing of the other request told: this request's own ids and a code. Not stored
+            # either (the id's record is the other request's), so it is booked as already held,
+            # and the other request's credential is not ended.
+            inv.state.book.record(message.message_id, outcome, replayed=True)
+            inv.observer.record(Completed(outcome))
+            inv.observer.record(LedgerEvent("requestIdConflict"))
+        case Replay(outcome):
+            inv.state.book.record(message.message_id, outcome, replayed=True)
+            inv.observer.record(LedgerEvent("replayed"))
+            if inv.state.credentials is not None:
+                inv.state.credentials.end(outcome)  # terminal: the promise is ended too
+        case FollowFirst():
+            # One request, two records: the first one's outcome is the request's. Complete
+            # with it when it has one; otherwise fail, so this copy comes back with it (never
+            # applied twice).
+            first_id = message.duplicate_of
+            if not any(message_id == first_id for message_id, _ in inv.state.book.entries):
+                raise DuplicateRequestError(first_id)
+            inv.observer.record(LedgerEvent("duplicate"))
 
 
 def _terminal_or_raise(
-    inv: Invocation, message: BatchMessage, request: EnsureRequest | ReleaseRequest, exc: Exception
+    inv: Invocation, message: BatchMessage, request: Request, exc: Exception
 ) -> AllocationOutcome:
     """The terminal outcome ``exc`` means now; re-raises it when a retry could fix it."""
-    refused = (
-        refused_outcome(request, exc, message.receive_count)
-        if inv.state.credentials is not None
-        else None
+    final_receive = inv.config.is_final_receive(message.receive_count)
+    failure = failure_of(
+        request,
+        exc,
+        message.receive_count,
+        ims=inv.state.credentials is not None,
+        final_receive=final_receive,
     )
-    if refused is not None:
-        code = refused.error_code or ""
-        if refused.dead_lettered and not dead_letter_refused(
-            message, code, sink=inv.ports.dead_letters, deadlines=inv.deadlines
-        ):
-            refused = refused.model_copy(update={"dead_lettered": False})  # no DLQ wired
-        metric = _REFUSALS.get(code)
+    outcome = failure.outcome
+    if not failure.retry and outcome is not None:
+        outcome = dead_letter_failed(
+            message,
+            outcome,
+            invalid_reason=failure.invalid_reason,
+            sink=inv.ports.dead_letters,
+            deadlines=inv.deadlines,
+            observer=inv.observer,
+        )
+        metric = _REFUSALS.get(outcome.error_code or "")
         if metric is not None:
             inv.observer.record(CredentialOutcome(metric))
-        return refused
-    terminal = terminal_failure(request, exc, message.receive_count)
-    if terminal is None:
-        _note_retry(inv, message, request, exc)
+        return outcome
+    inv.observer.record(
+        WillRetry(error_code_of(exc), final_receive, isinstance(exc, _EXPECTED_FAILURES), exc)
+    )
+    if isinstance(exc, LedgerRecordUnreadableError):
+        inv.observer.record(LedgerEvent("unreadable"))
+    if outcome is None:
+        if inv.state.credentials is not None:
+            inv.state.credentials.keep(request.request_id)  # the rolled token stays stored
         raise exc
-    return terminal
-
-
-def _replay(inv: Invocation, message: BatchMessage, replayed: AllocationOutcome) -> None:
-    # Published again as stored; nothing applied or dead-lettered again.
-    inv.state.book.record(message.message_id, replayed, replayed=True)
-    inv.observer.record(LedgerEvent("replayed"))
-    _end_credential(inv, replayed)
+    # Terminal outcome now (dead-lettered: a store that fails drops it, never raises); SQS's
+    # redrive then moves the message to the DLQ.
+    _finish(inv, message, outcome, completed=False)
+    raise exc
 
 
 def _report_start(inv: Invocation, message: BatchMessage) -> None:
@@ -182,26 +230,7 @@ def _report_start(inv: Invocation, message: BatchMessage) -> None:
         inv.observer.record(QueueLag(max(0.0, inv.ports.wall_clock_ms() - sent)))
 
 
-def _dead_letter(inv: Invocation, message: BatchMessage) -> None:
-    dead_letter(
-        message, sink=inv.ports.dead_letters, deadlines=inv.deadlines, observer=inv.observer
-    )
-
-
-def _mark_final_receive(
-    inv: Invocation, message: BatchMessage, request: EnsureRequest | ReleaseRequest
-) -> None:
-    # A provisional dead letter first, so a crash from here on still leaves a terminal record.
-    if inv.state.ledger.ledger is None or not inv.config.is_final_receive(message.receive_count):
-        return
-    if not inv.deadlines.fits_aws_call():
-        raise OutOfTimeError()
-    mark_final_receive(inv.state.ledger, request, message.receive_count)
-
-
-def _apply(
-    inv: Invocation, message: BatchMessage, request: EnsureRequest | ReleaseRequest
-) -> AllocationOutcome:
+def _apply(inv: Invocation, message: BatchMessage, request: Request) -> AllocationOutcome:
     """The request's terminal outcome; a parked ensure fails its record here (it comes back)."""
     credentials = inv.state.credentials
     no_call = isinstance(request, EnsureRequest) and not inv.config.dynamic_allocation
@@ -220,9 +249,7 @@ def _apply(
         credentials.step_aside()
 
 
-def _apply_as(
-    inv: Invocation, message: BatchMessage, request: EnsureRequest | ReleaseRequest
-) -> AllocationOutcome:
+def _apply_as(inv: Invocation, message: BatchMessage, request: Request) -> AllocationOutcome:
     ports = inv.ports
     if isinstance(request, ReleaseRequest):
         return apply_release(
@@ -257,113 +284,25 @@ def _apply_as(
     return result
 
 
-def _finish(inv: Invocation, message: BatchMessage, outcome: AllocationOutcome) -> None:
-    """The request's terminal outcome: stored once in the ledger, then reported."""
-    held = inv.state.book.record(message.message_id, outcome, completes=True)
-    _forget_park(inv, outcome.request_id)
-    if held is not None:
-        inv.observer.record(Completed(held))
-        _report_ledger(inv, held)
-    _end_credential(inv, held or outcome)
-
-
-def _end_credential(inv: Invocation, outcome: AllocationOutcome) -> None:
-    # Terminal, whatever the status: the user's promise is invalidated and scrubbed.
-    if inv.state.credentials is not None:
-        inv.state.credentials.end(outcome)
-
-
-def _refuse_parent(
-    inv: Invocation,
-    message: BatchMessage,
-    request: EnsureRequest | ReleaseRequest,
-    exc: ParentMismatchError,
+def _finish(
+    inv: Invocation, message: BatchMessage, outcome: AllocationOutcome, *, completed: bool = True
 ) -> None:
-    # Invalid like a malformed message (to the DLQ with its reason), but its request id is
-    # real, so its service also hears back: an ``invalid`` outcome, stored and announced.
-    _dead_letter(inv, replace(message, invalid_reason=str(exc)))
-    outcome = build_outcome(request, "invalid", message.receive_count, error_code=exc.code)
-    _finish(inv, message, outcome.model_copy(update={"dead_lettered": True}))
+    """Record the request's terminal outcome: stored once in the ledger, then reported.
 
-
-def _is_bound_elsewhere(
-    inv: Invocation, message: BatchMessage, request: EnsureRequest | ReleaseRequest
-) -> bool:
-    # The id belongs to another workspace or kind: in the ledger, or to an earlier record of
-    # this batch.
-    if inv.state.ledger.conflicts(request):
-        return True
-    first = inv.plan.message(message.duplicate_of).request if message.duplicate_of else None
-    return first is not None and (first.workspace_id, first.kind) != (
-        request.workspace_id,
-        request.kind,
-    )
-
-
-def _refuse_request_id(
-    inv: Invocation, message: BatchMessage, request: EnsureRequest | ReleaseRequest
-) -> None:
-    # Nothing applied and nothing of the other request told: this request's own ids and a
-    # code. Not stored either (the id's record is the other request's), so it is booked as
-    # already held.
-    outcome = build_outcome(
-        request, "rejected", message.receive_count, error_code=RequestIdConflictError.code
-    )
-    inv.state.book.record(message.message_id, outcome, replayed=True)
-    inv.observer.record(Completed(outcome))
-    inv.observer.record(LedgerEvent("requestIdConflict"))
-
-
-def _follow_first_copy(inv: Invocation, first_message_id: str) -> None:
-    # One request, two records: the first one's outcome is the request's. Complete with it
-    # when it has one; otherwise fail, so this copy comes back with it (never applied twice).
-    if not any(message_id == first_message_id for message_id, _ in inv.state.book.entries):
-        raise DuplicateRequestError(first_message_id)
-
-
-def _report_ledger(inv: Invocation, outcome: AllocationOutcome | None) -> None:
-    if outcome is None or inv.state.ledger.ledger is None:
-        return
-    if outcome.dead_lettered:
-        inv.observer.record(LedgerEvent("deadLettered"))
-    elif outcome.supersedes is not None:
-        inv.observer.record(LedgerEvent("superseded"))
-
-
-def _forget_park(inv: Invocation, request_id: str) -> None:
+    ``completed=False`` for a final receive's outcome as its record fails (not ``Completed``).
+    """
+    held = inv.state.book.record(message.message_id, outcome, completes=completed)
     # Any terminal outcome ends a park, not only a served one: otherwise a warm container keeps
     # every rejected id forever (and would label a later request reusing that idempotency key
     # as served after reclaim).
-    inv.ports.parked.discard(request_id)
-
-
-def _note_retry(
-    inv: Invocation,
-    message: BatchMessage,
-    request: EnsureRequest | ReleaseRequest,
-    exc: Exception,
-) -> None:
-    final_receive = inv.config.is_final_receive(message.receive_count)
-    expected = isinstance(
-        exc,
-        AllocationError
-        | ReleaseIncompleteError
-        | UpstreamError
-        | LedgerUnavailableError
-        | LedgerConflictError
-        | LedgerRecordUnreadableError
-        | RequestIdConflictError,
-    )
-    inv.observer.record(WillRetry(error_code_of(exc), final_receive, expected, exc))
-    if isinstance(exc, LedgerRecordUnreadableError):
-        inv.observer.record(LedgerEvent("unreadable"))
-    if not final_receive:
-        if inv.state.credentials is not None:
-            inv.state.credentials.keep(request.request_id)  # the rolled token stays stored
-        return
-    # Terminal outcome now; SQS's redrive then moves the message to the DLQ.
-    _forget_park(inv, request.request_id)
-    outcome = final_receive_outcome(request, exc, message.receive_count)
-    held = inv.state.book.record(message.message_id, outcome)
-    _report_ledger(inv, held)
-    _end_credential(inv, held or outcome)
+    inv.ports.parked.discard(outcome.request_id)
+    if held is not None:
+        if completed:
+            inv.observer.record(Completed(held))
+        if inv.state.ledger.ledger is not None and held.dead_lettered:
+            inv.observer.record(LedgerEvent("deadLettered"))
+        elif inv.state.ledger.ledger is not None and held.supersedes is not None:
+            inv.observer.record(LedgerEvent("superseded"))
+    if inv.state.credentials is not None:
+        # Terminal, whatever the status: the user's promise is invalidated and scrubbed.
+        inv.state.credentials.end(held or outcome)

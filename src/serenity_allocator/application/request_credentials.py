@@ -34,20 +34,18 @@ from ..domain.errors import (
 )
 from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from ..domain.observations import CredentialOutcome
-from ..domain.outcomes import build_outcome
 from ..domain.ports import WorkspaceGateway
 from ..domain.worker_events import CredentialNotScrubbed
-from .batch_plan import BatchMessage
 from .credential_ports import CredentialBroker, CredentialEnd, CredentialSession
 from .deadlines import Deadlines
-from .ports import DeadLetterSink, WorkerObserver
+from .ports import WorkerObserver
 
 Request = EnsureRequest | ReleaseRequest
 
 REFUSED_UPSTREAM_STATUSES = frozenset({401, 403})
 """Semrush answers that mean "this user cannot reach this workspace" with a fresh token (the
 client re-exchanges once after a 401 before it raises one)."""
-_DEAD_LETTERED = frozenset({NoCredentialError.code, NeedsReauthError.code})
+DEAD_LETTERED_REFUSALS = frozenset({NoCredentialError.code, NeedsReauthError.code})
 """Refusals that go to the DLQ with their reason: a human re-mints, then redrives."""
 
 
@@ -97,7 +95,7 @@ class RequestCredentials:
             # Never outlive the function for a cleanup: the record expires with its TTL.
             self.observer.record(CredentialNotScrubbed(request_id, OutOfTimeError.code))
             return
-        if outcome.error_code in _DEAD_LETTERED or not invalidate:
+        if outcome.error_code in DEAD_LETTERED_REFUSALS or not invalidate:
             ended = self.broker.scrub(request_id)  # the promise is dead or was never usable
         else:
             ended = self.broker.end(request_id, outcome.workspace_id, session)
@@ -110,20 +108,25 @@ class RequestCredentials:
         afterwards (the combined transfer is made with it).
         """
         leader = run.requests[0]
+        leaving: list[str] = []
         for message_id, request in list(zip(run.members, run.requests, strict=True))[1:]:
             try:
                 self.act_as(request)
                 gateway.read_resources(request.workspace_id)
             except Exception as exc:
-                refusal = _refusal_of(exc)
+                refusal = credential_refusal(exc)
                 if refusal is not None:
                     self.refused[request.request_id] = refusal
                 elif request.request_id not in self.sessions:
                     # Not opened (IMS unavailable, out of time): its own turn does not exchange
                     # the stored token again (a lost answer may have spent it already).
                     self.refused[request.request_id] = exc
+                leaving.append(message_id)
+        try:
+            self.act_as(leader)
+        finally:
+            for message_id in leaving:
                 run.leave(message_id)
-        self.act_as(leader)
 
     def _open(self, request: Request) -> CredentialSession:
         if not self.deadlines.fits_ims_exchange():
@@ -145,49 +148,14 @@ class RequestCredentials:
             self.observer.record(CredentialNotScrubbed(request_id, ended.scrub_error))
 
 
-def _refusal_of(exc: Exception) -> AllocationError | None:
-    """The terminal credential refusal ``exc`` stands for, or None (not one)."""
+def credential_refusal(exc: Exception) -> AllocationError | None:
+    """The terminal credential refusal ``exc`` stands for (IMS mode), or None (not one).
+
+    Its outcome (:func:`.failure_of`): ``noCredential``/``needsReauth`` end ``failed`` and
+    dead-lettered (:data:`DEAD_LETTERED_REFUSALS`), ``accessDenied`` ends ``rejected``.
+    """
     if isinstance(exc, NoCredentialError | NeedsReauthError | AccessDeniedError):
         return exc
     if isinstance(exc, UpstreamError) and exc.status in REFUSED_UPSTREAM_STATUSES:
         return AccessDeniedError()
     return None
-
-
-def refused_outcome(
-    request: Request, exc: Exception, receive_count: int
-) -> AllocationOutcome | None:
-    """The terminal outcome of a credential refusal (IMS mode only), or None.
-
-    ``noCredential``/``needsReauth``: ``failed``, dead-lettered; ``accessDenied``: ``rejected``.
-    """
-    refusal = _refusal_of(exc)
-    if refusal is None:
-        return None
-    if refusal.code in _DEAD_LETTERED:
-        outcome = build_outcome(request, "failed", receive_count, error_code=refusal.code)
-        return outcome.model_copy(update={"dead_lettered": True})
-    return build_outcome(request, "rejected", receive_count, error_code=refusal.code)
-
-
-def dead_letter_refused(
-    message: BatchMessage, reason: str, *, sink: DeadLetterSink | None, deadlines: Deadlines
-) -> bool:
-    """Send a refused request's body, unchanged, to the DLQ with ``reason``; False: no DLQ.
-
-    Raises:
-        OutOfTimeError: The send would not fit; the record comes back (nothing is lost).
-        Whatever the DLQ sender raises: the record fails and comes back.
-    """
-    if sink is None:
-        return False
-    if not deadlines.fits_aws_call():
-        raise OutOfTimeError()
-    sink.send_invalid(
-        message.inbound.body,
-        reason=reason,
-        group_id=message.group_id or None,
-        dedup_id=message.message_id,
-        source_message_id=message.message_id,
-    )
-    return True

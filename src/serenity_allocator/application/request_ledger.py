@@ -5,18 +5,21 @@ The decision and what "exactly once" means: docs/decisions/0009-request-ledger.m
 - :func:`read_ledger` looks up every valid request id of the batch in one consistent read,
   bounded by the applying deadline (throttled keys are retried with backoff inside it), so
   requests that already have a final record are replayed, not applied (and not coalesced).
-- :meth:`LedgerView.check` fails only the request whose record could not be read (unanswered
-  under throttling, or unreadable: ``ledgerRecordUnreadable``); :meth:`LedgerView.conflicts`
-  tells a request whose id is bound to another workspace or kind (``requestIdConflict``).
-- :meth:`LedgerView.replay` gives a replayed request's stored outcome, published again as is
-  (a dead letter the worker sent itself: only for the same message, ADR 0020);
-  :func:`replay_invalid` does so for an invalid message's.
+- :meth:`LedgerView.decide` answers, in one call, what the worker does with a request before
+  applying it: :class:`Refuse` one whose id is bound to another workspace or kind (in the
+  ledger or earlier in the batch: ``requestIdConflict``), :class:`FollowFirst` for a later copy
+  of a request in the batch, :class:`Replay` one with a final record, or with a dead letter
+  this same message sent itself (ADR 0020; :func:`replay_invalid` for an invalid message's):
+  its stored outcome, published again as is; else :class:`Apply`, once its record was read
+  (:meth:`LedgerView.check`) and, on a final receive, its provisional dead letter written.
+- :meth:`LedgerView.landed` tells a redelivery whether the transfer an earlier delivery
+  recorded has landed (an ensure's and a release's alike), reading its intent once.
 - :func:`store_terminal` stores a terminal outcome once and returns what the ledger holds; a
   redrive's outcome is marked as superseding the dead letter it replaces.
 - :func:`mark_final_receive` leaves a provisional dead letter as a final receive begins, so a
   request whose last receive crashes still ends with a terminal record.
-- :func:`record_transfer_intent` and :func:`replay_release` carry a transfer's intent across a
-  partial application.
+- :func:`record_transfer_intent` and :meth:`LedgerView.landed` carry a transfer's intent across
+  a partial application.
 """
 
 from __future__ import annotations
@@ -33,12 +36,12 @@ from ..domain.ledger import (
     ReleaseIntent,
     RequestIdConflictError,
     RequestLedger,
-    replayed_release_outcome,
 )
 from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from ..domain.model import Totals
 from ..domain.outcomes import build_outcome
-from ..domain.ports import Clock, Sleeper
+from ..domain.ports import Clock, Sleeper, WorkspaceGateway
+from .ledger_decisions import Apply, FollowFirst, LedgerDecision, Refuse, Replay
 
 FINAL_RECEIVE_UNFINISHED = "finalReceiveUnfinished"
 """The error code of a provisional dead letter: the final receive never finished (a crash)."""
@@ -103,12 +106,71 @@ class LedgerView:
         entry = self.entries.get(request.request_id)
         return entry is not None and not entry.belongs_to(request.workspace_id, request.kind)
 
-    def replay(self, request: Request, message_id: str | None = None) -> AllocationOutcome | None:
-        """The stored outcome ``message_id``'s delivery of ``request`` replays, or None: apply."""
+    def decide(
+        self,
+        request: Request,
+        *,
+        message_id: str | None = None,
+        first: Request | None,
+        receive_count: int,
+        final_receive: bool,
+    ) -> LedgerDecision:
+        """What the worker does with ``request`` before applying anything; one answer.
+
+        ``first`` is the request of an earlier record of the batch with the same id (None: this
+        is the first). The questions, in order: is the id bound elsewhere (in the ledger, or to
+        ``first``), is this a later copy, is there a final record or a dead letter this same
+        message (``message_id``) sent itself (a redelivery after a crash, ADR 0020), was the
+        record read; on a
+        final receive (``final_receive``) a provisional dead letter goes to the ledger before
+        :class:`Apply` is answered, so a crash from there on still leaves a terminal record.
+
+        Raises:
+            LedgerUnavailableError, OutOfTimeError, LedgerRecordUnreadableError: the record
+                was not read (:meth:`check`), or the provisional dead letter not written.
+        """
+        bound_elsewhere = self.conflicts(request) or (
+            first is not None
+            and (first.workspace_id, first.kind) != (request.workspace_id, request.kind)
+        )
+        if not bound_elsewhere:
+            return self._admit(request, message_id, first, receive_count, final_receive)
+        return Refuse(
+            build_outcome(request, "rejected", receive_count, error_code=REQUEST_ID_CONFLICT)
+        )
+
+    def _admit(
+        self,
+        request: Request,
+        message_id: str | None,
+        first: Request | None,
+        receive_count: int,
+        final_receive: bool,
+    ) -> FollowFirst | Replay | Apply:
+        """The answer for a request whose id is its own."""
+        if first is not None:
+            return FollowFirst()
         entry = self.entries.get(request.request_id)
-        if entry is None or not entry.is_replayed_for(message_id) or self.conflicts(request):
+        if entry is not None and entry.is_replayed_for(message_id) and entry.outcome is not None:
+            return Replay(entry.outcome)
+        self.check(request.request_id)
+        if final_receive:
+            mark_final_receive(self, request, receive_count)
+        return Apply()
+
+    def landed(self, request: Request, gateway: WorkspaceGateway) -> ReleaseIntent | None:
+        """The transfer an earlier delivery recorded and made, or None: apply the request.
+
+        Only a request whose recorded intent moves something pays this extra read (a
+        redelivery after its transfer may have landed); a first delivery reads the child once,
+        in its rule. The same answer for an ensure and a release: :meth:`ReleaseIntent.landed`.
+        """
+        entry = self.entries.get(request.request_id)
+        intent = None if entry is None else entry.intent
+        if intent is None or not intent.moves:
             return None
-        return entry.outcome
+        current = gateway.read_resources(request.workspace_id).totals()
+        return intent if intent.landed(current) else None
 
     def settled(self, requests: Iterable[Request]) -> frozenset[str]:
         """Ids of ``requests`` this batch must not apply nor coalesce.
@@ -121,11 +183,6 @@ class LedgerView:
             if entry is not None and (entry.is_replayable or self.conflicts(request)):
                 kept.add(request.request_id)
         return frozenset(kept)
-
-    def intent(self, request_id: str) -> ReleaseIntent | None:
-        """A release's intent recorded by an earlier delivery, if any."""
-        entry = self.entries.get(request_id)
-        return None if entry is None else entry.intent
 
     def store(
         self, outcome: AllocationOutcome, completing_message_id: str | None = None
@@ -292,9 +349,13 @@ def mark_final_receive(view: LedgerView, request: Request, receive_count: int) -
 
     Raises:
         LedgerUnavailableError: the ledger could not be written (the request comes back).
+        OutOfTimeError: the write would not fit before the applying deadline (the request
+            comes back).
     """
     if view.ledger is None:
         return
+    if not view.has_time(False):
+        raise OutOfTimeError()
     outcome = build_outcome(
         request, "failed", receive_count, error_code=FINAL_RECEIVE_UNFINISHED
     ).model_copy(update={"dead_lettered": True})
@@ -330,13 +391,3 @@ def record_transfer_intent(
             kind=request.kind,
             intent=intent,
         )
-
-
-def replay_release(
-    view: LedgerView, request: ReleaseRequest, current: Totals, template: AllocationOutcome
-) -> AllocationOutcome | None:
-    """The ``released`` outcome of an earlier delivery whose transfer landed, or None."""
-    intent = view.intent(request.request_id)
-    if intent is None:
-        return None
-    return replayed_release_outcome(intent, current, template)

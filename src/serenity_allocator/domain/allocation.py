@@ -128,11 +128,11 @@ def ensure_headroom(
     require_ids(child_id=child_id, parent_id=parent_id)
     need = need or Totals()
     child = gateway.read_resources(child_id)
-    note_tiered(child, "child", ctx)
     before = child.totals()
     required = required_totals(child, need, include_drafted)
     # On a tiered child the prompts view is its tightest tier: a need that fits it fits both.
     new_totals = plan_top_up(child, required, blocks)
+    note_tiered(child, "child", ctx)
     if new_totals == before:
         ctx.observer.record(HeadroomChecked("hot-path"))
         return EnsureResult(outcome="hot-path", before=before, after=before)
@@ -147,7 +147,11 @@ def ensure_headroom(
         return EnsureResult(outcome="unmetered", before=before, after=before)
 
     refuse_tiered_prompts(child, before, new_totals, ctx)
-    new_totals = _capped_to_ceiling(before, required, new_totals, ceiling, ctx)
+    try:
+        new_totals = cap_to_ceiling(before, required, new_totals, ceiling)
+    except BrandAiLimitError:
+        ctx.observer.record(Rejected(BrandAiLimitError.code))
+        raise
     return _top_up(
         gateway,
         (child_id, parent_id),
@@ -206,20 +210,6 @@ def _top_up(
             used_exact_fallback=True,
         )
     return EnsureResult(outcome="topped-up", before=before, after=planned, attempts=attempts)
-
-
-def _capped_to_ceiling(
-    before: Totals,
-    required: Totals,
-    planned: Totals,
-    ceiling: Ceiling | None,
-    ctx: TransferContext,
-) -> Totals:
-    try:
-        return cap_to_ceiling(before, required, planned, ceiling)
-    except BrandAiLimitError:
-        ctx.observer.record(Rejected(BrandAiLimitError.code))
-        raise
 
 
 def _exact_fallback(

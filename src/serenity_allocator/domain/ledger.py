@@ -52,10 +52,27 @@ and ignores what it does not know; it refuses only a record whose known fields i
 class ReleaseIntent(BaseModel):
     """The transfer a release is about to send: the child's totals before and the target."""
 
+    # An ensure's intent has the same shape (and the same landed rule); the docstring is the
+    # published record schema's description, so it stays as first written.
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     before: Totals
     target: Totals
+
+    @property
+    def moves(self) -> bool:
+        """True when the transfer changes the child at all (only then can it have landed)."""
+        return self.target != self.before
+
+    def landed(self, current: Totals) -> bool:
+        """True when the child, now at ``current``, shows this transfer applied.
+
+        The child holding exactly the recorded target means the transfer landed (FIFO order per
+        child: no other mutation of this child runs in between), so the true result is the
+        recorded before and target, not a re-plan from the changed child.
+        """
+        return self.moves and current == self.target
 
 
 class LedgerEntry(BaseModel):
@@ -377,24 +394,3 @@ def _field_of(error: Any) -> str:
         return ".".join(str(part) for part in error["loc"])
     message = str(error["msg"]).removeprefix("Value error, ")
     return message.split(":", 1)[0] if ":" in message else ""
-
-
-def replayed_release_outcome(
-    intent: ReleaseIntent, current: Totals, template: AllocationOutcome
-) -> AllocationOutcome | None:
-    """The ``released`` outcome of an earlier delivery whose transfer landed, or None.
-
-    The child now holding exactly the recorded target means the intent's transfer was applied
-    (FIFO order per child: no other mutation of this child runs in between), so the true
-    result is the recorded before and target, not a re-plan from the lowered child.
-    """
-    if current != intent.target or intent.target == intent.before:
-        return None
-    return template.model_copy(
-        update={
-            "status": "released",
-            "error_code": None,
-            "totals_before": intent.before,
-            "totals_after": intent.target,
-        }
-    )

@@ -56,7 +56,8 @@ class ReleaseResult(FrozenResult):
     """What one release did (or, in a dry run, would do)."""
 
     outcome: ReleaseOutcome
-    plan: ReleasePlan | None = None
+    plan: ReleasePlan
+    """The plan it read (every release, previewed or not, plans from one read first)."""
     error_code: str | None = None
     attempts: int = 0
 
@@ -115,8 +116,8 @@ def release_surplus(
     """
     require_ids(child_id=child_id)
     child = gateway.read_resources(child_id)
-    note_tiered(child, "child", ctx)
     plan = plan_release(child, floor or blocks.as_totals(), blocks)
+    note_tiered(child, "child", ctx)
     if dry_run:
         result = ReleaseResult(outcome="dry-run", plan=plan)
         # A preview counts what a real release would report: dry-run only when it would
@@ -125,38 +126,28 @@ def release_surplus(
             ReleaseFinished("dry-run" if plan.would_release else plan.natural_outcome)
         )
         return result
-    if not plan.would_release:
-        result = ReleaseResult(outcome=plan.natural_outcome, plan=plan)
-    else:
+    if plan.would_release:
         if before_transfer is not None:
             before_transfer(plan)
-        result = _transfer_release(gateway, child_id, plan, policy, ctx)
+        try:
+            attempts = apply_transfer(
+                gateway, child_id, plan.target, policy, ctx, include_prompts=not plan.tiered
+            )
+        except AllocationError as exc:
+            if exc.code in _RELEASE_REJECTIONS:
+                # A stuck child refuses releases too; the busy alarm must see it.
+                ctx.observer.record(Rejected(exc.code))
+            result = ReleaseResult(outcome="error", plan=plan, error_code=exc.code)
+        except Exception:
+            # An uncoded failure is still a failed release.
+            ctx.observer.record(ReleaseFinished("error"))
+            raise
+        else:
+            result = ReleaseResult(outcome="released", plan=plan, attempts=attempts)
+    else:
+        result = ReleaseResult(outcome=plan.natural_outcome, plan=plan)
     ctx.observer.record(ReleaseFinished(result.outcome))
     return result
-
-
-def _transfer_release(
-    gateway: WorkspaceGateway,
-    child_id: str,
-    plan: ReleasePlan,
-    policy: TransferPolicy,
-    ctx: TransferContext,
-) -> ReleaseResult:
-    try:
-        attempts = apply_transfer(
-            gateway, child_id, plan.target, policy, ctx, include_prompts=not plan.tiered
-        )
-    except AllocationError as exc:
-        if exc.code in _RELEASE_REJECTIONS:
-            # A stuck child refuses releases too; the busy alarm must see it.
-            ctx.observer.record(Rejected(exc.code))
-        return ReleaseResult(outcome="error", plan=plan, error_code=exc.code)
-    except Exception:
-        ctx.observer.record(
-            ReleaseFinished("error")
-        )  # an uncoded failure is still a failed release
-        raise
-    return ReleaseResult(outcome="released", plan=plan, attempts=attempts)
 
 
 _RELEASE_REJECTIONS = frozenset({WorkspaceBusyError.code, OrgPoolExhaustedError.code})

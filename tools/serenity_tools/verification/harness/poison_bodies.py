@@ -151,7 +151,10 @@ def _missing_field(draws: Draws, base: dict[str, Any]) -> Any:
 
 def _wrong_type(draws: Draws, base: dict[str, Any]) -> Any:
     key = draws.choice(sorted(base))
-    value = draws.choice((draws.integer(-5, 5), draws.text(10), None, [1], {"a": 1}, 1.5, True))
+    values = (draws.integer(-5, 5), draws.text(10), None, [1], {"a": 1}, 1.5, True)
+    # Only a value of another type than the field's: a drawn text for a text field is no
+    # poison (a workspace id "0" is valid, and only its group would refuse it).
+    value = draws.choice([v for v in values if type(v) is not type(base[key])])
     return {**base, key: value}
 
 
