@@ -8,11 +8,11 @@ import pytest
 
 from serenity_allocator.application.apply_release import apply_release
 from serenity_allocator.application.invocation import WorkerConfig
-from serenity_allocator.application.ledger_decisions import Replay
+from serenity_allocator.application.ledger_deadlines import LedgerDeadlines
 from serenity_allocator.application.request_ledger import (
     FINAL_RECEIVE_UNFINISHED,
-    LedgerDeadlines,
     LedgerView,
+    Replay,
     mark_final_receive,
     read_ledger,
     record_transfer_intent,

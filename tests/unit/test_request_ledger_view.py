@@ -6,11 +6,13 @@ from collections.abc import Sequence
 
 import pytest
 
-from serenity_allocator.application.ledger_decisions import Apply, LedgerDecision, Replay
+from serenity_allocator.application.ledger_deadlines import LedgerDeadlines
 from serenity_allocator.application.outcomes import OutcomeBook
 from serenity_allocator.application.request_ledger import (
-    LedgerDeadlines,
+    Apply,
+    LedgerDecision,
     LedgerView,
+    Replay,
     confirm_announced,
     mark_final_receive,
     read_ledger,

@@ -67,10 +67,9 @@ from .batch_plan import BatchMessage
 from .dead_letter import dead_letter, dead_letter_failed
 from .final_receive import failure_of
 from .invocation import Invocation
-from .ledger_decisions import Apply, FollowFirst, Refuse, Replay
 from .outcomes import ReleaseIncompleteError
 from .reclaim import Parked
-from .request_ledger import replay_invalid
+from .request_ledger import Apply, FollowFirst, Refuse, Replay
 
 Request = EnsureRequest | ReleaseRequest
 
@@ -121,14 +120,7 @@ def _terminal_outcome(inv: Invocation, message: BatchMessage) -> AllocationOutco
     """
     request = message.request
     if request is None:
-        replayed = replay_invalid(inv.state.ledger, message.invalid_outcome, message.message_id)
-        if replayed is not None:  # this very message was dead-lettered before a crash
-            _settle(inv, message, Replay(replayed))
-            return None
-        dead_letter(
-            message, sink=inv.ports.dead_letters, deadlines=inv.deadlines, observer=inv.observer
-        )
-        return message.invalid_outcome
+        return _invalid_outcome(inv, message)
     first = inv.plan.message(message.duplicate_of).request if message.duplicate_of else None
     try:
         decision = inv.state.ledger.decide(
@@ -143,6 +135,18 @@ def _terminal_outcome(inv: Invocation, message: BatchMessage) -> AllocationOutco
     except Exception as exc:
         return _terminal_or_raise(inv, message, request, exc)
     _settle(inv, message, decision)
+    return None
+
+
+def _invalid_outcome(inv: Invocation, message: BatchMessage) -> AllocationOutcome | None:
+    """An invalid message: dead-lettered, its ``invalid`` outcome (if its id reads) to record."""
+    replayed = inv.state.invalid_replays.get(message.message_id)
+    if replayed is None:
+        dead_letter(
+            message, sink=inv.ports.dead_letters, deadlines=inv.deadlines, observer=inv.observer
+        )
+        return message.invalid_outcome
+    _settle(inv, message, Replay(replayed))  # this very message was dead-lettered before a crash
     return None
 
 

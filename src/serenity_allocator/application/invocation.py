@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from ..domain.ceiling import NO_CEILING, Ceiling
 from ..domain.ledger import RequestLedger
-from ..domain.messages import EnsureRequest, ReleaseRequest
+from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from ..domain.model import Blocks
 from ..domain.parent_links import ParentLinks
 from ..domain.pool_watch import PoolLowWarning, PoolWatch
@@ -16,10 +16,11 @@ from ..domain.transfer import TransferPolicy
 from .batch_plan import BatchPlan, InboundMessage, plan_batch
 from .credential_ports import CredentialBroker
 from .deadlines import Deadlines
+from .ledger_deadlines import LedgerDeadlines
 from .outcomes import OutcomeBook
 from .ports import DeadLetterSink, OutcomeSink, ReleaseEnqueuer, WorkerObserver
 from .request_credentials import RequestCredentials
-from .request_ledger import LedgerDeadlines, LedgerView, read_ledger
+from .request_ledger import LedgerView, read_ledger, replay_invalid
 
 PUBLISH_CHUNK = 10
 """Outcomes per publish call (PutEvents takes at most 10 entries)."""
@@ -90,6 +91,9 @@ class BatchState:
     """Why each record this invocation failed did fail (an error code), by message id."""
     credentials: RequestCredentials | None = None
     """IMS mode: the batch's request sessions (None: static mode)."""
+    invalid_replays: dict[str, AllocationOutcome] = field(default_factory=dict)
+    """Message id -> the stored outcome of an invalid message that this very message
+    dead-lettered before (a redelivery after a crash, ADR 0020): replayed, not sent again."""
 
 
 @dataclass
@@ -160,6 +164,7 @@ def start_batch(
             credentials=RequestCredentials(ports.credentials, observer, deadlines)
             if ports.credentials is not None
             else None,
+            invalid_replays=_invalid_replays(ledger, plan),
         ),
     )
 
@@ -174,6 +179,16 @@ def _looked_up_ids(plan: BatchPlan) -> list[str]:
         for m in plan.messages.values()
         if (read := m.request or m.invalid_outcome) is not None
     ]
+
+
+def _invalid_replays(ledger: LedgerView, plan: BatchPlan) -> dict[str, AllocationOutcome]:
+    """The invalid messages whose own dead letter the ledger holds, with its stored outcome."""
+    return {
+        mid: replayed
+        for mid, m in plan.messages.items()
+        if m.request is None
+        and (replayed := replay_invalid(ledger, m.invalid_outcome, mid)) is not None
+    }
 
 
 def _standalone(

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 
 from ..domain.errors import OutOfTimeError
 from ..domain.ledger import (
-    CallDeadline,
     LedgerEntry,
     LedgerRecordUnreadableError,
     LedgerUnavailableError,
@@ -40,8 +39,8 @@ from ..domain.ledger import (
 from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from ..domain.model import Totals
 from ..domain.outcomes import build_outcome
-from ..domain.ports import Clock, Sleeper, WorkspaceGateway
-from .ledger_decisions import Apply, FollowFirst, LedgerDecision, Refuse, Replay
+from ..domain.ports import WorkspaceGateway
+from .ledger_deadlines import LedgerDeadlines
 
 FINAL_RECEIVE_UNFINISHED = "finalReceiveUnfinished"
 """The error code of a provisional dead letter: the final receive never finished (a crash)."""
@@ -52,31 +51,33 @@ Request = EnsureRequest | ReleaseRequest
 
 
 @dataclass(frozen=True)
-class LedgerDeadlines:
-    """When the batch's ledger calls must be over, on the invocation's clock.
+class Refuse:
+    """The id is bound to another workspace or kind: this ``rejected`` outcome, never stored."""
 
-    Args:
-        clock: The invocation's monotonic clock.
-        sleep: Waits between retries of throttled reads.
-        apply_by: The applying deadline (leaves the outcome publish its time).
-        finish_by: The invocation's own deadline (a dead letter may use the publish's time).
-        call_budget_s: The longest one ledger call may take, its client's retries included.
+    outcome: AllocationOutcome
+
+
+@dataclass(frozen=True)
+class FollowFirst:
+    """A later copy of a request earlier in the batch: it ends with the first copy."""
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A stored outcome to publish again: nothing applied, nothing dead-lettered again.
+
+    A final record's, or a dead letter's this same message sent itself (ADR 0020).
     """
 
-    clock: Clock
-    sleep: Sleeper
-    apply_by: float
-    finish_by: float
-    call_budget_s: float
+    outcome: AllocationOutcome
 
-    def has_time(self, finishing: bool) -> bool:
-        """True while one ledger call still fits before the phase's deadline."""
-        limit = self.finish_by if finishing else self.apply_by
-        return self.clock() + self.call_budget_s <= limit
 
-    def lookup_deadline(self) -> CallDeadline:
-        """The batch lookup's deadline: over before applying must be."""
-        return CallDeadline(self.clock, self.sleep, self.apply_by, self.call_budget_s)
+@dataclass(frozen=True)
+class Apply:
+    """Nothing settles the request: apply it."""
+
+
+LedgerDecision = Refuse | FollowFirst | Replay | Apply
 
 
 @dataclass
