@@ -91,12 +91,17 @@ scan: $(SCAN_STAMP)
 
 # pytest-xdist: one worker per core, idle workers steal queued tests from busy ones (the six
 # harness scenarios are long, so a static split leaves a core idle at the end); pytest-randomly
-# shuffles the order on every run (the seed is printed; `make pytest
-# PYTEST_ARGS=--randomly-seed=N` repeats one). How tests are kept apart per worker: docs/testing.md.
+# shuffles the order with a new seed on every run. The seed is drawn here and printed first
+# (pytest's -q hides pytest-randomly's own header line); `make test PYTEST_SEED=N` repeats an
+# order. How tests are kept apart per worker: docs/testing.md.
 PYTEST_WORKERS ?= auto
-PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist worksteal
+ifndef PYTEST_SEED
+PYTEST_SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+endif
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist worksteal --randomly-seed=$(PYTEST_SEED)
 
 pytest: $(STAMP)
+	@echo "pytest in a random order: --randomly-seed=$(PYTEST_SEED) (repeat it: PYTEST_SEED=$(PYTEST_SEED))"
 	$(BIN)/pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS) --cov --cov-report=term --cov-fail-under=$(COV_FLOOR)
 
 # One tier at a time, for the inner loop (no coverage): `make unit`, `make integration`, ...
