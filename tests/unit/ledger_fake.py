@@ -191,3 +191,29 @@ def intent_entry(
         kind=kind,
         intent=ReleaseIntent(before=before, target=target),
     )
+
+
+class StoreFailsOnce(InMemoryRequestLedger):
+    """The in-memory ledger whose next terminal store fails (a provisional one still lands)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing_stores = 1
+
+    def store_outcome(
+        self,
+        outcome: AllocationOutcome,
+        *,
+        dead_lettered: bool = False,
+        provisional: bool = False,
+        source_message_id: str | None = None,
+    ) -> AllocationOutcome:
+        if not provisional and self.failing_stores > 0:
+            self.failing_stores -= 1
+            raise LedgerUnavailableError("ProvisionedThroughputExceededException")
+        return super().store_outcome(
+            outcome,
+            dead_lettered=dead_lettered,
+            provisional=provisional,
+            source_message_id=source_message_id,
+        )

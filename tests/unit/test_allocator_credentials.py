@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 
 from serenity_allocator.domain.credentials import CredentialEnd
 from serenity_allocator.domain.errors import ImsUnavailableError, NoCredentialError
-from serenity_allocator.domain.ledger import LedgerUnavailableError
-from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals
 from tests.unit.allocator_rig import (
     FULL,
@@ -23,7 +21,7 @@ from tests.unit.allocator_rig import (
     family_gateway,
     new_worker,
 )
-from tests.unit.ledger_fake import InMemoryRequestLedger
+from tests.unit.ledger_fake import StoreFailsOnce
 
 
 @dataclass(frozen=True)
@@ -121,33 +119,12 @@ def test_no_credential_with_a_dlq_sends_the_body_with_its_reason() -> None:
     assert worker.outcome("req-m1").dead_lettered is True
 
 
-class DeadLetterRefusingLedger(InMemoryRequestLedger):
-    """Answers the batch's lookup, then cannot take a dead letter (throttled, say)."""
-
-    def store_outcome(
-        self,
-        outcome: AllocationOutcome,
-        *,
-        dead_lettered: bool = False,
-        provisional: bool = False,
-        source_message_id: str | None = None,
-    ) -> AllocationOutcome:
-        if dead_lettered:
-            raise LedgerUnavailableError("throttled")
-        return super().store_outcome(
-            outcome,
-            dead_lettered=dead_lettered,
-            provisional=provisional,
-            source_message_id=source_message_id,
-        )
-
-
 def test_a_skipped_final_receive_the_ledger_cannot_take_is_still_scrubbed() -> None:
     # Given a record skipped behind its failing group on its final receive, in a batch whose
     # ledger cannot store that record's dead letter
     broker = FakeBroker(refuse={"req-m1": ImsUnavailableError()})
     worker = _worker(broker)
-    worker.runtime.ledger = DeadLetterRefusingLedger()
+    worker.runtime.ledger = StoreFailsOnce()  # its one terminal store: the dead letter
     final = ensure_record("m2", "c1", 50, receive_count=MAX_RECEIVE_COUNT)
 
     # When the batch runs

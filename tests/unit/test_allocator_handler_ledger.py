@@ -10,8 +10,7 @@ import pytest
 
 from serenity_allocator.adapters.observability import logger
 from serenity_allocator.domain.errors import UpstreamError
-from serenity_allocator.domain.ledger import LedgerUnavailableError, ReleaseIntent
-from serenity_allocator.domain.messages import AllocationOutcome
+from serenity_allocator.domain.ledger import ReleaseIntent
 from serenity_allocator.domain.model import Totals
 from tests.fakes import READ_RESOURCES, RecordingOutcomes, sqs_record
 from tests.unit.allocator_rig import (
@@ -23,7 +22,7 @@ from tests.unit.allocator_rig import (
     family_gateway,
     new_worker,
 )
-from tests.unit.ledger_fake import InMemoryRequestLedger
+from tests.unit.ledger_fake import InMemoryRequestLedger, StoreFailsOnce
 
 
 def _ledger_worker(
@@ -70,32 +69,6 @@ def test_lambda_handler_replayed_ensure_joins_no_run_and_the_next_ensure_is_appl
 
 
 # ==== a store that fails after the transfer ================================================
-
-
-class StoreFailsOnce(InMemoryRequestLedger):
-    """The in-memory ledger whose next terminal store fails (a provisional one still lands)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.failing_stores = 1
-
-    def store_outcome(
-        self,
-        outcome: AllocationOutcome,
-        *,
-        dead_lettered: bool = False,
-        provisional: bool = False,
-        source_message_id: str | None = None,
-    ) -> AllocationOutcome:
-        if not provisional and self.failing_stores > 0:
-            self.failing_stores -= 1
-            raise LedgerUnavailableError("ProvisionedThroughputExceededException")
-        return super().store_outcome(
-            outcome,
-            dead_lettered=dead_lettered,
-            provisional=provisional,
-            source_message_id=source_message_id,
-        )
 
 
 def _later_receive(receive_count: int) -> dict[str, Any]:
