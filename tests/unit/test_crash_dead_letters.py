@@ -228,3 +228,23 @@ def test_an_explained_needs_reauth_letter_must_still_end_truthfully() -> None:
 
     # Then its missing outcome is the violation
     assert result.violations == ("req-d: no published outcome equals its record (0 published)",)
+
+
+def test_the_crash_numbers_count_lost_answers_apart_from_explained_replays() -> None:
+    # Given the outcome check's two explained replays and the DLQ check's one lost answer
+    from serenity_tools.verification.crash_dead_letters import NAME
+    from serenity_tools.verification.harness.crash import _explained
+    from serenity_tools.verification.invariants import InvariantResult
+
+    checks = [
+        InvariantResult(
+            "one terminal outcome", True, "ok", explained=("r-1: replay", "r-2: replay")
+        ),
+        InvariantResult(NAME, True, "ok", explained=("r-3: lost answer",)),
+    ]
+
+    # Then each is counted where it belongs: a lost answer is no replay
+    assert _explained(checks) == {
+        "identical replays explained": 2,
+        "needsReauth after a lost exchange answer": 1,
+    }
