@@ -7,7 +7,9 @@ from typing import Any
 from serenity_allocator.domain.ledger import LedgerEntry
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_tools.standins.stack import DeadLetter
-from serenity_tools.verification.crash_dead_letters import check_crash_dead_letters
+from serenity_tools.verification.crash_dead_letters import NAME, check_crash_dead_letters
+from serenity_tools.verification.harness.crash import _explained
+from serenity_tools.verification.invariants import InvariantResult
 
 DEAD = AllocationOutcome(
     request_id="req-d",
@@ -232,10 +234,6 @@ def test_an_explained_needs_reauth_letter_must_still_end_truthfully() -> None:
 
 def test_the_crash_numbers_count_lost_answers_apart_from_explained_replays() -> None:
     # Given the outcome check's two explained replays and the DLQ check's one lost answer
-    from serenity_tools.verification.crash_dead_letters import NAME
-    from serenity_tools.verification.harness.crash import _explained
-    from serenity_tools.verification.invariants import InvariantResult
-
     checks = [
         InvariantResult(
             "one terminal outcome", True, "ok", explained=("r-1: replay", "r-2: replay")
