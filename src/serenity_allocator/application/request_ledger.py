@@ -2,9 +2,10 @@
 
 The decision and what "exactly once" means: docs/decisions/0009-request-ledger.md.
 
-- :func:`read_ledger` looks up every valid request id of the batch in one consistent read,
-  bounded by the applying deadline (throttled keys are retried with backoff inside it), so
-  requests that already have a final record are replayed, not applied (and not coalesced).
+- :func:`read_ledger` looks up every request id of the batch (an invalid message's too, when
+  it reads) in one consistent read, bounded by the applying deadline (throttled keys are
+  retried with backoff inside it), so requests that already have a final record are replayed,
+  not applied (and not coalesced).
 - :meth:`LedgerView.decide` answers, in one call, what the worker does with a request before
   applying it: :class:`Refuse` one whose id is bound to another workspace or kind (in the
   ledger or earlier in the batch: ``requestIdConflict``), :class:`FollowFirst` for a later copy
@@ -122,9 +123,9 @@ class LedgerView:
         is the first). The questions, in order: is the id bound elsewhere (in the ledger, or to
         ``first``), is this a later copy, is there a final record or a dead letter this same
         message (``message_id``) sent itself (a redelivery after a crash, ADR 0020), was the
-        record read; on a
-        final receive (``final_receive``) a provisional dead letter goes to the ledger before
-        :class:`Apply` is answered, so a crash from there on still leaves a terminal record.
+        record read; on a final receive (``final_receive``) a provisional dead letter goes to
+        the ledger before :class:`Apply` is answered, so a crash from there on still leaves a
+        terminal record.
 
         Raises:
             LedgerUnavailableError, OutOfTimeError, LedgerRecordUnreadableError: the record
