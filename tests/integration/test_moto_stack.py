@@ -141,3 +141,49 @@ def test_create_local_resources_is_idempotent_and_updates_the_secret(
     assert second.secret_id is not None
     secrets = local_client("secretsmanager", local_resources.endpoint_url)
     assert secrets.get_secret_value(SecretId=second.secret_id)["SecretString"] == "tok-two"
+
+
+def test_moto_kms_defers_a_key_pair_to_its_first_use(aws_env: MotoServer) -> None:
+    # Given the session's moto server (in this process, so its backend can be read)
+    from moto.kms.models import kms_backends
+
+    from serenity_tools.standins.moto_kms import DeferredKeyPair
+
+    kms = local_client("kms", aws_env.endpoint_url)
+    backend = kms_backends["123456789012"]["us-east-1"]
+
+    # When a symmetric key encrypts and decrypts
+    symmetric = kms.create_key(KeyUsage="ENCRYPT_DECRYPT")["KeyMetadata"]["KeyId"]
+    blob = kms.encrypt(KeyId=symmetric, Plaintext=b"promise")["CiphertextBlob"]
+    assert kms.decrypt(CiphertextBlob=blob)["Plaintext"] == b"promise"
+
+    # Then no key pair was ever generated for it
+    pair = backend.keys[symmetric].private_key
+    assert isinstance(pair, DeferredKeyPair)
+    assert pair.generated is False
+
+    # And an asymmetric key still signs, verifies and gives its public key, on demand
+    signing = kms.create_key(KeyUsage="SIGN_VERIFY", KeySpec="RSA_2048")["KeyMetadata"]["KeyId"]
+    assert backend.keys[signing].private_key.generated is False
+    signature = kms.sign(KeyId=signing, Message=b"m", SigningAlgorithm="RSASSA_PSS_SHA_256")[
+        "Signature"
+    ]
+    verified = kms.verify(
+        KeyId=signing, Message=b"m", Signature=signature, SigningAlgorithm="RSASSA_PSS_SHA_256"
+    )
+    assert verified["SignatureValid"] is True
+    assert kms.get_public_key(KeyId=signing)["PublicKey"].startswith(b"0\x82")  # DER
+    assert backend.keys[signing].private_key.generated is True
+
+
+def test_local_client_is_shared_per_service_endpoint_and_credentials(aws_env: MotoServer) -> None:
+    # Given the same service and endpoint asked for twice, and another endpoint
+    first = local_client("sqs", aws_env.endpoint_url)
+    again = local_client("sqs", aws_env.endpoint_url)
+    elsewhere = local_client("sqs", "http://127.0.0.1:9")
+
+    # Then one client serves both asks, and another endpoint or service gets its own
+    assert again is first
+    assert elsewhere is not first
+    assert elsewhere.meta.endpoint_url == "http://127.0.0.1:9"
+    assert local_client("s3", aws_env.endpoint_url) is not first

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import boto3
 import pytest
 from botocore.config import Config
 
@@ -15,7 +16,7 @@ from serenity_allocator.domain.ledger import (
 )
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals
-from serenity_tools.standins.resources import LocalResources, local_client
+from serenity_tools.standins.resources import LocalResources
 
 NOW = 1_800_000_000.0
 
@@ -36,7 +37,8 @@ def _outcome(request_id: str = "req-1", **fields: Any) -> AllocationOutcome:
 
 @pytest.fixture
 def dynamodb(local_resources: LocalResources) -> Any:
-    return local_client("dynamodb", local_resources.endpoint_url)
+    # A client of its own, not local_client's shared one: a test registers an event handler.
+    return boto3.client("dynamodb", endpoint_url=local_resources.endpoint_url)
 
 
 @pytest.fixture

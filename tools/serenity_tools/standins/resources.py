@@ -15,6 +15,7 @@ This is local tooling on a known local endpoint, so ``endpoint_url`` is passed e
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import uuid
@@ -140,17 +141,35 @@ class LocalResources:
 
 
 def local_client(service: str, endpoint_url: str) -> Any:
-    """A boto3 client on the local endpoint, with dummy credentials unless some are set."""
-    import boto3
+    """A boto3 client on the local endpoint, with dummy credentials unless some are set.
 
+    One client per service, endpoint, region and credentials, shared by every caller of this
+    process (boto3 clients are thread-safe): building one costs milliseconds of CPU, and each
+    test's resources took six. A caller that registers event handlers builds its own.
+    """
     # Explicit dummies: without them botocore would look for credentials (and may query the
     # instance metadata service, which is slow to time out off EC2).
+    return _shared_client(
+        service,
+        endpoint_url,
+        os.environ.get("AWS_DEFAULT_REGION") or LOCAL_REGION,
+        os.environ.get("AWS_ACCESS_KEY_ID") or "testing",
+        os.environ.get("AWS_SECRET_ACCESS_KEY") or "testing",
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _shared_client(
+    service: str, endpoint_url: str, region: str, access_key_id: str, secret_access_key: str
+) -> Any:
+    import boto3
+
     return boto3.client(  # type: ignore[call-overload]
         service,
         endpoint_url=endpoint_url,
-        region_name=os.environ.get("AWS_DEFAULT_REGION") or LOCAL_REGION,
-        aws_access_key_id=os.environ.get("AWS_ACCESS_KEY_ID") or "testing",
-        aws_secret_access_key=os.environ.get("AWS_SECRET_ACCESS_KEY") or "testing",
+        region_name=region,
+        aws_access_key_id=access_key_id,
+        aws_secret_access_key=secret_access_key,
     )
 
 
