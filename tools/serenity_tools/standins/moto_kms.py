@@ -17,6 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 _PATCH_MARK = "_serenity_deferred_key_pair"
+_GENERATOR = "generate_private_key"
+"""The name moto's KMS models module calls the generator by (imported from its utils)."""
 
 
 class DeferredKeyPair:
@@ -49,7 +51,7 @@ def defer_moto_kms_key_pairs() -> bool:
     """
     from moto.kms import models
 
-    original = models.generate_private_key
+    original = getattr(models, _GENERATOR)
     if getattr(original, _PATCH_MARK, False):
         return False
 
@@ -57,5 +59,5 @@ def defer_moto_kms_key_pairs() -> bool:
         return DeferredKeyPair(key_spec, original)
 
     setattr(deferred, _PATCH_MARK, True)
-    models.generate_private_key = deferred
+    setattr(models, _GENERATOR, deferred)
     return True
