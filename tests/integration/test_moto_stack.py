@@ -147,7 +147,7 @@ def test_moto_kms_defers_a_key_pair_to_its_first_use(aws_env: MotoServer) -> Non
     # Given the session's moto server (in this process, so its backend can be read)
     from moto.kms.models import kms_backends
 
-    from serenity_tools.standins.moto_kms import DeferredKeyPair
+    from serenity_tools.standins.moto_overheads import DeferredKeyPair
 
     kms = local_client("kms", aws_env.endpoint_url)
     backend = kms_backends["123456789012"]["us-east-1"]
@@ -187,3 +187,21 @@ def test_local_client_is_shared_per_service_endpoint_and_credentials(aws_env: Mo
     assert elsewhere is not first
     assert elsewhere.meta.endpoint_url == "http://127.0.0.1:9"
     assert local_client("s3", aws_env.endpoint_url) is not first
+
+
+def test_moto_lists_its_service_folders_once_per_process(aws_env: MotoServer) -> None:
+    # Given the session's moto server, which dispatches on that list for every request
+    from moto import backends
+
+    listed = backends.list_of_moto_modules()
+
+    # Then the list is the same object every time, and names the services the stack uses
+    assert backends.list_of_moto_modules() is listed
+    assert {"sqs", "dynamodb", "kms", "events", "s3", "secretsmanager"} <= set(listed)
+    # And a request still finds its backend by it
+    assert (
+        local_client("sqs", aws_env.endpoint_url).list_queues()["ResponseMetadata"][
+            "HTTPStatusCode"
+        ]
+        == 200
+    )

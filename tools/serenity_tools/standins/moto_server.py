@@ -12,8 +12,8 @@ queue makes moto wait inside the request and holds every other client for that l
 moto 5.x also breaks FIFO order when several in-flight messages of one group become visible
 together, and forgets a dedup id once its message is deleted; both launchers apply
 :func:`.moto_fifo.patch_moto_fifo` (redelivery order, dedup window and scope, increasing
-sequence numbers) unless told not to. Both also defer moto's KMS key pairs to their first use
-(:mod:`.moto_kms`): an RSA pair per symmetric key was the integration tier's largest cost.
+sequence numbers) unless told not to. Both always trim two of moto's avoidable costs, a key
+pair built for every KMS key and a folder scan on every request (:mod:`.moto_overheads`).
 
 Run it standalone with ``python -m serenity_tools.standins.moto_server --port 5000``.
 """
@@ -32,7 +32,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from serenity_tools.standins.moto_fifo import patch_moto_fifo
-from serenity_tools.standins.moto_kms import defer_moto_kms_key_pairs
+from serenity_tools.standins.moto_overheads import trim_moto_overheads
 
 READY_PREFIX = "MOTO_READY "
 _START_TIMEOUT_S = 60.0
@@ -121,7 +121,7 @@ def start_moto_server(
     """
     if fifo_fix:
         patch_moto_fifo()
-    defer_moto_kms_key_pairs()
+    trim_moto_overheads()
     server = make_single_threaded_server(host, port)
     thread = threading.Thread(target=server.serve_forever, name="moto-server", daemon=True)
     thread.start()
@@ -212,7 +212,7 @@ def serve(host: str, port: int, *, fifo_fix: bool = True, parent_pid: int | None
     """Serve in the foreground until terminated, announcing the port on stdout first."""
     if fifo_fix:
         patch_moto_fifo()
-    defer_moto_kms_key_pairs()
+    trim_moto_overheads()
     if parent_pid is not None:
         threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
     server = make_single_threaded_server(host, port)
