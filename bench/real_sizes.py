@@ -36,6 +36,7 @@ from serenity_tools.standins.simulator import SimulatorServer
 from .calls import Round, Workload, _drive, _Ids
 from .common import MAX_RECEIVE_COUNT, QUEUE_URL, RecordingEvents, allocator_env, note, silenced
 from .fifo import FifoQueue, lambda_event
+from .pool_writes_tables import markdown_lines
 
 RECLAIM = {"SERENITY_SIBLING_RECLAIM": "true", "QUEUE_URL": QUEUE_URL}
 VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
@@ -300,8 +301,6 @@ def markdown(section: dict[str, Any], writes: dict[str, Any] | None = None) -> s
     for pool in section["pools"].values():
         lines += [f"## {pool['title']}", "", *_pool_rows(pool), ""]
     if writes:
-        from .writes_pools import markdown_lines
-
         lines += markdown_lines(writes, heading="##", other="[writes.md](writes.md)")
     lines += [
         "## Dormant cost",

@@ -45,36 +45,15 @@ from serenity_allocator.write_guard import GuardPolicy, WriteGuard, WriteRefused
 from serenity_tools.standins.simulator import SimulatorServer, SimulatorState, start_simulator
 from serenity_tools.verification.write_path import GateClient, InProcessAllocator, percentile
 
+from . import writes_pools
 from .common import BENCH_TOKEN, note, ratio
+from .pool_writes_tables import markdown_lines
+from .write_workload import GATE_OPS, Request, SimClock
 
 MASTER = "bench-org"
 REAL_SIZED = "real_sized_pools"
 """The section's key for the real-sized pools (:mod:`bench.writes_pools`)."""
 NOT_STYLES = frozenset({"workload", "targets", "seconds", "error", REAL_SIZED})
-GATE_OPS = frozenset({"write_prompts", "create_project"})
-
-
-class SimClock:
-    """Simulated monotonic seconds shared by the simulator, the allocator and the services."""
-
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += max(0.0, seconds)
-
-
-@dataclass(frozen=True)
-class Request:
-    """One incoming request of a service: a burst of prompt batches, or one project."""
-
-    at: float
-    child: str
-    prompts: tuple[int, ...]
-    project: bool
 
 
 def workload(children: int, requests: int, seed: int) -> list[Request]:
@@ -271,7 +250,6 @@ def measure(
         results[name] = _measure_style(
             style, plan, children=children, seed=seed, queue_latency_s=queue_latency_s
         )
-    from . import writes_pools  # it builds on this module's workload types
 
     results[REAL_SIZED] = writes_pools.measure(queue_latency_s)
     guard, inline = results["guard"], results["inline"]
@@ -350,6 +328,4 @@ def _real_sized_lines(pools: dict[str, Any] | None) -> list[str]:
     """The guard style on the real-sized pools, served by the real handler (writes_pools)."""
     if not pools:
         return []
-    from .writes_pools import markdown_lines
-
     return markdown_lines(pools, heading="##", other="[real-sizes.md](real-sizes.md)")

@@ -46,7 +46,6 @@ from serenity_tools.standins.lambda_context import LocalLambdaContext
 from serenity_tools.standins.simulator import SimulatorServer, SimulatorState, start_simulator
 from serenity_tools.verification.write_path import GateClient
 
-from . import double_carve
 from .common import (
     BENCH_TOKEN,
     MAX_RECEIVE_COUNT,
@@ -59,7 +58,7 @@ from .common import (
 )
 from .fifo import FifoQueue, lambda_event
 from .real_sizes import VARIANTS, customer_parent, dev_parent, gold_pool
-from .writes import GATE_OPS, Request, SimClock
+from .write_workload import GATE_OPS, Request, SimClock
 
 START = 1_000.0
 POOL_CODE = "orgPoolExhausted"
@@ -309,45 +308,3 @@ def measure(queue_latency_s: float = 1.0) -> dict[str, Any]:
         }
         out[pool.key] = {"title": pool.title, "variants": variants}
     return out
-
-
-def table(pool: dict[str, Any]) -> list[str]:
-    """One pool's variants as a markdown table."""
-    rows = [
-        "| variant | requests | refused orgPoolExhausted | refused (all) | ensures | ensures "
-        "orgPoolExhausted | stranded projects | stranded prompts | calls/request | User "
-        "Manager calls/request |",
-        "|" + " --- |" * 10,
-    ]
-    for v in pool["variants"].values():
-        rows.append(
-            f"| {v['label']} | {v['requests']} | {v['org_pool_exhausted']} | "
-            f"{v['requests_refused']} | {v['ensures']} | {v['ensures_pool_exhausted']} | "
-            f"{v['stranded']['projects']} | {v['stranded']['prompts']} | "
-            f"{v['calls_per_request']} | {v['user_manager_calls_per_request']} |"
-        )
-    return rows
-
-
-def markdown_lines(pools: dict[str, Any], *, heading: str, other: str) -> list[str]:
-    """The pools' tables under one ``heading``-level title (writes.md and real-sizes.md;
-    ``other`` links the page with the rest)."""
-    lines = [
-        f"{heading} The write workload on the real-sized pools",
-        "",
-        "Services write through `WriteGuard` on the simulator's write gate (its 9 s lag, each",
-        "guard given the outcome lookup, a 1 s queue latency, all on a simulated clock); the",
-        "guards' ensures go through the real producer and the FIFO model to the real handler",
-        f"under each variant (`bench/writes_pools.py`; the rest: {other}). Refused = service",
-        "requests whose write was refused at the end (the customer's 409), orgPoolExhausted",
-        "when the worker rejected one of its ensures so; ensures = the guards' fronts and",
-        "recoveries; stranded = total - used - drafted in the children after the workload;",
-        "calls = User Manager calls plus write-gate attempts (up to five per write: the 9 s lag",
-        "outlasts the first attempts after a top-up; a refusal the lookup reads ends a write's",
-        "attempts at once), so the User Manager column is the allocator's own cost.",
-        "",
-    ]
-    lines += double_carve.lines(pools)
-    for pool in pools.values():
-        lines += [f"{heading}# {pool['title']}", "", *table(pool), ""]
-    return lines

@@ -10,7 +10,8 @@ from typing import Any
 
 from bench import double_carve
 from bench.real_sizes import VARIANTS, gold_choice, gold_pool
-from bench.writes_pools import PoolWrites, Request, run, stranded
+from bench.write_workload import Request
+from bench.writes_pools import PoolWrites, run, stranded
 
 
 def _five_new_children_write_ten_each() -> PoolWrites:

@@ -120,7 +120,8 @@ class _SimulatorHandler(BaseHTTPRequestHandler):
         refusal = control.control_refusal(str(self.client_address[0]), self.headers)
         if refusal is not None:
             return refusal
-        return self.server.state.handle_control(method, path, body=raw_body)
+        # No auth and never logged: the refusal above is the control routes' only gate.
+        return control.handle_control(self.server.state, method, path, raw_body)
 
     def _read_body(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":

@@ -2,7 +2,8 @@
 
 The API routes live under ``/enterprise/users/api`` (the five User Manager operations), the
 write gate under ``/project-engine`` (see :mod:`.write_gate`); both are authenticated, logged
-and subject to faults. Control routes are answered by :mod:`.control`.
+and subject to faults. Control routes are answered by :mod:`.control`, over
+this state.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any
 
-from . import control, ims, write_gate
+from . import ims, write_gate
 from .model import (
     _DEFAULT_FAULT_BODIES,
     _INVALID_JSON,
@@ -262,14 +263,6 @@ class SimulatorState:
         """Empty the call log."""
         with self._lock:
             self._calls = []
-
-    def handle_control(self, method: str, path: str, *, body: bytes = b"") -> SimResponse:
-        """Answer one control route (``/__reset``, ``/__seed``, ...); no auth, never logged.
-
-        The HTTP layer refuses non-loopback peers, an ``Origin`` and a non-loopback ``Host``
-        before calling this (see :func:`.control.control_refusal`).
-        """
-        return control.handle_control(self, method, path, body)
 
     # -- the API and the write gate ------------------------------------------------------------
 
