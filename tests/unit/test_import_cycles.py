@@ -9,9 +9,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import bench
 import pytest
 
-import bench
 import serenity_allocator
 import serenity_tools
 
