@@ -150,6 +150,29 @@ class AllocatorHarness:
         """Let the failed records of ``invocation`` come back now (visibility timeout over)."""
         make_visible(self.sqs, self.resources.queue_url, invocation.event, invocation.response)
 
+    def redeliver_each(self, receives: int) -> list[Invocation]:
+        """Run ``receives`` receives in a row, the failed records of each let back at once.
+
+        How a test walks a message through its earlier receives (a stuck child, a failing
+        upstream) without waiting out a visibility timeout; the caller checks each invocation.
+        """
+        invocations = []
+        for _ in range(receives):
+            invocation = self.invoke()
+            self.redeliver_failed(invocation)
+            invocations.append(invocation)
+        return invocations
+
+    def redrive_from_the_dlq(self, *, group_id: str, dedup_id: str) -> str:
+        """Let SQS move the message to the DLQ, then send it again as an operator's redrive does.
+
+        The next receive finds nothing (SQS moved the message past its last receive), the DLQ
+        holds that one message, and its body is sent again: a new message id, returned.
+        """
+        assert self.receive() == [], "SQS moves the message to the DLQ on the next receive"
+        [dead] = self.drain_dlq()
+        return self.send_raw(dead["Body"], group_id=group_id, dedup_id=dedup_id)
+
     def receive(self) -> list[MessageTypeDef]:
         """One receive on the main queue, without handling (e.g. to watch a redrive happen)."""
         return receive_messages(self.sqs, self.resources.queue_url)

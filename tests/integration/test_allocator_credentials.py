@@ -122,6 +122,24 @@ def _seed(sim: SimulatorServer, child_prompts: tuple[int, int] = (150, 200)) -> 
     )
 
 
+def _u1_promise(sim: SimulatorServer) -> str:
+    """A promise token minted for u1, a member of the child and its pool, as a service holds."""
+    return _ims(sim).mint(sim.ims_user("u1", [MASTER, CHILD])).promise_token
+
+
+def _ensure_with(producer: AllocationProducer, credential: UserCredential) -> str:
+    """Enqueue the child's 230-prompt ensure from its pool with ``credential``: most tests' ask."""
+    return producer.enqueue_ensure(CHILD, MASTER, {"prompts": 230}, credential=credential)
+
+
+def _consumer_secret(resources: LocalResources, secret_string: str) -> str:
+    """Store ``secret_string`` as a fresh Secrets Manager secret; return its name (the id)."""
+    secrets = local_client("secretsmanager", resources.endpoint_url)
+    name = f"ims-consumer-{uuid.uuid4().hex[:8]}"
+    secrets.create_secret(Name=name, SecretString=secret_string)
+    return name
+
+
 def _scrubbed(stack: CredentialsStack, request_id: str) -> bool:
     item = stack.raw_item(request_id)
     return item is not None and "promise_token" not in item and "scrubbed_at" in item
@@ -209,10 +227,8 @@ def test_ims_worker_stores_the_rolled_token_before_its_first_semrush_call(
 ) -> None:
     worker, producer = ims_worker
     _seed(sim)
-    promise = _ims(sim).mint(sim.ims_user("u1", [MASTER, CHILD])).promise_token
-    request_id = producer.enqueue_ensure(
-        CHILD, MASTER, {"prompts": 230}, credential=UserCredential.promise(promise)
-    )
+    promise = _u1_promise(sim)
+    request_id = _ensure_with(producer, UserCredential.promise(promise))
     # Given the function dies at its first Semrush call, noting what the record held then
     held_at_first_call: list[str] = []
     original = RequestTokenHolder.get_token
@@ -303,9 +319,7 @@ def test_ims_worker_with_a_dead_promise_ends_needs_reauth_in_the_dlq(
     worker, producer = ims_worker
     _seed(sim)
     access = sim.ims_user("u1", [MASTER, CHILD])
-    request_id = producer.enqueue_ensure(
-        CHILD, MASTER, {"prompts": 230}, credential=UserCredential.access(access)
-    )
+    request_id = _ensure_with(producer, UserCredential.access(access))
     # Given the promise was invalidated before the worker ran (expired, revoked)
     stored = stack.store().read(request_id, CHILD)
     assert stored is not None and _ims(sim).invalidate(stored.promise_token)
@@ -353,9 +367,7 @@ def test_ims_worker_needs_reauth_delivered_again_after_a_crash_before_the_delete
     table = {"REQUEST_LEDGER_TABLE": local_resources.ledger_table}
     with _worker(local_resources, sim, stack, **table) as (worker, producer):
         access = sim.ims_user("u1", [MASTER, CHILD])
-        request_id = producer.enqueue_ensure(
-            CHILD, MASTER, {"prompts": 230}, credential=UserCredential.access(access)
-        )
+        request_id = _ensure_with(producer, UserCredential.access(access))
         stored = stack.store().read(request_id, CHILD)
         assert stored is not None and _ims(sim).invalidate(stored.promise_token)
         # Given its refusal was dead-lettered, stored, published and its record completed,
@@ -410,9 +422,7 @@ def test_ims_worker_non_member_ends_access_denied_nothing_applied(
     _seed(sim)
     # Given a user of the pool who is not a member of the child
     access = sim.ims_user("u2", [MASTER])
-    request_id = producer.enqueue_ensure(
-        CHILD, MASTER, {"prompts": 230}, credential=UserCredential.access(access)
-    )
+    request_id = _ensure_with(producer, UserCredential.access(access))
 
     invocation = worker.invoke()
 
@@ -457,11 +467,9 @@ def test_ims_worker_401_after_a_fresh_exchange_and_one_retry_is_access_denied(
     state = SimulatorState(clock=clock, ims_config=ImsConfig(access_ttl_s=1.0, promise_ttl_s=1e9))
     with start_sim(state=state) as own_sim:
         _seed(own_sim)
-        promise = _ims(own_sim).mint(own_sim.ims_user("u1", [MASTER, CHILD])).promise_token
+        promise = _u1_promise(own_sim)
         with _worker(local_resources, own_sim, stack) as (worker, producer):
-            request_id = producer.enqueue_ensure(
-                CHILD, MASTER, {"prompts": 230}, credential=UserCredential.promise(promise)
-            )
+            request_id = _ensure_with(producer, UserCredential.promise(promise))
             clock.ticking = True
 
             invocation = worker.invoke()
@@ -555,10 +563,8 @@ def test_ims_worker_ims_faults_are_transient_and_keep_the_token(
 ) -> None:
     worker, producer = ims_worker
     _seed(sim)
-    promise = _ims(sim).mint(sim.ims_user("u1", [MASTER, CHILD])).promise_token
-    request_id = producer.enqueue_ensure(
-        CHILD, MASTER, {"prompts": 230}, credential=UserCredential.promise(promise)
-    )
+    promise = _u1_promise(sim)
+    request_id = _ensure_with(producer, UserCredential.promise(promise))
     # Given IMS failing every exchange attempt of this receive
     sim.faults(**faults)
 
@@ -592,10 +598,8 @@ def test_ims_worker_ims_down_on_the_final_receive_ends_ims_unavailable(
 ) -> None:
     _seed(sim)
     with _worker(local_resources, sim, stack, MAX_RECEIVE_COUNT="1") as (worker, producer):
-        promise = _ims(sim).mint(sim.ims_user("u1", [MASTER, CHILD])).promise_token
-        request_id = producer.enqueue_ensure(
-            CHILD, MASTER, {"prompts": 230}, credential=UserCredential.promise(promise)
-        )
+        promise = _u1_promise(sim)
+        request_id = _ensure_with(producer, UserCredential.promise(promise))
         sim.faults(fail_next=[{"op": "ims_exchange", "status": 503, "count": 3}])
 
         invocation = worker.invoke()
@@ -626,9 +630,7 @@ def test_ims_worker_replay_of_a_final_request_ends_a_token_written_again(
     ledger = {"REQUEST_LEDGER_TABLE": local_resources.ledger_table}
     with _worker(local_resources, sim, stack, **ledger) as (worker, producer):
         access = sim.ims_user("u1", [MASTER, CHILD])
-        request_id = producer.enqueue_ensure(
-            CHILD, MASTER, {"prompts": 230}, credential=UserCredential.access(access)
-        )
+        request_id = _ensure_with(producer, UserCredential.access(access))
         [message] = worker.receive()
         worker.handle([message])
         # Given the request is final and a retried enqueue wrote a fresh promise for it
@@ -655,7 +657,7 @@ def test_ims_worker_invalid_message_with_a_readable_id_ends_its_token(
 ) -> None:
     worker, _ = ims_worker
     _seed(sim)
-    promise = _ims(sim).mint(sim.ims_user("u1", [MASTER, CHILD])).promise_token
+    promise = _u1_promise(sim)
     assert stack.store().put("r-invalid-1", CHILD, promise) is not None
     body = {
         "version": 1,
@@ -688,9 +690,7 @@ def test_ims_worker_reads_the_consumer_pair_from_secrets_manager(
     outcome_capture: OutcomeCapture,
 ) -> None:
     # Given the consumer pair only in a Secrets Manager secret
-    secrets = local_client("secretsmanager", local_resources.endpoint_url)
-    name = f"ims-consumer-{uuid.uuid4().hex[:8]}"
-    secrets.create_secret(Name=name, SecretString=json.dumps(sim.ims_clients()["consumer"]))
+    name = _consumer_secret(local_resources, json.dumps(sim.ims_clients()["consumer"]))
     _seed(sim)
     from_secret = {
         "IMS_CONSUMER_CLIENT_ID": None,
@@ -699,9 +699,7 @@ def test_ims_worker_reads_the_consumer_pair_from_secrets_manager(
     }
     with _worker(local_resources, sim, stack, **from_secret) as (worker, producer):
         access = sim.ims_user("u1", [MASTER, CHILD])
-        producer.enqueue_ensure(
-            CHILD, MASTER, {"prompts": 230}, credential=UserCredential.access(access)
-        )
+        _ensure_with(producer, UserCredential.access(access))
         invocation = worker.invoke()
 
     # Then the worker exchanged with that pair and served the request
@@ -724,9 +722,7 @@ def test_ims_worker_reads_the_consumer_pair_from_secrets_manager(
 def test_ims_worker_refuses_a_malformed_consumer_secret_without_quoting_it(
     secret: str, local_resources: LocalResources, sim: SimulatorServer, stack: CredentialsStack
 ) -> None:
-    secrets = local_client("secretsmanager", local_resources.endpoint_url)
-    name = f"ims-consumer-{uuid.uuid4().hex[:8]}"
-    secrets.create_secret(Name=name, SecretString=secret)
+    name = _consumer_secret(local_resources, secret)
     env = {**_ims_env(sim, stack), "IMS_CONSUMER_CLIENT_ID": None}
     env.update(IMS_CONSUMER_CLIENT_SECRET=None, IMS_CONSUMER_SECRET_ID=name)
     with pytest.raises(ImsPairSecretError) as raised, allocator_harness(local_resources, sim, env):
@@ -768,10 +764,8 @@ def test_ims_worker_with_the_kill_switch_off_exchanges_nothing_and_ends_the_prom
     _seed(sim)
     off = {"SERENITY_DYNAMIC_ALLOCATION": "false"}
     with _worker(local_resources, sim, stack, **off) as (worker, producer):
-        promise = _ims(sim).mint(sim.ims_user("u1", [MASTER, CHILD])).promise_token
-        request_id = producer.enqueue_ensure(
-            CHILD, MASTER, {"prompts": 230}, credential=UserCredential.promise(promise)
-        )
+        promise = _u1_promise(sim)
+        request_id = _ensure_with(producer, UserCredential.promise(promise))
         invocation = worker.invoke()
 
     # Then disabled, no Semrush call, no exchange, and the unused promise invalidated, scrubbed

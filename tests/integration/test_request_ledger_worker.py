@@ -438,10 +438,8 @@ def test_worker_checks_a_parent_once_per_container(
 
 
 def _run_to_the_dlq(worker: AllocatorHarness) -> None:
-    for _ in range(worker.resources.max_receive_count):
-        invocation = worker.invoke()
+    for invocation in worker.redeliver_each(worker.resources.max_receive_count):
         assert invocation.failed == invocation.message_ids
-        worker.redeliver_failed(invocation)
     assert worker.receive() == []  # the next receive moved it to the DLQ
 
 
@@ -508,8 +506,7 @@ def test_worker_final_receive_that_crashes_still_leaves_a_dead_lettered_record(
     _seed(sim, _child(prompts=(150, 200)))
     sim.faults(stuck=[CHILD])
     request_id = worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 0, "prompts": 230})
-    for _ in range(worker.resources.max_receive_count - 1):
-        worker.redeliver_failed(worker.invoke())
+    worker.redeliver_each(worker.resources.max_receive_count - 1)
 
     # When the container dies during the final receive (nothing after the transfer runs)
     worker.runtime.gateway = CrashingGateway(worker.runtime.gateway)
@@ -540,10 +537,8 @@ def _release_failing_until_its_final_receive(
     _seed(sim, _child(prompts=(100, 500)))
     sim.faults(fail_next=[{"status": 503, "count": 1_000, "op": "transfer"}])
     request_id = worker.producer.enqueue_release(CHILD)
-    for _ in range(worker.resources.max_receive_count - 1):
-        invocation = worker.invoke()
+    for invocation in worker.redeliver_each(worker.resources.max_receive_count - 1):
         assert invocation.failed == invocation.message_ids
-        worker.redeliver_failed(invocation)
     entry = ledger.get(request_id)
     assert entry is not None and entry.state == "intent"
     assert totals_of(sim)[CHILD] == (1, 500)
@@ -620,9 +615,7 @@ def test_worker_release_whose_final_receive_crashed_after_transferring_is_redriv
         ReceiptHandle=message["ReceiptHandle"],
         VisibilityTimeout=0,
     )
-    assert worker.receive() == []
-    [dead] = worker.drain_dlq()
-    worker.send_raw(dead["Body"], group_id=CHILD, dedup_id="redrive-after-crash")
+    worker.redrive_from_the_dlq(group_id=CHILD, dedup_id="redrive-after-crash")
     redriven = worker.invoke()
 
     # Then it is not transferred again and its one terminal record and one outcome tell the
@@ -753,8 +746,7 @@ def test_worker_ensure_whose_store_failed_after_its_transfer_is_later_reported_t
     _seed(sim, _child(prompts=(150, 200)))
     sim.faults(stuck=[CHILD] if failed_receives else [])
     request_id = worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 0, "prompts": 230})
-    for _ in range(failed_receives):
-        worker.redeliver_failed(worker.invoke())
+    worker.redeliver_each(failed_receives)
     sim.faults(stuck=[])
 
     # When this receive tops the child up and then cannot store the outcome
@@ -778,9 +770,7 @@ def test_worker_ensure_whose_store_failed_after_its_transfer_is_later_reported_t
     # When it comes back: redelivered, or redriven from the DLQ after its final receive
     worker.redeliver_failed(applied)
     if final:
-        assert worker.receive() == []  # SQS moved it to the DLQ
-        [dead] = worker.drain_dlq()
-        worker.send_raw(dead["Body"], group_id=CHILD, dedup_id="redrive-after-store-failure")
+        worker.redrive_from_the_dlq(group_id=CHILD, dedup_id="redrive-after-store-failure")
     later = worker.invoke()
 
     # Then it is not transferred again and says what it did: topped up 200 -> 400

@@ -14,91 +14,38 @@ from collections.abc import Iterator
 
 import pytest
 
-from serenity_allocator.handlers.allocator import lambda_handler
-from serenity_tools.standins.lambda_context import LocalLambdaContext
 from serenity_tools.standins.resources import LocalResources
 from serenity_tools.standins.simulator import SimulatorServer
 from tests.conftest import OutcomeCapture
-from tests.integration.allocator_harness import (
-    FUNCTION_NAME,
-    FUNCTION_TIMEOUT_S,
-    AllocatorHarness,
-    allocator_harness,
-    workspace,
+from tests.integration.allocator_harness import FUNCTION_TIMEOUT_S, AllocatorHarness
+from tests.integration.slow_aws_proxy import FunctionClock, SlowProxy, target_is
+from tests.integration.slow_worker import (
+    HoldAwsCalls,
+    enqueue_a_small_ensure_each,
+    handle_on_the_clock,
+    seed_roomy_children,
+    worker_on_the_function_clock,
 )
-from tests.integration.slow_aws_proxy import (
-    FunctionClock,
-    SlowProxy,
-    slow_aws_service,
-    target_is,
-)
-from tests.integration.sqs_events import build_sqs_event, failed_ids, receive_messages
+from tests.integration.sqs_events import failed_ids, receive_messages
 
 MASTER = "ws-slow-master"
 CHILDREN = ("ws-slow-a", "ws-slow-b")
-HOLD_S = 4.0
-"""How long the proxy holds a slow call: longer than any call the worker may wait for."""
-SEMRUSH_TIMEOUT_S = 2.0
-"""One outside call's budget: an AWS call then gets one attempt of 0.5 s connect + 1.5 s read."""
 SHORT_FUNCTION_S = 6.0
-SAFETY_MARGIN_MS = 500
-
-
-def _seed_roomy_children(sim: SimulatorServer) -> None:
-    # Every child already holds room for the ensures below: the hot path, one read each.
-    sim.seed(
-        [
-            workspace(MASTER, projects=(0, 100), prompts=(0, 10_000)),
-            *(
-                workspace(child, parent_id=MASTER, projects=(1, 1), prompts=(100, 500))
-                for child in CHILDREN
-            ),
-        ]
-    )
 
 
 @pytest.fixture
-def function_clock() -> FunctionClock:
-    """The invocation's clock: a held call costs SEMRUSH_TIMEOUT_S, the AWS call budget."""
-    return FunctionClock()
-
-
-@pytest.fixture
-def slow_dlq(
-    local_resources: LocalResources,
-    monkeypatch: pytest.MonkeyPatch,
-    function_clock: FunctionClock,
-) -> Iterator[SlowProxy]:
+def slow_dlq(local_resources: LocalResources, hold_aws_calls: HoldAwsCalls) -> Iterator[SlowProxy]:
     """SQS through the proxy; SendMessage to the DLQ held for HOLD_S."""
     dlq_name = local_resources.dlq_url.rsplit("/", 1)[-1]
-    with slow_aws_service(
-        local_resources.endpoint_url,
-        "AWS_ENDPOINT_URL_SQS",
-        target_is("AmazonSQS.SendMessage", body_contains=dlq_name),
-        monkeypatch=monkeypatch,
-        clock=function_clock,
-        hold_s=HOLD_S,
-        charge_s=SEMRUSH_TIMEOUT_S,
-    ) as proxy:
+    held = target_is("AmazonSQS.SendMessage", body_contains=dlq_name)
+    with hold_aws_calls("AWS_ENDPOINT_URL_SQS", held) as proxy:
         yield proxy
 
 
 @pytest.fixture
-def slow_bus(
-    local_resources: LocalResources,
-    monkeypatch: pytest.MonkeyPatch,
-    function_clock: FunctionClock,
-) -> Iterator[SlowProxy]:
+def slow_bus(hold_aws_calls: HoldAwsCalls) -> Iterator[SlowProxy]:
     """EventBridge through the proxy; every PutEvents held for HOLD_S."""
-    with slow_aws_service(
-        local_resources.endpoint_url,
-        "AWS_ENDPOINT_URL_EVENTBRIDGE",
-        target_is("AWSEvents.PutEvents"),
-        monkeypatch=monkeypatch,
-        clock=function_clock,
-        hold_s=HOLD_S,
-        charge_s=SEMRUSH_TIMEOUT_S,
-    ) as proxy:
+    with hold_aws_calls("AWS_ENDPOINT_URL_EVENTBRIDGE", target_is("AWSEvents.PutEvents")) as proxy:
         yield proxy
 
 
@@ -110,16 +57,7 @@ def worker(
     function_clock: FunctionClock,
 ) -> Iterator[AllocatorHarness]:
     """The production runtime with a 2 s per-call budget, on the function's clock."""
-    with allocator_harness(
-        local_resources,
-        sim,
-        {
-            "SEMRUSH_TIMEOUT_S": str(SEMRUSH_TIMEOUT_S),
-            "AWS_CALL_BUDGET_S": str(SEMRUSH_TIMEOUT_S),
-            "SAFETY_MARGIN_MS": str(SAFETY_MARGIN_MS),
-        },
-    ) as harness:
-        harness.runtime.clock = function_clock
+    with worker_on_the_function_clock(local_resources, sim, function_clock) as harness:
         yield harness
 
 
@@ -133,9 +71,7 @@ def _run_batch(
     and the whole batch comes back).
     """
     messages = receive_messages(worker.sqs, worker.resources.queue_url)
-    event = build_sqs_event(messages, queue_arn=worker.resources.queue_arn, region="us-east-1")
-    context = LocalLambdaContext(FUNCTION_NAME, timeout_s, clock)
-    response = lambda_handler(event, context, runtime=worker.runtime)
+    response = handle_on_the_clock(worker, messages, clock, timeout_s)
     return [m["MessageId"] for m in messages], failed_ids(response)
 
 
@@ -148,7 +84,7 @@ def test_slow_dlq_fails_only_the_invalid_record_and_the_batch_completes(
 ) -> None:
     # Given a valid ensure and an invalid message in another group, and a DLQ that answers
     # only after HOLD_S
-    _seed_roomy_children(sim)
+    seed_roomy_children(sim, MASTER, CHILDREN)
     request_id = worker.producer.enqueue_ensure(CHILDREN[0], MASTER, {"prompts": 10})
     invalid_id = worker.send_raw("{not json", group_id=CHILDREN[1], dedup_id="d-slow-invalid")
 
@@ -175,9 +111,8 @@ def test_slow_bus_fails_the_records_early_and_ends_before_the_timeout(
 ) -> None:
     # Given two hot-path ensures in two groups, an event bus that answers only after HOLD_S,
     # and a function with SHORT_FUNCTION_S to live
-    _seed_roomy_children(sim)
-    for child in CHILDREN:
-        worker.producer.enqueue_ensure(child, MASTER, {"prompts": 10})
+    seed_roomy_children(sim, MASTER, CHILDREN)
+    enqueue_a_small_ensure_each(worker, MASTER, CHILDREN)
 
     # When the batch runs
     received, failed = _run_batch(worker, function_clock, SHORT_FUNCTION_S)

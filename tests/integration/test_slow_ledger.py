@@ -16,60 +16,38 @@ import pytest
 
 from serenity_allocator.adapters.dynamodb_request_ledger import DynamoDbRequestLedger
 from serenity_allocator.handlers import allocator
-from serenity_allocator.handlers.allocator import lambda_handler
-from serenity_tools.standins.lambda_context import LocalLambdaContext
 from serenity_tools.standins.resources import LocalResources
 from serenity_tools.standins.simulator import SimulatorServer
 from tests.conftest import OutcomeCapture
-from tests.integration.allocator_harness import (
-    FUNCTION_NAME,
-    AllocatorHarness,
-    allocator_harness,
-    workspace,
-)
+from tests.integration.allocator_harness import AllocatorHarness
 from tests.integration.slow_aws_proxy import (
     FunctionClock,
     SlowProxy,
     never,
-    slow_aws_service,
     slow_proxy,
     target_is,
     unprocessed_batch_get,
 )
-from tests.integration.sqs_events import build_sqs_event, failed_ids, receive_messages
+from tests.integration.slow_worker import (
+    CALL_BUDGET_S,
+    HoldAwsCalls,
+    enqueue_a_small_ensure_each,
+    handle_on_the_clock,
+    seed_roomy_children,
+    worker_on_the_function_clock,
+)
+from tests.integration.sqs_events import failed_ids, receive_messages
 
 MASTER = "ws-ledger-master"
 CHILDREN = tuple(f"ws-ledger-{i}" for i in range(6))
-HOLD_S = 4.0
-"""How long the proxy holds a ledger write: longer than any call the worker may wait for."""
-SEMRUSH_TIMEOUT_S = 2.0
-"""One outside call's budget: a ledger call then gets one attempt of 0.5 s connect + 1.5 s read."""
 SHORT_FUNCTION_S = 8.0
-SAFETY_MARGIN_MS = 500
 
 
 @pytest.fixture
-def function_clock() -> FunctionClock:
-    """The invocation's clock: a held call costs SEMRUSH_TIMEOUT_S, the AWS call budget."""
-    return FunctionClock()
-
-
-@pytest.fixture
-def slow_ledger_writes(
-    local_resources: LocalResources,
-    monkeypatch: pytest.MonkeyPatch,
-    function_clock: FunctionClock,
-) -> Iterator[SlowProxy]:
+def slow_ledger_writes(hold_aws_calls: HoldAwsCalls) -> Iterator[SlowProxy]:
     """DynamoDB through the proxy; every UpdateItem held for HOLD_S (reads pass at once)."""
-    with slow_aws_service(
-        local_resources.endpoint_url,
-        "AWS_ENDPOINT_URL_DYNAMODB",
-        target_is("DynamoDB_20120810.UpdateItem"),
-        monkeypatch=monkeypatch,
-        clock=function_clock,
-        hold_s=HOLD_S,
-        charge_s=SEMRUSH_TIMEOUT_S,
-    ) as proxy:
+    held = target_is("DynamoDB_20120810.UpdateItem")
+    with hold_aws_calls("AWS_ENDPOINT_URL_DYNAMODB", held) as proxy:
         yield proxy
 
 
@@ -83,15 +61,11 @@ def worker(
     """The production runtime with a ledger, a 2 s per-call budget and allocation off."""
     overrides = {
         "REQUEST_LEDGER_TABLE": local_resources.ledger_table,
-        "SEMRUSH_TIMEOUT_S": str(SEMRUSH_TIMEOUT_S),
-        "AWS_CALL_BUDGET_S": str(SEMRUSH_TIMEOUT_S),
-        "SAFETY_MARGIN_MS": str(SAFETY_MARGIN_MS),
         # Kill switch off: an ensure completes with no upstream call, so nothing but the
         # ledger's own deadline check stands between one slow write and the next.
         "SERENITY_DYNAMIC_ALLOCATION": "false",
     }
-    with allocator_harness(local_resources, sim, overrides) as harness:
-        harness.runtime.clock = function_clock
+    with worker_on_the_function_clock(local_resources, sim, function_clock, overrides) as harness:
         yield harness
 
 
@@ -104,24 +78,13 @@ def test_slow_ledger_fails_records_early_and_ends_before_the_timeout(
 ) -> None:
     # Given six ensures in six groups (each a "disabled" no-op, then one ledger write), a
     # ledger whose writes answer only after HOLD_S, and a function with SHORT_FUNCTION_S to live
-    sim.seed(
-        [
-            workspace(MASTER, projects=(0, 100), prompts=(0, 10_000)),
-            *(
-                workspace(child, parent_id=MASTER, projects=(1, 1), prompts=(100, 500))
-                for child in CHILDREN
-            ),
-        ]
-    )
-    for child in CHILDREN:
-        worker.producer.enqueue_ensure(child, MASTER, {"prompts": 10})
+    seed_roomy_children(sim, MASTER, CHILDREN)
+    enqueue_a_small_ensure_each(worker, MASTER, CHILDREN)
     messages = receive_messages(worker.sqs, worker.resources.queue_url)
     assert len(messages) == len(CHILDREN)
-    event = build_sqs_event(messages, queue_arn=worker.resources.queue_arn, region="us-east-1")
-    context = LocalLambdaContext(FUNCTION_NAME, SHORT_FUNCTION_S, function_clock)
 
     # When the batch runs
-    response = lambda_handler(event, context, runtime=worker.runtime)
+    response = handle_on_the_clock(worker, messages, function_clock, SHORT_FUNCTION_S)
 
     # Then the handler returned (no function timeout) with every record failed for a retry:
     # the first two writes were started at 0 s and 2 s on the function's clock and gave up
@@ -160,29 +123,18 @@ def test_a_throttled_ledger_lookup_backs_off_then_fails_the_records_before_the_t
     # Given six ensures, a ledger table that throttles every read, a function with
     # SHORT_FUNCTION_S to live, and waits that move the function's clock (the top of each
     # jitter range, so they are exact)
-    sim.seed(
-        [
-            workspace(MASTER, projects=(0, 100), prompts=(0, 10_000)),
-            *(
-                workspace(child, parent_id=MASTER, projects=(1, 1), prompts=(100, 500))
-                for child in CHILDREN
-            ),
-        ]
-    )
-    for child in CHILDREN:
-        worker.producer.enqueue_ensure(child, MASTER, {"prompts": 10})
+    seed_roomy_children(sim, MASTER, CHILDREN)
+    enqueue_a_small_ensure_each(worker, MASTER, CHILDREN)
     messages = receive_messages(worker.sqs, worker.resources.queue_url)
     worker.runtime.sleep = function_clock.charge
     worker.runtime.ledger = DynamoDbRequestLedger(
         worker.resources.ledger_table,
-        call_budget_s=SEMRUSH_TIMEOUT_S,
+        call_budget_s=CALL_BUDGET_S,
         jitter=lambda ceiling: ceiling,
     )
-    event = build_sqs_event(messages, queue_arn=worker.resources.queue_arn, region="us-east-1")
-    context = LocalLambdaContext(FUNCTION_NAME, SHORT_FUNCTION_S, function_clock)
 
     # When the batch runs
-    response = lambda_handler(event, context, runtime=worker.runtime)
+    response = handle_on_the_clock(worker, messages, function_clock, SHORT_FUNCTION_S)
 
     # Then the lookup asked again after 50 ms doubling to the 1 s cap while a wait and one
     # more 2 s read still ended by 5.5 s (8 s less the margin and one publish); then every
