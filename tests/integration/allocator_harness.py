@@ -11,8 +11,9 @@ recorder, so no test waits for real.
 from __future__ import annotations
 
 import json
+import time
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -114,9 +115,7 @@ class AllocatorHarness:
 
     def handle(self, messages: list[MessageTypeDef]) -> Invocation:
         """Run the handler on already received ``messages``, then delete what completed."""
-        event = build_sqs_event(messages, queue_arn=self.resources.queue_arn, region=LOCAL_REGION)
-        context = LocalLambdaContext(FUNCTION_NAME, FUNCTION_TIMEOUT_S)
-        response = lambda_handler(event, context, runtime=self.runtime)
+        event, response = self.run_handler(messages)
         exceptions = [
             "".join(traceback.format_exception(info[1]))
             for info in allocator.processor.exceptions
@@ -127,6 +126,23 @@ class AllocatorHarness:
         self.invocations.append(invocation)
         return invocation
 
+    def run_handler(
+        self,
+        messages: list[MessageTypeDef],
+        *,
+        timeout_s: float = FUNCTION_TIMEOUT_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The Lambda event for ``messages`` and the handler's response; deletes nothing.
+
+        ``timeout_s`` and ``clock`` are the invocation's time to live and the clock it runs
+        out on (a test's function clock makes which calls fit exact).
+        """
+        event = build_sqs_event(messages, queue_arn=self.resources.queue_arn, region=LOCAL_REGION)
+        context = LocalLambdaContext(FUNCTION_NAME, timeout_s, clock)
+        response: dict[str, Any] = lambda_handler(event, context, runtime=self.runtime)
+        return event, response
+
     def die_before_the_delete(self) -> Invocation:
         """Receive a batch and run the handler, then die before deleting anything.
 
@@ -135,9 +151,7 @@ class AllocatorHarness:
         """
         messages = receive_messages(self.sqs, self.resources.queue_url)
         assert messages, "the event source mapping never invokes with an empty batch"
-        event = build_sqs_event(messages, queue_arn=self.resources.queue_arn, region=LOCAL_REGION)
-        context = LocalLambdaContext(FUNCTION_NAME, FUNCTION_TIMEOUT_S)
-        response = lambda_handler(event, context, runtime=self.runtime)
+        event, response = self.run_handler(messages)
         invocation = Invocation(event, response)
         self.invocations.append(invocation)
         every_record = {

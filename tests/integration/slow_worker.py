@@ -10,23 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from serenity_allocator.handlers.allocator import lambda_handler
-from serenity_tools.standins.lambda_context import LocalLambdaContext
-from serenity_tools.standins.resources import LOCAL_REGION, LocalResources
-from tests.integration.allocator_harness import (
-    FUNCTION_NAME,
-    AllocatorHarness,
-    allocator_harness,
-    workspace,
-)
+from serenity_tools.standins.resources import LocalResources
+from tests.integration.allocator_harness import AllocatorHarness, allocator_harness, workspace
 from tests.integration.slow_aws_proxy import FunctionClock, HoldRule, SlowProxy
-from tests.integration.sqs_events import build_sqs_event
 
 if TYPE_CHECKING:
-    from mypy_boto3_sqs.type_defs import MessageTypeDef
-
     from serenity_tools.standins.simulator import SimulatorServer
 
 HOLD_S = 4.0
@@ -75,16 +65,3 @@ def enqueue_a_small_ensure_each(
 ) -> list[str]:
     """One 10-prompt ensure per child, so one message per group; returns their request ids."""
     return [worker.producer.enqueue_ensure(child, master, {"prompts": 10}) for child in children]
-
-
-def handle_on_the_clock(
-    worker: AllocatorHarness,
-    messages: list[MessageTypeDef],
-    clock: FunctionClock,
-    timeout_s: float,
-) -> dict[str, Any]:
-    """Run the handler on ``messages`` with ``timeout_s`` to live on ``clock``; delete nothing."""
-    event = build_sqs_event(messages, queue_arn=worker.resources.queue_arn, region=LOCAL_REGION)
-    context = LocalLambdaContext(FUNCTION_NAME, timeout_s, clock)
-    response: dict[str, Any] = lambda_handler(event, context, runtime=worker.runtime)
-    return response

@@ -22,7 +22,6 @@ from tests.integration.slow_aws_proxy import FunctionClock, SlowProxy, target_is
 from tests.integration.slow_worker import (
     HoldAwsCalls,
     enqueue_a_small_ensure_each,
-    handle_on_the_clock,
     seed_roomy_children,
     worker_on_the_function_clock,
 )
@@ -71,7 +70,7 @@ def _run_batch(
     and the whole batch comes back).
     """
     messages = receive_messages(worker.sqs, worker.resources.queue_url)
-    response = handle_on_the_clock(worker, messages, clock, timeout_s)
+    _, response = worker.run_handler(messages, timeout_s=timeout_s, clock=clock)
     return [m["MessageId"] for m in messages], failed_ids(response)
 
 

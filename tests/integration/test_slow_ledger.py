@@ -32,7 +32,6 @@ from tests.integration.slow_worker import (
     CALL_BUDGET_S,
     HoldAwsCalls,
     enqueue_a_small_ensure_each,
-    handle_on_the_clock,
     seed_roomy_children,
     worker_on_the_function_clock,
 )
@@ -84,7 +83,7 @@ def test_slow_ledger_fails_records_early_and_ends_before_the_timeout(
     assert len(messages) == len(CHILDREN)
 
     # When the batch runs
-    response = handle_on_the_clock(worker, messages, function_clock, SHORT_FUNCTION_S)
+    _, response = worker.run_handler(messages, timeout_s=SHORT_FUNCTION_S, clock=function_clock)
 
     # Then the handler returned (no function timeout) with every record failed for a retry:
     # the first two writes were started at 0 s and 2 s on the function's clock and gave up
@@ -134,7 +133,7 @@ def test_a_throttled_ledger_lookup_backs_off_then_fails_the_records_before_the_t
     )
 
     # When the batch runs
-    response = handle_on_the_clock(worker, messages, function_clock, SHORT_FUNCTION_S)
+    _, response = worker.run_handler(messages, timeout_s=SHORT_FUNCTION_S, clock=function_clock)
 
     # Then the lookup asked again after 50 ms doubling to the 1 s cap while a wait and one
     # more 2 s read still ended by 5.5 s (8 s less the margin and one publish); then every
