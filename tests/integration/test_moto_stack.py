@@ -8,8 +8,9 @@ import boto3
 import pytest
 
 from serenity_allocator.producer import AllocationProducer
+from serenity_tools.standins.lambda_context import LOCAL_ACCOUNT_ID
 from serenity_tools.standins.moto_server import MotoServer, start_moto_server_process
-from serenity_tools.standins.resources import LocalResources, local_client
+from serenity_tools.standins.resources import LOCAL_REGION, LocalResources, local_client
 from tests.integration.moto_helpers import drain_queue
 
 # ---------------------------------------------------------------- local stack
@@ -150,7 +151,7 @@ def test_moto_kms_defers_a_key_pair_to_its_first_use(aws_env: MotoServer) -> Non
     from serenity_tools.standins.moto_overheads import DeferredKeyPair
 
     kms = local_client("kms", aws_env.endpoint_url)
-    backend = kms_backends["123456789012"]["us-east-1"]
+    backend = kms_backends[LOCAL_ACCOUNT_ID][LOCAL_REGION]
 
     # When a symmetric key encrypts and decrypts
     symmetric = kms.create_key(KeyUsage="ENCRYPT_DECRYPT")["KeyMetadata"]["KeyId"]

@@ -2,8 +2,7 @@
 
 The API routes live under ``/enterprise/users/api`` (the five User Manager operations), the
 write gate under ``/project-engine`` (see :mod:`.write_gate`); both are authenticated, logged
-and subject to faults. Control routes are answered by :mod:`.control`, over
-this state.
+and subject to faults. Control routes are answered by :mod:`.control`, over this state.
 """
 
 from __future__ import annotations
