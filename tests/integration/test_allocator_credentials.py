@@ -26,7 +26,7 @@ from serenity_allocator.adapters.secret_redaction import redact_secret
 from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
 from serenity_allocator.domain.errors import NeedsReauthError
 from serenity_allocator.producer import AllocationProducer
-from serenity_tools.standins.resources import LocalResources, local_client
+from serenity_tools.standins.resources import LocalResources, local_client, put_secret
 from serenity_tools.standins.simulator import ImsConfig, SimulatorServer, SimulatorState
 from serenity_tools.standins.simulator import start_simulator as start_sim
 from tests.conftest import OutcomeCapture
@@ -134,9 +134,8 @@ def _ensure_with(producer: AllocationProducer, credential: UserCredential) -> st
 
 def _consumer_secret(resources: LocalResources, secret_string: str) -> str:
     """Store ``secret_string`` as a fresh Secrets Manager secret; return its name (the id)."""
-    secrets = local_client("secretsmanager", resources.endpoint_url)
     name = f"ims-consumer-{uuid.uuid4().hex[:8]}"
-    secrets.create_secret(Name=name, SecretString=secret_string)
+    put_secret(local_client("secretsmanager", resources.endpoint_url), name, secret_string)
     return name
 
 
