@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 COV_FLOOR ?= 88
 TIERS := unit integration infrastructure contract e2e
 
-.PHONY: demo test setup gates lint format typecheck cfn-lint complexity scan pytest bench build deploy clean stress node-install node-test $(TIERS)
+.PHONY: demo test setup gates lint format typecheck cfn-lint complexity layers scan pytest bench build deploy clean stress node-install node-test $(TIERS)
 
 # This machine's environment sets PYTHONDONTWRITEBYTECODE=1, so every Python process compiled
 # every module it imported, every time: a consumer process's start-up took 0.97 CPU-s instead of
@@ -54,7 +54,7 @@ setup:
 	@$(MAKE) --no-print-directory -j4 $(STAMP) $(SCAN_STAMP) $(NODE_STAMP) $(AWSCLI_STAMP)
 
 gates:
-	@$(MAKE) --no-print-directory -j2 --output-sync=target lint typecheck cfn-lint complexity scan
+	@$(MAKE) --no-print-directory -j2 --output-sync=target lint typecheck cfn-lint complexity layers scan
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tools tests bench
@@ -76,6 +76,11 @@ cfn-lint: $(STAMP)
 # so it needs none.
 complexity: $(STAMP)
 	$(BIN)/xenon --max-absolute B --max-modules B --max-average A src tools bench
+
+# The layering contract ([tool.importlinter] in pyproject.toml): the domain imports no use case,
+# adapter, AWS, HTTP or Powertools; use cases no adapter; adapters no use case.
+layers: $(STAMP)
+	$(BIN)/lint-imports --no-cache
 
 # checkov in a venv of its own: it pins exact versions (boto3 among them) that would downgrade
 # the dev environment. Settings and the skip list, each skip with its reason: .checkov.yaml.
