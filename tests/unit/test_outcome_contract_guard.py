@@ -1,13 +1,15 @@
 """Every status and code of the callers' contract through the Python write guard.
 
-The customer answer each one gets is pinned here, not read back from the table, so a table
-row that answers a non-quota code ``quotaExceeded`` fails (clients/node/test/contract-table
-.test.js runs the same cases through the Node guard).
+The customer answer each one gets is pinned apart from the table (tests/fixtures/
+guard-answers.json), so a table row that answers a non-quota code ``quotaExceeded`` fails;
+clients/node/test/contract-table.test.js runs the same cases through the Node guard.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -18,36 +20,14 @@ from serenity_tools.standins.simulator import DISGUISED_QUOTA_405
 from tests.fakes import FakeClock
 
 CHILD, MASTER = "c1", "m1"
-QUOTA_CODES = {"orgPoolExhausted", "brandAiLimit", "tieredPrompts"}
-ANSWERS = {
-    **dict.fromkeys(QUOTA_CODES, "quotaExceeded"),
-    "accessDenied": "accessDenied",
-    "needsReauth": "needsReauth",
-    "noCredential": "noCredential",
-    **dict.fromkeys(
-        [
-            "workspaceBusy", "settleTimeout", "outOfTime", "rateLimited", "upstreamUnavailable",
-            "imsUnavailable", "credentialStoreUnavailable", "noBoundCredential",
-            "ledgerUnavailable", "ledgerConflict", "ledgerRecordUnreadable", "groupBlocked",
-            "finalReceiveUnfinished", "receivesExhausted", "upstream502",
-            "MalformedResponseError",
-        ],
-        "deadlineExceeded",
-    ),
-    **dict.fromkeys(
-        ["requestIdConflict", "parentMismatch", "invalidMessage", "upstream404"],
-        "configurationFault",
-    ),
-}  # fmt: skip
+PINNED = json.loads(
+    (Path(__file__).parents[1] / "fixtures" / "guard-answers.json").read_text(encoding="utf-8")
+)
+QUOTA_CODES = set(PINNED["quota_codes"])
+ANSWERS: dict[str, str] = PINNED["codes"]
 """The customer answer of every code of the contract (a pattern row by its example)."""
-STATUS_ANSWERS = {
-    **dict.fromkeys(["hot-path", "topped-up", "topped-up-after-reclaim", "unmetered"], "proceed"),
-    "disabled": "proceed",
-    **dict.fromkeys(["released", "nothing-to-release", "requires-decommission"], "wait"),
-    "rejected": "deadlineExceeded",  # with no code, or one in no row: "try again"
-    "failed": "deadlineExceeded",
-    "invalid": "configurationFault",
-}
+STATUS_ANSWERS: dict[str, str] = PINNED["statuses"]
+"""The answer of every status with no code (a refusal status: an absent or unknown code)."""
 
 
 @dataclass(frozen=True)
