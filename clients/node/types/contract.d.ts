@@ -66,7 +66,10 @@ export interface AllocationOutcome {
 brand_id?: (string | null)
 coalesced?: number
 dead_lettered?: (true | null)
-error_code?: (string | null)
+/**
+ * Why a rejected, failed or invalid request ended so (null otherwise); whether anything was applied or retried, and the customer answer: docs/outcomes.md, generated from src/serenity_allocator/contract/outcomes.json.
+ */
+error_code?: ("orgPoolExhausted" | "brandAiLimit" | "tieredPrompts" | "accessDenied" | "needsReauth" | "noCredential" | "workspaceBusy" | "settleTimeout" | "outOfTime" | "rateLimited" | "upstreamUnavailable" | "imsUnavailable" | "credentialStoreUnavailable" | "noBoundCredential" | "ledgerUnavailable" | "ledgerConflict" | "ledgerRecordUnreadable" | "groupBlocked" | "finalReceiveUnfinished" | "receivesExhausted" | "requestIdConflict" | "parentMismatch" | "invalidMessage" | string | null)
 kind: ("ensure" | "release" | "unknown")
 org_id?: (string | null)
 receive_count?: number
@@ -74,7 +77,10 @@ request_id: string
 run_id?: (string | null)
 sequence_number?: (string | null)
 source?: (string | null)
-status: ("hot-path" | "topped-up" | "topped-up-after-reclaim" | "unmetered" | "disabled" | "released" | "nothing-to-release" | "requires-decommission" | "rejected" | "failed" | "invalid")
+/**
+ * What happened to the request; each value's answer: docs/outcomes.md, generated from src/serenity_allocator/contract/outcomes.json.
+ */
+status: (("hot-path" | "topped-up" | "topped-up-after-reclaim" | "unmetered" | "disabled" | "released" | "nothing-to-release" | "requires-decommission" | "rejected" | "failed" | "invalid") & string)
 supersedes?: ("deadLettered" | null)
 totals_after?: (Totals | null)
 totals_before?: (Totals | null)
