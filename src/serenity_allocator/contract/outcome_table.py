@@ -140,23 +140,31 @@ def parse_table(document: dict[str, Any]) -> OutcomeTable:
 
 
 def _check(table: OutcomeTable) -> None:
-    known = {row.answer for row in table.answers}
+    known: set[str] = {row.answer for row in table.answers}
+    for status in table.statuses:
+        _check_status(status, known)
     statuses = {row.status for row in table.statuses}
-    for row in table.statuses:
-        if row.answer not in known | {"byCode"}:
-            raise ValueError(f"statuses.{row.status}.answer: unknown answer {row.answer!r}")
-        if (row.answer == "byCode") != (row.unknown_code_answer in known):
-            raise ValueError(f"statuses.{row.status}.unknown_code_answer: byCode statuses only")
-    for row in table.codes:
-        if row.answer not in known - {"proceed", "wait"}:
-            raise ValueError(f"codes.{row.code}.answer: not a refusal's answer")
-        if not set(row.statuses) <= statuses:
-            raise ValueError(f"codes.{row.code}.statuses: a status the table does not know")
-        if row.pattern is not None and (row.example is None or not row.matches(row.example)):
-            raise ValueError(f"codes.{row.code}.example: a pattern row needs a matching example")
+    for code in table.codes:
+        _check_code(code, known, statuses)
     names = [row.code for row in table.codes]
     if len(set(names)) != len(names):
         raise ValueError("codes: a code appears twice")
+
+
+def _check_status(row: StatusRow, known: set[str]) -> None:
+    if row.answer not in known | {"byCode"}:
+        raise ValueError(f"statuses.{row.status}.answer: unknown answer {row.answer!r}")
+    if (row.answer == "byCode") != (row.unknown_code_answer in known):
+        raise ValueError(f"statuses.{row.status}.unknown_code_answer: byCode statuses only")
+
+
+def _check_code(row: CodeRow, known: set[str], statuses: set[str]) -> None:
+    if row.answer not in known - {"proceed", "wait"}:
+        raise ValueError(f"codes.{row.code}.answer: not a refusal's answer")
+    if not set(row.statuses) <= statuses:
+        raise ValueError(f"codes.{row.code}.statuses: a status the table does not know")
+    if row.pattern is not None and (row.example is None or not row.matches(row.example)):
+        raise ValueError(f"codes.{row.code}.example: a pattern row needs a matching example")
 
 
 @functools.cache

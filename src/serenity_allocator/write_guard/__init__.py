@@ -71,7 +71,6 @@ __all__ = [
     "WriteOutcome",
     "WriteQuotaExhaustedError",
     "WriteRefusedError",
-
     "answer_of",
     "model_change_need",
 ]
