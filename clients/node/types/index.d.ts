@@ -94,6 +94,13 @@ export class AllocationProducer {
   enqueueEnsure(input: EnsureInput, options?: EnqueueOptions): Promise<string>;
   enqueueRelease(input: ReleaseInput, options?: EnqueueOptions): Promise<string>;
   send(message: EnsureRequest | ReleaseRequest, options?: EnqueueOptions): Promise<string>;
+  /** The producer for one user (Python's `acting_as`): what a WriteGuard takes in IMS mode. */
+  actingAs(credential: { accessToken: string }): UserProducer;
+}
+export interface UserProducer {
+  enqueueEnsure(input: EnsureInput): Promise<string>;
+  enqueueRelease(input: ReleaseInput): Promise<string>;
+  send(message: EnsureRequest | ReleaseRequest): Promise<string>;
 }
 
 export function isMeteredQuota(status: number, rawBody: string): boolean;
