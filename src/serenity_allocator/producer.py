@@ -22,9 +22,14 @@ retries::
     guard.front({"prompts": 250})
     answer = guard.write(lambda: post_prompts(batch), need={"prompts": 250}, site="prompts")
 
-It raises :class:`WriteQuotaExhaustedError` (``quotaExceeded``: answer 409 "allocation
-exceeded") or :class:`WriteDeadlineExceededError` (``deadlineExceeded``: answer "try again");
-both are a :class:`WriteRefusedError`. Adding models to a project re-meters its published
+It raises the refusal the callers' contract table (docs/outcomes.md) gives the ensure's
+outcome: :class:`WriteQuotaExhaustedError` (``quotaExceeded``: answer 409 "allocation
+exceeded") for the pool, ceiling and tiered refusals only; :class:`WriteDeadlineExceededError`
+(``deadlineExceeded``: answer "try again") for the deadline and transient failures; the user's
+authority its own (:class:`WriteAccessDeniedError`, :class:`WriteNeedsReauthError`,
+:class:`WriteNoCredentialError`); a fault of ours :class:`WriteConfigurationError`; all are a
+:class:`WriteRefusedError` (its ``code`` the answer, its ``reason`` the outcome's code).
+Adding models to a project re-meters its published
 prompts: front ``model_change_need(published, models_before, models_after)``.
 
 To wait for a result without an EventBridge rule, read the request ledger (stack output
@@ -72,8 +77,12 @@ from .write_guard import (
     GuardPolicy,
     OutcomeLookup,
     QuotaRetryRecorder,
+    WriteAccessDeniedError,
+    WriteConfigurationError,
     WriteDeadlineExceededError,
     WriteGuard,
+    WriteNeedsReauthError,
+    WriteNoCredentialError,
     WriteQuotaExhaustedError,
     WriteRefusedError,
     model_change_need,
@@ -100,8 +109,12 @@ __all__ = [
     "ReleaseRequest",
     "Totals",
     "UserCredential",
+    "WriteAccessDeniedError",
+    "WriteConfigurationError",
     "WriteDeadlineExceededError",
     "WriteGuard",
+    "WriteNeedsReauthError",
+    "WriteNoCredentialError",
     "WriteQuotaExhaustedError",
     "WriteRefusedError",
     "build_ensure",

@@ -369,7 +369,7 @@ def test_check_headroom_requires_used_plus_need_plus_drafted_when_asked() -> Non
     # Given a child using 200 prompts with 150 drafted
     usage = workspaces_by_id([_ws("c", "m", (1, 1), (200, 400), drafted=150)])
     with_drafts = build_ensure("c", "m", {"projects": 0, "prompts": 100}, include_drafted=True)
-    without = build_ensure("c", "m", {"projects": 0, "prompts": 100})
+    without = build_ensure("c", "m", {"projects": 0, "prompts": 100}, include_drafted=False)
 
     # When: both report totals of 400 prompts
     outcomes = [

@@ -196,10 +196,10 @@ def test_build_ensure_carries_every_option_into_the_request() -> None:
     assert request.include_drafted is True
     assert request.ceiling is not None
     assert (request.ceiling.projects, request.ceiling.prompts) == (5, 500)
-    # Absent, the options take the wire defaults (a fresh request id, drafts not counted)
+    # Absent, the options take the wire defaults (a fresh request id, drafts counted)
     plain = build_ensure("child-1", "master-1")
     assert (plain.include_drafted, plain.ceiling, plain.org_id, plain.brand_id) == (
-        False,
+        True,
         None,
         None,
         None,

@@ -26,7 +26,7 @@ from serenity_allocator.producer import (
     WriteRefusedError,
     model_change_need,
 )
-from serenity_allocator.write_guard import EmfQuotaRetryRecorder
+from serenity_allocator.write_guard import EmfQuotaRetryRecorder, WriteConfigurationError
 from serenity_tools.standins.simulator import DISGUISED_QUOTA_405
 from tests.fakes import FakeClock
 
@@ -182,16 +182,27 @@ def test_an_ensure_refused_for_the_pool_ends_the_cycle_at_once_as_quota_exceeded
 
 
 @pytest.mark.parametrize(
-    ("status", "error_code", "dead_lettered", "reason"),
+    ("status", "error_code", "dead_lettered", "reason", "refusal"),
     [
-        ("rejected", "brandAiLimit", None, "brandAiLimit"),
-        ("failed", None, None, "failed"),
-        ("invalid", "invalidMessage", None, "invalidMessage"),
-        ("failed", "finalReceiveUnfinished", True, "finalReceiveUnfinished"),
+        ("rejected", "brandAiLimit", None, "brandAiLimit", WriteQuotaExhaustedError),
+        ("failed", None, None, "failed", WriteDeadlineExceededError),
+        ("invalid", "invalidMessage", None, "invalidMessage", WriteConfigurationError),
+        (
+            "failed",
+            "finalReceiveUnfinished",
+            True,
+            "finalReceiveUnfinished",
+            WriteDeadlineExceededError,
+        ),
     ],
 )
 def test_every_non_success_outcome_is_a_refusal_naming_its_code(
-    rig: Rig, status: str, error_code: str | None, dead_lettered: bool | None, reason: str
+    rig: Rig,
+    status: str,
+    error_code: str | None,
+    dead_lettered: bool | None,
+    reason: str,
+    refusal: type[WriteRefusedError],
 ) -> None:
     # Given an ensure whose outcome is some non-success, visible from the start
     rig.lookup.status, rig.lookup.error_code, rig.lookup.visible_at = status, error_code, 0.0
@@ -206,10 +217,12 @@ def test_every_non_success_outcome_is_a_refusal_naming_its_code(
         rig.lookup.get_outcome = dead_letter  # type: ignore[method-assign]
 
     # When a refused write is wrapped
-    with pytest.raises(WriteQuotaExhaustedError) as raised:
+    with pytest.raises(WriteRefusedError) as raised:
         rig.guard().write(rig.gate(), need={"prompts": 1}, site="s")
 
-    # Then it ends after one retry with the ensure's code (or its status) as the reason
+    # Then it ends after one retry with the contract table's answer (quota only for a quota
+    # refusal) and the ensure's code (or its status) as the reason
+    assert type(raised.value) is refusal
     assert (raised.value.reason, raised.value.attempts) == (reason, 2)
 
 
@@ -532,7 +545,11 @@ def test_the_three_cycle_outcomes_add_up_to_every_cycle(rig: Rig) -> None:
 
     with pytest.raises(TimeoutError):
         guard.write(then_raises, need={"prompts": 1}, site="d")
-    rig.lookup.status, rig.lookup.error_code, rig.lookup.visible_at = "rejected", "x", 0.0
+    rig.lookup.status, rig.lookup.error_code, rig.lookup.visible_at = (
+        "rejected",
+        "brandAiLimit",
+        0.0,
+    )
     with pytest.raises(WriteQuotaExhaustedError):
         guard.write(rig.gate(), need={"prompts": 1}, site="e")
 
@@ -642,7 +659,11 @@ def test_a_failed_rollback_is_counted_and_logged_and_the_refusal_still_raised(
     rig: Rig, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Given an ensure refused for the pool and a rollback that fails
-    rig.lookup.status, rig.lookup.error_code, rig.lookup.visible_at = "rejected", "orgPool", 0
+    rig.lookup.status, rig.lookup.error_code, rig.lookup.visible_at = (
+        "rejected",
+        "orgPoolExhausted",
+        0,
+    )
     error = ConnectionError("project engine down")
 
     def rollback() -> None:

@@ -3,13 +3,12 @@
 // disguised 405 wait for ONE ensure (the request's pending front when it covers the write,
 // else the recovery's own) while retrying across the gate's enforcement lag, all inside one
 // deadline fixed when the guard is made.
+// An ensure's outcome is read through the callers' contract table (./answers.js): refused
+// stops at once with the table's answer, applied gives the gate its lag, and an unknown status
+// or an outcome of another request, child or kind keeps the guard waiting.
+import { answerOf } from './answers.js';
 import { isMeteredQuota } from './classify.js';
 import { buildEnsure } from './contract.js';
-
-/** Ensure statuses that mean "the room is there (or the child is not metered)". */
-export const APPLIED_STATUSES = new Set([
-  'hot-path', 'topped-up', 'topped-up-after-reclaim', 'unmetered', 'disabled',
-]);
 
 const sleepS = (s) => new Promise((resolve) => setTimeout(resolve, s * 1000));
 const monotonicS = () => performance.now() / 1000;
@@ -59,15 +58,56 @@ export class WriteQuotaExhaustedError extends WriteRefusedError {
   }
 }
 
-/** Out of time, not out of room: answer "try again" (e.g. 503 with Retry-After), never 409. */
+/**
+ * Out of time, not out of room: answer "try again" (e.g. 503 with Retry-After), never 409.
+ * Also the answer of an ensure ended by a transient failure (`reason` its code).
+ */
 export class WriteDeadlineExceededError extends WriteRefusedError {
   constructor(fields) {
     super(`metered write not accepted before the request's deadline (${fields.attempts} attempt(s))`, {
-      ...fields, code: 'deadlineExceeded', reason: null,
+      ...fields, code: 'deadlineExceeded',
     });
     this.name = 'WriteDeadlineExceededError';
   }
 }
+
+function refusal(name, code, summary) {
+  const Refusal = class extends WriteRefusedError {
+    constructor(fields) {
+      super(`${summary} after ${fields.attempts} attempt(s)`, { ...fields, code });
+      this.name = name;
+    }
+  };
+  Object.defineProperty(Refusal, 'name', { value: name });
+  return Refusal;
+}
+
+/** The ensure's user cannot reach this workspace: a permission answer (403), not quota. */
+export const WriteAccessDeniedError = refusal(
+  'WriteAccessDeniedError', 'accessDenied', 'metered write refused: the user cannot reach this workspace',
+);
+/** IMS refused the user's promise: the user signs in again (401). */
+export const WriteNeedsReauthError = refusal(
+  'WriteNeedsReauthError', 'needsReauth', 'metered write refused: the user must sign in again',
+);
+/** The ensure carried no usable user authority: hand it over again (401). */
+export const WriteNoCredentialError = refusal(
+  'WriteNoCredentialError', 'noCredential', 'metered write refused: no usable user authorization',
+);
+/** A fault of ours (wrong parent, reused request id, invalid message): 500, page the owner. */
+export const WriteConfigurationError = refusal(
+  'WriteConfigurationError', 'configurationFault', 'metered write refused: the allocator refused the request as sent',
+);
+
+/** The refusal raised for each refusing answer of the contract table (tested equal to it). */
+export const REFUSALS = Object.freeze({
+  quotaExceeded: WriteQuotaExhaustedError,
+  deadlineExceeded: WriteDeadlineExceededError,
+  accessDenied: WriteAccessDeniedError,
+  needsReauth: WriteNeedsReauthError,
+  noCredential: WriteNoCredentialError,
+  configurationFault: WriteConfigurationError,
+});
 
 /** Records nothing (the default: metrics are the service's choice). */
 export const nullRecorder = { record() {}, rollbackFailed() {} };
@@ -185,8 +225,8 @@ export class WriteGuard {
       cycle.answer = await call();
       if (!isMeteredQuota(cycle.answer.status, cycle.answer.body)) return null;
       if (this.outcomes) {
-        const reason = await this.judge(cycle);
-        if (reason !== undefined) return { kind: WriteQuotaExhaustedError, reason };
+        const refused = await this.judge(cycle);
+        if (refused !== undefined) return refused;
       }
     }
   }
@@ -228,7 +268,7 @@ export class WriteGuard {
   }
 
   // After a 405 retry, what the awaited ensure (its own, or the front it follows) says:
-  // undefined: keep retrying; a string or null: refused for quota with that reason.
+  // undefined: keep retrying; {kind, reason}: refused, with the table's answer.
   async judge(cycle) {
     const now = this.clock();
     if (cycle.appliedAt !== null) {
@@ -237,13 +277,12 @@ export class WriteGuard {
         await this.sendOwn(cycle);
         return undefined;
       }
-      return null;
+      return { kind: WriteQuotaExhaustedError, reason: null };
     }
-    const outcome = await this.lookup(cycle.requestId);
-    if (outcome === null) return undefined;
-    if (outcome.dead_lettered || !APPLIED_STATUSES.has(outcome.status)) {
-      return this.judgeRefused(cycle, outcome);
-    }
+    const outcome = await this.awaitedOutcome(cycle.requestId);
+    const answer = outcome === null ? 'wait' : answerOf(outcome);
+    if (answer === 'wait') return undefined;
+    if (answer !== 'proceed') return this.judgeRefused(cycle, outcome, answer);
     const front = cycle.following;
     if (front !== null) {
       front.appliedAt ??= now; // the first sighting starts the lag for every cycle following it
@@ -254,17 +293,30 @@ export class WriteGuard {
     return undefined;
   }
 
-  // A front refused for more than the write says nothing about the write's units: ask for them.
-  async judgeRefused(cycle, outcome) {
+  // A front refused for quota asked for more than the write: the write asks for its own units.
+  // Any other refusal (the user's authority, a transient failure, a fault of ours) would meet
+  // the write's own ensure too: it ends the cycle with the table's answer.
+  async judgeRefused(cycle, outcome, answer) {
     const front = cycle.following;
     if (front !== null) {
       front.refused = true;
-      if (!sameUnits(front.need, cycle.ownNeed)) {
+      if (answer === 'quotaExceeded' && !sameUnits(front.need, cycle.ownNeed)) {
         await this.sendOwn(cycle);
         return undefined;
       }
     }
-    return outcome.error_code || outcome.status;
+    return { kind: REFUSALS[answer], reason: outcome.error_code || outcome.status };
+  }
+
+  // The awaited ensure's outcome; one of another request, child or kind is ignored.
+  async awaitedOutcome(requestId) {
+    const outcome = await this.lookup(requestId);
+    if (outcome === null) return null;
+    const ours = outcome.request_id === requestId && outcome.workspace_id === this.workspaceId
+      && outcome.kind === 'ensure';
+    if (ours) return outcome;
+    this.warn('outcome of another request ignored', { request_id: requestId });
+    return null;
   }
 
   async lookup(requestId) {

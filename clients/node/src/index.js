@@ -11,9 +11,12 @@ export {
 } from './credentials.js';
 export { isMeteredQuota, modelChangeNeed } from './classify.js';
 export {
-  APPLIED_STATUSES, GuardPolicy, WriteDeadlineExceededError, WriteGuard,
+  GuardPolicy, REFUSALS, WriteAccessDeniedError, WriteConfigurationError,
+  WriteDeadlineExceededError, WriteGuard, WriteNeedsReauthError, WriteNoCredentialError,
   WriteQuotaExhaustedError, WriteRefusedError, nullRecorder,
 } from './guard.js';
+export { answerOf, codeRow } from './answers.js';
+export { OUTCOME_TABLE } from './outcome-table.js';
 export {
   LedgerUnavailableError, OutcomeReader, OutcomeWaitTimeoutError, PROVISIONAL_GRACE_S,
   isSettled, itemToRecord,

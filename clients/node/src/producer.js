@@ -96,6 +96,28 @@ export class AllocationProducer {
     }
   }
 
+  /**
+   * The producer for one user (as Python's `acting_as`): every request it enqueues carries
+   * that user's authority, handed over before it is sent. What a WriteGuard takes in IMS mode
+   * (its front and recovery ensures are requests of their own). Only `{ accessToken }`: one
+   * promise serves one request (the worker's exchange of the first kills it for the next).
+   * @param {{accessToken: string}} credential
+   */
+  actingAs(credential) {
+    if (credential?.promiseToken !== undefined || typeof credential?.accessToken !== 'string') {
+      throw new TypeError('credential: actingAs takes the user\'s { accessToken } (a promise serves one request)');
+    }
+    if (this.#credentials === null) throw new TypeError('credential: this producer has no credentials handover');
+    this.#credentials.check(credential);
+    const producer = this;
+    return Object.freeze({
+      enqueueEnsure: (input) => producer.enqueueEnsure(input, { credential }),
+      enqueueRelease: (input) => producer.enqueueRelease(input, { credential }),
+      send: (message) => producer.send(message, { credential }),
+      toJSON: () => ({ producer, credential: '***' }),
+    });
+  }
+
   toJSON() {
     return { queueUrl: this.queueUrl, timeoutMs: this.timeoutMs, credentials: this.#credentials };
   }

@@ -48,6 +48,15 @@ describe('the differential corpus', () => {
 describe('what the client builds', () => {
   const validate = compile('allocation-request-v1');
 
+  it('a default ensure is the body the Python producer sends (tests/fixtures/default-ensure.json)', () => {
+    const { input, body } = readJson('tests/fixtures/default-ensure.json');
+    const ensure = buildEnsure({
+      workspaceId: input.workspace_id, parentWorkspaceId: input.parent_workspace_id,
+      need: input.need, requestId: input.request_id,
+    });
+    assert.deepEqual(JSON.parse(sqsEntry(ensure).MessageBody), body);
+  });
+
   it('an ensure is valid message v1, counting drafts by default, and its SQS ids follow it', () => {
     const ensure = buildEnsure({
       workspaceId: 'child-1', parentWorkspaceId: 'master-1', need: { prompts: 250 },

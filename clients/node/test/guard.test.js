@@ -145,7 +145,7 @@ describe('write with outcomes', () => {
         const next = sequence[Math.min(n, sequence.length - 1)];
         n += 1;
         if (next instanceof Error) throw next;
-        return next && { request_id: requestId, ...next };
+        return next && { request_id: requestId, kind: 'ensure', workspace_id: 'child-1', ...next };
       },
     };
   };
@@ -158,21 +158,21 @@ describe('write with outcomes', () => {
     assert.deepEqual([error.reason, error.attempts, state.metrics], ['orgPoolExhausted', 2, [['exhausted', 2, 'prompts.create']]]);
   });
 
-  it('a dead-lettered ensure is a refusal too', async () => {
+  it('a dead-lettered ensure is a refusal too, answered by its code (a parent mismatch is ours, never quota)', async () => {
     const outcomes = outcomesOf([{ status: 'invalid', error_code: 'parentMismatch', dead_lettered: true }]);
     const error = await rig({ answers: [QUOTA_405], outcomes }).write().catch((e) => e);
-    assert.deepEqual([error.code, error.reason], ['quotaExceeded', 'parentMismatch']);
+    assert.deepEqual([error.code, error.reason], ['configurationFault', 'parentMismatch']);
   });
 
-  it('a refused ensure without an error code names its status as the reason', async () => {
+  it('a refused ensure without an error code names its status as the reason (failed alone: try again)', async () => {
     const outcomes = outcomesOf([{ status: 'failed', error_code: null }]);
     const error = await rig({ answers: [QUOTA_405], outcomes }).write().catch((e) => e);
-    assert.deepEqual([error.code, error.reason, error.attempts], ['quotaExceeded', 'failed', 2]);
+    assert.deepEqual([error.code, error.reason, error.attempts], ['deadlineExceeded', 'failed', 2]);
   });
 
   it('an applied ensure is looked up once in its cycle, then the lag runs on the clock', async () => {
     let lookups = 0;
-    const outcomes = { async getOutcome(requestId) { lookups += 1; return { request_id: requestId, status: 'hot-path' }; } };
+    const outcomes = { async getOutcome(requestId) { lookups += 1; return { request_id: requestId, kind: 'ensure', workspace_id: 'child-1', status: 'hot-path' }; } };
     const policy = new GuardPolicy({ deadlineS: 60 });
     const error = await rig({ answers: [QUOTA_405], outcomes, policy }).write().catch((e) => e);
     // Seen applied at the first retry (t=103); lag + interval (12 s) later, at t=115: exhausted.
@@ -280,8 +280,8 @@ describe('a recovery that follows the guard\'s front', () => {
     const { state, guard, gate } = frontRig({ visibleAt: 0, status: 'failed' });
     await guard.front({ projects: 0, prompts: 50 });
     const error = await guard.write(gate(), { need: { prompts: 50 }, site: 's' }).catch((e) => e);
-    // No error code: the status is the reason, as the Python guard says it.
-    assert.deepEqual(refusalOf(error), ['WriteQuotaExhaustedError', 'failed', 2, 3]);
+    // No error code: the status is the reason, as the Python guard says it; `failed` alone is "try again".
+    assert.deepEqual(refusalOf(error), ['WriteDeadlineExceededError', 'failed', 2, 3]);
     assert.deepEqual(state.ensures, [{ projects: 0, prompts: 50 }]);
   });
 

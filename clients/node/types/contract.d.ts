@@ -66,7 +66,10 @@ export interface AllocationOutcome {
 brand_id?: (string | null)
 coalesced?: number
 dead_lettered?: (true | null)
-error_code?: (string | null)
+/**
+ * Why a rejected, failed or invalid request ended so (null otherwise); whether anything was applied or retried, and the customer answer: docs/outcomes.md, generated from src/serenity_allocator/contract/outcomes.json.
+ */
+error_code?: ("orgPoolExhausted" | "brandAiLimit" | "tieredPrompts" | "accessDenied" | "needsReauth" | "noCredential" | "workspaceBusy" | "settleTimeout" | "outOfTime" | "rateLimited" | "upstreamUnavailable" | "imsUnavailable" | "credentialStoreUnavailable" | "noBoundCredential" | "ledgerUnavailable" | "ledgerConflict" | "ledgerRecordUnreadable" | "groupBlocked" | "finalReceiveUnfinished" | "receivesExhausted" | "requestIdConflict" | "parentMismatch" | "invalidMessage" | string | null)
 kind: ("ensure" | "release" | "unknown")
 org_id?: (string | null)
 receive_count?: number
@@ -74,7 +77,10 @@ request_id: string
 run_id?: (string | null)
 sequence_number?: (string | null)
 source?: (string | null)
-status: ("hot-path" | "topped-up" | "topped-up-after-reclaim" | "unmetered" | "disabled" | "released" | "nothing-to-release" | "requires-decommission" | "rejected" | "failed" | "invalid")
+/**
+ * What happened to the request; each value's answer: docs/outcomes.md, generated from src/serenity_allocator/contract/outcomes.json.
+ */
+status: (("hot-path" | "topped-up" | "topped-up-after-reclaim" | "unmetered" | "disabled" | "released" | "nothing-to-release" | "requires-decommission" | "rejected" | "failed" | "invalid") & string)
 supersedes?: ("deadLettered" | null)
 totals_after?: (Totals | null)
 totals_before?: (Totals | null)
@@ -121,3 +127,25 @@ target: Totals
 /**
  * A pair of non-negative unit counts, one per dimension (needs, totals, floors, ceilings).
  */
+
+/** An outcome status of the callers' contract (docs/outcomes.md). */
+export type OutcomeStatus = "hot-path" | "topped-up" | "topped-up-after-reclaim" | "unmetered" | "disabled" | "released" | "nothing-to-release" | "requires-decommission" | "rejected" | "failed" | "invalid"
+/** What a service answers its customer for an ensure's outcome (docs/outcomes.md). */
+export type CustomerAnswer = "proceed" | "wait" | "quotaExceeded" | "accessDenied" | "needsReauth" | "noCredential" | "deadlineExceeded" | "configurationFault"
+/** The exact error codes of the contract (the families upstream<status> and an unforeseen
+ * failure's kind come on top: an outcome's error_code stays a string). */
+export type KnownErrorCode = "orgPoolExhausted" | "brandAiLimit" | "tieredPrompts" | "accessDenied" | "needsReauth" | "noCredential" | "workspaceBusy" | "settleTimeout" | "outOfTime" | "rateLimited" | "upstreamUnavailable" | "imsUnavailable" | "credentialStoreUnavailable" | "noBoundCredential" | "ledgerUnavailable" | "ledgerConflict" | "ledgerRecordUnreadable" | "groupBlocked" | "finalReceiveUnfinished" | "receivesExhausted" | "requestIdConflict" | "parentMismatch" | "invalidMessage"
+/** "yes", "no" or "maybe": whether anything was applied, whether the worker retried it. */
+export type Applied = "yes" | "no" | "maybe"
+/** The callers' contract table (src/outcome-table.js). */
+export interface OutcomeTable {
+  about: string
+  version: number
+  answers: ReadonlyArray<{ answer: CustomerAnswer; http_status: number | null; says: string;
+    meaning: string; python_error: string | null; node_error: string | null }>
+  statuses: ReadonlyArray<{ status: OutcomeStatus; kinds: ReadonlyArray<string>; meaning: string;
+    applied: Applied; answer: CustomerAnswer | "byCode"; unknown_code_answer: CustomerAnswer | null }>
+  codes: ReadonlyArray<{ code: string; pattern: string | null; example: string | null;
+    statuses: ReadonlyArray<OutcomeStatus>; kinds: ReadonlyArray<string>; meaning: string;
+    applied: Applied; retried: Applied; answer: CustomerAnswer }>
+}

@@ -4,10 +4,13 @@ import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import type { KMSClient } from '@aws-sdk/client-kms';
 import type {
-  AllocationOutcome, EnsureRequest, LedgerRecord, ReleaseRequest,
+  AllocationOutcome, CustomerAnswer, EnsureRequest, LedgerRecord, OutcomeTable, ReleaseRequest,
 } from './contract.js';
 
-export type { AllocationOutcome, AllocationRequest, EnsureRequest, LedgerRecord, ReleaseRequest } from './contract.js';
+export type {
+  AllocationOutcome, AllocationRequest, Applied, CustomerAnswer, EnsureRequest, KnownErrorCode,
+  LedgerRecord, OutcomeStatus, OutcomeTable, ReleaseRequest,
+} from './contract.js';
 
 export interface Need { projects?: number; prompts?: number }
 
@@ -91,6 +94,13 @@ export class AllocationProducer {
   enqueueEnsure(input: EnsureInput, options?: EnqueueOptions): Promise<string>;
   enqueueRelease(input: ReleaseInput, options?: EnqueueOptions): Promise<string>;
   send(message: EnsureRequest | ReleaseRequest, options?: EnqueueOptions): Promise<string>;
+  /** The producer for one user (Python's `acting_as`): what a WriteGuard takes in IMS mode. */
+  actingAs(credential: { accessToken: string }): UserProducer;
+}
+export interface UserProducer {
+  enqueueEnsure(input: EnsureInput): Promise<string>;
+  enqueueRelease(input: ReleaseInput): Promise<string>;
+  send(message: EnsureRequest | ReleaseRequest): Promise<string>;
 }
 
 export function isMeteredQuota(status: number, rawBody: string): boolean;
@@ -107,7 +117,11 @@ export interface OutcomeLookup { getOutcome(requestId: string): Promise<Allocati
 export interface Logger { warn(message: string, fields?: Record<string, unknown>): void }
 export interface HttpAnswer { status: number; body: string }
 
-export const APPLIED_STATUSES: ReadonlySet<string>;
+/** The callers' contract table (docs/outcomes.md), generated from the package's outcomes.json. */
+export const OUTCOME_TABLE: OutcomeTable;
+/** What the contract answers for an ensure's outcome ('wait' for a status it does not know). */
+export function answerOf(outcome: { status: string; error_code?: string | null }): CustomerAnswer;
+export function codeRow(code: string): OutcomeTable['codes'][number] | null;
 export const nullRecorder: QuotaRetryRecorder;
 export class GuardPolicy {
   constructor(options?: { retries?: number; intervalS?: number; deadlineS?: number; enforcementLagS?: number });
@@ -116,8 +130,9 @@ export class GuardPolicy {
   readonly deadlineS: number;
   readonly enforcementLagS: number;
 }
+export type RefusalCode = Exclude<CustomerAnswer, 'proceed' | 'wait'>;
 export class WriteRefusedError extends Error {
-  code: 'quotaExceeded' | 'deadlineExceeded';
+  code: RefusalCode;
   reason: string | null;
   answer: HttpAnswer | null;
   attempts: number;
@@ -125,7 +140,12 @@ export class WriteRefusedError extends Error {
   rollbackError?: unknown;
 }
 export class WriteQuotaExhaustedError extends WriteRefusedError { code: 'quotaExceeded' }
-export class WriteDeadlineExceededError extends WriteRefusedError { code: 'deadlineExceeded'; reason: null }
+export class WriteDeadlineExceededError extends WriteRefusedError { code: 'deadlineExceeded' }
+export class WriteAccessDeniedError extends WriteRefusedError { code: 'accessDenied' }
+export class WriteNeedsReauthError extends WriteRefusedError { code: 'needsReauth' }
+export class WriteNoCredentialError extends WriteRefusedError { code: 'noCredential' }
+export class WriteConfigurationError extends WriteRefusedError { code: 'configurationFault' }
+export const REFUSALS: Readonly<Record<RefusalCode, new (...args: never[]) => WriteRefusedError>>;
 export class WriteGuard {
   constructor(options: {
     producer: { enqueueEnsure(input: EnsureInput): Promise<string> };

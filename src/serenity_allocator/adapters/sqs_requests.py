@@ -32,9 +32,9 @@ class EnsureOptions(TypedDict, total=False):
     """
 
     include_drafted: bool
-    """Count drafted units as used when sizing the top-up (default False, the wire default
-    for old senders). The write gate meters prompts on used + drafted + batch, so pass True
-    before a prompt write (``WriteGuard`` does by default)."""
+    """Count drafted units as used when sizing the top-up (default True, as the contract
+    says: the schema, the worker's model and the Node client). The write gate meters prompts
+    on used + drafted + batch; pass False only for a dimension without drafts."""
     ceiling: TotalsInput | None
     """A per-brand cap on the child's totals; a dimension left out is not enforced."""
     org_id: str | None
@@ -73,7 +73,7 @@ def build_ensure(
         "request_id": _request_id(options.get("request_id")),
         "workspace_id": workspace_id,
         "parent_workspace_id": parent_workspace_id,
-        "include_drafted": options.get("include_drafted", False),
+        "include_drafted": options.get("include_drafted", True),
         "ceiling": _totals_input(options.get("ceiling")),
         "org_id": options.get("org_id"),
         "brand_id": options.get("brand_id"),

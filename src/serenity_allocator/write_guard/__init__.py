@@ -24,14 +24,19 @@ The guard needs no Powertools: its metrics go through an injected recorder.
 from __future__ import annotations
 
 from .errors import (
+    REFUSALS,
     GuardedWrite,
     HttpAnswer,
+    WriteAccessDeniedError,
+    WriteConfigurationError,
     WriteDeadlineExceededError,
+    WriteNeedsReauthError,
+    WriteNoCredentialError,
     WriteOutcome,
     WriteQuotaExhaustedError,
     WriteRefusedError,
 )
-from .guard import REFUSED_STATUSES, EnsureEnqueuer, OutcomeLookup, WriteGuard, is_refused
+from .guard import EnsureEnqueuer, OutcomeLookup, WriteGuard, answer_of
 from .policy import GuardPolicy, model_change_need
 from .recorders import (
     METRIC_NAME,
@@ -46,7 +51,7 @@ from .recorders import (
 __all__ = [
     "METRIC_NAME",
     "METRIC_NAMESPACE",
-    "REFUSED_STATUSES",
+    "REFUSALS",
     "ROLLBACK_METRIC_NAME",
     "EmfQuotaRetryRecorder",
     "EnsureEnqueuer",
@@ -57,11 +62,15 @@ __all__ = [
     "OutcomeLookup",
     "QuotaRetryRecorder",
     "QuotaRetryResult",
+    "WriteAccessDeniedError",
+    "WriteConfigurationError",
     "WriteDeadlineExceededError",
     "WriteGuard",
+    "WriteNeedsReauthError",
+    "WriteNoCredentialError",
     "WriteOutcome",
     "WriteQuotaExhaustedError",
     "WriteRefusedError",
-    "is_refused",
+    "answer_of",
     "model_change_need",
 ]

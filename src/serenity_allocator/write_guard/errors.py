@@ -1,11 +1,12 @@
-"""What a guarded write answers: the HTTP answer it wraps, its report, and the two refusals.
+"""What a guarded write answers: the HTTP answer it wraps, its report, and its refusals.
 
-The customer contract (semrush-user-manager.md, "Metered writes happen elsewhere"):
-``WriteQuotaExhaustedError`` (code ``quotaExceeded``) is, together with the ensure outcomes
-``orgPoolExhausted`` and ``brandAiLimit``, ONE customer answer: HTTP 409 "allocation exceeded".
-``WriteDeadlineExceededError`` (code ``deadlineExceeded``) is not a quota answer: the request ran
-out of time before the write could land, so the service answers "try again" (e.g. 503 with
-``Retry-After``), never 409.
+The customer contract is the callers' table (``serenity_allocator/contract/outcomes.json``,
+docs/outcomes.md): each refusal below is one of its answers, with the error's ``code``.
+``WriteQuotaExhaustedError`` (``quotaExceeded``): pool, ceiling and tiered refusals, HTTP 409
+"allocation exceeded". ``WriteDeadlineExceededError`` (``deadlineExceeded``): too slow or a
+transient failure, "try again" (503 with ``Retry-After``), never 409. The user's authority has
+its own three (``accessDenied``, ``needsReauth``, ``noCredential``), and a fault of ours its own
+(``configurationFault``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class HttpAnswer(Protocol):
         ...
 
 
-WriteOutcome = Literal["accepted", "recovered", "exhausted", "timed-out", "failed"]
+WriteOutcome = Literal["accepted", "recovered", "exhausted", "timed-out", "refused", "failed"]
 
 
 @dataclass(frozen=True)
@@ -41,16 +42,19 @@ class GuardedWrite:
     outcome: WriteOutcome
     """``accepted`` first time, ``recovered`` after a 405, ``exhausted`` refused for quota
     (:class:`WriteQuotaExhaustedError`), ``timed-out`` out of time
-    (:class:`WriteDeadlineExceededError`), ``failed`` a non-quota answer (returned as is)."""
+    (:class:`WriteDeadlineExceededError`), ``refused`` the ensure's outcome refused for a reason
+    that is neither (the user's authority, a configuration fault), ``failed`` a non-quota answer
+    (returned as is)."""
 
 
 class WriteRefusedError(Exception):
     """A guarded write that finally did not land; catch this to handle both refusals.
 
     Attributes:
-        code: The customer code (``quotaExceeded`` or ``deadlineExceeded``).
-        reason: The recovery ensure's error code when its outcome refused (``orgPoolExhausted``,
-            ``brandAiLimit``, ...), else None.
+        code: The customer answer (an answer of the contract table: ``quotaExceeded``,
+            ``deadlineExceeded``, ``accessDenied``, ...).
+        reason: The awaited ensure's error code (or status) when its outcome refused
+            (``orgPoolExhausted``, ``needsReauth``, ...), else None.
         answer: The last (disguised 405) answer; None when the deadline had passed before the
             first attempt.
         attempts: Attempts made.
@@ -93,8 +97,51 @@ class WriteDeadlineExceededError(WriteRefusedError):
     """Out of time: the request's deadline ran out before the write could land.
 
     "Too slow", never "no room": the customer answer is "try again" (e.g. 503 with
-    ``Retry-After``), never 409.
+    ``Retry-After``), never 409. Also the answer of an ensure ended by an infrastructure or
+    transient failure (``reason`` its code: ``imsUnavailable``, ``upstream500``, ...).
     """
 
     code: ClassVar[str] = "deadlineExceeded"
     _summary: ClassVar[str] = "metered write out of time"
+
+
+class WriteAccessDeniedError(WriteRefusedError):
+    """The ensure's user cannot reach this workspace: a permission answer (403), not quota."""
+
+    code: ClassVar[str] = "accessDenied"
+    _summary: ClassVar[str] = "metered write refused: the user cannot reach this workspace"
+
+
+class WriteNeedsReauthError(WriteRefusedError):
+    """IMS refused the user's promise: the user signs in again (401), then the service retries."""
+
+    code: ClassVar[str] = "needsReauth"
+    _summary: ClassVar[str] = "metered write refused: the user must sign in again"
+
+
+class WriteNoCredentialError(WriteRefusedError):
+    """The ensure carried no usable user authority: hand it over again (401)."""
+
+    code: ClassVar[str] = "noCredential"
+    _summary: ClassVar[str] = "metered write refused: no usable user authorization"
+
+
+class WriteConfigurationError(WriteRefusedError):
+    """A fault of ours (wrong parent, reused request id, invalid message): 500, page the owner."""
+
+    code: ClassVar[str] = "configurationFault"
+    _summary: ClassVar[str] = "metered write refused: the allocator refused the request as sent"
+
+
+REFUSALS: dict[str, type[WriteRefusedError]] = {
+    error.code: error
+    for error in (
+        WriteQuotaExhaustedError,
+        WriteDeadlineExceededError,
+        WriteAccessDeniedError,
+        WriteNeedsReauthError,
+        WriteNoCredentialError,
+        WriteConfigurationError,
+    )
+}
+"""The refusal raised for each refusing answer of the contract table (tested equal to it)."""

@@ -2,9 +2,11 @@
 
 One recovery cycle per write that meets the 405: at most ONE ensure of its own, then a retry
 every ``interval_s``. With an outcome lookup the cycle lasts as long as the ensure's outcome says
-it may (refused: stop at once; applied: the gate's lag more; unknown: keep going), inside the
-request's deadline; without one, ``retries`` retries. The deadline is fixed once, when the guard
-is built, and checked before every attempt and every sleep.
+it may, read through the callers' contract table (:func:`answer_of`; refused: stop at once with
+the table's answer; applied: the gate's lag more; unknown, or an outcome of another request,
+child or kind: keep going), inside the request's deadline; without one, ``retries`` retries.
+The deadline is fixed once, when the guard is built, and checked before every attempt and every
+sleep.
 
 With an outcome lookup, a cycle whose units a front of this guard already asked for follows that
 front instead of sending its own ensure (ADR 0019): the worker sums the ensures it coalesces, so a
@@ -21,10 +23,12 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Generic, NoReturn, Protocol, TypeVar
 
 from ..adapters.sqs_requests import TotalsInput, build_ensure
+from ..contract.outcome_table import CustomerAnswer, outcome_table
 from ..domain.classify import is_metered_quota
 from ..domain.messages import AllocationOutcome, EnsureRequest
 from ..domain.model import Totals
 from .errors import (
+    REFUSALS,
     GuardedWrite,
     HttpAnswer,
     WriteDeadlineExceededError,
@@ -38,10 +42,6 @@ from .recorders import NullQuotaRetryRecorder, QuotaRetryRecorder, QuotaRetryRes
 _log = logging.getLogger(__name__)
 
 AnswerT = TypeVar("AnswerT", bound=HttpAnswer)
-
-REFUSED_STATUSES = frozenset({"rejected", "failed", "invalid"})
-"""Ensure outcomes that mean the top-up will not come (with a dead-lettered one); every other
-ensure status (``hot-path``, ``topped-up``, ``unmetered``, ``disabled``, ...) is applied."""
 
 
 class EnsureEnqueuer(Protocol):
@@ -60,9 +60,22 @@ class OutcomeLookup(Protocol):
         ...
 
 
-def is_refused(outcome: AllocationOutcome) -> bool:
-    """True when an ensure's outcome says its top-up will not come."""
-    return outcome.status in REFUSED_STATUSES or outcome.dead_lettered is True
+def answer_of(outcome: AllocationOutcome) -> CustomerAnswer:
+    """What the callers' contract answers for an ensure's outcome (docs/outcomes.md).
+
+    ``proceed``: the room is there (or needs none); ``wait``: neither applied nor refused (an
+    unknown status); any other answer is a refusal, raised as :data:`.REFUSALS` says.
+    """
+    return outcome_table().answer(outcome.status, outcome.error_code)
+
+
+def _is_about(outcome: AllocationOutcome, request_id: str, workspace_id: str) -> bool:
+    """True when ``outcome`` is the awaited ensure's: its request id, child and kind."""
+    return (
+        outcome.request_id == request_id
+        and outcome.workspace_id == workspace_id
+        and outcome.kind == "ensure"
+    )
 
 
 @dataclass
@@ -228,8 +241,7 @@ class WriteGuard:
             self._report(cycle, "recovered" if landed else "failed")
             return cycle.answer
         self._record(cycle, "exhausted")
-        timed_out = isinstance(refusal, WriteDeadlineExceededError)
-        self._report(cycle, "timed-out" if timed_out else "exhausted")
+        self._report(cycle, _reported(refusal))
         self._finish_refused(refusal, cycle.site, None, rollback)
 
     def _retry(
@@ -307,28 +319,42 @@ class WriteGuard:
                 self._send_own(cycle)
                 return None
             return self._refusal(WriteQuotaExhaustedError, cycle)
-        outcome = _lookup(lookup, cycle.request_id)
-        if outcome is None:
+        outcome = self._awaited_outcome(lookup, cycle.request_id)
+        answer = "wait" if outcome is None else answer_of(outcome)
+        if outcome is None or answer == "wait":
             return None
-        if is_refused(outcome):
-            return self._judge_refused(cycle, outcome)
+        if answer != "proceed":
+            return self._judge_refused(cycle, outcome, answer)
         cycle.applied_at = now
         if cycle.following is not None:
             cycle.following.applied_at = now
         return None
 
+    def _awaited_outcome(self, lookup: OutcomeLookup, request_id: str) -> AllocationOutcome | None:
+        """The awaited ensure's outcome; one of another request, child or kind is ignored."""
+        outcome = _lookup(lookup, request_id)
+        if outcome is None or _is_about(outcome, request_id, self.workspace_id):
+            return outcome
+        _safe_log("outcome of another request ignored", ValueError(), request_id=request_id)
+        return None
+
     def _judge_refused(
-        self, cycle: _Cycle[AnswerT], outcome: AllocationOutcome
+        self, cycle: _Cycle[AnswerT], outcome: AllocationOutcome, answer: CustomerAnswer
     ) -> WriteRefusedError | None:
-        """A refused front asked for more than the write: the write asks for its own units."""
+        """A front refused for quota asked for more than the write: the write asks for its own.
+
+        Any other refusal (the user's authority, a transient failure, a fault of ours) would
+        meet the write's own ensure too: it ends the cycle with the table's answer.
+        """
         front = cycle.following
         if front is not None:
             front.refused = True
-            if cycle.own is not None and front.need != cycle.own.need:
+            larger = cycle.own is not None and front.need != cycle.own.need
+            if answer == "quotaExceeded" and larger:
                 self._send_own(cycle)
                 return None
         reason = outcome.error_code or outcome.status
-        return self._refusal(WriteQuotaExhaustedError, cycle, reason=reason)
+        return self._refusal(REFUSALS[answer], cycle, reason=reason)
 
     def _refusal(
         self,
@@ -363,6 +389,12 @@ class WriteGuard:
 
     def _report(self, cycle: _Cycle[AnswerT], outcome: WriteOutcome) -> None:
         self.history.append(GuardedWrite(cycle.site, cycle.attempts, cycle.waited_s, outcome))
+
+
+def _reported(refusal: WriteRefusedError) -> WriteOutcome:
+    if isinstance(refusal, WriteDeadlineExceededError):
+        return "timed-out"
+    return "exhausted" if isinstance(refusal, WriteQuotaExhaustedError) else "refused"
 
 
 def _lookup(lookup: OutcomeLookup, request_id: str) -> AllocationOutcome | None:

@@ -6,8 +6,12 @@
 - ``docs/asyncapi.json``: the queue and the bus, referencing the three;
 - ``docs/schemas/allocation-request-v1.corpus.json``: the differential corpus (bodies and the
   worker's verdict on each) that the Python and the Node tests both check;
-- ``clients/node/types/contract.d.ts``: the Node client's types, generated from the schemas
-  by its own script (needs Node and ``make node-install``).
+- ``docs/outcomes.md`` and the README's outcomes section: the callers' contract table
+  (``src/serenity_allocator/contract/outcomes.json``), which also describes every status and
+  code in the outcome schema (:mod:`.outcome_docs`);
+- ``clients/node/types/contract.d.ts`` and ``clients/node/src/outcome-table.js``: the Node
+  client's types and table, generated from the schemas and the table by its own script (needs
+  Node and ``make node-install``).
 
 Services in other languages validate against the checked-in copies (ajv ``Ajv2020`` strict, or
 any draft 2020-12 validator); tests fail when they drift from the models. Regenerate every file
@@ -28,8 +32,11 @@ from serenity_allocator.adapters.eventbridge_outcomes import (
     OUTCOME_DETAIL_TYPE,
     POOL_LOW_DETAIL_TYPE,
 )
+from serenity_allocator.contract.outcome_table import OutcomeTable, outcome_table
 from serenity_allocator.domain.ledger import LedgerEntry
 from serenity_allocator.domain.messages import ALLOCATION_REQUEST, AllocationOutcome
+
+from .outcome_docs import OUTCOMES_DOC, README, readme_with_table, render_outcomes_doc
 
 DOCS_PATH = Path(__file__).resolve().parents[3] / "docs"
 SCHEMA_PATH = DOCS_PATH / "schemas"
@@ -79,6 +86,51 @@ def message_schema() -> dict[str, Any]:
     )
 
 
+_TABLE_NOTE = "docs/outcomes.md, generated from src/serenity_allocator/contract/outcomes.json"
+
+
+def _status_property(table: OutcomeTable) -> dict[str, Any]:
+    """``status``: every status of the contract table, each with its meaning."""
+    return {
+        "title": "Status",
+        "type": "string",
+        "description": f"What happened to the request; each value's answer: {_TABLE_NOTE}.",
+        "oneOf": [{"const": row.status, "description": row.meaning} for row in table.statuses],
+    }
+
+
+def _error_code_property(table: OutcomeTable) -> dict[str, Any]:
+    """``error_code``: every code of the contract table (a family by its pattern), described."""
+    exact = [
+        {"const": row.code, "description": row.meaning} for row in table.codes if not row.pattern
+    ]
+    families = [
+        {"type": "string", "pattern": row.pattern, "description": f"{row.code}: {row.meaning}"}
+        for row in table.codes
+        if row.pattern
+    ]
+    return {
+        "title": "Error Code",
+        "description": (
+            "Why a rejected, failed or invalid request ended so (null otherwise); whether "
+            f"anything was applied or retried, and the customer answer: {_TABLE_NOTE}."
+        ),
+        "anyOf": [*exact, *families, {"type": "null"}],
+        "default": None,
+    }
+
+
+def _described(outcome: dict[str, Any]) -> dict[str, Any]:
+    """An outcome's JSON Schema with ``status`` and ``error_code`` from the contract table."""
+    table = outcome_table()
+    properties = {
+        **outcome["properties"],
+        "status": _status_property(table),
+        "error_code": _error_code_property(table),
+    }
+    return {**outcome, "properties": properties}
+
+
 def outcome_schema() -> dict[str, Any]:
     """The schema of the outcome event's ``detail`` (and of a ledger record's ``outcome``)."""
     return _document(
@@ -86,8 +138,9 @@ def outcome_schema() -> dict[str, Any]:
         "AllocationOutcome v1",
         f"The detail of one outcome event (source {EVENT_SOURCE}, detail-type "
         f"{OUTCOME_DETAIL_TYPE}); absent fields are null. A reader ignores fields it does not "
-        "know (new ones may be added).",
-        AllocationOutcome.model_json_schema(mode="serialization"),
+        "know (new ones may be added). Every status and error code is one row of the callers' "
+        f"contract ({_TABLE_NOTE}).",
+        _described(AllocationOutcome.model_json_schema(mode="serialization")),
     )
 
 
@@ -102,8 +155,14 @@ def ledger_schema() -> dict[str, Any]:
         "Reading rule: pending unless state is final or deadLettered with an outcome; a "
         "provisional deadLettered record counts as pending until updated_at + 180 s. A reader "
         "ignores attributes it does not know (status, workspace_id, expires_at, ...).",
-        LedgerEntry.model_json_schema(mode="serialization"),
+        _ledger_entry_schema(),
     )
+
+
+def _ledger_entry_schema() -> dict[str, Any]:
+    schema = LedgerEntry.model_json_schema(mode="serialization")
+    defs = schema["$defs"]
+    return {**schema, "$defs": {**defs, "AllocationOutcome": _described(defs["AllocationOutcome"])}}
 
 
 def asyncapi_document() -> dict[str, Any]:
@@ -186,6 +245,8 @@ def render_schema() -> str:
 def rendered_files() -> dict[Path, str]:
     """Every generated contract file but the corpus, as checked in."""
     return {
+        OUTCOMES_DOC: render_outcomes_doc(),
+        README: readme_with_table(README.read_text(encoding="utf-8")),
         SCHEMA_FILE: render_schema(),
         OUTCOME_SCHEMA_FILE: _render(outcome_schema()),
         LEDGER_SCHEMA_FILE: _render(ledger_schema()),
