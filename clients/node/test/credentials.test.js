@@ -214,6 +214,34 @@ describe('the credential handover on the local stack (IMS mode)', () => {
     assert.equal((await record('req-node-cred-kept')).workspace_id.S, CHILD);
   });
 
+  it('a send whose answer is lost keeps the record the delivered message needs (also sent twice)', async () => {
+    // The real SQS client delivers, then the answer is lost (a timeout after the send landed);
+    // `meanwhile` is a second enqueue of the same request id while the first is in flight.
+    const losing = (meanwhile = null) => ({
+      async send(command, options) {
+        if (meanwhile) { const now = meanwhile; meanwhile = null; await now(); }
+        await sqs.send(command, options);
+        throw Object.assign(new Error('socket hang up'), { name: 'TimeoutError' });
+      },
+    });
+    const lostProducer = (sqsClient) => new AllocationProducer({ queueUrl: sideQueue, sqs: sqsClient, credentials: handover() });
+    const lost = await rejection(lostProducer(losing()).enqueueEnsure(
+      { workspaceId: CHILD, parentWorkspaceId: MASTER, requestId: 'req-node-cred-lost' }, { credential: { promiseToken: 'pt-node-lost' } },
+    ));
+    assert.deepEqual([lost.name, lost.reason], ['EnqueueError', 'TimeoutError']);
+    const twice = await rejection(lostProducer(losing(() => producer().enqueueEnsure(
+      { workspaceId: CHILD, parentWorkspaceId: MASTER, requestId: 'req-node-cred-twice' }, { credential: { promiseToken: 'pt-node-twice-2' } },
+    ))).enqueueEnsure(
+      { workspaceId: CHILD, parentWorkspaceId: MASTER, requestId: 'req-node-cred-twice' }, { credential: { promiseToken: 'pt-node-twice-1' } },
+    ));
+    assert.equal(twice.name, 'EnqueueError');
+    secrets.push('pt-node-lost', 'pt-node-twice-1', 'pt-node-twice-2');
+    const sent = await sentRequestIds();
+    assert.ok(sent.includes('req-node-cred-lost') && sent.includes('req-node-cred-twice'), sent.join());
+    assert.deepEqual(await pythonRead('req-node-cred-lost', CHILD), { [CHILD]: 'pt-node-lost' });
+    assert.deepEqual(await pythonRead('req-node-cred-twice', CHILD), { [CHILD]: 'pt-node-twice-1' });
+  });
+
   it('a record that cannot be written is EnqueueError credential:<code>, nothing sent', async () => {
     const requestId = 'req-node-cred-notable';
     const broken = new CredentialHandover({
@@ -237,7 +265,7 @@ describe('the credential handover on the local stack (IMS mode)', () => {
   });
 
   it('no token or client secret in any error, its JSON, its inspection, or the producer\'s', () => {
-    assert.equal(errors.length, 6);
+    assert.equal(errors.length, 8);
     const tokens = [...secrets, 'pt-node-first', 'pt-node-second', 'pt-node-third'];
     const views = errors.flatMap((e) => [e.message, e.stack, JSON.stringify(e), inspect(e, { depth: 5 }), String(e.cause?.message ?? '')]);
     const seen = producer();
