@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from ..adapters.observability import MetricsObserver, MetricsRecorder, logger, metrics, pin_wire_loggers
+from ..adapters.observability import (
+    MetricsObserver,
+    MetricsRecorder,
+    logger,
+    metrics,
+    pin_wire_loggers,
+)
 from ..adapters.session_token_holder import SessionTokenHolder
 from ..application.abandon_sweep_run import abandon_sweep_run
 from ..application.run_sweep_batch import run_sweep_batch
