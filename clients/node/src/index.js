@@ -15,7 +15,7 @@ export {
   WriteQuotaExhaustedError, WriteRefusedError, nullRecorder,
 } from './guard.js';
 export {
-  LedgerUnavailableError, OutcomeReader, OutcomeWaitTimeoutError, PROVISIONAL_GRACE_S,
-  isSettled, itemToRecord,
+  LedgerRecordUnreadableError, LedgerUnavailableError, OutcomeReader, OutcomeWaitTimeoutError,
+  PROVISIONAL_GRACE_S, isSettled, itemToRecord,
 } from './outcomes.js';
 export { EmfQuotaRetryRecorder, METRIC_NAMESPACE } from './metrics.js';

@@ -127,6 +127,13 @@ describe('the credential handover on the local stack (IMS mode)', () => {
     );
     const outcome = await reader.waitForOutcome(requestId, 30);
     assert.deepEqual([outcome.status, outcome.workspace_id, outcome.totals_after.prompts >= 250], ['topped-up', CHILD, true]);
+    // The same id asked for another child or kind (a reused id) never reads this outcome.
+    const conflict = { request_id: requestId, status: 'rejected', error_code: 'requestIdConflict' };
+    assert.deepEqual(await reader.getOutcome(requestId, { workspaceId: 'c-other', kind: 'ensure' }),
+      { ...conflict, kind: 'ensure', workspace_id: 'c-other' });
+    assert.deepEqual(await reader.waitForOutcome(requestId, 1, { workspaceId: CHILD, kind: 'release' }),
+      { ...conflict, kind: 'release', workspace_id: CHILD });
+    assert.deepEqual(await reader.getOutcome(requestId, { workspaceId: CHILD, kind: 'ensure' }), outcome);
     const { calls } = JSON.parse((await simulator(stack.service.SIMULATOR_ORIGIN, 'GET', '/__ims/calls')).body);
     assert.deepEqual(calls.slice(0, 2).map((c) => [c.op, c.status, c.user]), [['ims_mint', 200, 'node-user'], ['ims_exchange', 200, 'node-user']]);
   });
