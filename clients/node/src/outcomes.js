@@ -2,7 +2,8 @@
 // - no record, or state "intent": pending;
 // - state "final": settled (the outcome);
 // - state "deadLettered": settled, UNLESS provisional and younger than PROVISIONAL_GRACE_S
-//   (a final receive wrote it as it began and may still replace it): pending until then.
+//   (a final receive wrote it as it began and may still replace it): pending until then;
+//   a provisional one beside an intent that moves the child stays pending (it may have landed).
 // The worker stores an outcome before it publishes it, so a strongly consistent read is at
 // least as fresh as the outcome event.
 import { GetItemCommand } from '@aws-sdk/client-dynamodb';
@@ -132,7 +133,14 @@ export function isBoundElsewhere(record, { workspaceId, kind } = {}) {
 export function isSettled(record, nowS) {
   if (record.state === 'intent' || !record.outcome) return false;
   if (!record.provisional) return true;
+  // Beside an intent that moves the child, a provisional dead letter proves no failure: the
+  // transfer may have landed (a redrive's receive reads the child and tells).
+  if (record.intent && !sameTotals(record.intent.before, record.intent.target)) return false;
   return nowS - (record.updated_at ?? 0) >= PROVISIONAL_GRACE_S;
+}
+
+function sameTotals(a, b) {
+  return (a?.projects ?? 0) === (b?.projects ?? 0) && (a?.prompts ?? 0) === (b?.prompts ?? 0);
 }
 
 const sleepS = (s) => new Promise((resolve) => setTimeout(resolve, s * 1000));

@@ -7,9 +7,10 @@ import {
 } from '../src/index.js';
 
 const OUTCOME = { request_id: 'r-1', kind: 'ensure', workspace_id: 'c-1', status: 'topped-up' };
-const item = ({ state = 'final', provisional = false, updatedAt = 1000, outcome = OUTCOME } = {}) => ({
+const item = ({ state = 'final', provisional = false, updatedAt = 1000, outcome = OUTCOME, intent = null } = {}) => ({
   request_id: { S: 'r-1' }, state: { S: state }, status: { S: 'topped-up' },
   ...(outcome ? { outcome: { S: JSON.stringify(outcome) } } : {}),
+  ...(intent ? { intent: { S: JSON.stringify(intent) } } : {}),
   provisional: { BOOL: provisional }, updated_at: { N: String(updatedAt) }, expires_at: { N: '9' },
 });
 
@@ -37,6 +38,7 @@ describe('the reading rule', () => {
     ['a published dead letter', { state: 'deadLettered' }, 1000, true],
     ['a provisional dead letter inside the grace', { state: 'deadLettered', provisional: true }, 1000 + PROVISIONAL_GRACE_S - 1, false],
     ['a provisional dead letter past the grace', { state: 'deadLettered', provisional: true }, 1000 + PROVISIONAL_GRACE_S, true],
+    ['a provisional dead letter beside a moving intent, past the grace', { state: 'deadLettered', provisional: true, intent: { before: { prompts: 1 }, target: { prompts: 9 } } }, 1000 + PROVISIONAL_GRACE_S, false],
   ];
   for (const [name, shape, now, settled] of cases) {
     it(`${name}: ${settled ? 'the outcome' : 'pending'}`, () => {

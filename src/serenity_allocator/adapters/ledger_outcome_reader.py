@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from ..domain.ledger import LedgerEntry, RequestIdConflictError, RequestKind
+from ..domain.ledger import PROVISIONAL_GRACE_S, LedgerEntry, RequestIdConflictError, RequestKind
 from ..domain.messages import AllocationOutcome
 from ..domain.ports import Clock, Sleeper
 from .dynamodb_request_ledger import DynamoDbRequestLedger
@@ -22,10 +22,7 @@ if TYPE_CHECKING:
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
-PROVISIONAL_GRACE_S = 180
-"""How long a provisional dead letter counts as "still running": three times the Allocator's
-60 s timeout. A final receive that is alive replaces the record within one timeout; an older
-provisional record means that receive crashed and the message is in the DLQ."""
+__all__ = ["PROVISIONAL_GRACE_S", "OutcomeReader", "OutcomeWaitTimeoutError"]
 
 
 class OutcomeWaitTimeoutError(TimeoutError):
@@ -137,6 +134,9 @@ class OutcomeReader:
             return False
         if not entry.provisional:
             return True
+        if entry.may_have_transferred:
+            # No proof of failure: the transfer may have landed (a redrive's receive tells).
+            return False
         # A provisional dead letter stands only once its final receive can no longer finish.
         written = entry.updated_at or 0
         return self._wall_clock() - written >= PROVISIONAL_GRACE_S
