@@ -86,8 +86,8 @@ def test_producer_policy_writes_and_encrypts_never_reads_or_decrypts(
     table, key = render.arn(TABLE), render.arn(KEY)
     purpose = {"StringEquals": {"kms:EncryptionContext:purpose": PURPOSE}}
     assert sorted(granted, key=lambda g: g[0]) == [
-        ("dynamodb:DeleteItem", table, None),
-        ("dynamodb:PutItem", table, None),
+        ("dynamodb:DeleteItem", table, RECORD_ONLY),
+        ("dynamodb:PutItem", table, RECORD_ONLY),
         ("kms:Encrypt", key, purpose),
     ]
 
@@ -107,6 +107,21 @@ def _credential_grants(render: Renderer, statements: list[dict[str, Any]]) -> li
     targets = {render.arn(TABLE), render.arn(KEY)}
     found = [grant for grant in _grants(render, statements) if grant[1] in targets]
     return sorted(found, key=lambda grant: (grant[0], grant[1]))
+
+
+RECORD_ONLY = {
+    "ForAllValues:StringEquals": {
+        "dynamodb:Attributes": [
+            "request_id",
+            "workspace_id",
+            "promise_token",
+            "expires_at",
+            "written_at",
+        ]
+    },
+    "StringEqualsIfExists": {"dynamodb:ReturnValues": ["NONE"]},
+}
+"""A producer writes only a record's own attributes and never gets an old item back."""
 
 
 def _purpose(purpose: str) -> dict[str, Any]:
@@ -139,8 +154,8 @@ def test_sweep_decrypts_its_run_token_only_and_writes_its_releases_records_as_a_
     # not decrypt for it), and for its releases it holds exactly the producer's rights: put
     # and take back a record, encrypt under the request purpose; no read, no decrypt of one
     assert _credential_grants(render, statements) == [
-        ("dynamodb:DeleteItem", table, None),
-        ("dynamodb:PutItem", table, None),
+        ("dynamodb:DeleteItem", table, RECORD_ONLY),
+        ("dynamodb:PutItem", table, RECORD_ONLY),
         ("kms:Decrypt", key, _purpose(SWEEP_PURPOSE)),
         ("kms:Encrypt", key, _purpose(PURPOSE)),
         ("kms:Encrypt", key, _purpose(SWEEP_PURPOSE)),

@@ -648,7 +648,7 @@ def test_ims_worker_replay_of_a_final_request_ends_a_token_written_again(
     assert _is_dead(sim, again)
 
 
-def test_ims_worker_invalid_message_with_a_readable_id_ends_its_token(
+def test_ims_worker_invalid_message_naming_another_requests_id_leaves_its_record(
     ims_worker: tuple[AllocatorHarness, AllocationProducer],
     sim: SimulatorServer,
     stack: CredentialsStack,
@@ -656,27 +656,32 @@ def test_ims_worker_invalid_message_with_a_readable_id_ends_its_token(
 ) -> None:
     worker, _ = ims_worker
     _seed(sim)
+    # Given a request's live record (its message not yet delivered)
     promise = _u1_promise(sim)
-    assert stack.store().put("r-invalid-1", CHILD, promise) is not None
+    assert stack.store().put("r-victim-1", CHILD, promise) is not None
     body = {
         "version": 1,
         "kind": "ensure",
-        "request_id": "r-invalid-1",
+        "request_id": "r-victim-1",
         "workspace_id": CHILD,
         "parent_workspace_id": MASTER,
         "need": {"projects": 0, "prompts": 5},
     }
-    # Given a message in the wrong group (invalid, its request id readable)
+    # When a message in the wrong group names its id (invalid, the id readable)
     worker.send_raw(json.dumps(body), group_id="another-group", dedup_id="d-1")
 
     invocation = worker.invoke()
 
+    # Then the invalid message is dead-lettered, and the named request's record and promise
+    # are untouched (nothing proves the record is this message's)
     assert invocation.failed == []
     [outcome] = outcome_capture.outcomes()
-    assert (outcome["request_id"], outcome["status"]) == ("r-invalid-1", "invalid")
-    assert _scrubbed(stack, "r-invalid-1")
-    assert _is_dead(sim, promise)
+    assert (outcome["request_id"], outcome["status"]) == ("r-victim-1", "invalid")
+    stored = stack.store().read("r-victim-1", CHILD)
+    assert stored is not None and stored.promise_token == promise
     assert api_calls(sim) == []
+    assert [c["op"] for c in sim.ims_calls() if c["op"] != "ims_mint"] == []
+    assert not _is_dead(sim, promise)
 
 
 # ---------------------------------------------------------------- the consumer pair's secret

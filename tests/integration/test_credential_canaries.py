@@ -131,6 +131,16 @@ def all_logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     return caplog
 
 
+@pytest.fixture
+def root_debug_logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """Every logger at DEBUG from the root down, as a Lambda run with ``AWS_LAMBDA_LOG_LEVEL``
+    DEBUG: what the handlers pin (botocore, urllib3...) must hold whatever the root says."""
+    caplog.set_level(logging.DEBUG)
+    for name in ("serenity_allocator", "serenity-allocator", "httpx", "httpcore"):
+        caplog.set_level(logging.DEBUG, logger=name)
+    return caplog
+
+
 def test_canary_ims_client_never_shows_a_token_or_a_client_secret(
     sim: SimulatorServer, all_logs: pytest.LogCaptureFixture
 ) -> None:
@@ -372,13 +382,13 @@ def test_canary_ims_worker_batch_never_shows_a_token(
     sim: SimulatorServer,
     outcome_capture: OutcomeCapture,
     capsys: pytest.CaptureFixture[str],
-    all_logs: pytest.LogCaptureFixture,
+    root_debug_logs: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Given users (u2 cannot reach its child), a producer minting for them, and a spy on
     # every exchange (the echoed child's Semrush then echoes the fresh access token back)
     _powertools_logs_to_captured_stdout(monkeypatch)
-    caplog = all_logs
+    caplog = root_debug_logs
     caplog.set_level(logging.DEBUG, logger="aws_lambda_powertools.utilities.batch")
     _seed_worker(sim)
     members = [MASTER, TOPPED, RELEASED, ECHOED, BUSY, DEAD]
@@ -510,7 +520,7 @@ def _bucket_objects(sweep: ImsSweepStack) -> str:
 def test_canary_ims_sweep_never_shows_a_token(
     sweep: ImsSweepStack,
     capsys: pytest.CaptureFixture[str],
-    all_logs: pytest.LogCaptureFixture,
+    root_debug_logs: pytest.LogCaptureFixture,
     service_log_lines: io.StringIO,
     tmp_path: Path,
 ) -> None:
@@ -568,7 +578,7 @@ def test_canary_ims_sweep_never_shows_a_token(
         "refusal": refused.out + refused.err,
         "stdout and metrics": printed.out,
         "stderr": printed.err,
-        "log records": log_text(all_logs),
+        "log records": log_text(root_debug_logs),
         "log lines": service_log_lines.getvalue(),
         "bucket objects": _bucket_objects(sweep),
         "queue messages": json.dumps(messages, default=str),

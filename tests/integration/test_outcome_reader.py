@@ -137,3 +137,31 @@ def test_get_outcome_holds_back_a_provisional_dead_letter_until_its_receive_cann
     # When read after three function timeouts / Then the dead letter stands
     late = _reader(local_resources, dynamodb, FakeTime(), WRITTEN_AT + 180)
     assert late.get_outcome("req-1") == dead
+
+
+def test_a_reused_request_id_never_gets_the_other_requests_outcome(
+    local_resources: LocalResources, dynamodb: Any, writer: DynamoDbRequestLedger
+) -> None:
+    # Given the id's record is another child's final outcome (totals and all)
+    writer.store_outcome(_outcome())
+    reader = _reader(local_resources, dynamodb, FakeTime())
+    conflict = AllocationOutcome(
+        request_id="req-1",
+        kind="ensure",
+        workspace_id="child-2",
+        status="rejected",
+        error_code="requestIdConflict",
+    )
+    # When a request of another child (or another kind) asks by the same id
+    # Then it is refused as the worker refuses it, with nothing of the other request
+    assert reader.get_outcome("req-1", workspace_id="child-2", kind="ensure") == conflict
+    assert reader.wait_for_outcome("req-1", 5, workspace_id="child-2", kind="ensure") == conflict
+    released = reader.get_outcome("req-1", workspace_id="child-1", kind="release")
+    assert released is not None
+    assert (released.status, released.error_code, released.totals_after) == (
+        "rejected",
+        "requestIdConflict",
+        None,
+    )
+    # And the request the record belongs to reads its own outcome
+    assert reader.get_outcome("req-1", workspace_id="child-1", kind="ensure") == _outcome()

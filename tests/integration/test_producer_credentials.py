@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import jsonschema
 import pytest
+from botocore.exceptions import ReadTimeoutError
 
 from serenity_allocator.adapters.credential_handover import CredentialHandover, UserCredential
 from serenity_allocator.adapters.ims_client import ImsClient, ImsClientPair
@@ -154,6 +155,61 @@ def test_producer_failed_send_keeps_a_record_it_did_not_write(
         )
     # Then the first record, not this call's, is still there, unchanged
     credential = stack.store().read("r-1", "c1")
+    assert credential is not None and credential.promise_token == "pt-first"
+
+
+class LostAnswer:
+    """The real SQS client; the first send lands on the queue, then its answer is lost.
+
+    ``meanwhile`` runs before that send (a second enqueue of the same request id, concurrent).
+    """
+
+    def __init__(self, sqs: Any, meanwhile: Any = None) -> None:
+        self._sqs = sqs
+        self._meanwhile = meanwhile
+        self.lost = 0
+
+    def send_message(self, **kwargs: Any) -> Any:
+        if self._meanwhile is not None:
+            meanwhile, self._meanwhile = self._meanwhile, None
+            meanwhile()
+        self._sqs.send_message(**kwargs)
+        self.lost += 1
+        raise ReadTimeoutError(endpoint_url="http://sqs.invalid")
+
+
+def test_producer_lost_send_answer_keeps_the_record_the_delivered_message_needs(
+    local_resources: LocalResources, stack: CredentialsStack, sim: SimulatorServer
+) -> None:
+    lost = LostAnswer(local_client("sqs", local_resources.endpoint_url))
+    with pytest.raises(EnqueueError) as caught:
+        _producer(local_resources, stack, sim, sqs=lost).enqueue_ensure(
+            "c1", "m1", request_id="r-lost", credential=UserCredential.promise("pt-lost")
+        )
+    assert (caught.value.reason, lost.lost) == ("ReadTimeoutError", 1)
+    # The message was delivered: the worker finds its record with the token.
+    delivered = drain_queue(local_resources.queue_url)
+    assert [json.loads(m["Body"])["request_id"] for m in delivered] == ["r-lost"]
+    credential = stack.store().read("r-lost", "c1")
+    assert credential is not None and credential.promise_token == "pt-lost"
+
+
+def test_producer_lost_answer_of_a_request_sent_twice_keeps_the_shared_record(
+    local_resources: LocalResources, stack: CredentialsStack, sim: SimulatorServer
+) -> None:
+    def second_enqueue() -> None:  # the same request id, sent again while the first is in flight
+        _producer(local_resources, stack, sim).enqueue_ensure(
+            "c1", "m1", request_id="r-twice", credential=UserCredential.promise("pt-second")
+        )
+
+    lost = LostAnswer(local_client("sqs", local_resources.endpoint_url), meanwhile=second_enqueue)
+    with pytest.raises(EnqueueError):
+        _producer(local_resources, stack, sim, sqs=lost).enqueue_ensure(
+            "c1", "m1", request_id="r-twice", credential=UserCredential.promise("pt-first")
+        )
+    delivered = drain_queue(local_resources.queue_url)
+    assert [json.loads(m["Body"])["request_id"] for m in delivered] == ["r-twice"]
+    credential = stack.store().read("r-twice", "c1")
     assert credential is not None and credential.promise_token == "pt-first"
 
 

@@ -26,6 +26,9 @@ from serenity_allocator.domain.model import Totals
 from tests.fakes import RecordingOutcomes
 from tests.unit.ledger_fake import InMemoryRequestLedger
 
+NOW = 4_000_000_000.0
+"""Long after every record the fake ledger writes: none is live."""
+
 
 def _ensure_body(request_id: str) -> str:
     return json.dumps(
@@ -69,7 +72,7 @@ def test_audit_dead_letters_records_and_announces_a_request_without_a_record() -
     outcomes = RecordingOutcomes()
 
     # When the DLQ is audited
-    audit = audit_dead_letters([_letter("req-1", receive_count=4)], ledger, outcomes)
+    audit = audit_dead_letters([_letter("req-1", receive_count=4)], ledger, outcomes, now_s=NOW)
 
     # Then a published dead letter is stored and announced once
     expected = _exhausted("req-1", receive_count=4)
@@ -95,7 +98,7 @@ def test_audit_dead_letters_confirms_a_provisional_dead_letter() -> None:
     outcomes = RecordingOutcomes()
 
     # When the DLQ is audited
-    audit = audit_dead_letters([_letter("req-1", receive_count=5)], ledger, outcomes)
+    audit = audit_dead_letters([_letter("req-1", receive_count=5)], ledger, outcomes, now_s=NOW)
 
     # Then that record is confirmed (no longer provisional) and announced as it was
     assert audit == DeadLetterAudit(recorded=[provisional], announced=True)
@@ -115,7 +118,7 @@ def test_audit_dead_letters_keeps_a_release_intent_when_recording() -> None:
     )
 
     # When the DLQ is audited
-    audit = audit_dead_letters([letter], ledger, None)
+    audit = audit_dead_letters([letter], ledger, None, now_s=NOW)
 
     # Then the dead letter is stored beside the intent, and nothing is announced without a sink
     expected = _exhausted("req-1").model_copy(
@@ -139,7 +142,9 @@ def test_audit_dead_letters_leaves_a_terminal_record_alone() -> None:
     outcomes = RecordingOutcomes()
 
     # When the DLQ is audited
-    audit = audit_dead_letters([_letter("req-final"), _letter("req-dead")], ledger, outcomes)
+    audit = audit_dead_letters(
+        [_letter("req-final"), _letter("req-dead")], ledger, outcomes, now_s=NOW
+    )
 
     # Then nothing is written or announced
     assert audit == DeadLetterAudit(already_terminal=2)
@@ -152,11 +157,11 @@ def test_audit_dead_letters_run_twice_announces_nothing_the_second_time() -> Non
     ledger = InMemoryRequestLedger()
     outcomes = RecordingOutcomes()
     letters = [_letter("req-1"), _letter("req-2")]
-    audit_dead_letters(letters, ledger, outcomes)
+    audit_dead_letters(letters, ledger, outcomes, now_s=NOW)
     writes = ledger.writes
 
     # When the audit runs again over the same DLQ
-    again = audit_dead_letters(letters, ledger, outcomes)
+    again = audit_dead_letters(letters, ledger, outcomes, now_s=NOW)
 
     # Then it changes nothing
     assert again == DeadLetterAudit(already_terminal=2)
@@ -173,7 +178,7 @@ def test_audit_dead_letters_skips_invalid_messages() -> None:
     ]
 
     # When the DLQ is audited
-    audit = audit_dead_letters(letters, ledger, RecordingOutcomes())
+    audit = audit_dead_letters(letters, ledger, RecordingOutcomes(), now_s=NOW)
 
     # Then both count as invalid, the unparseable one named, and nothing is written
     assert audit == DeadLetterAudit(invalid=2, unparseable=["m-2"])
@@ -187,7 +192,10 @@ def test_audit_dead_letters_records_a_request_with_two_copies_once() -> None:
 
     # When the DLQ is audited
     audit = audit_dead_letters(
-        [_letter("req-1", receive_count=3), _letter("req-1", receive_count=5)], ledger, outcomes
+        [_letter("req-1", receive_count=3), _letter("req-1", receive_count=5)],
+        ledger,
+        outcomes,
+        now_s=NOW,
     )
 
     # Then one dead letter is recorded, from the first copy
@@ -203,7 +211,7 @@ def test_audit_dead_letters_announces_in_batches_of_ten() -> None:
     ids = [f"req-{n:02d}" for n in range(11)]
 
     # When the DLQ is audited
-    audit = audit_dead_letters([_letter(rid) for rid in ids], ledger, outcomes)
+    audit = audit_dead_letters([_letter(rid) for rid in ids], ledger, outcomes, now_s=NOW)
 
     # Then they are announced in two calls (PutEvents takes ten entries), in order
     assert outcomes.publish_calls == 2
@@ -233,7 +241,7 @@ def test_audit_dead_letters_counts_records_stored_after_its_lookup_as_terminal()
     outcomes = RecordingOutcomes()
 
     # When the DLQ is audited
-    audit = audit_dead_letters([_letter("req-1"), _letter("req-2")], ledger, outcomes)
+    audit = audit_dead_letters([_letter("req-1"), _letter("req-2")], ledger, outcomes, now_s=NOW)
 
     # Then the ledger keeps the final outcomes and nothing is announced
     assert audit == DeadLetterAudit(already_terminal=2)
@@ -254,7 +262,7 @@ def test_audit_dead_letters_reports_an_id_bound_to_another_request_and_writes_no
     outcomes = RecordingOutcomes()
 
     # When the DLQ is audited / Then the conflict is reported by its id, nothing written
-    audit = audit_dead_letters([_letter("req-1")], ledger, outcomes)
+    audit = audit_dead_letters([_letter("req-1")], ledger, outcomes, now_s=NOW)
     assert audit == DeadLetterAudit(conflicts=["req-1"])
     assert ledger.writes == 0 and outcomes.publish_calls == 0
 
@@ -283,13 +291,22 @@ def test_audit_dead_letters_reports_each_store_failure_under_its_request_id() ->
     # by its request id, with why where there is one, and nothing is announced
     outcomes = RecordingOutcomes()
     bound = audit_dead_letters(
-        [_letter("req-1")], RefusingStoreLedger(RequestIdConflictError("req-1")), outcomes
+        [_letter("req-1")],
+        RefusingStoreLedger(RequestIdConflictError("req-1")),
+        outcomes,
+        now_s=NOW,
     )
     unreadable = audit_dead_letters(
-        [_letter("req-2")], RefusingStoreLedger(LedgerRecordUnreadableError("state")), outcomes
+        [_letter("req-2")],
+        RefusingStoreLedger(LedgerRecordUnreadableError("state")),
+        outcomes,
+        now_s=NOW,
     )
     unanswered = audit_dead_letters(
-        [_letter("req-3")], RefusingStoreLedger(LedgerUnavailableError("timeout")), outcomes
+        [_letter("req-3")],
+        RefusingStoreLedger(LedgerUnavailableError("timeout")),
+        outcomes,
+        now_s=NOW,
     )
     assert bound == DeadLetterAudit(conflicts=["req-1"])
     assert unreadable == DeadLetterAudit(
@@ -306,7 +323,7 @@ def test_audit_dead_letters_reports_what_it_could_not_announce_and_why() -> None
     outcomes = RecordingOutcomes(fail_calls=[1])
 
     # When two dead letters are audited
-    audit = audit_dead_letters([_letter("req-1"), _letter("req-2")], ledger, outcomes)
+    audit = audit_dead_letters([_letter("req-1"), _letter("req-2")], ledger, outcomes, now_s=NOW)
 
     # Then both are recorded, neither flagged announced, each reported with the failure's kind
     assert audit.unannounced == ["req-1: RuntimeError", "req-2: RuntimeError"]
@@ -324,7 +341,7 @@ def test_audit_dead_letters_skips_what_it_cannot_read_and_settles_the_rest() -> 
 
     # When the DLQ is audited
     audit = audit_dead_letters(
-        [_letter("req-1"), _letter("req-2"), _letter("req-3")], ledger, outcomes
+        [_letter("req-1"), _letter("req-2"), _letter("req-3")], ledger, outcomes, now_s=NOW
     )
 
     # Then the first two are reported and left unwritten; the third is recorded and announced
@@ -345,7 +362,7 @@ def test_audit_dead_letters_announces_again_a_terminal_record_not_confirmed_anno
     outcomes = RecordingOutcomes()
 
     # When the DLQ is audited / Then that outcome is published again, unchanged, and flagged
-    audit = audit_dead_letters([_letter("req-1")], ledger, outcomes)
+    audit = audit_dead_letters([_letter("req-1")], ledger, outcomes, now_s=NOW)
     assert audit == DeadLetterAudit(reannounced=[final], announced=True)
     assert outcomes.published == [final]
     assert ledger.entries["req-1"].announced is True
@@ -363,6 +380,6 @@ def test_audit_dead_letters_counts_every_invalid_copy_and_goes_on_past_them() ->
     ]
 
     # When the DLQ is audited / Then the three are counted and the valid one recorded
-    audit = audit_dead_letters(letters, InMemoryRequestLedger(), RecordingOutcomes())
+    audit = audit_dead_letters(letters, InMemoryRequestLedger(), RecordingOutcomes(), now_s=NOW)
     assert (audit.invalid, audit.unparseable) == (3, ["m-junk"])
     assert [outcome.request_id for outcome in audit.recorded] == ["req-1"]

@@ -699,6 +699,12 @@ def test_a_failed_rollback_is_counted_and_logged_and_the_refusal_still_raised(
         ({"deadline_s": 0.0}, "deadline_s"),
         ({"deadline_s": float("inf")}, "deadline_s"),
         ({"enforcement_lag_s": -1.0}, "enforcement_lag_s"),
+        ({"retries": 10**9}, "retries"),
+        ({"retries": 101}, "retries"),
+        ({"deadline_s": 1e308}, "deadline_s"),
+        ({"deadline_s": 900.5}, "deadline_s"),
+        ({"interval_s": 1e9}, "interval_s"),
+        ({"enforcement_lag_s": 1e308}, "enforcement_lag_s"),
     ],
 )
 def test_guard_policy_refuses_bad_values_naming_the_field(
@@ -706,6 +712,11 @@ def test_guard_policy_refuses_bad_values_naming_the_field(
 ) -> None:
     with pytest.raises(ValueError, match=rf"^GuardPolicy\.{field_name} must be"):
         GuardPolicy(**options)
+
+
+def test_guard_policy_takes_the_largest_sane_values() -> None:
+    policy = GuardPolicy(retries=100, interval_s=900, deadline_s=900.0, enforcement_lag_s=0)
+    assert (policy.retries, policy.deadline_s) == (100, 900.0)
 
 
 def test_the_refusals_carry_the_customer_codes() -> None:

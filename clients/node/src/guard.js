@@ -18,12 +18,17 @@ const stderrLogger = {
   },
 };
 
-function finite(name, value, { min, exclusive = false, integer = false }) {
+/** More retries than any deadline holds at a sane pause: a larger number is a typo. */
+export const MAX_RETRIES = 100;
+/** Fifteen minutes, the longest a Lambda runs: no request a guard serves waits longer. */
+export const MAX_SECONDS = 900;
+
+function finite(name, value, { min, max, exclusive = false, integer = false }) {
   const ok = Number.isFinite(value) && (integer ? Number.isInteger(value) : true)
-    && (exclusive ? value > min : value >= min);
+    && (exclusive ? value > min : value >= min) && value <= max;
   if (!ok) {
     const bound = exclusive ? `> ${min}` : `>= ${min}`;
-    throw new RangeError(`GuardPolicy.${name}: must be ${integer ? 'an integer' : 'a number'} ${bound}`);
+    throw new RangeError(`GuardPolicy.${name}: must be ${integer ? 'an integer' : 'a number'} ${bound} and <= ${max}`);
   }
   return value;
 }
@@ -31,10 +36,11 @@ function finite(name, value, { min, exclusive = false, integer = false }) {
 /** Retries, pause, the per-request deadline and the gate's lag (seconds). */
 export class GuardPolicy {
   constructor({ retries = 4, intervalS = 3.0, deadlineS = 20.0, enforcementLagS = 9.0 } = {}) {
-    this.retries = finite('retries', retries, { min: 0, integer: true });
-    this.intervalS = finite('intervalS', intervalS, { min: 0 });
-    this.deadlineS = finite('deadlineS', deadlineS, { min: 0, exclusive: true });
-    this.enforcementLagS = finite('enforcementLagS', enforcementLagS, { min: 0 });
+    this.retries = finite('retries', retries, { min: 0, max: MAX_RETRIES, integer: true });
+    // A zero pause would turn a cycle bounded only by the deadline into a busy loop.
+    this.intervalS = finite('intervalS', intervalS, { min: 0, max: MAX_SECONDS, exclusive: true });
+    this.deadlineS = finite('deadlineS', deadlineS, { min: 0, max: MAX_SECONDS, exclusive: true });
+    this.enforcementLagS = finite('enforcementLagS', enforcementLagS, { min: 0, max: MAX_SECONDS });
     Object.freeze(this);
   }
 }

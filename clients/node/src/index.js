@@ -18,7 +18,7 @@ export {
 export { answerOf, codeRow } from './answers.js';
 export { OUTCOME_TABLE } from './outcome-table.js';
 export {
-  LedgerUnavailableError, OutcomeReader, OutcomeWaitTimeoutError, PROVISIONAL_GRACE_S,
-  isSettled, itemToRecord,
+  LedgerRecordUnreadableError, LedgerUnavailableError, OutcomeReader, OutcomeWaitTimeoutError,
+  PROVISIONAL_GRACE_S, isSettled, itemToRecord,
 } from './outcomes.js';
 export { EmfQuotaRetryRecorder, METRIC_NAMESPACE } from './metrics.js';

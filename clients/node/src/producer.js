@@ -18,6 +18,18 @@ export class EnqueueError extends Error {
 }
 
 /**
+ * True only when SQS surely did not take the message: one attempt, answered with a 4xx that is
+ * not a throttle. A timeout, a dropped connection, a 5xx or a refusal after a retry may hide a
+ * delivered message (its answer lost).
+ */
+function refusedBeforeDelivery(error) {
+  const status = error?.$metadata?.httpStatusCode;
+  const attempts = error?.$metadata?.attempts ?? 1;
+  const throttled = /throttl/i.test(String(error?.name ?? ''));
+  return Number.isInteger(status) && status >= 400 && status < 500 && attempts <= 1 && !throttled;
+}
+
+/**
  * Sends ensures and releases to the allocation queue.
  *
  * The producer needs `sqs:SendMessage` on the stack output `AllocationQueueArn`; `queueUrl`
@@ -57,10 +69,10 @@ export class AllocationProducer {
    * Send a message built by buildEnsure/buildRelease; resolves to its request id.
    *
    * With `{ credential: { accessToken } }` (a promise token is minted with the emitter pair) or
-   * `{ credential: { promiseToken } }`: mint, write the record, then send; a failed send deletes
-   * the record this call wrote. Throws NeedsReauthError / ImsUnavailableError / ImsRequestError
-   * (nothing written or sent), EnqueueError with reason `credential:<code>` (nothing sent) or
-   * with the SQS error (the record taken back).
+   * `{ credential: { promiseToken } }`: mint, write the record, then send; a send SQS refused
+   * outright deletes the record this call wrote (after a lost answer it stays, to its TTL).
+   * Throws NeedsReauthError / ImsUnavailableError / ImsRequestError (nothing written or sent),
+   * EnqueueError with reason `credential:<code>` (nothing sent) or with the SQS error.
    */
   async send(message, { credential } = {}) {
     if (credential === undefined) {
@@ -79,7 +91,9 @@ export class AllocationProducer {
     try {
       await this.#sendOne(message);
     } catch (error) {
-      if (receipt !== null) await this.#credentials.takeBack(receipt); // only what this call wrote
+      // Only what this call wrote, and only when SQS refused outright: after a lost answer
+      // the message may have been delivered and needs the record (its TTL removes it).
+      if (receipt !== null && refusedBeforeDelivery(error.cause)) await this.#credentials.takeBack(receipt);
       throw error;
     }
     return message.request_id;

@@ -127,6 +127,13 @@ describe('the credential handover on the local stack (IMS mode)', () => {
     );
     const outcome = await reader.waitForOutcome(requestId, 30);
     assert.deepEqual([outcome.status, outcome.workspace_id, outcome.totals_after.prompts >= 250], ['topped-up', CHILD, true]);
+    // The same id asked for another child or kind (a reused id) never reads this outcome.
+    const conflict = { request_id: requestId, status: 'rejected', error_code: 'requestIdConflict' };
+    assert.deepEqual(await reader.getOutcome(requestId, { workspaceId: 'c-other', kind: 'ensure' }),
+      { ...conflict, kind: 'ensure', workspace_id: 'c-other' });
+    assert.deepEqual(await reader.waitForOutcome(requestId, 1, { workspaceId: CHILD, kind: 'release' }),
+      { ...conflict, kind: 'release', workspace_id: CHILD });
+    assert.deepEqual(await reader.getOutcome(requestId, { workspaceId: CHILD, kind: 'ensure' }), outcome);
     const { calls } = JSON.parse((await simulator(stack.service.SIMULATOR_ORIGIN, 'GET', '/__ims/calls')).body);
     assert.deepEqual(calls.slice(0, 2).map((c) => [c.op, c.status, c.user]), [['ims_mint', 200, 'node-user'], ['ims_exchange', 200, 'node-user']]);
   });
@@ -214,6 +221,34 @@ describe('the credential handover on the local stack (IMS mode)', () => {
     assert.equal((await record('req-node-cred-kept')).workspace_id.S, CHILD);
   });
 
+  it('a send whose answer is lost keeps the record the delivered message needs (also sent twice)', async () => {
+    // The real SQS client delivers, then the answer is lost (a timeout after the send landed);
+    // `meanwhile` is a second enqueue of the same request id while the first is in flight.
+    const losing = (meanwhile = null) => ({
+      async send(command, options) {
+        if (meanwhile) { const now = meanwhile; meanwhile = null; await now(); }
+        await sqs.send(command, options);
+        throw Object.assign(new Error('socket hang up'), { name: 'TimeoutError' });
+      },
+    });
+    const lostProducer = (sqsClient) => new AllocationProducer({ queueUrl: sideQueue, sqs: sqsClient, credentials: handover() });
+    const lost = await rejection(lostProducer(losing()).enqueueEnsure(
+      { workspaceId: CHILD, parentWorkspaceId: MASTER, requestId: 'req-node-cred-lost' }, { credential: { promiseToken: 'pt-node-lost' } },
+    ));
+    assert.deepEqual([lost.name, lost.reason], ['EnqueueError', 'TimeoutError']);
+    const twice = await rejection(lostProducer(losing(() => producer().enqueueEnsure(
+      { workspaceId: CHILD, parentWorkspaceId: MASTER, requestId: 'req-node-cred-twice' }, { credential: { promiseToken: 'pt-node-twice-2' } },
+    ))).enqueueEnsure(
+      { workspaceId: CHILD, parentWorkspaceId: MASTER, requestId: 'req-node-cred-twice' }, { credential: { promiseToken: 'pt-node-twice-1' } },
+    ));
+    assert.equal(twice.name, 'EnqueueError');
+    secrets.push('pt-node-lost', 'pt-node-twice-1', 'pt-node-twice-2');
+    const sent = await sentRequestIds();
+    assert.ok(sent.includes('req-node-cred-lost') && sent.includes('req-node-cred-twice'), sent.join());
+    assert.deepEqual(await pythonRead('req-node-cred-lost', CHILD), { [CHILD]: 'pt-node-lost' });
+    assert.deepEqual(await pythonRead('req-node-cred-twice', CHILD), { [CHILD]: 'pt-node-twice-1' });
+  });
+
   it('a record that cannot be written is EnqueueError credential:<code>, nothing sent', async () => {
     const requestId = 'req-node-cred-notable';
     const broken = new CredentialHandover({
@@ -237,7 +272,7 @@ describe('the credential handover on the local stack (IMS mode)', () => {
   });
 
   it('no token or client secret in any error, its JSON, its inspection, or the producer\'s', () => {
-    assert.equal(errors.length, 6);
+    assert.equal(errors.length, 8);
     const tokens = [...secrets, 'pt-node-first', 'pt-node-second', 'pt-node-third'];
     const views = errors.flatMap((e) => [e.message, e.stack, JSON.stringify(e), inspect(e, { depth: 5 }), String(e.cause?.message ?? '')]);
     const seen = producer();

@@ -38,7 +38,8 @@ describe('GuardPolicy', () => {
   it('defaults to 4 retries 3 s apart in 20 s, with a 9 s lag', () => {
     assert.deepEqual({ ...new GuardPolicy() }, { retries: 4, intervalS: 3, deadlineS: 20, enforcementLagS: 9 });
   });
-  for (const [field, value] of [['retries', -1], ['retries', 1.5], ['intervalS', -0.1], ['deadlineS', 0], ['enforcementLagS', Number.NaN]]) {
+  for (const [field, value] of [['retries', -1], ['retries', 1.5], ['intervalS', -0.1], ['deadlineS', 0], ['enforcementLagS', Number.NaN],
+    ['intervalS', 0], ['retries', 1e9], ['retries', 101], ['deadlineS', 1e308], ['deadlineS', 900.5], ['enforcementLagS', 1e308]]) {
     it(`refuses ${field} = ${value} naming it`, () => {
       assert.throws(() => new GuardPolicy({ [field]: value }), new RegExp(`^RangeError: GuardPolicy\\.${field}:`));
     });

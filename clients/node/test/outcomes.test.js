@@ -2,14 +2,15 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import {
-  AllocationProducer, EnqueueError, LedgerUnavailableError, OutcomeReader, OutcomeWaitTimeoutError,
+  AllocationProducer, EnqueueError, LedgerRecordUnreadableError, LedgerUnavailableError, OutcomeReader, OutcomeWaitTimeoutError,
   PROVISIONAL_GRACE_S, isSettled, itemToRecord,
 } from '../src/index.js';
 
 const OUTCOME = { request_id: 'r-1', kind: 'ensure', workspace_id: 'c-1', status: 'topped-up' };
-const item = ({ state = 'final', provisional = false, updatedAt = 1000, outcome = OUTCOME } = {}) => ({
+const item = ({ state = 'final', provisional = false, updatedAt = 1000, outcome = OUTCOME, intent = null } = {}) => ({
   request_id: { S: 'r-1' }, state: { S: state }, status: { S: 'topped-up' },
   ...(outcome ? { outcome: { S: JSON.stringify(outcome) } } : {}),
+  ...(intent ? { intent: { S: JSON.stringify(intent) } } : {}),
   provisional: { BOOL: provisional }, updated_at: { N: String(updatedAt) }, expires_at: { N: '9' },
 });
 
@@ -37,6 +38,7 @@ describe('the reading rule', () => {
     ['a published dead letter', { state: 'deadLettered' }, 1000, true],
     ['a provisional dead letter inside the grace', { state: 'deadLettered', provisional: true }, 1000 + PROVISIONAL_GRACE_S - 1, false],
     ['a provisional dead letter past the grace', { state: 'deadLettered', provisional: true }, 1000 + PROVISIONAL_GRACE_S, true],
+    ['a provisional dead letter beside a moving intent, past the grace', { state: 'deadLettered', provisional: true, intent: { before: { prompts: 1 }, target: { prompts: 9 } } }, 1000 + PROVISIONAL_GRACE_S, false],
   ];
   for (const [name, shape, now, settled] of cases) {
     it(`${name}: ${settled ? 'the outcome' : 'pending'}`, () => {
@@ -76,6 +78,27 @@ describe('OutcomeReader', () => {
     const { reader } = readerOver([cause]);
     await assert.rejects(reader.getOutcome('r-1'), (error) => error instanceof LedgerUnavailableError && error.cause === cause);
   });
+});
+
+describe('what the reader validates', () => {
+  const broken = [
+    ['a state it does not know', { state: { S: 'done' } }, 'state'],
+    ['an outcome that is not JSON', { outcome: { S: '{"request_id": ' } }, 'outcome'],
+    ['an outcome of another request id', { outcome: { S: JSON.stringify({ ...OUTCOME, request_id: 'r-2' }) } }, 'outcome.request_id'],
+    ['an unknown status', { outcome: { S: JSON.stringify({ ...OUTCOME, status: 'applied' }) } }, 'outcome.status'],
+    ['an outcome of another child than the binding', { workspace_id: { S: 'c-2' } }, 'outcome.workspace_id'],
+    ['an outcome of another kind than the binding', { kind: { S: 'release' } }, 'outcome.kind'],
+    ['totals that are not counts', { outcome: { S: JSON.stringify({ ...OUTCOME, totals_after: { prompts: -1 } }) } }, 'outcome.totals_after'],
+    ['a terminal record without an outcome', { outcome: undefined }, 'outcome'],
+    ['another id than the one asked', { request_id: { S: 'r-9' } }, 'request_id'],
+  ];
+  for (const [name, change, field] of broken) {
+    it(`${name} is LedgerRecordUnreadableError naming ${field}`, async () => {
+      const { reader } = readerOver([{ ...item(), ...change }]);
+      await assert.rejects(reader.getOutcome('r-1'), (error) => error instanceof LedgerRecordUnreadableError
+        && error.field === field && error.code === 'ledgerRecordUnreadable' && !error.message.includes('c-2'));
+    });
+  }
 });
 
 describe('AllocationProducer', () => {

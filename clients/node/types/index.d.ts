@@ -174,7 +174,12 @@ export class WriteGuard {
 export const PROVISIONAL_GRACE_S: number;
 export class OutcomeWaitTimeoutError extends Error { requestId: string; timeoutS: number }
 export class LedgerUnavailableError extends Error { code: 'ledgerUnavailable' }
-export function itemToRecord(item: Record<string, unknown>): LedgerRecord;
+export class LedgerRecordUnreadableError extends Error {
+  code: 'ledgerRecordUnreadable'; requestId: string; field: string;
+}
+/** The request an outcome is asked for: a record bound to another child or kind is not its. */
+export interface AskedRequest { workspaceId?: string; kind?: 'ensure' | 'release' }
+export function itemToRecord(item: Record<string, unknown>, askedId?: string): LedgerRecord;
 export function isSettled(record: LedgerRecord, nowS: number): boolean;
 export class OutcomeReader implements OutcomeLookup {
   constructor(options: {
@@ -182,9 +187,10 @@ export class OutcomeReader implements OutcomeLookup {
     sleep?: (seconds: number) => Promise<void>; wallClock?: () => number; timeoutMs?: number;
   });
   getRecord(requestId: string): Promise<LedgerRecord | null>;
-  getOutcome(requestId: string): Promise<AllocationOutcome | null>;
+  getOutcome(requestId: string, asked?: AskedRequest): Promise<AllocationOutcome | null>;
   waitForOutcome(
-    requestId: string, timeoutS: number, options?: { firstDelayS?: number; maxDelayS?: number },
+    requestId: string, timeoutS: number,
+    options?: { firstDelayS?: number; maxDelayS?: number } & AskedRequest,
   ): Promise<AllocationOutcome>;
 }
 

@@ -3,8 +3,10 @@
 The caller passes a :class:`UserCredential`: the user's IMS access token (the producer mints a
 promise token with the emitter pair) or a promise token the service minted itself. The token is
 written to the credentials table, keyed by the request id, BEFORE the message is sent; the
-message itself never carries it (message v1 has no token field). A send that fails takes the
-record back. Contract and the plain AWS calls of a non-Python service: docs/credentials.md.
+message itself never carries it (message v1 has no token field). A send SQS refused outright
+takes the record back; one whose answer was lost leaves it (the message may have been
+delivered) to its TTL. Contract and the plain AWS calls of a non-Python service:
+docs/credentials.md.
 """
 
 from __future__ import annotations

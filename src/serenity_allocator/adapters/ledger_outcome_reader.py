@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from ..domain.ledger import LedgerEntry
+from ..domain.ledger import PROVISIONAL_GRACE_S, LedgerEntry, RequestIdConflictError, RequestKind
 from ..domain.messages import AllocationOutcome
 from ..domain.ports import Clock, Sleeper
 from .dynamodb_request_ledger import DynamoDbRequestLedger
@@ -22,10 +22,7 @@ if TYPE_CHECKING:
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
-PROVISIONAL_GRACE_S = 180
-"""How long a provisional dead letter counts as "still running": three times the Allocator's
-60 s timeout. A final receive that is alive replaces the record within one timeout; an older
-provisional record means that receive crashed and the message is in the DLQ."""
+__all__ = ["PROVISIONAL_GRACE_S", "OutcomeReader", "OutcomeWaitTimeoutError"]
 
 
 class OutcomeWaitTimeoutError(TimeoutError):
@@ -63,17 +60,38 @@ class OutcomeReader:
         self._sleep = sleep
         self._wall_clock = wall_clock
 
-    def get_outcome(self, request_id: str) -> AllocationOutcome | None:
+    def get_outcome(
+        self,
+        request_id: str,
+        *,
+        workspace_id: str | None = None,
+        kind: RequestKind | None = None,
+    ) -> AllocationOutcome | None:
         """The request's terminal outcome, or None while it is pending (or unknown).
 
         A ``dead_lettered`` outcome is terminal until an operator redrives the message; the
-        redrive's outcome then replaces it (its ``supersedes`` says so).
+        redrive's outcome then replaces it (its ``supersedes`` says so). Give the request's
+        ``workspace_id`` and ``kind``: a record the id is bound to for another child or kind is
+        another request's (a reused id), and its outcome is never this request's. The worker
+        refuses such a request ``rejected / requestIdConflict`` without storing it, so that is
+        the answer here too, with nothing of the other request in it.
 
         Raises:
             LedgerUnavailableError: the ledger could not be read.
+            LedgerRecordUnreadableError: the record does not parse.
         """
         entry = self._ledger.get(request_id)
-        if entry is None or not self._is_settled(entry):
+        if entry is None:
+            return None
+        if _bound_elsewhere(entry, workspace_id, kind):
+            return AllocationOutcome(
+                request_id=request_id,
+                kind=kind or "unknown",
+                workspace_id=workspace_id or "",
+                status="rejected",
+                error_code=RequestIdConflictError.code,
+            )
+        if not self._is_settled(entry):
             return None
         return entry.outcome
 
@@ -84,11 +102,14 @@ class OutcomeReader:
         *,
         first_delay_s: float = 0.2,
         max_delay_s: float = 2.0,
+        workspace_id: str | None = None,
+        kind: RequestKind | None = None,
     ) -> AllocationOutcome:
         """Poll until the request has a terminal outcome; never sleeps past ``timeout_s``.
 
         Delays double from ``first_delay_s`` up to ``max_delay_s``. The last poll happens at
-        the deadline, so an outcome written just before it is still seen.
+        the deadline, so an outcome written just before it is still seen. ``workspace_id`` and
+        ``kind``: as :meth:`get_outcome` (a reused id answers ``requestIdConflict`` at once).
 
         Raises:
             OutcomeWaitTimeoutError: no terminal outcome within ``timeout_s``.
@@ -99,7 +120,7 @@ class OutcomeReader:
         deadline = self._clock() + timeout_s
         delay = first_delay_s
         while True:
-            outcome = self.get_outcome(request_id)
+            outcome = self.get_outcome(request_id, workspace_id=workspace_id, kind=kind)
             if outcome is not None:
                 return outcome
             left = deadline - self._clock()
@@ -113,6 +134,18 @@ class OutcomeReader:
             return False
         if not entry.provisional:
             return True
+        if entry.may_have_transferred:
+            # No proof of failure: the transfer may have landed (a redrive's receive tells).
+            return False
         # A provisional dead letter stands only once its final receive can no longer finish.
         written = entry.updated_at or 0
         return self._wall_clock() - written >= PROVISIONAL_GRACE_S
+
+
+def _bound_elsewhere(entry: LedgerEntry, workspace_id: str | None, kind: str | None) -> bool:
+    """True when the record binds the id to another child or kind than the asked request's."""
+    workspace = entry.bound_workspace
+    bound_kind = entry.bound_kind
+    other_child = workspace_id is not None and workspace not in (None, workspace_id)
+    other_kind = kind is not None and bound_kind not in (None, kind)
+    return other_child or other_kind

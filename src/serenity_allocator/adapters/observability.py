@@ -9,6 +9,7 @@ changes control flow.
 from __future__ import annotations
 
 import json
+import logging
 import warnings
 from collections import defaultdict
 from collections.abc import Callable
@@ -62,6 +63,24 @@ warnings.filterwarnings("ignore", message="No application metrics to publish")
 
 logger = Logger(service=SERVICE)
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+
+WIRE_LOGGERS = ("botocore", "boto3", "s3transfer", "urllib3", "hpack")
+"""Libraries whose DEBUG records hold request and response bodies or headers: KMS plaintext,
+Secrets Manager values, the consumer secret, promise tokens. httpx and httpcore log only the
+method, URL and status (the canaries hold them at DEBUG)."""
+WIRE_LOG_LEVEL = logging.INFO
+
+
+def pin_wire_loggers() -> None:
+    """Hold every :data:`WIRE_LOGGERS` logger at INFO, whatever the root logger's level.
+
+    A level set on the named logger wins over the one it would inherit, so a function run with
+    the root at DEBUG (``AWS_LAMBDA_LOG_LEVEL``, ``POWERTOOLS_LOG_LEVEL``) never logs a body.
+    Called by each Lambda's handler module, never by the producer library (a service's logging
+    is the service's).
+    """
+    for name in WIRE_LOGGERS:
+        logging.getLogger(name).setLevel(WIRE_LOG_LEVEL)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Unpack
+from typing import TYPE_CHECKING, Final, Unpack
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -220,8 +220,10 @@ class AllocationProducer:
             raise EnqueueError([request.request_id], f"credential:{exc.reason}") from None
         try:
             self._send_one(request)
-        except EnqueueError:
-            if receipt is not None:  # only what this call wrote: an older record is not ours
+        except EnqueueError as exc:
+            # Only what this call wrote (an older record is not ours), and only when SQS
+            # answered a refusal: a lost answer may hide a delivered message that needs it.
+            if receipt is not None and refused_before_delivery(exc.__cause__):
                 self._credentials.take_back(receipt)
             raise
         return request.request_id
@@ -323,6 +325,25 @@ class AllocationProducer:
                 extra={"failed": len(failed), "codes": reason},
             )
         return [chunk[int(entry_id)].request_id for entry_id in sorted(pending, key=int)], reason
+
+
+_THROTTLING_MARK: Final = "throttl"
+
+
+def refused_before_delivery(error: BaseException | None) -> bool:
+    """True only when SQS surely did not take the message: one attempt, answered with a refusal.
+
+    A timeout, a dropped connection or a 5xx may hide a delivered message (SQS applied it, the
+    answer was lost), and so may a refusal after a retry (the earlier attempt may have landed).
+    A throttle is not a refusal of the message either (the same send may pass a moment later).
+    """
+    if not isinstance(error, ClientError):
+        return False
+    metadata = error.response.get("ResponseMetadata", {})
+    status = int(metadata.get("HTTPStatusCode", 0))
+    answered_once = int(metadata.get("RetryAttempts", 0)) == 0
+    throttled = _THROTTLING_MARK in aws_error_code(error).lower()
+    return answered_once and 400 <= status < 500 and not throttled
 
 
 def is_metered_quota(status: int, body: str, *, environment: str = "unknown") -> bool:

@@ -7,7 +7,14 @@ redrive from it) and, for each valid request:
 
 - without a terminal record: stores and announces a ``failed / receivesExhausted`` dead
   letter; one whose final receive died after leaving its provisional dead letter gets that
-  record confirmed and announced;
+  record confirmed and announced; a refusal the worker dead-lettered with its code as the
+  reason (``noCredential``, ``needsReauth``) whose own store failed gets ``failed`` with that
+  code;
+- a record a receive may still be writing (an intent or a provisional dead letter younger than
+  ``PROVISIONAL_GRACE_S``): a live request's copy, left alone and reported ``live``;
+- a provisional dead letter beside an intent that moves the child: the transfer may have
+  landed, so nothing is confirmed and it is reported ``transfer_unconfirmed`` (a redrive's
+  receive reads the child and reports what landed);
 - with a terminal record whose announcement is not confirmed (its ``announced`` flag is
   unset: the worker's publish failed, or an earlier audit ran without a bus or failed to
   publish): announces the stored outcome again, unchanged;
@@ -38,6 +45,7 @@ from ..domain.ledger import (
 from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest, parse_request
 from ..domain.outcomes import build_outcome
 from .ports import OutcomeSink
+from .request_credentials import DEAD_LETTERED_REFUSALS
 
 RECEIVES_EXHAUSTED = "receivesExhausted"
 """The error code of a dead letter the audit recorded (the worker never saw the last receive)."""
@@ -57,6 +65,15 @@ class DeadLetterCopy:
     receive_count: int
     """Receives on the source queue (the DLQ's own receive count, less this read)."""
     group_id: str = ""
+
+
+@dataclass(frozen=True)
+class _Letter:
+    """A valid request found in the DLQ, and the refusal code it was dead-lettered with."""
+
+    request: Request
+    receive_count: int
+    refusal: str | None
 
 
 @dataclass
@@ -80,16 +97,26 @@ class DeadLetterAudit:
     """Request ids the ledger could not read or write now (run the audit again)."""
     unannounced: list[str] = field(default_factory=list)
     """Request ids whose outcome could not be published or confirmed (run it again)."""
+    live: list[str] = field(default_factory=list)
+    """Request ids a receive may still be writing (copies of live requests): not announced."""
+    transfer_unconfirmed: list[str] = field(default_factory=list)
+    """Request ids whose final receive recorded a transfer and no outcome: nothing confirmed
+    (redrive: the receive reads the child against the intent)."""
     announced: bool = False
     """True when every outcome to announce was published."""
 
 
 def audit_dead_letters(
-    letters: Sequence[DeadLetterCopy], ledger: RequestLedger, outcomes: OutcomeSink | None
+    letters: Sequence[DeadLetterCopy],
+    ledger: RequestLedger,
+    outcomes: OutcomeSink | None,
+    *,
+    now_s: float,
 ) -> DeadLetterAudit:
     """Give each valid request in ``letters`` a terminal record, and announce it once.
 
     Without ``outcomes`` nothing is announced or flagged: a later run with a bus does it.
+    ``now_s`` (epoch seconds) ages the records a receive may still be writing.
 
     Raises:
         LedgerUnavailableError: the ledger could not be read at all.
@@ -100,10 +127,10 @@ def audit_dead_letters(
     audit.unreadable = dict(read.unreadable)
     audit.unanswered = sorted(read.unanswered)
     to_announce: list[AllocationOutcome] = []
-    for request_id, (request, receive_count) in requests.items():
+    for request_id, letter in requests.items():
         if request_id in read.unreadable or request_id in read.unanswered:
             continue
-        outcome = _settle(ledger, read.entries.get(request_id), request, receive_count, audit)
+        outcome = _settle(ledger, read.entries.get(request_id), letter, now_s, audit)
         if outcome is not None:
             to_announce.append(outcome)
     if outcomes is not None and to_announce:
@@ -114,13 +141,13 @@ def audit_dead_letters(
 def _settle(
     ledger: RequestLedger,
     entry: LedgerEntry | None,
-    request: Request,
-    receive_count: int,
+    letter: _Letter,
+    now_s: float,
     audit: DeadLetterAudit,
 ) -> AllocationOutcome | None:
     """The outcome to announce for one request (None: nothing to announce)."""
-    if entry is not None and not entry.belongs_to(request.workspace_id, request.kind):
-        audit.conflicts.append(request.request_id)
+    request = letter.request
+    if entry is not None and _left_open(entry, request, now_s, audit):
         return None
     if entry is not None and entry.is_terminal and not entry.provisional:
         if entry.announced or entry.outcome is None:
@@ -128,7 +155,24 @@ def _settle(
             return None
         audit.reannounced.append(entry.outcome)
         return entry.outcome
-    return _record(ledger, _dead_letter_outcome(entry, request, receive_count), audit)
+    return _record(ledger, _dead_letter_outcome(entry, letter), audit)
+
+
+def _left_open(entry: LedgerEntry, request: Request, now_s: float, audit: DeadLetterAudit) -> bool:
+    """True (and reported) when the audit must not settle this record now.
+
+    Bound to another request, still being written by a receive (a live request's copy), or a
+    final receive's transfer whose landing only a read of the child can tell.
+    """
+    if not entry.belongs_to(request.workspace_id, request.kind):
+        audit.conflicts.append(request.request_id)
+    elif entry.is_live(now_s):
+        audit.live.append(request.request_id)
+    elif entry.may_have_transferred:
+        audit.transfer_unconfirmed.append(request.request_id)
+    else:
+        return False
+    return True
 
 
 def _record(
@@ -172,11 +216,16 @@ def _announce(
 
 def _valid_requests(
     letters: Sequence[DeadLetterCopy], audit: DeadLetterAudit
-) -> dict[str, tuple[Request, int]]:
-    """The valid requests among the letters (first copy of each), counting the others."""
-    requests: dict[str, tuple[Request, int]] = {}
+) -> dict[str, _Letter]:
+    """The valid requests among the letters (first copy of each), counting the others.
+
+    A letter with a reason is an invalid message the worker dead-lettered, unless the reason
+    is a refusal's code (its body is the valid request, unchanged).
+    """
+    requests: dict[str, _Letter] = {}
     for letter in letters:
-        if letter.reason is not None:
+        refusal = letter.reason if letter.reason in DEAD_LETTERED_REFUSALS else None
+        if letter.reason is not None and refusal is None:
             audit.invalid += 1  # the worker dead-lettered it with its reason
             continue
         request = _request(letter.body)
@@ -184,18 +233,21 @@ def _valid_requests(
             audit.invalid += 1
             audit.unparseable.append(letter.message_id)
             continue
-        requests.setdefault(request.request_id, (request, letter.receive_count))
+        requests.setdefault(request.request_id, _Letter(request, letter.receive_count, refusal))
     return requests
 
 
-def _dead_letter_outcome(
-    entry: LedgerEntry | None, request: Request, receive_count: int
-) -> AllocationOutcome:
-    if entry is not None and entry.provisional and entry.outcome is not None:
+def _dead_letter_outcome(entry: LedgerEntry | None, letter: _Letter) -> AllocationOutcome:
+    if letter.refusal is not None:
+        # The worker refused it for good; only the store of that refusal failed.
+        code = letter.refusal
+    elif entry is not None and entry.provisional and entry.outcome is not None:
         # Its final receive died after leaving the provisional record: announce that one.
         return entry.outcome
+    else:
+        code = RECEIVES_EXHAUSTED
     return build_outcome(
-        request, "failed", receive_count, error_code=RECEIVES_EXHAUSTED
+        letter.request, "failed", letter.receive_count, error_code=code
     ).model_copy(update={"dead_lettered": True})
 
 

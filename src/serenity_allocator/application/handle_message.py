@@ -32,7 +32,8 @@
 9. IMS mode (:mod:`.request_credentials`): before a request's first Semrush call its promise
    is exchanged and the rolled one stored, and its access token is bound for its calls only;
    every terminal outcome (a replay and a dead letter included) then invalidates the promise
-   and scrubs the record; a retryable failure keeps the rolled token on the record.
+   and scrubs the record, except an invalid message's (the id it names may be another
+   request's); a retryable failure keeps the rolled token on the record.
    ``noCredential``/``needsReauth`` end ``failed`` in the DLQ with that reason,
    ``accessDenied`` ends ``rejected``.
 """
@@ -165,7 +166,7 @@ def _settle(
         case Replay(outcome):
             inv.state.book.record(message.message_id, outcome, replayed=True)
             inv.observer.record(LedgerEvent("replayed"))
-            if inv.state.credentials is not None:
+            if inv.state.credentials is not None and message.request is not None:
                 inv.state.credentials.end(outcome)  # terminal: the promise is ended too
         case FollowFirst():
             # One request, two records: the first one's outcome is the request's. Complete
@@ -307,6 +308,8 @@ def _finish(
             inv.observer.record(LedgerEvent("deadLettered"))
         elif inv.state.ledger.ledger is not None and held.supersedes is not None:
             inv.observer.record(LedgerEvent("superseded"))
-    if inv.state.credentials is not None:
-        # Terminal, whatever the status: the user's promise is invalidated and scrubbed.
+    if inv.state.credentials is not None and message.request is not None:
+        # Terminal, whatever the status: the user's promise is invalidated and scrubbed. Not
+        # for an unreadable message: the id it names may be another request's (its record stays
+        # to that request, or to its TTL).
         inv.state.credentials.end(held or outcome)

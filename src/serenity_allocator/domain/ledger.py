@@ -75,6 +75,12 @@ class ReleaseIntent(BaseModel):
         return self.moves and current == self.target
 
 
+PROVISIONAL_GRACE_S = 180
+"""How long a record a receive is still writing counts as live: three times the Allocator's
+60 s timeout. A final receive that is alive replaces its provisional dead letter within one
+timeout, and a receive between its intent and its outcome ends within one too."""
+
+
 class LedgerEntry(BaseModel):
     """What the ledger holds for one request id.
 
@@ -142,6 +148,22 @@ class LedgerEntry(BaseModel):
         return (workspace is None or workspace == workspace_id) and (
             bound_kind is None or bound_kind == kind
         )
+
+    @property
+    def may_have_transferred(self) -> bool:
+        """True for a provisional dead letter beside an intent that moves the child.
+
+        Its final receive recorded the transfer it was about to make and never stored how it
+        ended (a crash, or a terminal store that failed): the transfer may have landed, so the
+        record is no proof of failure. Only a read of the child (:meth:`ReleaseIntent.landed`,
+        which a redrive's receive makes) tells.
+        """
+        return self.provisional and self.intent is not None and self.intent.moves
+
+    def is_live(self, now_s: float) -> bool:
+        """True while a receive may still be writing this record (within the grace)."""
+        open_record = self.state == "intent" or self.provisional
+        return open_record and now_s - (self.updated_at or 0) < PROVISIONAL_GRACE_S
 
     @property
     def is_terminal(self) -> bool:

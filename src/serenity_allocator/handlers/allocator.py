@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 
-from ..adapters.observability import logger, metrics
+from ..adapters.observability import logger, metrics, pin_wire_loggers
 from ..application import finish_batch, handle_message
 from .allocator_runtime import AllocatorRuntime, build_runtime
 from .settings import AllocatorSettings
@@ -31,6 +31,8 @@ processor = SqsFifoPartialProcessor(skip_group_on_error=True)
 processor.raise_on_entire_batch_failure = False
 
 _runtime: AllocatorRuntime | None = None
+# No library logs a request or response body here, whatever the root level (tokens travel in them).
+pin_wire_loggers()
 
 
 def get_runtime(env: Mapping[str, str] | None = None) -> AllocatorRuntime:

@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from ..adapters.observability import MetricsObserver, MetricsRecorder, logger, metrics
+from ..adapters.observability import (
+    MetricsObserver,
+    MetricsRecorder,
+    logger,
+    metrics,
+    pin_wire_loggers,
+)
 from ..adapters.session_token_holder import SessionTokenHolder
 from ..application.abandon_sweep_run import abandon_sweep_run
 from ..application.run_sweep_batch import run_sweep_batch
@@ -177,6 +183,8 @@ def build_sweep_credentials(ims: ImsSettings) -> SweepCredentials:
 
 
 _runtime: SweepRuntime | None = None
+# No library logs a request or response body here, whatever the root level (tokens travel in them).
+pin_wire_loggers()
 
 
 def get_sweep_runtime(env: Mapping[str, str] | None = None) -> SweepRuntime:

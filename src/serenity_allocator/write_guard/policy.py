@@ -8,6 +8,11 @@ from dataclasses import dataclass
 
 from ..domain.model import Totals
 
+MAX_RETRIES = 100
+"""More retries than any deadline can hold at a sane pause: a larger number is a typo."""
+MAX_SECONDS = 900.0
+"""Fifteen minutes, the longest a Lambda runs: no request a guard serves waits longer."""
+
 
 @dataclass(frozen=True)
 class GuardPolicy:
@@ -21,8 +26,10 @@ class GuardPolicy:
     which a loaded queue outlasts (docs/decisions/0003-async-worker-contract.md).
 
     Attributes:
-        retries: Retries after the first attempt when there is no outcome lookup.
-        interval_s: Pause before each retry (> 0).
+        retries: Retries after the first attempt when there is no outcome lookup (at most
+            :data:`MAX_RETRIES`).
+        interval_s: Pause before each retry (> 0; this and every duration at most
+            :data:`MAX_SECONDS`).
         deadline_s: One budget per incoming request, shared by every write the guard wraps.
         enforcement_lag_s: How long the write gate takes to enforce an applied top-up.
     """
@@ -33,8 +40,9 @@ class GuardPolicy:
     enforcement_lag_s: float = 9.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
-            raise ValueError("GuardPolicy.retries must be an integer >= 0")
+        integer = isinstance(self.retries, int) and not isinstance(self.retries, bool)
+        if not integer or not 0 <= self.retries <= MAX_RETRIES:
+            raise ValueError(f"GuardPolicy.retries must be an integer from 0 to {MAX_RETRIES}")
         # A zero pause would turn a cycle bounded only by the deadline into a busy loop.
         _check_seconds("interval_s", self.interval_s, allow_zero=False)
         _check_seconds("deadline_s", self.deadline_s, allow_zero=False)
@@ -43,9 +51,12 @@ class GuardPolicy:
 
 def _check_seconds(name: str, value: float, *, allow_zero: bool) -> None:
     number = isinstance(value, int | float) and not isinstance(value, bool)
-    if not number or not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+    low_ok = number and (value >= 0 if allow_zero else value > 0)
+    if not number or not math.isfinite(value) or not low_ok or value > MAX_SECONDS:
         bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"GuardPolicy.{name} must be a finite number of seconds {bound}")
+        raise ValueError(
+            f"GuardPolicy.{name} must be a finite number of seconds {bound} and <= {MAX_SECONDS:g}"
+        )
 
 
 def model_change_need(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -227,6 +228,7 @@ def run(args: argparse.Namespace) -> int:
         read.letters,
         DynamoDbRequestLedger(args.ledger_table),
         OutcomePublisher(args.bus) if args.bus else None,
+        now_s=time.time(),
     )
     summary = audit_summary(read, report)
     print(json.dumps(summary, indent=2))
@@ -235,7 +237,13 @@ def run(args: argparse.Namespace) -> int:
 
 def audit_summary(read: DlqRead, report: DeadLetterAudit) -> dict[str, Any]:
     """The audit's report: what it read, recorded, announced, and what it could not."""
-    unsettled = report.unreadable or report.unanswered or report.unannounced
+    unsettled = (
+        report.unreadable
+        or report.unanswered
+        or report.unannounced
+        or report.live
+        or report.transfer_unconfirmed
+    )
     return {
         "dlq_messages_read": len(read.letters),
         "left_unread": read.left_unread,
@@ -250,6 +258,8 @@ def audit_summary(read: DlqRead, report: DeadLetterAudit) -> dict[str, Any]:
         "request_id_conflicts": report.conflicts,
         "unanswered": report.unanswered,
         "unannounced": report.unannounced,
+        "live": report.live,
+        "transfer_unconfirmed": report.transfer_unconfirmed,
         "complete": read.left_unread == 0 and not unsettled,
     }
 
