@@ -27,8 +27,7 @@ from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
 from serenity_allocator.domain.errors import NeedsReauthError
 from serenity_allocator.producer import AllocationProducer
 from serenity_tools.standins.resources import LocalResources, local_client, put_secret
-from serenity_tools.standins.simulator import ImsConfig, SimulatorServer, SimulatorState
-from serenity_tools.standins.simulator import start_simulator as start_sim
+from serenity_tools.standins.simulator import SimulatorServer
 from tests.conftest import OutcomeCapture
 from tests.integration.allocator_harness import (
     AllocatorHarness,
@@ -458,37 +457,41 @@ class _TickingClock:
         return self.now
 
 
-def test_ims_worker_401_after_a_fresh_exchange_and_one_retry_is_access_denied(
-    local_resources: LocalResources, stack: CredentialsStack, outcome_capture: OutcomeCapture
+def test_ims_worker_401_storm_with_fresh_tokens_comes_back_with_its_token(
+    ims_worker: tuple[AllocatorHarness, AllocationProducer],
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # Given a simulator whose access tokens are dead by the time they are used
-    clock = _TickingClock()
-    state = SimulatorState(clock=clock, ims_config=ImsConfig(access_ttl_s=1.0, promise_ttl_s=1e9))
-    with start_sim(state=state) as own_sim:
-        _seed(own_sim)
-        promise = _u1_promise(own_sim)
-        with _worker(local_resources, own_sim, stack) as (worker, producer):
-            request_id = _ensure_with(producer, UserCredential.promise(promise))
-            clock.ticking = True
+    worker, producer = ims_worker
+    _seed(sim)
+    request_id = _ensure_with(producer, UserCredential.promise(_u1_promise(sim)))
+    # Given a short Semrush 401 storm: the read and its retry after a fresh exchange refused
+    sim.faults(fail_next=[{"op": "read_resources", "status": 401, "count": 2}])
 
-            invocation = worker.invoke()
+    first = worker.invoke()
 
-            # Then one 401, one re-exchange, one more 401: accessDenied, never retried
-            assert invocation.failed == []
-            [outcome] = outcome_capture.outcomes()
-            assert (outcome["status"], outcome["error_code"]) == ("rejected", "accessDenied")
-            assert [(c["op"], c["status"]) for c in api_calls(own_sim)] == [
-                ("read_resources", 401),
-                ("read_resources", 401),
-            ]
-            assert [c["op"] for c in own_sim.ims_calls()] == [
-                "ims_mint",
-                "ims_exchange",
-                "ims_exchange",
-                "ims_invalidate",
-            ]
-            assert worker.drain_dlq() == []
-            assert _scrubbed(stack, request_id)
+    # Then the record comes back (no outcome, nothing dead-lettered), its promise kept: the
+    # rolled token on the record, nothing invalidated, counted ``unauthorized`` (alarmed)
+    assert first.failed == first.message_ids and outcome_capture.outcomes() == []
+    assert [(c["op"], c["status"]) for c in api_calls(sim)] == [
+        ("read_resources", 401),
+        ("read_resources", 401),
+    ]
+    assert [c["op"] for c in sim.ims_calls()] == ["ims_mint", "ims_exchange", "ims_exchange"]
+    assert not _scrubbed(stack, request_id)
+    assert "unauthorized" in _credential_outcomes(capsys.readouterr().out)
+    # When the storm is over and the record comes back
+    worker.redeliver_failed(first)
+    second = worker.invoke()
+
+    # Then the same user's request is served with the token the first receive rolled
+    assert second.failed == []
+    [outcome] = outcome_capture.outcomes()
+    assert outcome["status"] == "topped-up"
+    assert worker.drain_dlq() == []
+    assert _scrubbed(stack, request_id)
 
 
 # ---------------------------------------------------------------- coalescing

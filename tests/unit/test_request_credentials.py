@@ -59,6 +59,12 @@ class FakeBroker:
             raise failure
         return Session(request_id)
 
+    def user_of(self, session: object) -> str | None:
+        return getattr(session, "user", None)
+
+    def keep(self, session: object) -> None:
+        pass
+
     def bind(self, session: object | None) -> None:
         self.bound.append(session.request_id if isinstance(session, Session) else None)
 
@@ -323,7 +329,7 @@ def test_a_member_whose_own_user_is_denied_at_admission_is_refused_at_its_turn()
 @pytest.mark.parametrize(
     ("error", "refused"),
     [
-        (UpstreamError(401, "unauthorized", "read"), True),
+        (UpstreamError(401, "unauthorized", "read"), False),
         (UpstreamError(403, "forbidden", "read"), True),
         (UpstreamError(500, "boom", "read"), False),
         (NoCredentialError(), True),

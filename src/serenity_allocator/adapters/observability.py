@@ -113,6 +113,7 @@ METRIC_CATALOG: dict[str, MetricSpec] = {
             "noCredential",
             "needsReauth",
             "accessDenied",
+            "unauthorized",
             "imsUnavailable",
             "invalidateFailed",
         ),

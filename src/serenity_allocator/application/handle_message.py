@@ -34,7 +34,8 @@
    every terminal outcome (a replay and a dead letter included) then invalidates the promise
    and scrubs the record; a retryable failure keeps the rolled token on the record.
    ``noCredential``/``needsReauth`` end ``failed`` in the DLQ with that reason,
-   ``accessDenied`` ends ``rejected``.
+   ``accessDenied`` ends ``rejected``; a Semrush 401 with a fresh token comes back (counted
+   ``unauthorized``) until its final receive.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ from .final_receive import failure_of
 from .invocation import Invocation
 from .outcomes import ReleaseIncompleteError
 from .reclaim import Parked
+from .request_credentials import is_unauthorized
 from .request_ledger import Apply, FollowFirst, Refuse, Replay
 
 Request = EnsureRequest | ReleaseRequest
@@ -206,6 +208,8 @@ def _terminal_or_raise(
     inv.observer.record(
         WillRetry(error_code_of(exc), final_receive, isinstance(exc, _EXPECTED_FAILURES), exc)
     )
+    if inv.state.credentials is not None and is_unauthorized(exc):
+        inv.observer.record(CredentialOutcome("unauthorized"))  # a burst pages (an incident)
     if isinstance(exc, LedgerRecordUnreadableError):
         inv.observer.record(LedgerEvent("unreadable"))
     if outcome is None:
