@@ -543,6 +543,38 @@ def test_ims_worker_coalesced_run_admits_only_members_whose_user_reads_the_child
     assert sorted(invalidated) == ["u1", "u2", "u3"]
 
 
+def test_ims_worker_one_users_burst_on_one_child_is_admitted_by_one_read(
+    ims_worker: tuple[AllocatorHarness, AllocationProducer],
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+) -> None:
+    worker, producer = ims_worker
+    _seed(sim)
+    access = sim.ims_user("u1", [MASTER, CHILD])
+    ids = [
+        producer.enqueue_ensure(
+            CHILD, MASTER, {"prompts": 100}, credential=UserCredential.access(access)
+        )
+        for _ in range(4)
+    ]
+
+    # When one batch carries the user's four ensures (one run)
+    invocation = worker.invoke()
+
+    # Then the leader's own read admitted them all (IMS's token names one user): one read of
+    # the child, one transfer sized for the four, every call u1's
+    assert invocation.failed == []
+    outcomes = outcome_capture.outcomes()
+    assert sorted(o["request_id"] for o in outcomes) == sorted(ids)
+    assert {(o["status"], o["coalesced"]) for o in outcomes} == {("topped-up", 4)}
+    child_reads = [c for c in api_calls(sim, "read_resources") if c["workspace_id"] == CHILD]
+    assert len(child_reads) == 1
+    assert {c["user"] for c in api_calls(sim)} == {"u1"}
+    assert [c["op"] for c in sim.ims_calls()].count("ims_exchange") == 4
+    assert all(_scrubbed(stack, request_id) for request_id in ids)
+
+
 # ---------------------------------------------------------------- IMS faults
 
 
