@@ -40,6 +40,7 @@ from tests.integration.allocator_harness import (
     workspace,
 )
 from tests.integration.credentials_stack import CredentialsStack, create_credentials_stack
+from tests.integration.slow_aws_proxy import never, slow_proxy, throttled
 
 MASTER = "ws-master"
 CHILD = "ws-child-a"
@@ -808,3 +809,36 @@ def test_ims_worker_with_the_kill_switch_off_exchanges_nothing_and_ends_the_prom
     assert api_calls(sim) == []
     assert [c["op"] for c in sim.ims_calls()] == ["ims_mint", "ims_invalidate"]
     assert _scrubbed(stack, request_id)
+
+
+# ---------------------------------------------------------------- a roll that cannot be stored
+
+
+def test_ims_worker_roll_throttled_in_every_attempt_goes_on_and_ends_the_chain(
+    local_resources: LocalResources,
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given DynamoDB throttling every store of a rolled token (UpdateItem with rolled_at)
+    answer, answered = throttled("DynamoDB_20120810.UpdateItem", body_contains="rolled_at")
+    with slow_proxy(local_resources.endpoint_url, 0.0, never, answer) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", proxy.url)
+        _seed(sim)
+        promise = _u1_promise(sim)
+        with _worker(local_resources, sim, stack) as (worker, producer):
+            request_id = _ensure_with(producer, UserCredential.promise(promise))
+
+            invocation = worker.invoke()
+
+    # Then the request was served on the access token in hand (not failed, not needsReauth
+    # at a next receive): every store tried (two attempts of two calls), the chain ended at
+    # its terminal state by invalidating the rolled token, the record scrubbed
+    assert invocation.failed == []
+    [outcome] = outcome_capture.outcomes()
+    assert outcome["status"] == "topped-up"
+    assert len(answered) == 4
+    assert [c["op"] for c in sim.ims_calls()] == ["ims_mint", "ims_exchange", "ims_invalidate"]
+    assert _scrubbed(stack, request_id)
+    assert _is_dead(sim, promise)
