@@ -366,7 +366,7 @@ def test_sessions_opened_ahead_at_the_batch_start_never_fail_out_of_time_later()
 
 def test_ends_run_beside_the_batch_and_are_reported_once_settled() -> None:
     clock = FakeClock()
-    credentials, broker, _ = _credentials(clock, 60.0)
+    credentials, _broker, _ = _credentials(clock, 60.0)
     ending = EndingBroker(clock, answer=CredentialEnd(False))
     with ThreadPoolExecutor(max_workers=4) as workers:
         credentials.workers = workers
