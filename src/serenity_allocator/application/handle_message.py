@@ -70,7 +70,7 @@ from .final_receive import failure_of
 from .invocation import Invocation
 from .outcomes import ReleaseIncompleteError
 from .reclaim import Parked
-from .request_credentials import is_unauthorized
+from .request_credentials import is_unauthorized, without_echo
 from .request_ledger import Apply, FollowFirst, Refuse, Replay
 
 Request = EnsureRequest | ReleaseRequest
@@ -135,6 +135,8 @@ def _terminal_outcome(inv: Invocation, message: BatchMessage) -> AllocationOutco
         if isinstance(decision, Apply):
             return _apply(inv, message, request)
     except Exception as exc:
+        if inv.state.credentials is not None:
+            exc = without_echo(exc)
         return _terminal_or_raise(inv, message, request, exc)
     _settle(inv, message, decision)
     return None

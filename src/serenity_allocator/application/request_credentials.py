@@ -271,9 +271,32 @@ class RequestCredentials:
             self.observer.record(CredentialNotScrubbed(request_id, ended.scrub_error))
 
 
+class UnauthorizedError(AllocationError):
+    """Semrush answered 401 to a fresh token, twice: transient until the final receive.
+
+    Stands in for the upstream error, whose body may echo the tokens just exchanged (the
+    client redacts only the bearer it sent): nothing of it is logged or raised.
+    """
+
+    code = "upstreamUnauthorized"
+    message = "Semrush refused a freshly exchanged token as unauthenticated"
+    transient = True
+
+
 def is_unauthorized(exc: Exception) -> bool:
     """True for Semrush's 401 with a fresh token (transient until the final receive)."""
+    if isinstance(exc, UnauthorizedError):
+        return True
     return isinstance(exc, UpstreamError) and exc.status == UNAUTHORIZED_STATUS
+
+
+def without_echo(exc: Exception) -> Exception:
+    """``exc``, or for a Semrush 401 an :class:`UnauthorizedError` that carries no body."""
+    if isinstance(exc, UpstreamError) and exc.status == UNAUTHORIZED_STATUS:
+        clean = UnauthorizedError()
+        clean.__suppress_context__ = True  # the 401's text never reaches a traceback
+        return clean
+    return exc
 
 
 def credential_refusal(exc: Exception) -> AllocationError | None:
