@@ -363,22 +363,24 @@ def run_ours(
     overrides: dict[str, str] | None = None,
     *,
     ims: bool = False,
+    aws_rtt_s: float = 0.0,
 ) -> RunResult:
     """The real handler, runtime from build_runtime(AllocatorSettings.from_env(env)).
 
     ``ims``: every request acts as its child's user (:mod:`.credentials`), the runtime IMS
-    mode's over an in-memory credentials table.
+    mode's over an in-memory credentials table. ``aws_rtt_s``: one AWS round trip per
+    credentials-table, KMS and PutEvents call (the simulator's latency covers Semrush and IMS).
     """
     users: BenchUsers | None = None
     if ims:
-        store = MemoryCredentialStore()
+        store = MemoryCredentialStore(aws_rtt_s=aws_rtt_s)
         settings = AllocatorSettings.from_env(ims_env(sim, **(overrides or {})))
         runtime = ims_runtime(settings, store)
         users = BenchUsers(sim, store)
     else:
         settings = AllocatorSettings.from_env(allocator_env(sim.origin, **(overrides or {})))
         runtime = build_runtime(settings)
-    events = RecordingEvents()
+    events = RecordingEvents(latency_s=aws_rtt_s)
     runtime.outcomes = OutcomePublisher("bench-outcomes", events=events)  # type: ignore[arg-type]
     fifo = FifoQueue(max_receive_count=MAX_RECEIVE_COUNT)
     if settings.sibling_reclaim:
@@ -484,6 +486,42 @@ def _ims_side(workload: Workload, sim: SimulatorServer, static: RunResult) -> di
     }
 
 
+ROUND_TRIP_MS = 50.0
+"""IMS, Semrush and AWS round trips of the latency run (each call waits this long)."""
+ADDED_ROUND_TRIPS_TARGET = 4.0
+"""A burst batch in IMS mode takes at most the static mode's time plus this many round trips."""
+
+
+def round_trips() -> dict[str, Any]:
+    """Bursts at round trips of 50 ms (Semrush, IMS, DynamoDB, KMS, PutEvents): IMS over static.
+
+    Two children, two rounds: four batches of ten ensures of one user on one child each.
+    """
+    from serenity_tools.standins.simulator import start_simulator
+
+    workload = bursts(children=2, rounds=2)
+    batches = 2 * 2
+    rtt_s = ROUND_TRIP_MS / 1000.0
+    with start_simulator(accepted_tokens=[BENCH_TOKEN], latency_ms=ROUND_TRIP_MS) as sim:
+        static = run_ours(workload, sim, aws_rtt_s=rtt_s)
+        ims = run_ours(workload, sim, ims=True, aws_rtt_s=rtt_s)
+    static_ms = static.seconds * 1000.0 / batches
+    ims_ms = ims.seconds * 1000.0 / batches
+    added = (ims_ms - static_ms) / ROUND_TRIP_MS
+    return {
+        "round_trip_ms": ROUND_TRIP_MS,
+        "batches": batches,
+        "static_ms_per_batch": round(static_ms, 1),
+        "ims_ms_per_batch": round(ims_ms, 1),
+        "ims_added_round_trips_per_batch": round(added, 2),
+        "target_added_round_trips": ADDED_ROUND_TRIPS_TARGET,
+        "met": added <= ADDED_ROUND_TRIPS_TARGET,
+        "static_semrush_calls_per_request": round(static.calls / workload.requests, 3),
+        "ims_semrush_calls_per_request": round(ims.calls / workload.requests, 3),
+        "ims_statuses": ims.statuses,
+    }
+
+
 def measure(sim: SimulatorServer) -> dict[str, Any]:
     """Run every workload on both sides; return the results section."""
     out: dict[str, Any] = {"workloads": {}}
@@ -522,5 +560,11 @@ def measure(sim: SimulatorServer) -> dict[str, Any]:
         "bursts_met": (out["workloads"]["bursts"]["fewer_calls_x"] or 0) >= 2.5,
         "worst_workload_fewer_calls_x": worst,
         "never_more_met": worst >= 1.0,
+        "ims_bursts_calls_per_request": out["workloads"]["bursts"]["ims"][
+            "semrush_calls_per_request"
+        ],
+        "ims_bursts_calls_target": 0.35,
     }
+    note("calls: bursts at 50 ms round trips, static and IMS mode")
+    out["round_trips"] = round_trips()
     return out

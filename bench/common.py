@@ -71,11 +71,15 @@ class RecordingEvents:
     The publisher still builds and serializes every entry as it would for EventBridge.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, latency_s: float = 0.0) -> None:
         self.outcomes: list[dict[str, Any]] = []
         self.pool_low: list[dict[str, Any]] = []
+        self.latency_s = latency_s
+        """One AWS round trip per PutEvents (0: in process)."""
 
     def put_events(self, Entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:  # noqa: N803
+        if self.latency_s > 0:
+            time.sleep(self.latency_s)
         for entry in Entries:
             detail = json.loads(entry["Detail"])
             if entry["DetailType"] == "serenity.pool.low":

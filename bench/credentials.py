@@ -28,7 +28,7 @@ from serenity_allocator.adapters.request_authority import (
     RequestTokenHolder,
 )
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest
-from serenity_allocator.handlers.allocator_runtime import AllocatorRuntime
+from serenity_allocator.handlers.allocator_runtime import AllocatorRuntime, credential_workers
 from serenity_allocator.handlers.settings import AllocatorSettings
 from serenity_allocator.handlers.wiring import build_ims_consumer, build_semrush_client
 from serenity_tools.standins.simulator import SimulatorServer
@@ -43,29 +43,43 @@ WORKER_IMS_OPS = ("ims_exchange", "ims_invalidate")
 
 @dataclass
 class MemoryCredentialStore:
-    """The credentials table as a dictionary: put (the producer's), read, roll, scrub."""
+    """The credentials table as a dictionary: put (the producer's), read, roll, scrub.
+
+    ``aws_rtt_s`` stands for one AWS round trip per call it stands in for: a read is a
+    GetItem and a KMS Decrypt, a put or a roll a KMS Encrypt and a write, a scrub one write.
+    """
 
     records: dict[str, tuple[str, str]] = field(default_factory=dict)
+    aws_rtt_s: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def put(self, request_id: str, workspace_id: str, promise_token: str) -> None:
+        self._wait(2)
         with self._lock:
             self.records[request_id] = (workspace_id, promise_token)
 
     def read(self, request_id: str, workspace_id: str) -> StoredCredential | None:
+        self._wait(1)
         with self._lock:
             record = self.records.get(request_id)
         if record is None or record[0] != workspace_id:
             return None
+        self._wait(1)  # the decrypt
         return StoredCredential(request_id, workspace_id, record[1], _TTL_S)
 
     def roll(self, request_id: str, workspace_id: str, promise_token: str) -> None:
+        self._wait(2)
         with self._lock:
             self.records[request_id] = (workspace_id, promise_token)
 
     def scrub(self, request_id: str) -> None:
+        self._wait(1)
         with self._lock:
             self.records.pop(request_id, None)
+
+    def _wait(self, round_trips: int) -> None:
+        if self.aws_rtt_s > 0:
+            time.sleep(round_trips * self.aws_rtt_s)
 
 
 def ims_env(sim: SimulatorServer, **overrides: str) -> dict[str, str]:
@@ -100,6 +114,7 @@ def ims_runtime(settings: AllocatorSettings, store: MemoryCredentialStore) -> Al
         aws_call_budget_s=settings.aws_call_budget_s,
         credentials=broker,
         ims=ims,
+        credential_workers=credential_workers(),
     )
 
 

@@ -41,6 +41,7 @@ PAGER_ALARMS = {
     "EnforcementBackRetryAlarm",
     "NeedsReauthBurstAlarm",
     "AccessDeniedBurstAlarm",
+    "UnauthorizedBurstAlarm",
 }
 DASHBOARD_ONLY_ALARMS = {
     "OrgPoolExhaustedRejectionAlarm",
@@ -345,7 +346,7 @@ def test_custom_metric_alarms_use_the_catalogs_names_and_dimensions(
         for name, alarm in _alarms(template).items()
         if alarm.get("Namespace") == globals_env["POWERTOOLS_METRICS_NAMESPACE"]
     }
-    assert len(custom) == 9
+    assert len(custom) == 10
     for name, alarm in custom.items():
         # Then the metric exists in the code's catalog, with exactly the dimensions it emits
         spec = METRIC_CATALOG[alarm["MetricName"]]

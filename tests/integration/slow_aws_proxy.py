@@ -23,8 +23,9 @@ import pytest
 
 HoldRule = Callable[[Mapping[str, str], bytes], bool]
 """(request headers with lower-case names, request body) -> hold this request back?"""
-Answer = Callable[[Mapping[str, str], bytes], bytes | None]
-"""(request headers, request body) -> a JSON reply sent instead of forwarding, or None."""
+Answer = Callable[[Mapping[str, str], bytes], bytes | tuple[int, bytes] | None]
+"""(request headers, request body) -> a JSON reply sent instead of forwarding (200, or the
+status given with it), or None."""
 
 
 def never(headers: Mapping[str, str], body: bytes) -> bool:
@@ -50,6 +51,25 @@ def unprocessed_batch_get(times: int | None = None) -> tuple[Answer, list[int]]:
         tables: dict[str, list[object]] = {name: [] for name in request["RequestItems"]}
         return json.dumps(
             {"Responses": tables, "UnprocessedKeys": request["RequestItems"]}
+        ).encode()
+
+    return answer, answered
+
+
+def throttled(operation: str, *, body_contains: str = "") -> tuple[Answer, list[int]]:
+    """An answer throttling every JSON-protocol call of ``operation`` whose body contains
+    ``body_contains`` (400 ``ThrottlingException``, as DynamoDB and KMS answer); the list counts
+    the calls it answered."""
+    answered: list[int] = []
+    pick = target_is(operation, body_contains=body_contains)
+
+    def answer(headers: Mapping[str, str], body: bytes) -> tuple[int, bytes] | None:
+        if not pick(headers, body):
+            return None
+        answered.append(1)
+        error = {"__type": "com.amazonaws.dynamodb.v20120810#ThrottlingException"}
+        return 400, json.dumps(
+            {**error, "message": "Rate of requests exceeds the allowed throughput."}
         ).encode()
 
     return answer, answered
@@ -140,7 +160,8 @@ def slow_proxy(
                 time.sleep(delay_s)
             reply = reply_with(headers, body) if reply_with is not None else None
             if reply is not None:
-                self._send(200, [("Content-Type", "application/x-amz-json-1.0")], reply)
+                status, payload = reply if isinstance(reply, tuple) else (200, reply)
+                self._send(status, [("Content-Type", "application/x-amz-json-1.0")], payload)
                 return
             connection = http.client.HTTPConnection(target.hostname or "", target.port, timeout=30)
             try:

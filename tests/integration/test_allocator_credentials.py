@@ -27,8 +27,7 @@ from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
 from serenity_allocator.domain.errors import NeedsReauthError
 from serenity_allocator.producer import AllocationProducer
 from serenity_tools.standins.resources import LocalResources, local_client, put_secret
-from serenity_tools.standins.simulator import ImsConfig, SimulatorServer, SimulatorState
-from serenity_tools.standins.simulator import start_simulator as start_sim
+from serenity_tools.standins.simulator import SimulatorServer
 from tests.conftest import OutcomeCapture
 from tests.integration.allocator_harness import (
     AllocatorHarness,
@@ -41,6 +40,7 @@ from tests.integration.allocator_harness import (
     workspace,
 )
 from tests.integration.credentials_stack import CredentialsStack, create_credentials_stack
+from tests.integration.slow_aws_proxy import never, slow_proxy, throttled
 
 MASTER = "ws-master"
 CHILD = "ws-child-a"
@@ -458,37 +458,41 @@ class _TickingClock:
         return self.now
 
 
-def test_ims_worker_401_after_a_fresh_exchange_and_one_retry_is_access_denied(
-    local_resources: LocalResources, stack: CredentialsStack, outcome_capture: OutcomeCapture
+def test_ims_worker_401_storm_with_fresh_tokens_comes_back_with_its_token(
+    ims_worker: tuple[AllocatorHarness, AllocationProducer],
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # Given a simulator whose access tokens are dead by the time they are used
-    clock = _TickingClock()
-    state = SimulatorState(clock=clock, ims_config=ImsConfig(access_ttl_s=1.0, promise_ttl_s=1e9))
-    with start_sim(state=state) as own_sim:
-        _seed(own_sim)
-        promise = _u1_promise(own_sim)
-        with _worker(local_resources, own_sim, stack) as (worker, producer):
-            request_id = _ensure_with(producer, UserCredential.promise(promise))
-            clock.ticking = True
+    worker, producer = ims_worker
+    _seed(sim)
+    request_id = _ensure_with(producer, UserCredential.promise(_u1_promise(sim)))
+    # Given a short Semrush 401 storm: the read and its retry after a fresh exchange refused
+    sim.faults(fail_next=[{"op": "read_resources", "status": 401, "count": 2}])
 
-            invocation = worker.invoke()
+    first = worker.invoke()
 
-            # Then one 401, one re-exchange, one more 401: accessDenied, never retried
-            assert invocation.failed == []
-            [outcome] = outcome_capture.outcomes()
-            assert (outcome["status"], outcome["error_code"]) == ("rejected", "accessDenied")
-            assert [(c["op"], c["status"]) for c in api_calls(own_sim)] == [
-                ("read_resources", 401),
-                ("read_resources", 401),
-            ]
-            assert [c["op"] for c in own_sim.ims_calls()] == [
-                "ims_mint",
-                "ims_exchange",
-                "ims_exchange",
-                "ims_invalidate",
-            ]
-            assert worker.drain_dlq() == []
-            assert _scrubbed(stack, request_id)
+    # Then the record comes back (no outcome, nothing dead-lettered), its promise kept: the
+    # rolled token on the record, nothing invalidated, counted ``unauthorized`` (alarmed)
+    assert first.failed == first.message_ids and outcome_capture.outcomes() == []
+    assert [(c["op"], c["status"]) for c in api_calls(sim)] == [
+        ("read_resources", 401),
+        ("read_resources", 401),
+    ]
+    assert [c["op"] for c in sim.ims_calls()] == ["ims_mint", "ims_exchange", "ims_exchange"]
+    assert not _scrubbed(stack, request_id)
+    assert "unauthorized" in _credential_outcomes(capsys.readouterr().out)
+    # When the storm is over and the record comes back
+    worker.redeliver_failed(first)
+    second = worker.invoke()
+
+    # Then the same user's request is served with the token the first receive rolled
+    assert second.failed == []
+    [outcome] = outcome_capture.outcomes()
+    assert outcome["status"] == "topped-up"
+    assert worker.drain_dlq() == []
+    assert _scrubbed(stack, request_id)
 
 
 # ---------------------------------------------------------------- coalescing
@@ -538,6 +542,38 @@ def test_ims_worker_coalesced_run_admits_only_members_whose_user_reads_the_child
     assert all(_scrubbed(stack, request_id) for request_id in ids.values())
     invalidated = [c["user"] for c in sim.ims_calls() if c["op"] == "ims_invalidate"]
     assert sorted(invalidated) == ["u1", "u2", "u3"]
+
+
+def test_ims_worker_one_users_burst_on_one_child_is_admitted_by_one_read(
+    ims_worker: tuple[AllocatorHarness, AllocationProducer],
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+) -> None:
+    worker, producer = ims_worker
+    _seed(sim)
+    access = sim.ims_user("u1", [MASTER, CHILD])
+    ids = [
+        producer.enqueue_ensure(
+            CHILD, MASTER, {"prompts": 100}, credential=UserCredential.access(access)
+        )
+        for _ in range(4)
+    ]
+
+    # When one batch carries the user's four ensures (one run)
+    invocation = worker.invoke()
+
+    # Then the leader's own read admitted them all (IMS's token names one user): one read of
+    # the child, one transfer sized for the four, every call u1's
+    assert invocation.failed == []
+    outcomes = outcome_capture.outcomes()
+    assert sorted(o["request_id"] for o in outcomes) == sorted(ids)
+    assert {(o["status"], o["coalesced"]) for o in outcomes} == {("topped-up", 4)}
+    child_reads = [c for c in api_calls(sim, "read_resources") if c["workspace_id"] == CHILD]
+    assert len(child_reads) == 1
+    assert {c["user"] for c in api_calls(sim)} == {"u1"}
+    assert [c["op"] for c in sim.ims_calls()].count("ims_exchange") == 4
+    assert all(_scrubbed(stack, request_id) for request_id in ids)
 
 
 # ---------------------------------------------------------------- IMS faults
@@ -778,3 +814,36 @@ def test_ims_worker_with_the_kill_switch_off_exchanges_nothing_and_ends_the_prom
     assert api_calls(sim) == []
     assert [c["op"] for c in sim.ims_calls()] == ["ims_mint", "ims_invalidate"]
     assert _scrubbed(stack, request_id)
+
+
+# ---------------------------------------------------------------- a roll that cannot be stored
+
+
+def test_ims_worker_roll_throttled_in_every_attempt_goes_on_and_ends_the_chain(
+    local_resources: LocalResources,
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given DynamoDB throttling every store of a rolled token (UpdateItem with rolled_at)
+    answer, answered = throttled("DynamoDB_20120810.UpdateItem", body_contains="rolled_at")
+    with slow_proxy(local_resources.endpoint_url, 0.0, never, answer) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", proxy.url)
+        _seed(sim)
+        promise = _u1_promise(sim)
+        with _worker(local_resources, sim, stack) as (worker, producer):
+            request_id = _ensure_with(producer, UserCredential.promise(promise))
+
+            invocation = worker.invoke()
+
+    # Then the request was served on the access token in hand (not failed, not needsReauth
+    # at a next receive): every store tried (two attempts of two calls), the chain ended at
+    # its terminal state by invalidating the rolled token, the record scrubbed
+    assert invocation.failed == []
+    [outcome] = outcome_capture.outcomes()
+    assert outcome["status"] == "topped-up"
+    assert len(answered) == 4
+    assert [c["op"] for c in sim.ims_calls()] == ["ims_mint", "ims_exchange", "ims_invalidate"]
+    assert _scrubbed(stack, request_id)
+    assert _is_dead(sim, promise)

@@ -44,6 +44,12 @@ class FakeBroker:
         self.opened.append(request_id)
         return Session(request_id)
 
+    def user_of(self, session: object) -> str | None:
+        return getattr(session, "user", None)
+
+    def keep(self, session: object) -> None:
+        pass
+
     def bind(self, session: object | None) -> None:
         self.binds.append(session.request_id if isinstance(session, Session) else None)
 

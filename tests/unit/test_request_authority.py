@@ -6,6 +6,9 @@ the failure mapping that is awkward to provoke over the wire.
 
 from __future__ import annotations
 
+import base64
+import json
+
 import pytest
 
 from serenity_allocator.adapters.dynamodb_credential_store import (
@@ -19,6 +22,7 @@ from serenity_allocator.adapters.request_authority import (
     ImsCredentialBroker,
     RequestTokenHolder,
     UnboundTokenError,
+    token_user,
 )
 from serenity_allocator.domain.credentials import CredentialEnd
 from serenity_allocator.domain.errors import CredentialStoreUnavailableError, NoCredentialError
@@ -113,44 +117,89 @@ def test_open_with_the_store_down_is_transient(error: Exception) -> None:
     assert ims.exchanged == []
 
 
-@pytest.mark.parametrize(
-    ("error", "raised"),
-    [
-        (CredentialGoneError("r-1"), NoCredentialError),
-        (CredentialStoreError("roll", "r-1", "ProvisionedThroughputExceededException"), None),
-        (TokenCipherError("Encrypt", "KMSInternalException"), None),
-    ],
-)
-def test_a_roll_that_cannot_be_stored_invalidates_the_fresh_chain(
-    error: Exception, raised: type[Exception] | None
-) -> None:
+def test_a_roll_whose_record_is_gone_invalidates_the_fresh_chain() -> None:
     broker, store, ims, holder = _broker()
-    store.roll_error = error
-    with pytest.raises(raised or CredentialStoreUnavailableError):
+    store.roll_error = CredentialGoneError("r-1")
+    with pytest.raises(NoCredentialError):
         broker.open("r-1", "c1")
     assert ims.invalidated == ["pt-1"]
     assert holder.bound is None
 
 
-def test_an_unanswered_roll_leaves_the_chain_alive_for_the_next_receive() -> None:
-    # Given DynamoDB timing out on the roll after applying it (the answer was lost)
+THROTTLED = (
+    CredentialStoreError("roll", "r-1", "ProvisionedThroughputExceededException"),
+    TokenCipherError("Encrypt", "ThrottlingException"),
+)
+
+
+@pytest.mark.parametrize("error", THROTTLED)
+def test_a_roll_throttled_once_is_stored_by_the_second_attempt(error: Exception) -> None:
+    broker, store, ims, _ = _broker()
+    failures = [error]
+
+    def throttled_once(request_id: str, workspace_id: str, token: str) -> None:
+        if failures:
+            raise failures.pop()
+        store.tokens[request_id] = token
+
+    store.roll = throttled_once  # type: ignore[method-assign]
+    session = broker.open("r-1", "c1")
+    assert (session.roll_stored, store.tokens["r-1"], ims.invalidated) == (True, "pt-1", [])
+
+
+@pytest.mark.parametrize("error", THROTTLED)
+def test_a_roll_that_cannot_be_stored_goes_on_with_the_token_in_hand(error: Exception) -> None:
+    # Given DynamoDB or KMS throttling every store of the rolled token in this attempt
     broker, store, ims, holder = _broker()
+    store.roll_error = error
+    # When the session is opened, it opens all the same: the access token in hand is good
+    session = broker.open("r-1", "c1")
+    broker.bind(session)
+    assert (holder.get_token(), session.roll_stored, ims.invalidated) == ("at-1", False, [])
+    # Then a retryable failure stores the roll again before the record comes back
+    store.roll_error = None
+    broker.keep(session)
+    assert (store.tokens["r-1"], session.roll_stored) == ("pt-1", True)
+    # And the next receive exchanges that stored token: no needsReauth for our store's trouble
+    broker.open("r-1", "c1")
+    assert ims.exchanged == ["pt-0", "pt-1"]
+
+
+def test_a_roll_never_stored_ends_the_chain_at_the_terminal_state() -> None:
+    broker, store, ims, _ = _broker()
+    store.roll_error = THROTTLED[0]
+    session = broker.open("r-1", "c1")
+    assert broker.end("r-1", "c1", session) == CredentialEnd(True)
+    # The chain's head is the rolled token (the stored one is spent): invalidating it ends it
+    assert (ims.invalidated, store.scrubbed) == (["pt-1"], ["r-1"])
+
+
+def test_an_unanswered_roll_goes_on_and_keeps_the_chain_alive() -> None:
+    # Given DynamoDB timing out on the roll after applying it (the answer was lost), twice
+    broker, store, ims, _holder = _broker()
 
     def roll_lands_then_times_out(request_id: str, workspace_id: str, token: str) -> None:
         store.tokens[request_id] = token
         raise CredentialStoreError("roll", request_id, "ReadTimeoutError", unanswered=True)
 
     store.roll = roll_lands_then_times_out  # type: ignore[method-assign]
-    # When the session is opened, the attempt fails (transient) and nothing is bound
-    with pytest.raises(CredentialStoreUnavailableError):
-        broker.open("r-1", "c1")
-    assert holder.bound is None
-    # Then the chain is not invalidated: the record's token is the live one, and the next
-    # receive exchanges it (not a needsReauth of a promise that was still good)
-    assert (ims.invalidated, store.tokens["r-1"]) == ([], "pt-1")
+    # When the session is opened, the request goes on with its access token
+    session = broker.open("r-1", "c1")
+    assert (session.roll_stored, ims.invalidated, store.tokens["r-1"]) == (False, [], "pt-1")
+    # Then the next receive exchanges the token that landed
     del store.roll
+    broker.keep(session)
     broker.open("r-1", "c1")
     assert ims.exchanged == ["pt-0", "pt-1"]
+
+
+def test_the_user_is_read_from_the_access_tokens_claims_else_none() -> None:
+    claims = base64.urlsafe_b64encode(json.dumps({"user_id": "u-7@AdobeID"}).encode())
+    jwt = f"eyJhbGciOiJSUzI1NiJ9.{claims.decode().rstrip('=')}.c2ln"
+    assert token_user(jwt) == "u-7@AdobeID"
+    assert token_user("opaque-token") is None
+    assert token_user("a.not-base64-json!.c") is None
+    assert token_user("a." + base64.urlsafe_b64encode(b'{"user_id": 7}').decode() + ".c") is None
 
 
 def test_end_invalidates_the_current_token_and_scrubs() -> None:

@@ -7,6 +7,7 @@ own turn), never a second time from a token a lost answer may have spent.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pytest
@@ -58,6 +59,12 @@ class FakeBroker:
         if failure is not None:
             raise failure
         return Session(request_id)
+
+    def user_of(self, session: object) -> str | None:
+        return getattr(session, "user", None)
+
+    def keep(self, session: object) -> None:
+        pass
 
     def bind(self, session: object | None) -> None:
         self.bound.append(session.request_id if isinstance(session, Session) else None)
@@ -323,7 +330,7 @@ def test_a_member_whose_own_user_is_denied_at_admission_is_refused_at_its_turn()
 @pytest.mark.parametrize(
     ("error", "refused"),
     [
-        (UpstreamError(401, "unauthorized", "read"), True),
+        (UpstreamError(401, "unauthorized", "read"), False),
         (UpstreamError(403, "forbidden", "read"), True),
         (UpstreamError(500, "boom", "read"), False),
         (NoCredentialError(), True),
@@ -334,3 +341,41 @@ def test_credential_refusal_tells_a_refusal_from_a_transient_failure(
     error: Exception, refused: bool
 ) -> None:
     assert (credential_refusal(error) is not None) is refused
+
+
+def test_sessions_opened_ahead_at_the_batch_start_never_fail_out_of_time_later() -> None:
+    # Given a batch whose applying phase leaves room for an exchange only at its start
+    clock = FakeClock()
+    credentials, broker, _ = _credentials(clock, IMS_CALL_S + AWS_CALL_S + 1.0)
+    broker.open_s = 0.0
+    with ThreadPoolExecutor(max_workers=4) as workers:
+        credentials.workers = workers
+        requests = [_ensure(f"r-{n}") for n in range(1, 4)]
+        credentials.open_ahead(requests)
+        # When the records ahead of the last one took the time an exchange needs
+        clock.now += 5.0
+        # Then its turn binds the session opened ahead: no outOfTime on a living consumer
+        for request in requests:
+            credentials.act_as(request)
+        credentials.settle()
+    assert sorted(broker.opened) == ["r-1", "r-2", "r-3"]
+    assert broker.bound == ["r-1", "r-2", "r-3"]
+    events = credentials.observer.events  # type: ignore[attr-defined]
+    assert events.count(CredentialOutcome("exchanged")) == 3
+
+
+def test_ends_run_beside_the_batch_and_are_reported_once_settled() -> None:
+    clock = FakeClock()
+    credentials, _broker, _ = _credentials(clock, 60.0)
+    ending = EndingBroker(clock, answer=CredentialEnd(False))
+    with ThreadPoolExecutor(max_workers=4) as workers:
+        credentials.workers = workers
+        credentials.broker = ending
+        for n in (1, 2):
+            credentials.end(build_outcome(_ensure(f"r-{n}"), "topped-up", 1))
+        credentials.settle()
+    assert sorted(e[0] for e in ending.ended) == ["r-1", "r-2"]
+    assert credentials.ending == []
+    # Reported in the calling thread once settled: two unconfirmed invalidations
+    events = credentials.observer.events  # type: ignore[attr-defined]
+    assert events.count(CredentialOutcome("invalidateFailed", reason="notConfirmed")) == 2

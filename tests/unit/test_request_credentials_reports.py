@@ -166,7 +166,7 @@ def test_a_member_denied_at_admission_leaves_the_run_and_is_refused_at_its_turn(
     assert broker.bound[-1] == "r-1"
     with pytest.raises(AccessDeniedError):
         credentials.act_as(second)
-    assert broker.opened == ["r-2", "r-1"]  # the member at admission, then the leader
+    assert broker.opened == ["r-1", "r-2"]  # the leader (whose user it is), then the member
 
 
 class OpeningBroker(EndingBroker):
@@ -190,15 +190,26 @@ def _failure(exc: Exception, receive_count: int) -> Failure:
     return failure_of(_ensure("r-1"), exc, receive_count, ims=True, final_receive=False)
 
 
-def test_refused_outcome_rejects_a_403_or_401_and_ignores_other_statuses() -> None:
+def test_refused_outcome_rejects_a_403_and_ignores_other_statuses() -> None:
     request = _ensure("r-1")
 
-    denied = _failure(UpstreamError(401, "no", "read"), 3)
+    denied = _failure(UpstreamError(403, "no", "read"), 3)
 
     assert denied.outcome == build_outcome(request, "rejected", 3, error_code="accessDenied")
     assert denied.retry is False
     assert _failure(UpstreamError(500, "down", "read"), 3) == Failure(None, retry=True)
     assert _failure(KeyError("bug"), 3) == Failure(None, retry=True)
+
+
+def test_a_401_with_a_fresh_token_comes_back_until_the_final_receive() -> None:
+    # A Semrush 401 storm is our credential incident, not a non-member: the record returns
+    request = _ensure("r-1")
+    unauthorized = UpstreamError(401, "Not authenticated", "read")
+
+    assert _failure(unauthorized, 1) == Failure(None, retry=True)
+    final = failure_of(request, unauthorized, 5, ims=True, final_receive=True)
+    assert final.outcome == build_outcome(request, "rejected", 5, error_code="accessDenied")
+    assert final.retry is False
 
 
 def test_refused_outcome_fails_a_missing_promise_as_dead_lettered() -> None:

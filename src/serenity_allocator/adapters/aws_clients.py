@@ -14,6 +14,7 @@ so the same code talks to a local moto server.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
@@ -104,12 +105,18 @@ class LazyClient(Generic[ClientT]):
     def __init__(self, build: Callable[[], ClientT], ready: ClientT | None = None) -> None:
         self._build = build
         self._client = ready
+        # boto3's default session is not thread-safe: one thread builds, the others wait.
+        self._lock = threading.Lock()
 
     def get(self) -> ClientT:
-        """The client, built now if this is the first use."""
-        if self._client is None:
-            self._client = self._build()
-        return self._client
+        """The client, built now if this is the first use (once, whatever the thread)."""
+        client = self._client
+        if client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = self._build()
+                client = self._client
+        return client
 
 
 def sqs_client(budget_s: float = AWS_CALL_BUDGET_S) -> SQSClient:

@@ -132,6 +132,7 @@ METRIC_CATALOG: dict[str, MetricSpec] = {
             "noCredential",
             "needsReauth",
             "accessDenied",
+            "unauthorized",
             "imsUnavailable",
             "invalidateFailed",
         ),

@@ -13,6 +13,10 @@ Nothing here logs, and no error, repr or return value holds a token.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import contextlib
+import json
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -72,6 +76,34 @@ class ImsSession:
     workspace_id: str
     access_token: str = field(repr=False)
     promise_token: str = field(repr=False)
+    roll_stored: bool = True
+    """False while the record may still hold the spent token (its roll could not be stored):
+    the request goes on with the access token in hand; :meth:`ImsCredentialBroker.keep`
+    stores the roll again when the request comes back."""
+
+
+ROLL_ATTEMPTS = 2
+"""Stores of a rolled token within one open (each a bounded boto3 call, retries included):
+throttling is normal for DynamoDB and KMS, so one throttled store does not end the chain."""
+
+
+def token_user(access_token: str) -> str | None:
+    """The ``user_id`` claim of an IMS access token (a JWT), or None when it carries none.
+
+    Read without verifying the signature: the token came straight from IMS over TLS, and the
+    claim is only compared (two requests of one user), never trusted for more. A token that is
+    not a JWT with a string ``user_id`` (the shared doc does not say IMS's are) answers None:
+    its request is then read on its own (the safe side).
+    """
+    parts = access_token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (ValueError, binascii.Error):
+        return None
+    user = claims.get("user_id") if isinstance(claims, dict) else None
+    return user if isinstance(user, str) and user else None
 
 
 class ImsCredentialBroker:
@@ -107,6 +139,17 @@ class ImsCredentialBroker:
         session.promise_token = tokens.promise_token
         self._roll(session)
         return session.access_token
+
+    def user_of(self, session: object) -> str | None:
+        """The user IMS's access token names (its ``user_id`` claim), else None."""
+        return token_user(session.access_token) if isinstance(session, ImsSession) else None
+
+    def keep(self, session: object) -> None:
+        """The request comes back: store the session's roll if the open could not."""
+        if isinstance(session, ImsSession) and not session.roll_stored:
+            # Still not stored: the record keeps what it holds; its next receive replays that.
+            with contextlib.suppress(NoCredentialError):
+                self._roll(session)
 
     def bind(self, session: object | None) -> None:
         """Bind ``session`` (one of ours) for the Semrush client; None unbinds."""
@@ -153,22 +196,23 @@ class ImsCredentialBroker:
 
     def _roll(self, session: ImsSession) -> None:
         # Before anything else: a crash from here on replays with the new token (the one just
-        # exchanged is spent). A failed roll ends this attempt. When the record surely does not
-        # hold the new token (refused), nothing does: its chain is invalidated, and the next
-        # receive ends needsReauth. When DynamoDB gave no answer the write may have landed, so
-        # the chain is left alive: the next receive replays whichever token the record holds.
-        try:
-            self._store.roll(session.request_id, session.workspace_id, session.promise_token)
-        except CredentialGoneError:
-            self._ims.invalidate(session.promise_token)
-            raise NoCredentialError() from None
-        except CredentialStoreError as exc:
-            if not exc.unanswered:
+        # exchanged is spent). A store that fails (throttled twice, or no answer) is tried once
+        # more; if it still fails, the request goes on with the access token in hand and ends
+        # the chain at its terminal state (invalidating the rolled token): never needsReauth
+        # for our store's trouble. Only a record that is gone (scrubbed, never written) ends it.
+        for attempt in range(ROLL_ATTEMPTS):
+            try:
+                self._store.roll(session.request_id, session.workspace_id, session.promise_token)
+            except CredentialGoneError:
                 self._ims.invalidate(session.promise_token)
-            raise CredentialStoreUnavailableError() from None
-        except TokenCipherError:
-            self._ims.invalidate(session.promise_token)  # nothing was written
-            raise CredentialStoreUnavailableError() from None
+                raise NoCredentialError() from None
+            except (CredentialStoreError, TokenCipherError):
+                if attempt + 1 == ROLL_ATTEMPTS:
+                    session.roll_stored = False
+                    return
+                continue
+            session.roll_stored = True
+            return
 
     def __repr__(self) -> str:
         return "ImsCredentialBroker()"

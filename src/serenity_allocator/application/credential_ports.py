@@ -40,6 +40,21 @@ class CredentialBroker(Protocol):
         """
         ...
 
+    def user_of(self, session: CredentialSession) -> str | None:
+        """Who IMS says the session's token acts for, when its token says so (else None).
+
+        Never a token: a user id, compared only (requests of one user on one child are
+        admitted by one read).
+        """
+        ...
+
+    def keep(self, session: CredentialSession) -> None:
+        """The request comes back: make sure the record holds the session's rolled token.
+
+        A roll the open could not store is tried again here; never raises.
+        """
+        ...
+
     def bind(self, session: CredentialSession | None) -> None:
         """Make ``session``'s access token the gateway's (None: unbound, calls fail closed)."""
         ...

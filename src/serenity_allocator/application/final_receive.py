@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..domain.errors import (
+    AccessDeniedError,
     OrgPoolExhaustedError,
     ParkedForReclaimError,
     UpstreamError,
@@ -23,7 +24,7 @@ from ..domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus, R
 from ..domain.outcomes import build_outcome
 from ..domain.parent_links import ParentMismatchError
 from .batch_plan import BatchMessage
-from .request_credentials import DEAD_LETTERED_REFUSALS, credential_refusal
+from .request_credentials import DEAD_LETTERED_REFUSALS, credential_refusal, is_unauthorized
 
 TERMINAL_UPSTREAM_STATUSES = frozenset({400, 403, 404, 405, 409, 410, 413, 415})
 """Upstream answers a retry cannot fix: the request completes with a ``failed`` outcome."""
@@ -60,6 +61,9 @@ def failure_of(
     the request ends with first, dead-lettered.
     """
     terminal = _terminal_now(exc, ims)
+    if terminal is None and ims and final_receive and is_unauthorized(exc):
+        # The 401s lasted every receive: the request ends as its user's refusal.
+        terminal = "rejected", AccessDeniedError.code, False
     if terminal is not None:
         status, code, dead = terminal
     elif not final_receive:

@@ -35,7 +35,8 @@
    and scrubs the record, except an invalid message's (the id it names may be another
    request's); a retryable failure keeps the rolled token on the record.
    ``noCredential``/``needsReauth`` end ``failed`` in the DLQ with that reason,
-   ``accessDenied`` ends ``rejected``.
+   ``accessDenied`` ends ``rejected``; a Semrush 401 with a fresh token comes back (counted
+   ``unauthorized``) until its final receive.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ from .final_receive import failure_of
 from .invocation import Invocation
 from .outcomes import ReleaseIncompleteError
 from .reclaim import Parked
+from .request_credentials import is_unauthorized, without_echo
 from .request_ledger import Apply, FollowFirst, Refuse, Replay
 
 Request = EnsureRequest | ReleaseRequest
@@ -134,6 +136,8 @@ def _terminal_outcome(inv: Invocation, message: BatchMessage) -> AllocationOutco
         if isinstance(decision, Apply):
             return _apply(inv, message, request)
     except Exception as exc:
+        if inv.state.credentials is not None:
+            exc = without_echo(exc)
         return _terminal_or_raise(inv, message, request, exc)
     _settle(inv, message, decision)
     return None
@@ -207,6 +211,8 @@ def _terminal_or_raise(
     inv.observer.record(
         WillRetry(error_code_of(exc), final_receive, isinstance(exc, _EXPECTED_FAILURES), exc)
     )
+    if inv.state.credentials is not None and is_unauthorized(exc):
+        inv.observer.record(CredentialOutcome("unauthorized"))  # a burst pages (an incident)
     if isinstance(exc, LedgerRecordUnreadableError):
         inv.observer.record(LedgerEvent("unreadable"))
     if outcome is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 from ..domain.ceiling import NO_CEILING, Ceiling
@@ -74,6 +75,9 @@ class WorkerPorts:
     """Verifies an ensure's parent against the upstream (None: the message is trusted)."""
     credentials: CredentialBroker | None = None
     """IMS mode: every request runs as its user (None: static mode, local tools only)."""
+    credential_workers: Executor | None = None
+    """IMS mode: the bounded pool that opens and ends a batch's sessions concurrently (None:
+    one after another, in the record's turn)."""
 
 
 @dataclass
@@ -152,6 +156,13 @@ def start_batch(
         plan = plan_batch(
             inbound, dynamic_allocation=config.dynamic_allocation, standalone=standalone
         )
+    credentials = (
+        RequestCredentials(ports.credentials, observer, deadlines, ports.credential_workers)
+        if ports.credentials is not None
+        else None
+    )
+    if credentials is not None:
+        credentials.open_ahead(_acting(plan, ledger, config))
     return Invocation(
         config=config,
         ports=ports,
@@ -161,12 +172,32 @@ def start_batch(
         state=BatchState(
             ledger=ledger,
             book=OutcomeBook(ledger=ledger, sequence_numbers=_sequence_numbers(plan)),
-            credentials=RequestCredentials(ports.credentials, observer, deadlines)
-            if ports.credentials is not None
-            else None,
+            credentials=credentials,
             invalid_replays=_invalid_replays(ledger, plan),
         ),
     )
+
+
+def _acting(
+    plan: BatchPlan, ledger: LedgerView, config: WorkerConfig
+) -> list[EnsureRequest | ReleaseRequest]:
+    """The requests that will act as their users, to open ahead.
+
+    Valid, first of their id, not settled by the ledger (a replay or a refusal opens nothing),
+    and making Semrush calls.
+    """
+    requests = [
+        m.request
+        for m in plan.messages.values()
+        if m.request is not None and m.duplicate_of is None
+    ]
+    settled = ledger.settled(requests)
+    return [
+        r
+        for r in requests
+        if r.request_id not in settled
+        and (config.dynamic_allocation or isinstance(r, ReleaseRequest))
+    ]
 
 
 def _looked_up_ids(plan: BatchPlan) -> list[str]:

@@ -86,7 +86,13 @@ class TieredWorkspaceMet:
 
 
 CredentialOutcomeName = Literal[
-    "exchanged", "noCredential", "needsReauth", "accessDenied", "imsUnavailable", "invalidateFailed"
+    "exchanged",
+    "noCredential",
+    "needsReauth",
+    "accessDenied",
+    "unauthorized",
+    "imsUnavailable",
+    "invalidateFailed",
 ]
 
 
@@ -95,9 +101,11 @@ class CredentialOutcome:
     """What became of a request's (or a sweep run's) user authority: one count per occurrence.
 
     ``exchanged``: a session opened (promise exchanged, rolled token stored); the terminal
-    ``noCredential``/``needsReauth``/``accessDenied``; ``imsUnavailable``: an exchange failed
-    for now (429/5xx/timeout); ``invalidateFailed``: IMS did not confirm the invalidation at
-    the end (the outcome stands). ``reason`` is a code for the log line, never a token.
+    ``noCredential``/``needsReauth``/``accessDenied``; ``unauthorized``: Semrush refused a fresh
+    token with 401, the record comes back (a burst is a credential incident);
+    ``imsUnavailable``: an exchange failed for now (429/5xx/timeout); ``invalidateFailed``: IMS
+    did not confirm the invalidation at the end (the outcome stands). ``reason`` is a code for
+    the log line, never a token.
     """
 
     outcome: CredentialOutcomeName

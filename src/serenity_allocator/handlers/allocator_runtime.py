@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -69,6 +70,8 @@ class AllocatorRuntime:
     """The IMS client (time-limited like the gateway each invocation), in IMS mode."""
     ims_call_budget_s: float = 0.0
     """Time reserved for one IMS exchange (the IMS client's per-request timeout), IMS mode."""
+    credential_workers: Executor | None = None
+    """IMS mode: the container's bounded pool that opens and ends sessions concurrently."""
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -146,6 +149,7 @@ class AllocatorRuntime:
             ledger=self.ledger,
             parent_links=self.parent_links,
             credentials=self.credentials,
+            credential_workers=self.credential_workers,
         )
 
     def start(self, records: Sequence[Mapping[str, object]], context: LambdaContext) -> Invocation:
@@ -156,6 +160,10 @@ class AllocatorRuntime:
         reporter = MetricsObserver(
             MetricsRecorder(settings.environment), pool_low_ratio=settings.pool_low_ratio
         )
+        if self.ims is not None:
+            # Sessions open while the batch is planned: a warm container's limit from the last
+            # invocation must not refuse them (each checks the applying deadline itself).
+            limit_gateway_time(self.ims, budget_s)
         invocation = start_batch(
             self.worker_config(),
             self.worker_ports(),
@@ -241,8 +249,21 @@ def _ims_runtime(
         credentials=broker,
         ims=ims,
         ims_call_budget_s=ims.timeout_s,
+        credential_workers=credential_workers(),
     )
     return runtime
+
+
+SESSION_WORKERS = 10
+"""Sessions opened or ended at once: a whole batch (SQS FIFO hands at most 10 records)."""
+
+
+def credential_workers() -> Executor:
+    """The bounded pool of the batch's credential calls.
+
+    boto3 and httpx clients are thread-safe; the threads only wait on the network.
+    """
+    return ThreadPoolExecutor(max_workers=SESSION_WORKERS, thread_name_prefix="credentials")
 
 
 def _log_ceiling_backstop(settings: AllocatorSettings) -> None:

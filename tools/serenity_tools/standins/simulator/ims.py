@@ -25,7 +25,8 @@ successor was never presented since (its answer never reached the caller: proces
 in transit or before it was stored) is logged ``"answer_lost": true`` with its user, so a
 harness can tell that ``needsReauth`` (ADR 0016's safe side) from any other.
 
-Access tokens minted here start with :data:`ACCESS_TOKEN_PREFIX`. On the Semrush routes such a
+Access tokens minted here start with :data:`ACCESS_TOKEN_PREFIX` and are JWT-shaped, their
+claims naming the user (``user_id``, as IMS's tokens do). On the Semrush routes such a
 bearer must be live (else 401), its user must have a Semrush record (else 403) and be a member
 of the route's workspace (else ``403 invalid access attempt``); any other bearer is the static
 one, checked as before (``/__auth``), so local tools keep working without IMS.
@@ -38,6 +39,8 @@ Control routes (loopback rules of :mod:`.control`): ``POST /__ims/users`` ``{"us
 
 from __future__ import annotations
 
+import base64
+import json
 import secrets
 import threading
 from collections.abc import Callable, Mapping
@@ -204,7 +207,7 @@ class ImsState:
         semrush_record = values.get("semrush_record", True)
         if not isinstance(semrush_record, bool):
             raise _bad_request("semrush_record must be a boolean")
-        token = ACCESS_TOKEN_PREFIX + secrets.token_urlsafe(24)
+        token = _access_token(user)
         with self._lock:
             self._tokens.users[user] = _User(frozenset(workspaces), semrush_record)
             self._tokens.access[token] = (user, self._clock() + self.config.access_ttl_s)
@@ -368,7 +371,7 @@ class ImsState:
             return _oauth_error(401, "invalid_token", "promise_token is not valid"), None
         # Every exchange rolls the token: the old one must not be relied on afterwards.
         promise.spent = True
-        access = ACCESS_TOKEN_PREFIX + secrets.token_urlsafe(24)
+        access = _access_token(promise.user)
         self._tokens.access[access] = (promise.user, self._clock() + self.config.access_ttl_s)
         promise.successor = self._new_promise(promise.user, promise.chain)
         body = {
@@ -407,6 +410,20 @@ class ImsState:
             user, chain, self._clock() + self.config.promise_ttl_s
         )
         return token
+
+
+def _access_token(user: str) -> str:
+    """A fresh access token, JWT-shaped like IMS's, its claims naming the user (``user_id``).
+
+    The worker compares that claim only (two requests of one user admitted by one read); the
+    simulator itself never reads it back (a token is looked up whole).
+    """
+    claims = json.dumps({"user_id": user, "type": "access_token"}).encode()
+    payload = base64.urlsafe_b64encode(claims).decode().rstrip("=")
+    return f"{ACCESS_TOKEN_PREFIX}{_JWT_HEADER}.{payload}.{secrets.token_urlsafe(24)}"
+
+
+_JWT_HEADER: Final = base64.urlsafe_b64encode(b'{"alg":"none"}').decode().rstrip("=")
 
 
 def _field(form: Mapping[str, str], name: str) -> str:
