@@ -153,6 +153,30 @@ def pool_rows(cell: dict[str, Any]) -> list[str]:
     ]
 
 
+def _baseline_rows(section: dict[str, Any]) -> list[str]:
+    """The IMS cells at the baseline commit beside this run's."""
+    base = section["baseline"]
+    rows = [
+        f"The defaults in IMS mode, at {base['commit']} → this run:",
+        "",
+        "| pool | refused orgPoolExhausted | stranded prompts (active) | waited writes "
+        "(steady state) | Semrush calls/request |",
+        "|" + " --- |" * 5,
+    ]
+    for key, cell in section["pools"].items():
+        then = base["pools"].get(key)
+        if then is None:
+            continue
+        now = cell["ims"]
+        steady = now["steady_waits"]
+        rows.append(
+            f"| {key} | {then[0]} → {now['org_pool_exhausted']} | "
+            f"{then[1]} → {now['stranded_active']['prompts']} | {then[2]} of {then[3]} → "
+            f"{steady['waited']} of {steady['writes']} | {then[4]} → {now['calls_per_request']} |"
+        )
+    return rows
+
+
 def markdown(section: dict[str, Any]) -> str:
     """docs/benchmarks/pools.md from the section's numbers."""
     base = section["baseline"]
@@ -202,7 +226,7 @@ def markdown(section: dict[str, Any]) -> str:
         lines.append(
             f"| {key} | {now['static']} | {then['static']} | {now['ims']} | {then['ims']} |"
         )
-    lines.append("")
+    lines += ["", *_baseline_rows(section), ""]
     for cell in section["pools"].values():
         lines += [f"## {cell['title']}", "", *pool_rows(cell), ""]
     return "\n".join(lines)

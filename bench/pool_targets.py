@@ -21,10 +21,22 @@ BASELINE: dict[str, Any] = {
     "commit": "244d50d",
     "trickle": {"static": 1.552, "ims": 1.552},
     "bursts": {"static": 0.301, "ims": 1.201},
+    "pools": {
+        "gold_4": (16, 0, 23, 52, 6.675),
+        "gold": (18, 60, 25, 47, 6.75),
+        "gold_16": (26, 185, 22, 36, 7.2),
+        "dev": (1, 150, 7, 9, 7.167),
+        "customer": (0, 0, 0, 58, 3.025),
+        "enterprise": (49, 905, 74, 200, 6.356),
+        "growing": (16, 170, 18, 74, 3.875),
+        "burst": (11, 305, 12, 44, 6.025),
+    },
 }
 """Semrush calls per request with the shipped defaults at 244d50d (the branch's starting point,
 measured with ``calls.run_ours`` on ``calls.trickle()`` / ``calls.bursts()``: 621 and 1,201
-calls in IMS mode for 400 and 1,000 requests)."""
+calls in IMS mode for 400 and 1,000 requests). ``pools``: the grid's IMS cells at the same
+commit, (refused orgPoolExhausted, stranded prompts in active children, steady-state waited
+writes, steady-state writes, Semrush calls/request), for the page's before/after table."""
 
 
 def _row(target: str, pool: str, figure: str, limit: str, met: bool) -> dict[str, Any]:
