@@ -91,18 +91,25 @@ def _ensure(ids: _Ids, rng: random.Random, child: str, parent: str, needs: tuple
 def gold_pool(busy: int = 8, idle: int = 2, rounds: int = 4) -> Workload:
     """13 projects / 800 prompts in all: two idle children carved 200 each the old way, eight
     busy ones starting empty and asking 5-20 prompts a round (about 400 in all, the pool's
-    free 400)."""
+    free 400). Busy children hold one project each while the 13 last (with 16 busy, five
+    have none); the pool keeps the rest. Key ``gold`` for eight busy, ``gold_<busy>`` else."""
     rng, ids = random.Random(11), _Ids("gold")
-    seed = [_ws("gold-pool", None, (13 - busy - idle, 0), (800 - 200 * idle, 0))]
+    held = min(busy, 13 - idle)
+    seed = [_ws("gold-pool", None, (13 - idle - held, 0), (800 - 200 * idle, 0))]
     seed += [_ws(f"gold-idle-{i}", "gold-pool", (1, 0), (200, 30)) for i in range(idle)]
-    seed += [_ws(f"gold-busy-{i}", "gold-pool", (1, 1), (0, 0)) for i in range(busy)]
+    seed += [
+        _ws(f"gold-busy-{i}", "gold-pool", (1, 1) if i < held else (0, 0), (0, 0))
+        for i in range(busy)
+    ]
     plan = [
         Round(
             [_ensure(ids, rng, f"gold-busy-{i}", "gold-pool", (5, 10, 15, 20)) for i in range(busy)]
         )
         for _ in range(rounds)
     ]
-    return Workload("gold", "gold pool (13 / 800), 8 busy + 2 idle children", seed, plan)
+    key = "gold" if busy == 8 else f"gold_{busy}"
+    title = f"gold pool (13 / 800), {busy} busy + {idle} idle children"
+    return Workload(key, title, seed, plan)
 
 
 def dev_parent(children: int = 3, rounds: int = 4) -> Workload:
@@ -215,22 +222,7 @@ def measure(sim: SimulatorServer) -> dict[str, Any]:
             "label": label,
             **run(customer_parent(metered=metered), sim, overrides),
         }
-    out["recommendation"] = recommend(out["pools"]["gold"]["variants"])
     return out
-
-
-def recommend(variants: dict[str, Any]) -> dict[str, Any]:
-    """The gold-pool variant with the fewest refusals, then the fewest stranded prompts."""
-    best = min(
-        variants,
-        key=lambda k: (
-            variants[k]["org_pool_exhausted"],
-            variants[k]["writes_refused"],
-            variants[k]["stranded"]["prompts"],
-            variants[k]["calls_per_request"],
-        ),
-    )
-    return {"variant": best, "label": variants[best]["label"]}
 
 
 def _pool_rows(pool: dict[str, Any]) -> list[str]:
@@ -262,30 +254,6 @@ def _dormant_rows(dormant: dict[str, Any]) -> list[str]:
     return rows
 
 
-def gold_choice(section: dict[str, Any], writes: dict[str, Any] | None) -> dict[str, Any]:
-    """The gold-pool setting to recommend, from both workloads when the write one ran.
-
-    The write workload decides first (its refusals are what a customer sees): fewest requests
-    refused, then fewest ``orgPoolExhausted`` and prompts stranded over both workloads, then
-    fewest calls per request in the write workload. Without it, :func:`recommend`.
-    """
-    calls = section["pools"]["gold"]["variants"]
-    if not writes or "gold" not in writes:
-        chosen: dict[str, Any] = section["recommendation"]
-        return chosen
-    wrote = writes["gold"]["variants"]
-    best = min(
-        (k for k in calls if k in wrote),
-        key=lambda k: (
-            wrote[k]["requests_refused"],
-            wrote[k]["org_pool_exhausted"] + calls[k]["org_pool_exhausted"],
-            wrote[k]["stranded"]["prompts"] + calls[k]["stranded"]["prompts"],
-            wrote[k]["calls_per_request"],
-        ),
-    )
-    return {"variant": best, "label": calls[best]["label"]}
-
-
 def markdown(section: dict[str, Any], writes: dict[str, Any] | None = None) -> str:
     """docs/benchmarks/real-sizes.md from the section's numbers (and the write workload's on
     the same pools, ``writes``: the writes section's ``real_sized_pools``)."""
@@ -310,73 +278,19 @@ def markdown(section: dict[str, Any], writes: dict[str, Any] | None = None) -> s
         "",
         *_dormant_rows(section["dormant"]),
         "",
-        "## Recommendation for a gold pool",
+        *dormant_lines(section["dormant"]),
         "",
-        *recommendation_lines(section, writes),
+        "The variants above are settings an operator could change; the shipped defaults are",
+        "what every pool gets, and [pools.md](pools.md) measures them against exact carving on",
+        "the grid of pools, in both credential modes.",
         "",
     ]
     return "\n".join(lines)
 
 
-def recommendation_lines(
-    section: dict[str, Any], writes: dict[str, Any] | None = None
-) -> list[str]:
-    """The gold-pool recommendation, with the numbers it rests on."""
-    gold = section["pools"]["gold"]["variants"]
-    best_key = gold_choice(section, writes)["variant"]
-    best, default = gold[best_key], gold["default"]
-    dormant = section["dormant"]
-
-    def cells(v: dict[str, Any]) -> str:
-        return (
-            f"{v['org_pool_exhausted']} of {v['requests']} refused `orgPoolExhausted`, "
-            f"{v['stranded']['prompts']} prompts stranded, {v['calls_per_request']} calls/request"
-        )
-
-    lines = [
-        f"**{best['label']}.** Calls workload: the template's defaults give {cells(default)};",
-        f"the recommended setting gives {cells(best)}.",
-    ]
-    if writes and "gold" in writes:
-        wrote = writes["gold"]["variants"]
-
-        def written(v: dict[str, Any]) -> str:
-            return (
-                f"{v['requests_refused']} of {v['requests']} requests refused "
-                f"({v['org_pool_exhausted']} of them for `orgPoolExhausted`), "
-                f"{v['stranded']['prompts']} prompts stranded, "
-                f"{v['calls_per_request']} calls/request"
-            )
-
-        lines += [
-            f"Write workload ({wrote['default']['prompts_asked']} prompts asked against 400 free "
-            "and 340 unused in the idle children): the defaults give "
-            f"{written(wrote['default'])}; fallback and reclaim on give "
-            f"{written(wrote['reclaim'])}; the recommended setting gives "
-            f"{written(wrote[best_key])}.",
-        ]
+def dormant_lines(dormant: dict[str, Any]) -> list[str]:
+    """The dormant cost in a sentence, with the numbers it rests on."""
     return [
-        *lines,
-        "",
-        "With 100-prompt blocks the first new children take the pool's 400 free prompts in whole",
-        "blocks and the next ones are refused although the writes they ask for would fit: in a",
-        "pool of 800, the block, not the demand, drains it. The exact-need fallback alone cannot",
-        "help once the free units are 0; sibling reclaim hands back the idle children's surplus",
-        "(its parks and releases cost calls), and a smaller block stops the carving from running",
-        "ahead of the writes. Smaller blocks mean more top-ups per child (more calls), so the",
-        "smallest block is not free: compare the `calls/request` columns before going below 25.",
-        "For a gold pool set `BLOCK_PROMPTS` to the recommended block (the `BlockPrompts`",
-        "parameter: one block for every pool of the deployment, so read the dev-like and",
-        "customer tables too), keep `SERENITY_TIGHT_POOL_FALLBACK=true` and turn on",
-        "`SERENITY_SIBLING_RECLAIM=true` (not a template parameter: the Allocator function's",
-        "environment, beside its `QUEUE_URL`); leave `BLOCK_PROJECTS=1`.",
-        "",
-        "**In IMS mode (every deployment: the worker acts as each request's user) the Allocator",
-        "refuses `SERENITY_SIBLING_RECLAIM=true`**: the releases it would enqueue for the siblings",
-        "carry no user's authority (they would end `noCredential`). Until reclaim carries one, the",
-        "deployable part of this recommendation is the block and the fallback (blocks 1/25,",
-        "fallback on, reclaim off); that variant is not in these tables yet.",
-        "",
         "Dormant: with the kill switch off an ensure costs "
         f"{dormant['switch_off']['calls_per_request']} upstream calls and "
         f"{dormant['switch_off']['handler_ms_per_request']} ms of handler time; switched on",
@@ -392,7 +306,7 @@ def recommendation_lines(
 def readme_lines(
     section: dict[str, Any] | None, writes_section: dict[str, Any] | None = None
 ) -> list[str]:
-    """The README's section: a pointer to real-sizes.md and the recommendation in one line."""
+    """The README's section: a pointer to real-sizes.md and to the pool grid's page."""
     if section is None:
         return ["## 8. Real-sized pools", "", "Not measured in this run."]
     writes = (writes_section or {}).get("real_sized_pools")
@@ -402,6 +316,6 @@ def readme_lines(
         "",
         "Gold (13 / 800), dev-like (0/2, 0/1913) and unmetered customer (200 projects) pools under",
         f"five block/switch variants in the calls workload{both}, and the dormant cost:",
-        "[real-sizes.md](real-sizes.md).",
-        f"Recommended for a gold pool: **{gold_choice(section, writes)['label']}**.",
+        "[real-sizes.md](real-sizes.md). The shipped defaults against exact carving on the grid",
+        "of pools: [pools.md](pools.md).",
     ]

@@ -150,4 +150,7 @@ def readme(results: dict[str, Any], plots: list[str]) -> str:
     from .real_sizes import readme_lines
 
     lines += ["", *readme_lines(measured(results, "real_sizes"), measured(results, "writes"))]
+    from .pool_grid import readme_lines as pools_lines
+
+    lines += ["", *pools_lines(measured(results, "pools"), not_measured(results, "pools"))]
     return "\n".join(lines).rstrip() + "\n"

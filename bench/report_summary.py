@@ -35,6 +35,11 @@ def summary_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
         from .writes import summary_rows as writes_rows
 
         rows += writes_rows(writes)
+    pools = measured(results, "pools")
+    if pools:
+        from .pool_grid import summary_rows as pools_rows
+
+        rows += pools_rows(pools)
     return rows
 
 

@@ -35,6 +35,7 @@ SECTIONS = (
     "writes",
     "ledger",
     "real_sizes",
+    "pools",
 )
 
 
@@ -108,6 +109,14 @@ def _real_sizes() -> dict[str, Any]:
         return real_sizes.measure(sim)
 
 
+def _pools() -> dict[str, Any]:
+    from . import pool_grid
+
+    section = pool_grid.measure()
+    section["commit"] = _commit()
+    return section
+
+
 def _ledger() -> dict[str, Any]:
     from . import ledger
 
@@ -156,6 +165,10 @@ def _write(results: dict[str, Any], semrush_rps: float) -> None:
         (DOCS / "real-sizes.md").write_text(
             real_sizes.markdown(results["real_sizes"], pools), encoding="utf-8"
         )
+    if "error" not in results.get("pools", {"error": "not run"}):
+        from . import pool_grid
+
+        (DOCS / "pools.md").write_text(pool_grid.markdown(results["pools"]), encoding="utf-8")
     note(f"wrote {RESULTS.relative_to(ROOT)}, docs/benchmarks/ ({len(written)} plots)")
 
 
@@ -190,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         "writes": _writes,
         "ledger": _ledger,
         "real_sizes": _real_sizes,
+        "pools": _pools,
     }
     started = time.monotonic()
     failed = _run_sections(selected, runners, results)

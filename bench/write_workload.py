@@ -1,4 +1,4 @@
-"""What the write benchmarks share: a service's request, the simulated clock, the metered ops.
+"""What the write benchmarks share: a service's request and write, the simulated clock, the ops.
 
 :mod:`bench.writes` (the synthetic workload) and :mod:`bench.writes_pools` (the real-sized
 pools) both drive services through these.
@@ -33,3 +33,11 @@ class Request:
     child: str
     prompts: tuple[int, ...]
     project: bool
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One logical write: did it end refused, how long did the lag make it wait."""
+
+    refused: bool
+    waited_s: float

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -48,7 +47,7 @@ from serenity_tools.verification.write_path import GateClient, InProcessAllocato
 from . import writes_pools
 from .common import BENCH_TOKEN, note, ratio
 from .pool_writes_tables import markdown_lines
-from .write_workload import GATE_OPS, Request, SimClock
+from .write_workload import GATE_OPS, Outcome, Request, SimClock
 
 MASTER = "bench-org"
 REAL_SIZED = "real_sized_pools"
@@ -86,14 +85,6 @@ def seed_org(sim: SimulatorServer, children: int, seed: int) -> None:
                 "prompts": {"used": used, "drafted": drafted, "total": used + drafted}}}
         )  # fmt: skip
     sim.seed(workspaces)
-
-
-@dataclass
-class Outcome:
-    """One logical write: did it end refused, how long did the lag make it wait."""
-
-    refused: bool
-    waited_s: float
 
 
 class _Run:

@@ -23,14 +23,20 @@ one of the request's ensures ``orgPoolExhausted``), every refused request, and t
 rejected ``orgPoolExhausted`` (a request's front and its recoveries each count); units
 stranded in the pool's children after the workload (total - used - drafted, per dimension);
 upstream calls per request (User Manager calls plus write-gate attempts, from the simulator's
-call log). Counts and ratios only: no time is measured.
+call log); the writes that met the gate's lag and their waits on the simulated clock (all
+writes, and in steady state: each child's first request left out, its first top-up meets the
+lag whatever the allocator does). Counts, ratios and simulated seconds only: no real time.
+
+``ims``: every ensure acts as its child's user (:mod:`.credentials`: a promise minted per
+ensure by the service, the worker's IMS credential broker over an in-memory table), as in
+every deployment; otherwise the worker's one static token.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +50,7 @@ from serenity_allocator.handlers.settings import AllocatorSettings
 from serenity_allocator.write_guard import GuardPolicy, WriteGuard, WriteRefusedError
 from serenity_tools.standins.lambda_context import LocalLambdaContext
 from serenity_tools.standins.simulator import SimulatorServer, SimulatorState, start_simulator
-from serenity_tools.verification.write_path import GateClient
+from serenity_tools.verification.write_path import GateClient, percentile
 
 from .common import (
     BENCH_TOKEN,
@@ -56,9 +62,10 @@ from .common import (
     ratio,
     silenced,
 )
+from .credentials import BenchUsers, MemoryCredentialStore, ims_counts, ims_env, ims_runtime
 from .fifo import FifoQueue, lambda_event
 from .real_sizes import VARIANTS, customer_parent, dev_parent, gold_pool
-from .write_workload import GATE_OPS, Request, SimClock
+from .write_workload import GATE_OPS, Outcome, Request, SimClock
 
 START = 1_000.0
 POOL_CODE = "orgPoolExhausted"
@@ -97,13 +104,14 @@ def _plan(
     return out
 
 
-def gold_writes(requests: int = 40) -> PoolWrites:
-    """The gold pool: 40 requests of 1-2 batches of 5-20 prompts (5 % a project) on the busy
-    children, about 600 prompts against 400 free and 340 the idle children do not use."""
-    base = gold_pool()
-    busy = [w["id"] for w in base.seed if w["id"].startswith("gold-busy")]
-    plan = _plan(random.Random(21), busy, requests, (5, 10, 15, 20), batches=2, project_share=0.05)
-    return PoolWrites("gold", base.title, "gold-pool", base.seed, plan)
+def gold_writes(requests: int = 40, busy: int = 8) -> PoolWrites:
+    """The gold pool: 40 requests of 1-2 batches of 5-20 prompts (5 % a project) on the
+    ``busy`` children, about 600 prompts against 400 free and 340 the idle children do not
+    use."""
+    base = gold_pool(busy=busy)
+    names = [w["id"] for w in base.seed if w["id"].startswith("gold-busy")]
+    plan = _plan(random.Random(21), names, requests, (5, 10, 15, 20), batches=2, project_share=0.05)
+    return PoolWrites(base.key, base.title, "gold-pool", base.seed, plan)
 
 
 def dev_writes(rounds: int = 3) -> PoolWrites:
@@ -142,16 +150,25 @@ class QueuedWorker:
     clock: SimClock
     overrides: dict[str, str]
     latency_s: float = 1.0
+    ims: bool = False
     pending: list[tuple[float, EnsureRequest]] = field(default_factory=list)
     final: dict[str, dict[str, Any]] = field(default_factory=dict)
     owner: dict[str, int] = field(default_factory=dict)
     serving: int = 0
     enqueued: int = 0
+    users: BenchUsers | None = None
 
     def __post_init__(self) -> None:
-        settings = AllocatorSettings.from_env(allocator_env(self.sim.origin, **self.overrides))
-        with silenced():
-            self.runtime = build_runtime(settings)
+        if self.ims:
+            store = MemoryCredentialStore()
+            settings = AllocatorSettings.from_env(ims_env(self.sim, **self.overrides))
+            with silenced():
+                self.runtime = ims_runtime(settings, store)
+            self.users = BenchUsers(self.sim, store)
+        else:
+            settings = AllocatorSettings.from_env(allocator_env(self.sim.origin, **self.overrides))
+            with silenced():
+                self.runtime = build_runtime(settings)
         self.events = RecordingEvents()
         self.runtime.outcomes = OutcomePublisher("bench-outcomes", events=self.events)  # type: ignore[arg-type]
         self.fifo = FifoQueue(max_receive_count=MAX_RECEIVE_COUNT)
@@ -161,6 +178,8 @@ class QueuedWorker:
 
     def enqueue(self, request: EnsureRequest) -> str:
         """The services' producer: the ensure is on its way (due after the queue latency)."""
+        if self.users is not None:
+            self.users.hand_over([request])  # the service mints the ensure's promise
         self.pending.append((self.clock() + self.latency_s, request))
         self.owner[request.request_id] = self.serving
         self.enqueued += 1
@@ -196,8 +215,10 @@ class QueuedWorker:
         return None if outcome is None else AllocationOutcome.model_validate(outcome)
 
 
-def _write_request(worker: QueuedWorker, gate: GateClient, parent: str, request: Request) -> bool:
-    """One service request through its guard; True when a write ended refused."""
+def _write_request(
+    worker: QueuedWorker, gate: GateClient, parent: str, request: Request
+) -> list[Outcome]:
+    """One service request through its guard; each write's outcome and wait."""
     guard = WriteGuard(
         worker, request.child, parent, policy=GuardPolicy(), outcomes=worker,
         clock=worker.clock, sleep=worker.sleep,
@@ -214,19 +235,25 @@ def _write_request(worker: QueuedWorker, gate: GateClient, parent: str, request:
     for need, _ in writes:
         burst = burst.plus(Totals(**need))
     guard.front(burst)
-    refused = False
+    outcomes = []
     for need, call in writes:
         try:
             guard.write(call, need=need, site="bench")
-            refused = refused or guard.history[-1].outcome == "failed"
-        except WriteRefusedError:
-            refused = True
-    return refused
+            report = guard.history[-1]
+            outcomes.append(Outcome(report.outcome == "failed", report.waited_s))
+        except WriteRefusedError as exc:
+            outcomes.append(Outcome(True, exc.waited_s))
+    return outcomes
 
 
-def stranded(workspaces: Sequence[dict[str, Any]], parent: str) -> dict[str, int]:
-    """Units carved into ``parent``'s children and not used (total - used - drafted)."""
-    children = [w for w in workspaces if w.get("parent_id") == parent]
+def stranded(
+    workspaces: Sequence[dict[str, Any]], parent: str, only: Collection[str] | None = None
+) -> dict[str, int]:
+    """Units carved into ``parent``'s children (``only`` these, when given) and not used
+    (total - used - drafted)."""
+    children = [
+        w for w in workspaces if w.get("parent_id") == parent and (only is None or w["id"] in only)
+    ]
     return {
         dim: sum(
             max(0, w["ai"][dim]["total"] - w["ai"][dim]["used"] - w["ai"][dim].get("drafted", 0))
@@ -237,40 +264,88 @@ def stranded(workspaces: Sequence[dict[str, Any]], parent: str) -> dict[str, int
 
 
 def run(
-    pool: PoolWrites, overrides: dict[str, str], queue_latency_s: float = 1.0
+    pool: PoolWrites,
+    overrides: dict[str, str],
+    queue_latency_s: float = 1.0,
+    *,
+    ims: bool = False,
 ) -> dict[str, Any]:
     """One pool's write workload under one variant, on a fresh simulator and simulated clock."""
     clock = SimClock()
     state = SimulatorState(accepted_tokens=[BENCH_TOKEN], clock=clock, sleep=clock.advance)
     with start_simulator(state=state) as sim:
         sim.seed(pool.seed)
+        worker = QueuedWorker(sim, clock, overrides, queue_latency_s, ims=ims)
+        if worker.users is not None:
+            worker.users.add_users(pool.seed)
         sim.clear_calls()
-        worker = QueuedWorker(sim, clock, overrides, queue_latency_s)
         gate = GateClient(sim.write_url, BENCH_TOKEN)
-        refused: set[int] = set()
+        outcomes: list[tuple[int, Outcome]] = []
         try:
             for index, request in enumerate(pool.requests):
                 clock.now = max(clock.now, START + request.at)
                 worker.serving = index
                 worker.pump()
-                if _write_request(worker, gate, pool.parent, request):
-                    refused.add(index)
+                written = _write_request(worker, gate, pool.parent, request)
+                outcomes += [(index, outcome) for outcome in written]
             worker.sleep(queue_latency_s)
             calls = sim.calls()
+            ims_calls = sim.ims_calls() if ims else None
             workspaces = sim.dump()["workspaces"]
         finally:
             gate.close()
-    return _numbers(pool, worker, refused, calls, workspaces)
+            if worker.users is not None:
+                worker.users.close()
+    numbers = _numbers(pool, worker, outcomes, calls, workspaces)
+    if ims_calls is not None:
+        numbers.update(ims_counts(ims_calls, len(pool.requests)))
+    return numbers
+
+
+def first_requests(requests: Sequence[Request]) -> set[int]:
+    """The index of each child's first request (its first top-up meets the gate's lag)."""
+    seen: dict[str, int] = {}
+    for index, request in enumerate(requests):
+        seen.setdefault(request.child, index)
+    return set(seen.values())
+
+
+def waits(outcomes: Sequence[Outcome]) -> dict[str, Any]:
+    """How many writes met the lag, and the p95 of their waits (simulated seconds)."""
+    waited = sorted(o.waited_s for o in outcomes if o.waited_s > 0)
+    return {
+        "writes": len(outcomes),
+        "waited": len(waited),
+        "waited_share": ratio(len(waited), len(outcomes)),
+        "waited_p95_s": percentile(waited, 95),
+    }
+
+
+def _writers(
+    pool: PoolWrites, outcomes: list[tuple[int, Outcome]], workspaces: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The children that wrote: what is stranded in them, their refused and waited writes."""
+    active = {r.child for r in pool.requests}
+    first = first_requests(pool.requests)
+    return {
+        "writes": len(outcomes),
+        "active_children": len(active),
+        "stranded_active": stranded(workspaces, pool.parent, active),
+        "writes_refused": sum(1 for _, o in outcomes if o.refused),
+        "waits": waits([o for _, o in outcomes]),
+        "steady_waits": waits([o for index, o in outcomes if index not in first]),
+    }
 
 
 def _numbers(
     pool: PoolWrites,
     worker: QueuedWorker,
-    refused: set[int],
+    outcomes: list[tuple[int, Outcome]],
     calls: list[dict[str, Any]],
     workspaces: list[dict[str, Any]],
 ) -> dict[str, Any]:
     requests = len(pool.requests)
+    refused = {index for index, o in outcomes if o.refused}
     codes = Counter(o.get("error_code") or o["status"] for o in worker.final.values())
     pool_short = {
         worker.owner[rid] for rid, o in worker.final.items() if o.get("error_code") == POOL_CODE
@@ -279,13 +354,13 @@ def _numbers(
     gate = len(calls) - api
     return {
         "requests": requests,
-        "writes": sum(max(1, len(r.prompts)) for r in pool.requests),
         "prompts_asked": sum(sum(r.prompts) for r in pool.requests),
         "ensures": worker.enqueued,
         "org_pool_exhausted": len(refused & pool_short),
         "ensures_pool_exhausted": codes[POOL_CODE],
         "requests_refused": len(refused),
         "stranded": stranded(workspaces, pool.parent),
+        **_writers(pool, outcomes, workspaces),
         "user_manager_calls": api,
         "write_attempts": gate,
         "calls_per_request": ratio(api + gate, requests),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench import double_carve
-from bench.real_sizes import VARIANTS, gold_choice, gold_pool
+from bench.real_sizes import VARIANTS, gold_pool
 from bench.write_workload import Request
 from bench.writes_pools import PoolWrites, run, stranded
 
@@ -64,43 +64,6 @@ def test_stranded_counts_carved_minus_used_and_drafted_in_the_pools_children_onl
     ]
 
     assert stranded(workspaces, "pool") == {"projects": 2, "prompts": 50}
-
-
-def _variant(refused: int, exhausted: int, prompts: int, calls: float) -> dict[str, Any]:
-    return {
-        "label": "x",
-        "requests_refused": refused,
-        "org_pool_exhausted": exhausted,
-        "stranded": {"prompts": prompts},
-        "calls_per_request": calls,
-    }
-
-
-def test_the_gold_recommendation_follows_the_write_workloads_refusals_first() -> None:
-    # Given the calls workload preferring reclaim and the write workload refusing fewer at 25
-    section = {
-        "pools": {
-            "gold": {
-                "variants": {
-                    "reclaim": _variant(0, 0, 100, 2.0),
-                    "blocks_25": _variant(0, 1, 90, 4.0),
-                }
-            }
-        },
-        "recommendation": {"variant": "reclaim", "label": "x"},
-    }
-    writes = {
-        "gold": {
-            "variants": {
-                "reclaim": _variant(3, 3, 200, 9.0),
-                "blocks_25": _variant(1, 1, 100, 11.0),
-            }
-        }
-    }
-
-    # Then the write workload decides; without it, the calls workload does
-    assert gold_choice(section, writes)["variant"] == "blocks_25"
-    assert gold_choice(section, None)["variant"] == "reclaim"
 
 
 def test_the_double_carve_finding_shows_each_measured_pool_before_and_after() -> None:
