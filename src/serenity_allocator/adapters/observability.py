@@ -14,7 +14,7 @@ import warnings
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
@@ -23,6 +23,7 @@ from aws_lambda_powertools.metrics.base import MetricManager
 from ..domain.model import AiResources, Dimension, Totals
 from ..domain.observations import (
     CredentialOutcome,
+    CredentialOutcomeName,
     HeadroomChecked,
     NotReadyRetry,
     PoolChecked,
@@ -124,19 +125,9 @@ METRIC_CATALOG: dict[str, MetricSpec] = {
         "Event",
         ("replayed", "deadLettered", "superseded", "duplicate", "unreadable", "requestIdConflict"),
     ),
+    # The domain's vocabulary is the one list: a new credential outcome is one word there.
     "CredentialOutcome": MetricSpec(
-        "Count",
-        "Outcome",
-        (
-            "exchanged",
-            "noCredential",
-            "needsReauth",
-            "accessDenied",
-            "unauthorized",
-            "imsUnavailable",
-            "invalidateFailed",
-        ),
-        pager=True,
+        "Count", "Outcome", get_args(CredentialOutcomeName), pager=True
     ),
 }
 
