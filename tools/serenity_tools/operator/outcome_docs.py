@@ -6,6 +6,7 @@ truth) by ``serenity-allocator message-schema --write``; tests fail when either 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from serenity_allocator.contract.outcome_table import OutcomeTable, outcome_table
@@ -32,47 +33,43 @@ def _http(table: OutcomeTable, answer: str) -> str:
 
 
 def _answers(table: OutcomeTable) -> list[str]:
-    lines = [
-        "| answer | the customer hears | Python / Node error | meaning |",
-        "| --- | --- | --- | --- |",
-    ]
+    rows: list[tuple[str, ...]] = []
     for row in table.answers:
         error = f"`{row.python_error}` / `{row.node_error}`" if row.python_error else "-"
         heard = _http(table, row.answer) if row.http_status else row.says
-        lines.append(f"| `{row.answer}` | {heard} | {error} | {_cell(row.meaning)} |")
-    return lines
+        rows.append((f"`{row.answer}`", heard, error, _cell(row.meaning)))
+    return _markdown_table(("answer", "the customer hears", "Python / Node error", "meaning"), rows)
 
 
 def _statuses(table: OutcomeTable) -> list[str]:
-    lines = [
-        "| status | kinds | applied | guard's answer | meaning |",
-        "| --- | --- | --- | --- | --- |",
-    ]
+    rows: list[tuple[str, ...]] = []
     for row in table.statuses:
         answer = f"`{row.answer}`"
         if row.answer == "byCode":
             answer = f"by its code (none, or one in no row: `{row.unknown_code_answer}`)"
         kinds = ", ".join(row.kinds)
-        lines.append(
-            f"| `{row.status}` | {kinds} | {row.applied} | {answer} | {_cell(row.meaning)} |"
-        )
-    return lines
+        rows.append((f"`{row.status}`", kinds, row.applied, answer, _cell(row.meaning)))
+    return _markdown_table(("status", "kinds", "applied", "guard's answer", "meaning"), rows)
 
 
 def _codes(table: OutcomeTable) -> list[str]:
-    lines = [
-        "| code | statuses | kinds | applied | retried | answer | meaning |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
+    rows: list[tuple[str, ...]] = []
     for row in table.codes:
         code = f"`{row.code}`"
         if row.pattern:
             code += f" (`{_cell(row.pattern)}`, e.g. `{row.example}`)"
         statuses, kinds = ", ".join(row.statuses), ", ".join(row.kinds)
-        lines.append(
-            f"| {code} | {statuses} | {kinds} | {row.applied} | {row.retried} "
-            f"| `{row.answer}` | {_cell(row.meaning)} |"
+        rows.append(
+            (code, statuses, kinds, row.applied, row.retried, f"`{row.answer}`", _cell(row.meaning))
         )
+    headers = ("code", "statuses", "kinds", "applied", "retried", "answer", "meaning")
+    return _markdown_table(headers, rows)
+
+
+def _markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A Markdown table's lines: the header, its rule, one line a row."""
+    lines = [f"| {' | '.join(headers)} |", f"|{' --- |' * len(headers)}"]
+    lines.extend(f"| {' | '.join(cells)} |" for cells in rows)
     return lines
 
 
