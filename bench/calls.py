@@ -33,11 +33,18 @@ from serenity_allocator.adapters.sqs_producer import (
     build_release,
 )
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
-from serenity_allocator.domain.allocation import plan_top_up, required_totals
+from serenity_allocator.domain.allocation import required_totals
 from serenity_allocator.domain.classify import is_pool_exhausted
 from serenity_allocator.domain.errors import UpstreamError
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest, parse_request
-from serenity_allocator.domain.model import Blocks, WorkspaceStatus
+from serenity_allocator.domain.model import (
+    AiResources,
+    Blocks,
+    Dimension,
+    Totals,
+    WorkspaceStatus,
+    round_up_to_block,
+)
 from serenity_allocator.domain.release import plan_release
 from serenity_allocator.handlers.allocator import lambda_handler
 from serenity_allocator.handlers.allocator_runtime import build_runtime
@@ -407,6 +414,20 @@ def run_ours(
             users.close()
 
 
+def _block_rounded(child: AiResources, required: Totals, blocks: Blocks) -> Totals:
+    """The first allocator's top-up: a short dimension rises to whole blocks, others keep."""
+    return Totals(
+        **{
+            dim.value: (
+                round_up_to_block(required.get(dim), blocks.get(dim))
+                if required.get(dim) > child.get(dim).total
+                else child.get(dim).total
+            )
+            for dim in Dimension
+        }
+    )
+
+
 class NaiveAllocator:
     """The first allocator's loop: every message on its own, the pool read every time."""
 
@@ -420,7 +441,7 @@ class NaiveAllocator:
             child = client.read_resources(request.workspace_id)
             client.read_resources(request.parent_workspace_id)  # the pool, read every time
             required = required_totals(child, request.need, request.include_drafted)
-            target = plan_top_up(child, required, self._blocks)
+            target = _block_rounded(child, required, self._blocks)
             if target == child.totals():
                 return "hot-path"
             try:

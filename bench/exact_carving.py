@@ -82,11 +82,17 @@ def needs(request: Request) -> list[dict[str, int]]:
 def carve(
     seed: Sequence[Mapping[str, Any]], parent: str, requests: Sequence[Request]
 ) -> dict[str, Any]:
-    """The workload under exact carving: refused requests and writes, stranded units."""
+    """The workload under exact carving: refused requests and writes, stranded units, and the
+    dimensions the pool fell short in (a write needing them refused)."""
     carving = ExactCarving.from_seed(seed, parent)
     refused_requests = writes = refused_writes = 0
+    short: set[str] = set()
     for request in requests:
-        refused = [not carving.write(request.child, need) for need in needs(request)]
+        refused = []
+        for need in needs(request):
+            refused.append(not carving.write(request.child, need))
+            if refused[-1]:
+                short |= {d for d in DIMENSIONS if need.get(d, 0)}
         writes += len(refused)
         refused_writes += sum(refused)
         refused_requests += any(refused)
@@ -98,4 +104,5 @@ def carve(
         "writes_refused": refused_writes,
         "active_children": len(active),
         "stranded_active": carving.stranded(active),
+        "short_dimensions": sorted(short),
     }

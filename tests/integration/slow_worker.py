@@ -48,12 +48,15 @@ def worker_on_the_function_clock(
 
 
 def seed_roomy_children(sim: SimulatorServer, master: str, children: tuple[str, ...]) -> None:
-    """A pool and ``children`` that already hold room, so a small ensure needs no transfer."""
+    """A pool and ``children`` that already hold room, so a small ensure needs no transfer.
+
+    Room in both dimensions: a project to spare too, or the ensure would refill one ahead.
+    """
     sim.seed(
         [
             workspace(master, projects=(0, 100), prompts=(0, 10_000)),
             *(
-                workspace(child, parent_id=master, projects=(1, 1), prompts=(100, 500))
+                workspace(child, parent_id=master, projects=(1, 2), prompts=(100, 500))
                 for child in children
             ),
         ]

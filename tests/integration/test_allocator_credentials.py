@@ -199,7 +199,7 @@ def test_ims_worker_exchanges_first_acts_as_the_user_and_ends_the_promise(
     assert invocation.failed == []
     [outcome] = outcome_capture.outcomes()
     assert (outcome["request_id"], outcome["status"]) == (request_id, "topped-up")
-    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 1, "prompts": 400})]
+    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 2, "prompts": 610})]
     assert {call["user"] for call in api_calls(sim)} == {"u1"}
     assert [(c["op"], c["status"]) for c in sim.ims_calls()] == [
         ("ims_mint", 200),
@@ -531,14 +531,15 @@ def test_ims_worker_coalesced_run_admits_only_members_whose_user_reads_the_child
         ("topped-up", 2),
         ("topped-up", 2),
     ]
-    # 150 used + 100 + 100 -> 400 (u2's 100 more would have made it 500)
-    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 1, "prompts": 400})]
+    # 150 used + 100 + 100 = 350, plus the 200 asked: 550, the used project refilled ahead
+    # (u2's 100 more would have made it 450 + 300 = 750)
+    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 2, "prompts": 550})]
     transfers = api_calls(sim, "transfer")
     assert [call["user"] for call in transfers] == ["u1"]
     assert [(c["op"], c["status"]) for c in api_calls(sim) if c["user"] == "u2"] == [
         ("read_resources", 403)
     ]
-    assert totals_of(sim)[CHILD] == (1, 400)
+    assert totals_of(sim)[CHILD] == (2, 550)
     assert all(_scrubbed(stack, request_id) for request_id in ids.values())
     invalidated = [c["user"] for c in sim.ims_calls() if c["op"] == "ims_invalidate"]
     assert sorted(invalidated) == ["u1", "u2", "u3"]

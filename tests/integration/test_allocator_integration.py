@@ -75,9 +75,10 @@ def _queue_is_empty(worker: AllocatorHarness) -> bool:
 def test_worker_ensure_on_hot_path_costs_exactly_one_semrush_call(
     worker: AllocatorHarness, sim: SimulatorServer, outcome_capture: OutcomeCapture
 ) -> None:
-    # Given a child with room for 250 more prompts (used 100 of 500)
-    _seed(sim, _child(prompts=(100, 500)))
-    request_id = worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 0, "prompts": 250})
+    # Given a child with room for 200 more prompts and as much again after them (used 100 of
+    # 500: nothing to refill ahead) and a project to spare
+    _seed(sim, _child(projects=(1, 2), prompts=(100, 500)))
+    request_id = worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 0, "prompts": 200})
 
     # When the worker handles the batch
     invocation = worker.invoke()
@@ -85,18 +86,19 @@ def test_worker_ensure_on_hot_path_costs_exactly_one_semrush_call(
     # Then exactly one Semrush call was made (the child read), nothing moved, the message is done
     assert [(c["op"], c["workspace_id"]) for c in api_calls(sim)] == [("read_resources", CHILD)]
     assert invocation.failed == []
-    assert totals_of(sim)[CHILD] == (1, 500)
+    assert totals_of(sim)[CHILD] == (2, 500)
     [outcome] = outcome_capture.outcomes()
     assert outcome["request_id"] == request_id
     assert outcome["status"] == "hot-path"
-    assert outcome["totals_before"] == outcome["totals_after"] == {"projects": 1, "prompts": 500}
+    assert outcome["totals_before"] == outcome["totals_after"] == {"projects": 2, "prompts": 500}
     assert _queue_is_empty(worker)
 
 
 def test_worker_ensure_tops_up_to_the_block_taking_units_from_the_pool(
     worker: AllocatorHarness, sim: SimulatorServer, outcome_capture: OutcomeCapture
 ) -> None:
-    # Given a child using 150 of 200 prompts that needs 230 more (380 -> 400 in blocks of 100)
+    # Given a child using 150 of 200 prompts that needs 230 more (380, plus as much again as it
+    # asks: 610) and uses its one project (refilled ahead: 2)
     _seed(sim, _child(prompts=(150, 200)))
     pool_before = totals_of(sim)[MASTER]
     worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 0, "prompts": 230})
@@ -106,13 +108,13 @@ def test_worker_ensure_tops_up_to_the_block_taking_units_from_the_pool(
 
     # Then one transfer raised the child to the block and the pool lost exactly the difference
     assert invocation.failed == []
-    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 1, "prompts": 400})]
-    assert totals_of(sim)[CHILD] == (1, 400)
-    assert totals_of(sim)[MASTER] == (pool_before[0], pool_before[1] - 200)
+    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 2, "prompts": 610})]
+    assert totals_of(sim)[CHILD] == (2, 610)
+    assert totals_of(sim)[MASTER] == (pool_before[0] - 1, pool_before[1] - 410)
     [outcome] = outcome_capture.outcomes()
     assert outcome["status"] == "topped-up"
     assert outcome["totals_before"] == {"projects": 1, "prompts": 200}
-    assert outcome["totals_after"] == {"projects": 1, "prompts": 400}
+    assert outcome["totals_after"] == {"projects": 2, "prompts": 610}
 
 
 def test_worker_ensure_above_the_brand_ceiling_is_rejected_without_transfer(
@@ -139,7 +141,7 @@ def test_worker_ensure_above_the_brand_ceiling_is_rejected_without_transfer(
 def test_worker_ensure_on_an_exhausted_pool_is_rejected_and_conserves_units(
     worker: AllocatorHarness, sim: SimulatorServer, outcome_capture: OutcomeCapture
 ) -> None:
-    # Given a pool with 100 free prompts and a child that needs 180 (200 with block rounding)
+    # Given a pool with 100 free prompts and a child that lacks 180 (needs 380, holds 200)
     _seed(sim, _child(prompts=(150, 200)), pool=(100, 100))
     units_before = _family_sum(sim)
     worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 0, "prompts": 230})
@@ -147,11 +149,12 @@ def test_worker_ensure_on_an_exhausted_pool_is_rejected_and_conserves_units(
     # When the worker handles it
     invocation = worker.invoke()
 
-    # Then the upstream refused the block-rounded top-up (the pool read already showed the
-    # exact raise cannot fit, so no fallback is sent), the request is rejected and completed,
-    # and the family holds exactly the units it held before
+    # Then the prompts were sized exact (the 100 free cannot cover the 180 lacked: no
+    # headroom) and the upstream refused the top-up; the pool read showing that even the exact
+    # raise cannot fit, no fallback is sent, the request is rejected and completed, and the
+    # family holds exactly the units it held before
     assert invocation.failed == []
-    assert [(status, body["prompts"]) for _, status, body in transfer_bodies(sim)] == [(422, 400)]
+    assert [(status, body["prompts"]) for _, status, body in transfer_bodies(sim)] == [(422, 380)]
     [outcome] = outcome_capture.outcomes()
     assert (outcome["status"], outcome["error_code"]) == ("rejected", "orgPoolExhausted")
     assert _family_sum(sim) == units_before
@@ -237,10 +240,11 @@ def test_worker_coalesces_consecutive_ensures_into_one_transfer_covering_the_sum
     # When they arrive in one batch
     invocation = worker.invoke()
 
-    # Then one transfer covers the sum: used 50 + 370 = 420, rounded to 500
+    # Then one transfer covers the sum: used 50 + 370 = 420, plus as much again as the run
+    # asked: 790 (the used project refilled ahead to 2)
     assert len(invocation.message_ids) == len(needs)
     assert invocation.failed == []
-    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 1, "prompts": 500})]
+    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 2, "prompts": 790})]
     assert len(api_calls(sim, "read_resources")) == 2  # the child once, the pool once
     outcomes = outcome_capture.outcomes()
     assert sorted(o["request_id"] for o in outcomes) == sorted(request_ids)
@@ -261,7 +265,9 @@ def test_worker_applies_a_group_in_order_with_a_release_in_between(
     # When the three arrive in one batch
     invocation = worker.invoke()
 
-    # Then Semrush saw them strictly in order: raise to 300, lower to 100, raise to 200
+    # Then Semrush saw them strictly in order: raise to 500 (300 plus the 200 asked), lower to
+    # 100, raise to 200 (150 plus half a block, in whole blocks); each raise also refills the
+    # used project ahead (to 2), the release takes it back
     assert invocation.failed == []
     assert [(c["op"], c["workspace_id"]) for c in api_calls(sim)] == [
         ("read_resources", CHILD),
@@ -275,15 +281,15 @@ def test_worker_applies_a_group_in_order_with_a_release_in_between(
         ("read_resources", MASTER),
         ("transfer", CHILD),
     ]
-    assert [body["prompts"] for _, _, body in transfer_bodies(sim)] == [300, 100, 200]
-    assert totals_of(sim)[CHILD] == (1, 200)
-    assert totals_of(sim)[MASTER] == (POOL[0], POOL[1] - 100)
+    assert [body["prompts"] for _, _, body in transfer_bodies(sim)] == [500, 100, 200]
+    assert totals_of(sim)[CHILD] == (2, 200)
+    assert totals_of(sim)[MASTER] == (POOL[0] - 1, POOL[1] - 100)
     outcomes = {o["request_id"]: o for o in outcome_capture.outcomes()}
     assert outcomes[first]["status"] == "topped-up"
     assert outcomes[release]["status"] == "released"
     assert outcomes[release]["totals_after"] == {"projects": 1, "prompts": 100}
     assert outcomes[second]["status"] == "topped-up"
-    assert outcomes[second]["totals_after"] == {"projects": 1, "prompts": 200}
+    assert outcomes[second]["totals_after"] == {"projects": 2, "prompts": 200}
 
 
 # ---------------------------------------------------------------- kill switch
@@ -380,7 +386,7 @@ def test_worker_partial_batch_response_fails_only_the_busy_group(
     _seed(
         sim,
         _child(prompts=(150, 200)),
-        _child(OTHER_CHILD, prompts=(0, 500)),
+        _child(OTHER_CHILD, projects=(1, 2), prompts=(0, 500)),  # a project to spare
         _child(THIRD_CHILD, prompts=(0, 300)),
     )
     sim.faults(stuck=[CHILD])
@@ -469,11 +475,12 @@ def test_worker_redelivers_a_failed_group_in_its_original_order(
     assert second.message_ids == first.message_ids
     assert second.receive_counts() == [2, 2]
     assert second.failed == []
+    # (the ensure's 380, plus as much again as it asked: 610)
     assert [(s, body["prompts"]) for _, s, body in transfer_bodies(sim)] == [
-        (422, 400),
-        (422, 400),
-        (422, 400),
-        (200, 400),  # the ensure, on the redelivery
+        (422, 610),
+        (422, 610),
+        (422, 610),
+        (200, 610),  # the ensure, on the redelivery
         (200, 300),  # then the release, down to its floor
     ]
     outcomes = {o["request_id"]: o for o in outcome_capture.outcomes()}
@@ -528,7 +535,7 @@ def test_worker_publishes_one_outcome_event_per_completed_request(
         "workspace_id": CHILD,
         "status": "topped-up",
         "totals_before": {"projects": 1, "prompts": 200},
-        "totals_after": {"projects": 1, "prompts": 400},
+        "totals_after": {"projects": 2, "prompts": 610},
         "receive_count": 1,
         "coalesced": 1,
         "org_id": "org-1",

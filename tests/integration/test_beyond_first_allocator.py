@@ -25,6 +25,7 @@ from serenity_allocator.producer import is_metered_quota
 from serenity_tools.standins.resources import LocalResources
 from serenity_tools.standins.simulator import SimulatorControlError, SimulatorServer
 from tests.conftest import OutcomeCapture
+from tests.fakes import POOL_EXHAUSTED_BODY
 from tests.integration.allocator_harness import (
     ENVIRONMENT,
     AllocatorHarness,
@@ -90,9 +91,14 @@ def _child(
     prompts: tuple[int, int],
     parent_id: str = MASTER,
     drafted: int = 0,
+    projects: tuple[int, int] = (1, 1),
 ) -> dict[str, Any]:
     return workspace(
-        workspace_id, parent_id=parent_id, projects=(1, 1), prompts=prompts, prompts_drafted=drafted
+        workspace_id,
+        parent_id=parent_id,
+        projects=projects,
+        prompts=prompts,
+        prompts_drafted=drafted,
     )
 
 
@@ -239,9 +245,11 @@ def test_worker_tight_pool_fallback_tops_up_to_the_exact_required_total(
     outcome_capture: OutcomeCapture,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # Given 180 free prompts: exactly what a child using 150 of 200 needs for 230 more (380),
-    # but not the full block (400)
-    sim.seed([_master(prompts=(0, 180)), _child(CHILD, prompts=(150, 200))])
+    # Given 1000 free prompts at the pool's read, drained by another child before the sized
+    # top-up of a child using 150 of 200 that needs 230 more lands (its first transfer meets
+    # the pool-exhausted 422), with the exact 180 it lacks still free
+    sim.seed([_master(prompts=(0, 1_000)), _child(CHILD, prompts=(150, 200))])
+    sim.faults(fail_next=[_drained_since_the_read()])
     units_before = _family_units(sim)
     with allocator_harness(local_resources, sim) as worker:  # fallback ON by default
         worker.producer.enqueue_ensure(CHILD, MASTER, NEED_230)
@@ -249,17 +257,18 @@ def test_worker_tight_pool_fallback_tops_up_to_the_exact_required_total(
         # When the worker handles the ensure
         invocation = worker.invoke()
 
-    # Then the block-rounded transfer was refused and the exact one went through
+    # Then the sized transfer (380 plus as much again as it asked: 610, with the used project
+    # refilled ahead) was refused and the exact one (380, the project as it was) went through
     assert invocation.failed == []
     assert [(status, body["prompts"]) for _, status, body in transfer_bodies(sim)] == [
-        (422, 400),
+        (422, 610),
         (200, 380),
     ]
     [outcome] = outcome_capture.outcomes()
     assert outcome["status"] == "topped-up"
     assert outcome["totals_after"] == {"projects": 1, "prompts": 380}
     assert totals_of(sim)[CHILD] == (1, 380)
-    assert totals_of(sim)[MASTER] == (100, 0)
+    assert totals_of(sim)[MASTER] == (100, 820)
     assert _emf(capsys, "TightPoolFallback") == [(1.0, "saved")]
     assert _family_units(sim) == units_before
 
@@ -270,8 +279,10 @@ def test_worker_tight_pool_fallback_off_rejects_the_same_request(
     outcome_capture: OutcomeCapture,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # Given the same tight pool with the fallback switched off
-    sim.seed([_master(prompts=(0, 180)), _child(CHILD, prompts=(150, 200))])
+    # Given the same pool drained between its read and the sized top-up, with the fallback
+    # switched off
+    sim.seed([_master(prompts=(0, 1_000)), _child(CHILD, prompts=(150, 200))])
+    sim.faults(fail_next=[_drained_since_the_read()])
     units_before = _family_units(sim)
     overrides = {"SERENITY_TIGHT_POOL_FALLBACK": "false"}
     with allocator_harness(local_resources, sim, overrides) as worker:
@@ -280,14 +291,25 @@ def test_worker_tight_pool_fallback_off_rejects_the_same_request(
         # When the worker handles the ensure
         invocation = worker.invoke()
 
-    # Then only the block-rounded transfer was tried, and the request is rejected, completed
+    # Then only the sized transfer was tried, and the request is rejected, completed
     assert invocation.failed == []
-    assert [(status, body["prompts"]) for _, status, body in transfer_bodies(sim)] == [(422, 400)]
+    assert [(status, body["prompts"]) for _, status, body in transfer_bodies(sim)] == [(422, 610)]
     [outcome] = outcome_capture.outcomes()
     assert (outcome["status"], outcome["error_code"]) == ("rejected", "orgPoolExhausted")
     assert totals_of(sim)[CHILD] == (1, 200)
     assert _emf(capsys, "TightPoolFallback") == []
     assert _family_units(sim) == units_before
+
+
+def _drained_since_the_read() -> dict[str, Any]:
+    """The child's next transfer meets the pool-exhausted 422 (another child drained it)."""
+    return {
+        "status": 422,
+        "count": 1,
+        "op": "transfer",
+        "workspace_id": CHILD,
+        "body": POOL_EXHAUSTED_BODY,
+    }
 
 
 # ---------------------------------------------------------------- 3. sibling reclaim
@@ -354,14 +376,16 @@ def test_worker_sibling_reclaim_releases_eligible_siblings_then_serves_the_parke
     worker.redeliver_failed(parked)
     served = worker.invoke()
 
-    # Then it is served from the reclaimed units and says so
+    # Then it is served from the reclaimed units and says so (380 + 21: the 1100 reclaimed
+    # less the 180 it lacks, shared by the five children, leave a level of 184, under four
+    # blocks: 184² / 1600 = 21 of headroom; the used project refilled ahead to 2)
     assert served.message_ids == parked.message_ids
     assert served.receive_counts() == [2]
     assert served.failed == []
     [outcome] = [o for o in outcome_capture.outcomes() if o["request_id"] == request_id]
     assert outcome["status"] == "topped-up-after-reclaim"
-    assert outcome["totals_after"] == {"projects": 1, "prompts": 400}
-    assert totals_of(sim)[CHILD] == (1, 400)
+    assert outcome["totals_after"] == {"projects": 2, "prompts": 401}
+    assert totals_of(sim)[CHILD] == (2, 401)
     assert _emf(capsys, "SiblingReclaim") == [(1.0, "served")]
     assert _family_units(sim) == units_before
     _assert_never_below_used_drafted_or_floor(
@@ -452,8 +476,8 @@ def test_worker_sibling_reclaim_that_frees_nothing_rejects_after_max_parks(
 def test_worker_pool_low_event_fires_once_per_pool_per_interval(
     local_resources: LocalResources, sim: SimulatorServer, outcome_capture: OutcomeCapture
 ) -> None:
-    # Given a pool whose free ratio drops from 0.905 under the 0.9 threshold after one
-    # 100-prompt top-up (100 used at the master, 1050 total), and five children that each need one
+    # Given a pool whose free ratio drops from 0.905 under the 0.9 threshold after one top-up
+    # (100 used at the master, 1050 total), and five children that each need one
     children = [f"ws-b1-drain-{n}" for n in range(5)]
     sim.seed(
         [
@@ -470,7 +494,9 @@ def test_worker_pool_low_event_fires_once_per_pool_per_interval(
             clock, threshold=settings.pool_low_ratio, interval_s=settings.pool_low_interval_s
         )
 
-        # When four batches a minute apart each top one child up by 100
+        # When four batches a minute apart each top one child up: the 50 needed plus the tight
+        # pool's fair headroom (levels of 180, 166, 152, 139 among five children, under four
+        # blocks: 20, 17, 14, 12), so by 70, 67, 64, 62
         for child in children[:4]:
             worker.producer.enqueue_ensure(child, MASTER, {"projects": 0, "prompts": 50})
             assert worker.invoke().failed == []
@@ -482,11 +508,11 @@ def test_worker_pool_low_event_fires_once_per_pool_per_interval(
         assert first == {
             "parent_workspace_id": MASTER,
             "dim": "prompts",
-            "free": 850,
-            "total": 950,
-            "free_ratio": 0.8947,
-            "drain_units_per_hour": 6000.0,  # 100 prompts a minute
-            "projected_seconds_to_exhaustion": 510.0,  # 850 free at 100 a minute
+            "free": 880,
+            "total": 980,
+            "free_ratio": 0.898,
+            "drain_units_per_hour": 4200.0,  # 70 prompts a minute
+            "projected_seconds_to_exhaustion": 754.3,  # 880 free at 70 a minute
         }
 
         # When the interval has passed since that event and another batch reads the pool
@@ -498,7 +524,8 @@ def test_worker_pool_low_event_fires_once_per_pool_per_interval(
     events = _pool_low_events(outcome_capture)
     assert len(events) == 2
     second = events[1]
-    assert (second["free"], second["total"], second["free_ratio"]) == (550, 650, 0.8462)
+    # (950 - 70 - 67 - 64 - 62 = 687 free, 1050 - 263 = 787 in all)
+    assert (second["free"], second["total"], second["free_ratio"]) == (687, 787, 0.8729)
     assert second["projected_seconds_to_exhaustion"] is not None
     assert second["projected_seconds_to_exhaustion"] > 0
     assert [o["status"] for o in outcome_capture.outcomes()] == ["topped-up"] * 5
@@ -520,9 +547,11 @@ def test_worker_all_features_on_every_request_ends_once_and_units_are_conserved(
         [
             _master(prompts=(100, 280)),
             _master(UNMETERED_MASTER, prompts=(0, 1000), limits_enabled=False),
-            _child(tight, prompts=(150, 200)),  # +230: 400 refused, exact 380 fits
+            _child(tight, prompts=(150, 200)),  # +230: lacks all 180 free, sized exact (380)
             _child(reclaims, prompts=(100, 100)),  # +150: needs units freed by reclaim
-            _child(hot, prompts=(100, 500)),
+            # +10, +20: under two blocks left over, no surplus back to the tight pool, and a
+            # project to spare: nothing to refill
+            _child(hot, prompts=(100, 300), projects=(1, 2)),
             _child(releasing, prompts=(100, 400)),
             _child(idle, prompts=(0, 500)),
             _child(zombie, prompts=(150, 200)),

@@ -59,30 +59,32 @@ def test_worker_ceiling_naming_prompts_only_does_not_cap_projects(
     # When the worker handles it
     worker.invoke()
 
-    # Then the projects top-up goes through (the missing dimension is not a ceiling of 0)
-    assert totals_of(sim)[CHILD] == (2, 200)
+    # Then the projects top-up goes through (the missing dimension is not a ceiling of 0): the
+    # 2 needed plus the one asked again
+    assert totals_of(sim)[CHILD] == (3, 200)
     assert _only_outcome(outcome_capture)["status"] == "topped-up"
 
 
 def test_worker_ceiling_caps_a_block_rounded_top_up_instead_of_refusing(
     worker: AllocatorHarness, sim: SimulatorServer, outcome_capture: OutcomeCapture
 ) -> None:
-    # Given 100 of 100 prompts used and a ceiling of 150 (one more prompt rounds to 200)
-    _seed(sim, projects=(1, 1), prompts=(100, 100))
+    # Given 100 of 100 prompts used, a project to spare and a ceiling of 150 (one more prompt
+    # rounds to 200)
+    _seed(sim, projects=(1, 2), prompts=(100, 100))
     worker.producer.enqueue_ensure(CHILD, MASTER, {"prompts": 1}, ceiling={"prompts": 150})
 
     # When the worker handles it
     worker.invoke()
 
     # Then the child is topped up to the ceiling in one transfer
-    assert totals_of(sim)[CHILD] == (1, 150)
+    assert totals_of(sim)[CHILD] == (2, 150)
     assert [call["body"] for call in api_calls(sim, "transfer")] == [
-        {"resources": {"ai": {"projects": 1, "prompts": 150}}}
+        {"resources": {"ai": {"projects": 2, "prompts": 150}}}
     ]
     outcome = _only_outcome(outcome_capture)
     assert (outcome["status"], outcome["totals_after"]) == (
         "topped-up",
-        {"projects": 1, "prompts": 150},
+        {"projects": 2, "prompts": 150},
     )
 
 
@@ -106,8 +108,8 @@ def test_worker_backstop_stricter_than_the_message_refuses_an_exact_need_above_i
 def test_worker_backstop_alone_caps_a_top_up(
     local_resources: LocalResources, sim: SimulatorServer, outcome_capture: OutcomeCapture
 ) -> None:
-    # Given a backstop of 150 prompts and no message ceiling
-    _seed(sim, projects=(1, 1), prompts=(100, 100))
+    # Given a backstop of 150 prompts, no message ceiling, and a project to spare
+    _seed(sim, projects=(1, 2), prompts=(100, 100))
     with allocator_harness(local_resources, sim, {"SERENITY_BRAND_AI_CEILING_PROMPTS": "150"}) as w:
         w.producer.enqueue_ensure(CHILD, MASTER, {"prompts": 1})
 
@@ -115,7 +117,7 @@ def test_worker_backstop_alone_caps_a_top_up(
         w.invoke()
 
     # Then the top-up is capped at the backstop
-    assert totals_of(sim)[CHILD] == (1, 150)
+    assert totals_of(sim)[CHILD] == (2, 150)
 
 
 def test_worker_malformed_backstop_is_logged_once_and_not_enforced(
@@ -133,8 +135,10 @@ def test_worker_malformed_backstop_is_logged_once_and_not_enforced(
         # When the container starts and handles an ensure for 10 projects
         w.invoke()
 
-    # Then the top-up goes through, and the cold start logged the ignored variable once
-    assert totals_of(sim)[CHILD] == (10, 100)
+    # Then the top-up goes through uncapped (projects: the 10 needed plus the 9 asked again,
+    # 19; the prompts, left no room, refilled ahead in the same transfer: 100 -> 200), and the
+    # cold start logged the ignored variable once
+    assert totals_of(sim)[CHILD] == (19, 200)
     backstop = [r for r in caplog.records if "ceiling backstop" in r.getMessage()]
     assert len(backstop) == 1
     assert backstop[0].levelname == "WARNING"

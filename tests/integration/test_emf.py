@@ -17,6 +17,7 @@ from serenity_allocator.adapters.observability import METRIC_CATALOG, NAMESPACE,
 from serenity_tools.standins.resources import LocalResources
 from serenity_tools.standins.simulator import SimulatorServer
 from tests.conftest import OutcomeCapture
+from tests.fakes import POOL_EXHAUSTED_BODY
 from tests.integration.allocator_harness import (
     ENVIRONMENT,
     FUNCTION_NAME,
@@ -40,7 +41,8 @@ COLD_START = "ColdStart"
 """Powertools' own metric (``capture_cold_start_metric``): the one name outside the catalog."""
 
 MASTER = "ws-emf-master"
-SMALL_MASTER = "ws-emf-small-master"
+DRAINED_MASTER = "ws-emf-drained-master"
+"""A pool read with room that other children drain before its child's transfers land."""
 HOT, TOPPED, LIMITED, RELEASED, COALESCED, BUSY, EXHAUSTED, DISABLED = (
     f"ws-emf-{name}"
     for name in ("hot", "topped", "limited", "released", "coalesced", "busy", "exhausted", "off")
@@ -54,18 +56,24 @@ def _seed(sim: SimulatorServer) -> None:
     sim.seed(
         [
             workspace(MASTER, projects=(0, 100), prompts=(0, 10_000)),
-            workspace(SMALL_MASTER, projects=(0, 10), prompts=(0, 50)),
+            workspace(DRAINED_MASTER, projects=(0, 10), prompts=(0, 1_000)),
             child(HOT, 100, 500),
             child(TOPPED, 150, 200),
             child(LIMITED, 150, 200),
             child(RELEASED, 100, 400),
             child(COALESCED, 50, 100),
             child(BUSY, 150, 200),
-            child(EXHAUSTED, 150, 200, SMALL_MASTER),
+            child(EXHAUSTED, 150, 200, DRAINED_MASTER),
             child(DISABLED, 150, 200),
         ]
     )
-    sim.faults(not_ready_next={TOPPED: 1}, stuck=[BUSY])
+    # EXHAUSTED's sized top-up and its exact fallback both meet the pool-exhausted 422.
+    drained = {"status": 422, "count": 2, "op": "transfer", "workspace_id": EXHAUSTED}
+    sim.faults(
+        not_ready_next={TOPPED: 1},
+        stuck=[BUSY],
+        fail_next=[{**drained, "body": POOL_EXHAUSTED_BODY}],
+    )
 
 
 def _run_batches(
@@ -85,7 +93,7 @@ def _run_batches(
             send.enqueue_ensure(COALESCED, MASTER, {"projects": 0, "prompts": 100}),
             send.enqueue_ensure(COALESCED, MASTER, {"projects": 0, "prompts": 150}),
             send.enqueue_ensure(BUSY, MASTER, need),
-            send.enqueue_ensure(EXHAUSTED, SMALL_MASTER, need),
+            send.enqueue_ensure(EXHAUSTED, DRAINED_MASTER, need),
         }
         worker.send_raw("{not json", group_id=HOT, dedup_id="emf-invalid")
         invocations.append(worker.invoke())
@@ -186,7 +194,7 @@ def test_emf_output_of_a_mixed_batch_is_valid_catalog_emf_without_ids(
     assert rejection_reasons == {"brandAiLimit", "workspaceBusy", "orgPoolExhausted"}
 
     # And no dimension value is an id used in the test
-    ids = request_ids | {MASTER, SMALL_MASTER, HOT, TOPPED, LIMITED, RELEASED}
+    ids = request_ids | {MASTER, DRAINED_MASTER, HOT, TOPPED, LIMITED, RELEASED}
     ids |= {COALESCED, BUSY, EXHAUSTED, DISABLED}
     ids |= {message_id for invocation in invocations for message_id in invocation.message_ids}
     for blob in blobs:

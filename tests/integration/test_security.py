@@ -92,8 +92,10 @@ def _powertools_logs_to_captured_stdout(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def _seed(sim: SimulatorServer) -> None:
-    def child(workspace_id: str, used: int, total: int) -> dict[str, Any]:
-        return workspace(workspace_id, parent_id=MASTER, projects=(1, 1), prompts=(used, total))
+    def child(workspace_id: str, used: int, total: int, projects: int = 1) -> dict[str, Any]:
+        return workspace(
+            workspace_id, parent_id=MASTER, projects=(1, projects), prompts=(used, total)
+        )
 
     sim.seed(
         [
@@ -101,7 +103,7 @@ def _seed(sim: SimulatorServer) -> None:
             child(TOPPED, 150, 200),
             child(RELEASED, 100, 400),
             child(BUSY, 150, 200),
-            child(ECHOED, 100, 500),
+            child(ECHOED, 100, 500, projects=2),  # room and a project to spare: a hot path
         ]
     )
     sim.set_auth([CANARY])
@@ -167,7 +169,7 @@ def _assert_batch_really_ran(
 ) -> None:
     # The token was in use (only it is accepted), and every path under test was taken.
     totals = totals_of(worker.sim)
-    assert totals[TOPPED] == (1, 400)
+    assert totals[TOPPED] == (2, 610)
     assert totals[RELEASED] == (1, 100)
     statuses = {e["detail"]["status"] for e in json.loads(said["outcome events"])}
     assert statuses >= {"topped-up", "released", "hot-path", "rejected"}

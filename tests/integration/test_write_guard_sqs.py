@@ -218,8 +218,8 @@ def fronted_guard(
     local_resources: LocalResources, gate_sim: SimulatorServer, clock: FakeClock
 ) -> Iterator[tuple[WriteGuard, ServingQueue, httpx.Client]]:
     """A full child (100 of 100 prompts) under a roomy pool, one-prompt blocks (so a carve is
-    exactly the need), a worker serving the queue at each of the guard's pauses, and a guard
-    with the ledger's real reader and a 60 s deadline."""
+    the need plus as much again as it asked, no block rounding), a worker serving the queue at
+    each of the guard's pauses, and a guard with the ledger's real reader and a 60 s deadline."""
     gate_sim.seed(
         [
             workspace(MASTER, projects=(0, 50), prompts=(0, 10_000)),
@@ -266,11 +266,12 @@ def test_write_guard_405_after_a_pending_front_sends_no_second_ensure_and_carves
         )
 
     # Then the worker got the front alone (a second ensure would have been coalesced with it
-    # and carved 120): the child was carved the 60 once, and the write landed 9 s after it
+    # and carved 120 plus as much again): the child was carved the 60 once, plus the 60 asked
+    # again (block 1: 160 + 60), and the write landed 9 s after it
     assert answer.status_code == 200
     assert served_request_ids(queue) == [front_id]
     assert queue.served_at == [3.0]
-    assert prompts_total(gate_sim) == 160
+    assert prompts_total(gate_sim) == 220
     outcome = guard.outcomes.get_outcome(front_id) if guard.outcomes else None
     assert outcome is not None
     assert (outcome.status, outcome.coalesced) == ("topped-up", 1)
@@ -283,12 +284,13 @@ def test_write_guard_front_applied_but_spent_by_another_write_leads_to_a_recover
     local_resources: LocalResources, gate_sim: SimulatorServer, clock: FakeClock
 ) -> None:
     with fronted_guard(local_resources, gate_sim, clock) as (guard, queue, http):
-        # Given a front for 50 prompts served at once (the child at 150), and 10 s later
-        # another write of 50 the front did not count, which takes those 50
+        # Given a front for 50 prompts served at once (the child at 200: the 150 needed plus
+        # the 50 asked again), and 10 s later another write of 100 the front did not count,
+        # which takes all of that room
         front_id = guard.front({"prompts": 50})
         queue.serve()
         clock.advance(10.0)
-        other = http.post(f"/v1/workspaces/{CHILD}/prompts", json={"count": 50})
+        other = http.post(f"/v1/workspaces/{CHILD}/prompts", json={"count": 100})
 
         # When the guard's 50-prompt batch is written and meets the 405
         answer = guard.write(
@@ -298,13 +300,14 @@ def test_write_guard_front_applied_but_spent_by_another_write_leads_to_a_recover
         )
 
     # Then the guard saw its front applied at 13 s, gave the gate its lag + one interval, and
-    # at 25 s, still refused, sent its own ensure: served at 28 s, enforced from 37 s
+    # at 25 s, still refused, sent its own ensure (200 used + 50, plus the 50 asked again):
+    # served at 28 s, enforced from 37 s
     assert other.status_code == 200
     assert answer.status_code == 200
     [recovery_id] = [rid for rid in served_request_ids(queue) if rid != front_id]
     assert served_request_ids(queue) == [front_id, recovery_id]
     assert queue.served_at == [0.0, 28.0]
-    assert prompts_total(gate_sim) == 200
+    assert prompts_total(gate_sim) == 300
     assert guard.history == [GuardedWrite("prompts", 10, 27.0, "recovered")]
     writes = [(c["t"] - START, c["status"]) for c in gate_sim.calls() if c["op"] == "write_prompts"]
     assert writes == [(10.0, 200)] + [(float(t), 405) for t in range(10, 35, 3)] + [(37.0, 200)]

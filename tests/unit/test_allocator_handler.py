@@ -10,7 +10,7 @@ import pytest
 
 from serenity_allocator.domain.errors import UpstreamError
 from serenity_allocator.domain.model import Totals
-from tests.fakes import LIST_FAMILY, READ_RESOURCES, TRANSFER
+from tests.fakes import LIST_FAMILY, READ_RESOURCES, TRANSFER, pool_exhausted
 from tests.unit.allocator_rig import (
     FULL,
     MASTER,
@@ -28,8 +28,8 @@ from tests.unit.allocator_rig import (
 
 
 def test_lambda_handler_hot_path_is_exactly_one_gateway_call() -> None:
-    # Given a child with room for the write
-    worker = new_worker(family_gateway(("c1", Totals(projects=1, prompts=500), FULL)))
+    # Given a child with room for the write (and a project to spare: none refilled ahead)
+    worker = new_worker(family_gateway(("c1", Totals(projects=2, prompts=500), FULL)))
 
     # When one ensure arrives
     response = worker.invoke(ensure_record("m1", "c1", 100))
@@ -39,7 +39,7 @@ def test_lambda_handler_hot_path_is_exactly_one_gateway_call() -> None:
     assert response == {"batchItemFailures": []}
     outcome = worker.outcome("req-m1")
     assert (outcome.status, outcome.kind, outcome.receive_count) == ("hot-path", "ensure", 1)
-    assert outcome.totals_before == outcome.totals_after == Totals(projects=1, prompts=500)
+    assert outcome.totals_before == outcome.totals_after == Totals(projects=2, prompts=500)
 
 
 def test_lambda_handler_top_up_in_one_transfer_rounded_to_block() -> None:
@@ -49,8 +49,9 @@ def test_lambda_handler_top_up_in_one_transfer_rounded_to_block() -> None:
     # When it needs 250 more prompts
     response = worker.invoke(ensure_record("m1", "c1", 250))
 
-    # Then one absolute transfer to used + need in whole blocks (100 + 250 -> 400)
-    assert worker.gateway.transfers == [("c1", Totals(projects=1, prompts=400))]
+    # Then one absolute transfer: the 350 needed plus as much again as it asked (more than
+    # the 50 whole blocks would add): 600; its one used project refilled ahead to 2
+    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=600))]
     assert worker.gateway.calls == [
         (READ_RESOURCES, "c1"),
         (LIST_FAMILY, MASTER),  # is the parent metered? (cached afterwards)
@@ -60,19 +61,19 @@ def test_lambda_handler_top_up_in_one_transfer_rounded_to_block() -> None:
     assert failed_ids(response) == []
     outcome = worker.outcome("req-m1")
     assert outcome.status == "topped-up"
-    assert (outcome.totals_before, outcome.totals_after) == (FULL, Totals(projects=1, prompts=400))
+    assert (outcome.totals_before, outcome.totals_after) == (FULL, Totals(projects=2, prompts=600))
     assert worker.gateway.family_units(MASTER) == Totals(projects=51, prompts=10_100)
 
 
 def test_lambda_handler_include_drafted_from_the_message_sizes_the_top_up() -> None:
-    # Given two children using 50 of 100 prompts with 80 more drafted
+    # Given two children using 40 of 100 prompts with 80 more drafted (and a project to spare)
     gateway = family_gateway()
     for child in ("c1", "c2"):
         gateway.add_child(
             child,
             MASTER,
-            total=Totals(projects=1, prompts=100),
-            used=Totals(projects=1, prompts=50),
+            total=Totals(projects=2, prompts=100),
+            used=Totals(projects=1, prompts=40),
             drafted=Totals(projects=0, prompts=80),
         )
     worker = new_worker(gateway)
@@ -82,8 +83,10 @@ def test_lambda_handler_include_drafted_from_the_message_sizes_the_top_up() -> N
         ensure_record("m1", "c1", 10, include_drafted=True), ensure_record("m2", "c2", 10)
     )
 
-    # Then only the one that asked is topped up past its drafts
-    assert worker.gateway.transfers == [("c1", Totals(projects=1, prompts=200))]
+    # Then only the one that asked is topped up past its drafts (40 + 80 + 10 = 130 -> 200,
+    # whole blocks with half a block to spare); the other's 40 + 10 leaves it the low-water
+    # mark of 50, so it stays on the hot path with no refill
+    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=200))]
     assert [worker.outcome(r).status for r in ("req-m1", "req-m2")] == ["topped-up", "hot-path"]
 
 
@@ -118,9 +121,11 @@ def test_lambda_handler_pool_exhausted_rejects_and_completes(
     # When the ensure arrives
     response = worker.invoke(ensure_record("m1", "c1", 60))
 
-    # Then the block top-up was refused and, the pool read showing that even the exact raise
-    # cannot fit, no doomed fallback was sent: orgPoolExhausted
-    assert worker.gateway.transfers == [("c1", Totals(projects=1, prompts=200))]
+    # Then the prompts were sized exact (the 50 free cannot cover the 60 lacked: no headroom),
+    # the project refilled ahead (1 -> 2), and the top-up refused; the pool read showing that
+    # even the exact raise cannot fit, no doomed fallback was sent (the fallback counts as
+    # rejected without a transfer): orgPoolExhausted
+    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=160))]
     assert worker.gateway.totals_of("c1") == FULL
     assert failed_ids(response) == []
     outcome = worker.outcome("req-m1")
@@ -141,23 +146,17 @@ def test_lambda_handler_pool_exhausted_rejects_and_completes(
 def test_lambda_handler_tight_pool_fallback_saves_exact_need(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # Given a pool with exactly the 50 prompts needed, but not a full block of 100
-    worker = new_worker(
-        family_gateway(
-            ("c1", FULL, FULL),
-            pool_total=Totals(projects=50, prompts=1_000),
-            pool_used=Totals(projects=0, prompts=950),
-        )
-    )
+    # Given a pool with room at its read, drained by another child before the sized top-up
+    # lands (its first transfer is refused), with the exact need still free
+    worker = new_worker(family_gateway(("c1", FULL, FULL)))
+    worker.gateway.script_errors(TRANSFER, "c1", [pool_exhausted()])
 
     # When the child needs 50 more
     response = worker.invoke(ensure_record("m1", "c1", 50))
 
-    # Then the block top-up was refused and the exact one went through
-    assert worker.gateway.transfers == [
-        ("c1", Totals(projects=1, prompts=200)),
-        ("c1", Totals(projects=1, prompts=150)),
-    ]
+    # Then the sized top-up (150 -> 200) was refused and the exact one (150) went through
+    assert worker.gateway.calls_of(TRANSFER) == ["c1", "c1"]
+    assert worker.gateway.transfers == [("c1", Totals(projects=1, prompts=150))]
     assert failed_ids(response) == []
     outcome = worker.outcome("req-m1")
     assert (outcome.status, outcome.totals_after) == ("topped-up", Totals(projects=1, prompts=150))
@@ -167,19 +166,15 @@ def test_lambda_handler_tight_pool_fallback_saves_exact_need(
 
 
 def test_lambda_handler_tight_pool_rejected_when_fallback_switched_off() -> None:
-    # Given the same tight pool with the fallback off
-    worker = new_worker(
-        family_gateway(
-            ("c1", FULL, FULL),
-            pool_total=Totals(projects=50, prompts=1_000),
-            pool_used=Totals(projects=0, prompts=950),
-        ),
-        SERENITY_TIGHT_POOL_FALLBACK="false",
-    )
+    # Given the same pool drained between its read and the sized top-up, with the fallback off
+    worker = new_worker(family_gateway(("c1", FULL, FULL)), SERENITY_TIGHT_POOL_FALLBACK="false")
+    worker.gateway.script_errors(TRANSFER, "c1", [pool_exhausted()])
 
-    # When the child needs 50 more / Then the plain path rejects it after one transfer
+    # When the child needs 50 more / Then the plain path rejects it after one transfer, the
+    # exact need never tried
     worker.invoke(ensure_record("m1", "c1", 50))
-    assert len(worker.gateway.transfers) == 1
+    assert worker.gateway.calls_of(TRANSFER) == ["c1"]
+    assert worker.gateway.totals_of("c1") == FULL
     assert worker.outcome("req-m1").error_code == "orgPoolExhausted"
 
 
@@ -312,15 +307,16 @@ def test_lambda_handler_coalesces_consecutive_ensures_into_one_transfer(
         ensure_record("m3", "c1", 50),
     )
 
-    # Then one child read, one pool read and one transfer sized for the sum (100 + 400 -> 500)
+    # Then one child read, one pool read and one transfer sized for the sum (100 + 400 = 500,
+    # plus as much again as the run asked: 900; the project refilled ahead to 2)
     assert worker.gateway.calls_of(READ_RESOURCES) == ["c1", MASTER]
-    assert worker.gateway.transfers == [("c1", Totals(projects=1, prompts=500))]
+    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=900))]
     assert failed_ids(response) == []
     # ... and each request gets its own outcome, saying it was served by a run of three
     for message_id in ("m1", "m2", "m3"):
         outcome = worker.outcome(f"req-{message_id}")
         assert (outcome.status, outcome.coalesced) == ("topped-up", 3)
-        assert outcome.totals_after == Totals(projects=1, prompts=500)
+        assert outcome.totals_after == Totals(projects=2, prompts=900)
     _, data = read_emf(capsys)
     assert metric_total(data, "CoalescedEnsures") == 2
     assert metric_total(data, "HeadroomCheck", "topped-up") == 1
@@ -333,14 +329,15 @@ def test_lambda_handler_combined_run_refused_by_ceiling_falls_back_per_request(
     worker = new_worker(family_gateway(("c1", FULL, FULL)))
     ceiling = Totals(projects=10, prompts=400)
 
-    # When the batch arrives (100 fits: 200; 350 alone needs 500 > 400)
+    # When the batch arrives (100 fits: 200 -> 300, its project refilled to 2; 350 on top
+    # needs 450 > 400)
     response = worker.invoke(
         ensure_record("m1", "c1", 100, ceiling=ceiling),
         ensure_record("m2", "c1", 350, ceiling=ceiling),
     )
 
     # Then the members applied one by one, in order: the first topped up, the second refused
-    assert worker.gateway.transfers == [("c1", Totals(projects=1, prompts=200))]
+    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=300))]
     assert failed_ids(response) == []
     first, second = worker.outcome("req-m1"), worker.outcome("req-m2")
     assert (first.status, first.coalesced) == ("topped-up", 1)
@@ -400,11 +397,13 @@ def test_lambda_handler_applies_a_group_in_order_with_a_release_in_between() -> 
         ensure_record("m1", "c1", 300), release_record("m2", "c1"), ensure_record("m3", "c1", 100)
     )
 
-    # Then the effects happen in that order: up to 400, back to 100, up to 200
+    # Then the effects happen in that order: up to 700 (the 400 needed plus as much again as
+    # it asked), back to 100, up to 300 (200 plus the 100 asked); each ensure also refills
+    # the child's one used project ahead (to 2), each release takes it back
     assert worker.gateway.transfers == [
-        ("c1", Totals(projects=1, prompts=400)),
+        ("c1", Totals(projects=2, prompts=700)),
         ("c1", Totals(projects=1, prompts=100)),
-        ("c1", Totals(projects=1, prompts=200)),
+        ("c1", Totals(projects=2, prompts=300)),
     ]
     assert failed_ids(response) == []
     statuses = [worker.outcome(f"req-m{i}").status for i in (1, 2, 3)]

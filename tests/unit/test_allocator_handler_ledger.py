@@ -44,7 +44,7 @@ def test_lambda_handler_replayed_ensure_joins_no_run_and_the_next_ensure_is_appl
     first = worker.invoke(ensure_record("m1", "c1", 100))
     assert failed_ids(first) == ["m1"]
     assert ledger.entries["req-m1"].state == "final"
-    assert worker.gateway.transfers == [("c1", Totals(projects=1, prompts=200))]
+    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=300))]
 
     # When it comes back in one batch with a fresh ensure of the same child behind it
     second = worker.invoke(
@@ -52,18 +52,19 @@ def test_lambda_handler_replayed_ensure_joins_no_run_and_the_next_ensure_is_appl
     )
 
     # Then the replay is announced as stored and the fresh ensure is applied on its own for
-    # its own need (100 used + 300 -> 400), not as a member of a run led by the replay
+    # its own need (100 used + 300 = 400, plus as much again as it asked: 700), not as a
+    # member of a run led by the replay
     assert failed_ids(second) == []
     assert worker.gateway.transfers == [
-        ("c1", Totals(projects=1, prompts=200)),
-        ("c1", Totals(projects=1, prompts=400)),
+        ("c1", Totals(projects=2, prompts=300)),
+        ("c1", Totals(projects=2, prompts=700)),
     ]
     replayed, fresh = worker.outcome("req-m1"), worker.outcome("req-m2")
     assert (replayed.status, replayed.receive_count, replayed.coalesced) == ("topped-up", 1, 1)
     assert (fresh.status, fresh.coalesced) == ("topped-up", 1)
     assert (fresh.totals_before, fresh.totals_after) == (
-        Totals(projects=1, prompts=200),
-        Totals(projects=1, prompts=400),
+        Totals(projects=2, prompts=300),
+        Totals(projects=2, prompts=700),
     )
     assert ledger.entries["req-m2"].state == "final"
 
@@ -93,13 +94,14 @@ def test_lambda_handler_store_failing_after_the_transfer_is_logged_and_later_tol
     logs = io.StringIO()
     monkeypatch.setattr(logger.registered_handler, "stream", logs)
 
-    # When an ensure tops the child up on this receive and its outcome cannot be stored
+    # When an ensure tops the child up on this receive (100 + 100 = 200 -> 300, its project
+    # refilled ahead to 2) and its outcome cannot be stored
     first = worker.invoke(ensure_record("m1", "c1", 100, receive_count=receive_count))
 
     # Then the record fails, logged once with its request id and why; nothing is announced;
     # the ledger holds the top-up's intent recorded before the transfer
     assert failed_ids(first) == ["m1"]
-    assert worker.gateway.transfers == [("c1", Totals(projects=1, prompts=200))]
+    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=300))]
     assert worker.outcomes is not None and worker.outcomes.published == []
     failures = [
         (line["request_id"], line["reason"])
@@ -108,20 +110,20 @@ def test_lambda_handler_store_failing_after_the_transfer_is_logged_and_later_tol
     ]
     assert failures == [("req-m1", "ledgerUnavailable")]
     entry = ledger.entries["req-m1"]
-    assert entry.intent == ReleaseIntent(before=FULL, target=Totals(projects=1, prompts=200))
+    assert entry.intent == ReleaseIntent(before=FULL, target=Totals(projects=2, prompts=300))
     assert entry.state == ("deadLettered" if receive_count == MAX_RECEIVE_COUNT else "intent")
 
     # When the request comes back (redelivered, or redriven after its final receive)
     later = worker.invoke(_later_receive(receive_count))
 
-    # Then it is not transferred again, and it says what was done: topped up 100 -> 200
+    # Then it is not transferred again, and it says what was done: topped up to 300
     assert failed_ids(later) == []
-    assert worker.gateway.transfers == [("c1", Totals(projects=1, prompts=200))]
+    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=300))]
     outcome = worker.outcome("req-m1")
     assert (outcome.status, outcome.totals_before, outcome.totals_after) == (
         "topped-up",
         FULL,
-        Totals(projects=1, prompts=200),
+        Totals(projects=2, prompts=300),
     )
     assert outcome.supersedes == ("deadLettered" if receive_count == MAX_RECEIVE_COUNT else None)
     assert ledger.entries["req-m1"].state == "final"
@@ -134,11 +136,12 @@ def test_lambda_handler_coalesced_run_records_every_members_intent_before_its_tr
     ledger = StoreFailsOnce()
     worker.runtime.ledger = ledger
 
-    # When two ensures of the child are served by one combined top-up (100 + 100 -> 300)
+    # When two ensures of the child are served by one combined top-up (100 used + 100 + 100
+    # = 300, plus as much again as the run asked: 500; the project refilled ahead to 2)
     first = worker.invoke(ensure_record("m1", "c1", 100), ensure_record("m2", "c1", 100))
 
     # Then both requests hold the combined intent and both come back (FIFO: the group fails)
-    target = Totals(projects=1, prompts=300)
+    target = Totals(projects=2, prompts=500)
     assert failed_ids(first) == ["m1", "m2"]
     assert worker.gateway.transfers == [("c1", target)]
     assert [ledger.entries[rid].intent for rid in ("req-m1", "req-m2")] == [
@@ -215,12 +218,13 @@ def test_lambda_handler_coalesced_member_with_a_ledger_is_served_by_its_leader()
     # Given a full child and a ledger (the leader records both members' intents first)
     worker, ledger = _ledger_worker()
 
-    # When two ensures of the child are served by one combined top-up (100 + 100 -> 300)
+    # When two ensures of the child are served by one combined top-up (100 used + 100 + 100
+    # = 300, plus as much again as the run asked: 500; the project refilled ahead to 2)
     result = worker.invoke(ensure_record("m1", "c1", 100), ensure_record("m2", "c1", 100))
 
     # Then the member reports the run it was served by (coalesced 2, like the leader), not a
     # landed earlier top-up of its own, and pays no read of the child of its own
-    target = Totals(projects=1, prompts=300)
+    target = Totals(projects=2, prompts=500)
     assert failed_ids(result) == []
     assert worker.gateway.transfers == [("c1", target)]
     assert [

@@ -95,12 +95,14 @@ def test_lambda_handler_sibling_reclaim_parks_then_serves_after_releases(
     # When the parked ensure is redelivered
     served = worker.invoke(ensure_record("m1", "c1", 250, receive_count=2))
 
-    # Then it is served and says so; units were conserved throughout
+    # Then it is served and says so (350 + 42: the 1300 released less the 250 it lacks,
+    # shared by four children, leave a level of 262, under four blocks: 262² / 1600 = 42 of
+    # headroom; no project refill from a pool with none free); units were conserved throughout
     assert failed_ids(served) == []
     outcome = worker.outcome("req-m1")
     assert (outcome.status, outcome.totals_after) == (
         "topped-up-after-reclaim",
-        Totals(projects=1, prompts=400),
+        Totals(projects=1, prompts=392),
     )
     assert gateway.family_units(MASTER) == units
     _, data = read_emf(capsys)

@@ -86,10 +86,11 @@ def test_a_second_record_of_a_request_is_counted_as_a_duplicate_and_not_applied(
     # When it runs
     response = worker.invoke(ensure_record("m1", "c1", 100), copy)
 
-    # Then one transfer, one outcome, and the copy counted as a duplicate
+    # Then one transfer (100 + 100 = 200 -> 300, the project refilled ahead to 2), one
+    # outcome, and the copy counted as a duplicate
     _, data = read_emf(capsys)
     assert failed_ids(response) == []
-    assert worker.gateway.transfers == [("c1", Totals(projects=1, prompts=200))]
+    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=300))]
     assert worker.outcomes is not None and len(worker.outcomes.published) == 1
     assert metric_total(data, "RequestLedger", "duplicate") == 1
 
@@ -155,9 +156,9 @@ def test_without_a_ledger_an_id_reused_by_two_children_in_one_batch_is_refused_o
     # When it runs
     response = worker.invoke(ensure_record("m1", "c1", 100), other)
 
-    # Then c1's ensure is applied and c2's refused with its own ids
+    # Then c1's ensure is applied (100 + 100 = 200 -> 300) and c2's refused with its own ids
     assert failed_ids(response) == []
-    assert worker.gateway.transfers == [("c1", Totals(projects=1, prompts=200))]
+    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=300))]
     assert worker.outcomes is not None
     [first, second] = worker.outcomes.published
     assert (first.workspace_id, first.status) == ("c1", "topped-up")
@@ -335,12 +336,13 @@ def test_a_dead_letter_sent_by_another_message_is_applied_and_superseded() -> No
     redriven["messageId"] = "m1-redriven"
     worker.invoke(redriven)
 
-    # Then m1 replays the refusal, applying nothing; the redrive is applied and supersedes it
+    # Then m1 replays the refusal, applying nothing; the redrive is applied (100 + 100 = 200
+    # -> 300) and supersedes it
     assert worker.outcomes is not None
     [replayed, applied] = worker.outcomes.published
     assert replayed == refusal
     assert (applied.status, applied.supersedes) == ("topped-up", "deadLettered")
-    assert worker.gateway.transfers == [("c1", Totals(projects=1, prompts=200))]
+    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=300))]
     assert (ledger.entries["req-m1"].state, ledger.entries["req-m1"].source_message_id) == (
         "final",
         None,
@@ -545,8 +547,9 @@ def test_ensures_behind_a_replay_still_share_one_top_up() -> None:
     )
 
     # Then the replay is announced and the two fresh ones are served by one combined top-up
+    # (100 used + 100 + 100 = 300, plus as much again as the two asked: 500; project to 2)
     assert failed_ids(response) == []
-    assert worker.gateway.transfers == [("c1", Totals(projects=1, prompts=300))]
+    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=500))]
     assert worker.outcome("req-m1") == _final("req-m1").outcome
     assert [worker.outcome(rid).status for rid in ("req-m2", "req-m3")] == ["topped-up"] * 2
 
@@ -555,7 +558,7 @@ def test_a_request_with_a_recorded_intent_joins_no_run() -> None:
     # Given an ensure whose earlier delivery recorded an intent that did not land
     ledger = InMemoryRequestLedger()
     ledger.entries["req-m1"] = intent_entry(
-        "req-m1", "c1", "ensure", FULL, Totals(projects=1, prompts=200)
+        "req-m1", "c1", "ensure", FULL, Totals(projects=2, prompts=300)
     )
     worker = _worker(ledger)
 
@@ -565,9 +568,10 @@ def test_a_request_with_a_recorded_intent_joins_no_run() -> None:
     )
 
     # Then each is applied on its own, never as one run: the first tops up for its own need
-    # (not the sum), and the second then finds the room it needs
+    # (200 -> 300; the sum would be 300 -> 500), and the second then finds the room it needs
+    # with as much again as it asked left (hot path)
     assert failed_ids(response) == []
-    assert worker.gateway.transfers == [("c1", Totals(projects=1, prompts=200))]
+    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=300))]
     assert [
         (worker.outcome(rid).status, worker.outcome(rid).coalesced) for rid in ("req-m1", "req-m2")
     ] == [("topped-up", 1), ("hot-path", 1)]

@@ -12,6 +12,7 @@ from bench import pool_targets
 from bench.exact_carving import carve
 from bench.pool_grid import burst, enterprise, grid
 from bench.write_workload import Outcome, Request
+from bench.writes import steady_wait_targets
 from bench.writes_pools import PoolWrites, first_requests, run, waits
 
 
@@ -51,7 +52,8 @@ def test_exact_carving_carves_only_the_lack_and_refuses_only_what_cannot_fit() -
     # When exact carving serves them in arrival order
     result = carve(seed, "pool", requests)
 
-    # Then only the two writes that could not fit are refused, and nothing is left over
+    # Then only the two writes that could not fit are refused, nothing is left over, and the
+    # pool fell short in prompts only
     assert result == {
         "requests": 4,
         "refused": 2,
@@ -59,6 +61,7 @@ def test_exact_carving_carves_only_the_lack_and_refuses_only_what_cannot_fit() -
         "writes_refused": 2,
         "active_children": 1,
         "stranded_active": {"projects": 0, "prompts": 0},
+        "short_dimensions": ["prompts"],
     }
 
 
@@ -122,33 +125,38 @@ def test_the_refused_target_allows_the_reference_plus_one_or_two_percent() -> No
     assert pool_targets.refused("p", few, _reference(1))["met"]
 
 
-def test_the_stranded_target_applies_only_where_a_request_was_refused() -> None:
-    # Four active children: 100 prompts and 4 projects at most once a request is refused
+def test_the_stranded_target_applies_only_where_the_pool_fell_short() -> None:
+    # Four active children: 100 prompts and 4 projects at most once a request is refused, in
+    # each dimension the reference refused a write for
+    both = {"refused": 1, "short_dimensions": ["projects", "prompts"]}
     heavy = {"projects": 0, "prompts": 101}
-    assert pool_targets.stranded("p", _figures(stranded_active=heavy))["met"]
+    assert pool_targets.stranded("p", _figures(stranded_active=heavy), both)["met"]
     refused = _figures(requests_refused=1, stranded_active=heavy)
-    assert not pool_targets.stranded("p", refused)["met"]
+    assert not pool_targets.stranded("p", refused, both)["met"]
     at_limit = _figures(requests_refused=1, stranded_active={"projects": 4, "prompts": 100})
-    assert pool_targets.stranded("p", at_limit)["met"]
+    assert pool_targets.stranded("p", at_limit, both)["met"]
     projects = _figures(requests_refused=1, stranded_active={"projects": 5, "prompts": 0})
-    assert not pool_targets.stranded("p", projects)["met"]
+    assert not pool_targets.stranded("p", projects, both)["met"]
+    # A pool short of projects only: prompt headroom on a pool with room to spare is fine
+    only_projects = {"refused": 1, "short_dimensions": ["projects"]}
+    assert pool_targets.stranded("p", refused, only_projects)["met"]
+    assert not pool_targets.stranded("p", projects, only_projects)["met"]
 
 
-def test_the_waited_target_needs_both_the_share_and_the_p95() -> None:
-    def steady(waited: int, p95: float) -> dict[str, Any]:
-        share = waited / 100
-        return _figures(
-            steady_waits={
-                "writes": 100,
-                "waited": waited,
-                "waited_share": share,
-                "waited_p95_s": p95,
-            }
-        )
+def test_the_write_workloads_waited_target_needs_both_the_share_and_the_p95() -> None:
+    def met(waited: int, p95: float) -> tuple[bool, bool]:
+        steady = {
+            "writes": 100,
+            "waited": waited,
+            "waited_share": waited / 100,
+            "waited_p95_s": p95,
+        }
+        targets = steady_wait_targets(steady)
+        return targets["steady_waited_share_met"], targets["steady_waited_p95_met"]
 
-    assert pool_targets.waited("p", steady(5, 9.0))["met"]
-    assert not pool_targets.waited("p", steady(6, 9.0))["met"]
-    assert not pool_targets.waited("p", steady(1, 12.0))["met"]
+    assert met(5, 9.0) == (True, True)
+    assert met(6, 9.0) == (False, True)
+    assert met(1, 12.0) == (True, False)
 
 
 def test_writes_refused_count_against_room_only_when_the_reference_refused_none() -> None:
@@ -179,7 +187,7 @@ def test_verdicts_judge_every_pool_in_ims_mode_then_the_calls() -> None:
     rows = pool_targets.verdicts(section)
 
     assert [(r["target"], r["pool"]) for r in rows if not r["met"]] == [("refused", "a")]
-    assert len(rows) == 2 * 4 + 2
+    assert len(rows) == 2 * 3 + 2  # refused, stranded, room per pool; the two calls targets
 
 
 def test_steady_state_waits_leave_each_childs_first_request_out() -> None:

@@ -21,34 +21,26 @@ def _five_new_children_write_ten_each() -> PoolWrites:
     return PoolWrites("gold", base.title, "gold-pool", base.seed, requests)
 
 
-def test_default_blocks_drain_a_gold_pool_and_reclaim_serves_the_request_they_refuse() -> None:
+def test_the_defaults_carve_a_gold_pool_exactly_where_blocks_drained_it() -> None:
     # Given five new children of a gold pool each writing one batch of 10 prompts
     pool = _five_new_children_write_ten_each()
 
-    # When they write through their guards, with the defaults and with reclaim switched on
+    # When they write through their guards with the shipped defaults
     default = run(pool, VARIANTS["default"][1])
-    reclaim = run(pool, VARIANTS["reclaim"][1])
 
-    # Then with 100-prompt blocks four top-ups take the 400 free prompts and the fifth
-    # request is refused for orgPoolExhausted (its front rejected: its recovery waited on the
-    # front and asked for nothing more, so each request sent one ensure)
+    # Then the pool is tight (400 free among ten children: a level of 39, under four blocks),
+    # so each top-up is the exact 10: nobody is refused (100-prompt blocks took the 400 free in
+    # four top-ups and refused the fifth), and one ensure served each request
     assert default["requests"] == 5
-    assert default["org_pool_exhausted"] == 1
-    assert default["requests_refused"] == 1
-    assert default["ensures_pool_exhausted"] == 1
-    assert default["ensures"] == reclaim["ensures"] == 5
-    # And 4 x 90 carved and unused in the busy children, 2 x 170 in the idle ones
-    assert default["stranded"] == {"projects": 2, "prompts": 700}
-    # And with reclaim the idle children hand back all but a block each and nobody is refused
-    assert reclaim["org_pool_exhausted"] == 0
-    assert reclaim["requests_refused"] == 0
-    assert reclaim["outcomes"]["topped-up-after-reclaim"] == 1
-    assert reclaim["stranded"] == {"projects": 2, "prompts": 590}
-    # And the park and the releases cost User Manager calls; each served write waits out the
-    # gate's lag (5 attempts), the refused one stops at the refusal its lookup reads (2)
-    assert reclaim["user_manager_calls"] > default["user_manager_calls"]
-    assert (default["write_attempts"], reclaim["write_attempts"]) == (4 * 5 + 2, 5 * 5)
-    assert default["dead_letters"] == reclaim["dead_letters"] == 0
+    assert default["org_pool_exhausted"] == default["requests_refused"] == 0
+    assert default["ensures"] == 5 and default["ensures_pool_exhausted"] == 0
+    assert default["outcomes"] == {"topped-up": 5}
+    # And nothing is stranded in the children that wrote; the idle ones keep their 2 x 170
+    assert default["stranded_active"] == {"projects": 0, "prompts": 0}
+    assert default["stranded"] == {"projects": 2, "prompts": 340}
+    # And each write waits out the gate's lag once (5 attempts); nothing dead-lettered
+    assert default["write_attempts"] == 5 * 5
+    assert default["dead_letters"] == 0
 
 
 def test_stranded_counts_carved_minus_used_and_drafted_in_the_pools_children_only() -> None:

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from serenity_allocator.domain.allocation import ensure_headroom, required_totals
+from serenity_allocator.domain.allocation import (
+    EnsureAsk,
+    EnsureRules,
+    ensure_headroom,
+    required_totals,
+)
 from serenity_allocator.domain.ceiling import Ceiling
 from serenity_allocator.domain.errors import (
     BrandAiLimitError,
@@ -32,11 +37,9 @@ def test_ensure_headroom_blank_id_raises_wiring_error_before_any_call(
     with pytest.raises(WiringError):
         ensure_headroom(
             gateway,
-            child_id,
-            parent_id,
-            Totals(prompts=1),
+            EnsureAsk(child_id, parent_id, Totals(prompts=1), include_drafted=False),
+            EnsureRules(policy=FAIL_FAST),
             transfer_context(FakeClock()),
-            policy=FAIL_FAST,
         )
     assert gateway.calls == []
 
@@ -66,17 +69,16 @@ def test_ensure_headroom_short_dimension_rises_to_required_rounded_up_to_block()
         child_total=Totals(projects=3, prompts=100), child_used=Totals(projects=1, prompts=100)
     )
 
-    # When 101 more prompts are needed
+    # When 60 more prompts are needed
     result = ensure_headroom(
         gateway,
-        CHILD,
-        MASTER,
-        Totals(prompts=101),
+        EnsureAsk(CHILD, MASTER, Totals(prompts=60), include_drafted=False),
+        EnsureRules(policy=FAIL_FAST),
         transfer_context(FakeClock()),
-        policy=FAIL_FAST,
     )
 
-    # Then prompts rise to 201 rounded up to whole blocks of 100 (300); projects keep 3
+    # Then prompts rise to 160 plus half a block rounded up to whole blocks of 100 (300, more
+    # than the 60 asked again); projects keep 3
     assert result.after == Totals(projects=3, prompts=300)
     assert gateway.totals_of(CHILD) == Totals(projects=3, prompts=300)
 
@@ -90,34 +92,37 @@ def test_ensure_headroom_covered_dimension_keeps_its_total() -> None:
     # When one more project and a few prompts are needed
     result = ensure_headroom(
         gateway,
-        CHILD,
-        MASTER,
-        Totals(projects=1, prompts=5),
+        EnsureAsk(CHILD, MASTER, Totals(projects=1, prompts=5), include_drafted=False),
+        EnsureRules(policy=FAIL_FAST),
         transfer_context(FakeClock()),
-        policy=FAIL_FAST,
     )
 
-    # Then only projects rise; prompts keep their total exactly (not rounded, not lowered)
-    assert result.after == Totals(projects=2, prompts=437)
+    # Then only projects rise (to the 2 needed plus the one asked again: 3); prompts keep
+    # their total exactly (not rounded, not lowered)
+    assert result.after == Totals(projects=3, prompts=437)
 
 
-@pytest.mark.parametrize("need", [None, Totals(), Totals(projects=2, prompts=50)])
-def test_ensure_headroom_hot_path_makes_exactly_one_read(need: Totals | None) -> None:
-    # Given a child that already covers the need
+@pytest.mark.parametrize("need", [Totals(), Totals(projects=2)])
+def test_ensure_headroom_hot_path_makes_exactly_one_read(need: Totals) -> None:
+    # Given a child that already covers the need with half a block of prompts to spare (the
+    # low water) and as many projects again as either need asks
     gateway = one_child_family(
-        child_total=Totals(projects=3, prompts=200), child_used=Totals(projects=1, prompts=150)
+        child_total=Totals(projects=5, prompts=200), child_used=Totals(projects=1, prompts=150)
     )
     observer = RecordingObserver()
 
     # When ensuring
     result = ensure_headroom(
-        gateway, CHILD, MASTER, need, transfer_context(FakeClock(), observer), policy=SETTLE
+        gateway,
+        EnsureAsk(CHILD, MASTER, need, include_drafted=False),
+        EnsureRules(policy=SETTLE),
+        transfer_context(FakeClock(), observer),
     )
 
     # Then one read of the child: no pool read, no transfer, no status poll
     assert gateway.calls == [(READ_RESOURCES, CHILD)]
     assert result.outcome == "hot-path"
-    assert result.before == result.after == Totals(projects=3, prompts=200)
+    assert result.before == result.after == Totals(projects=5, prompts=200)
     assert observer.calls == [("headroom_checked", ("hot-path",))]
 
 
@@ -132,12 +137,15 @@ def test_ensure_headroom_exact_need_above_ceiling_raises_brand_ai_limit_without_
     with pytest.raises(BrandAiLimitError) as raised:
         ensure_headroom(
             gateway,
-            CHILD,
-            MASTER,
-            Totals(prompts=60),
+            EnsureAsk(
+                CHILD,
+                MASTER,
+                Totals(prompts=60),
+                include_drafted=False,
+                ceiling=Ceiling(projects=5, prompts=250),
+            ),
+            EnsureRules(policy=FAIL_FAST),
             transfer_context(FakeClock(), observer),
-            ceiling=Ceiling(projects=5, prompts=250),
-            policy=FAIL_FAST,
         )
 
     # Then refused with the dimension and the exact need on the error, and nothing transferred
@@ -160,11 +168,9 @@ def test_ensure_headroom_top_up_reads_the_parent_pool_as_advisory_check() -> Non
     # When ensuring
     ensure_headroom(
         gateway,
-        CHILD,
-        MASTER,
-        Totals(prompts=1),
+        EnsureAsk(CHILD, MASTER, Totals(prompts=1), include_drafted=False),
+        EnsureRules(policy=FAIL_FAST),
         transfer_context(FakeClock(), observer),
-        policy=FAIL_FAST,
     )
 
     # Then the child is read, the parent pool is read and reported, then one transfer
@@ -189,11 +195,9 @@ def test_ensure_headroom_low_pool_never_blocks_the_transfer_attempt() -> None:
     with pytest.raises(OrgPoolExhaustedError):
         ensure_headroom(
             gateway,
-            CHILD,
-            MASTER,
-            Totals(prompts=1),
+            EnsureAsk(CHILD, MASTER, Totals(prompts=1), include_drafted=False),
+            EnsureRules(policy=FAIL_FAST),
             transfer_context(FakeClock(), observer),
-            policy=FAIL_FAST,
         )
     assert gateway.calls_of(TRANSFER) == [CHILD]
     assert "pool_checked" in observer.names()
@@ -208,11 +212,9 @@ def test_ensure_headroom_transfer_sends_both_dimensions() -> None:
     # When ensuring
     ensure_headroom(
         gateway,
-        CHILD,
-        MASTER,
-        Totals(prompts=20),
+        EnsureAsk(CHILD, MASTER, Totals(prompts=20), include_drafted=False),
+        EnsureRules(policy=FAIL_FAST),
         transfer_context(FakeClock()),
-        policy=FAIL_FAST,
     )
 
     # Then the one absolute body carries projects (unchanged) AND prompts (raised)
@@ -220,23 +222,21 @@ def test_ensure_headroom_transfer_sends_both_dimensions() -> None:
 
 
 def test_ensure_headroom_pool_exhausted_raises_and_reports_rejection() -> None:
-    # Given a pool with fewer free prompts than one block
+    # Given a pool with fewer free prompts than the need
     gateway = one_child_family(
         child_total=Totals(projects=1, prompts=100),
         child_used=Totals(prompts=100),
-        pool_total=Totals(projects=5, prompts=50),
+        pool_total=Totals(projects=5, prompts=5),
     )
     observer = RecordingObserver()
 
-    # When a top-up of one block is needed
+    # When a top-up of 10 is needed
     with pytest.raises(OrgPoolExhaustedError):
         ensure_headroom(
             gateway,
-            CHILD,
-            MASTER,
-            Totals(prompts=10),
+            EnsureAsk(CHILD, MASTER, Totals(prompts=10), include_drafted=False),
+            EnsureRules(policy=FAIL_FAST),
             transfer_context(FakeClock(), observer),
-            policy=FAIL_FAST,
         )
 
     # Then refused as pool exhaustion, with nothing moved
@@ -262,11 +262,9 @@ def test_ensure_headroom_not_ready_retried_per_policy_then_workspace_busy(
     with pytest.raises(WorkspaceBusyError):
         ensure_headroom(
             gateway,
-            CHILD,
-            MASTER,
-            Totals(prompts=1),
+            EnsureAsk(CHILD, MASTER, Totals(prompts=1), include_drafted=False),
+            EnsureRules(policy=policy),
             transfer_context(clock, observer),
-            policy=policy,
         )
     assert len(gateway.calls_of(TRANSFER)) == transfers
     assert clock.sleeps == sleeps
@@ -294,11 +292,9 @@ def test_ensure_headroom_unexpected_upstream_error_propagates_unchanged(
     with pytest.raises(UpstreamError) as raised:
         ensure_headroom(
             gateway,
-            CHILD,
-            MASTER,
-            Totals(prompts=1),
+            EnsureAsk(CHILD, MASTER, Totals(prompts=1), include_drafted=False),
+            EnsureRules(policy=FAIL_FAST),
             transfer_context(FakeClock(), observer),
-            policy=FAIL_FAST,
         )
     assert raised.value is error
     assert observer.args_of("rejected") == []
@@ -314,20 +310,19 @@ def test_ensure_headroom_top_up_returns_outcome_before_and_after() -> None:
     # When one project and 50 prompts are needed
     result = ensure_headroom(
         gateway,
-        CHILD,
-        MASTER,
-        Totals(projects=1, prompts=50),
+        EnsureAsk(CHILD, MASTER, Totals(projects=1, prompts=50), include_drafted=False),
+        EnsureRules(policy=FAIL_FAST),
         transfer_context(FakeClock(), observer),
-        policy=FAIL_FAST,
     )
 
-    # Then the result tells what happened, and the units came out of the pool
+    # Then the result tells what happened (projects: the 3 needed plus the one asked again;
+    # prompts: 110 plus half a block in whole blocks), and the units came out of the pool
     assert result.outcome == "topped-up"
     assert result.topped_up
     assert result.before == Totals(projects=2, prompts=100)
-    assert result.after == Totals(projects=3, prompts=200)
+    assert result.after == Totals(projects=4, prompts=200)
     assert result.attempts == 1
     assert not result.used_exact_fallback
-    assert gateway.totals_of(MASTER) == Totals(projects=49, prompts=9_900)
+    assert gateway.totals_of(MASTER) == Totals(projects=48, prompts=9_900)
     assert observer.args_of("headroom_checked") == [("topped-up",)]
     assert observer.args_of("transfer_timed") == [("fail-fast", 0.0)]

@@ -8,7 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from serenity_allocator.domain.allocation import ensure_headroom
+from serenity_allocator.domain.allocation import (
+    EnsureAsk,
+    EnsureHooks,
+    EnsureRules,
+    ensure_headroom,
+)
 from serenity_allocator.domain.errors import OrgPoolExhaustedError
 from serenity_allocator.domain.model import Totals
 from serenity_allocator.domain.transfer import FAIL_FAST
@@ -23,31 +28,28 @@ from tests.fakes import (
 from tests.unit.allocation_rig import CHILD, MASTER, one_child_family
 
 
-def test_ensure_headroom_exact_fallback_saves_a_tight_pool() -> None:
-    # Given a pool with exactly the 10 prompts needed, but not a whole block of 100
+def test_ensure_headroom_exact_fallback_saves_a_pool_drained_since_its_read() -> None:
+    # Given a pool whose read shows 50 free prompts, drained by another child before the
+    # sized transfer lands (its first transfer is refused), with the exact 10 still free
     gateway = one_child_family(
         child_total=Totals(projects=1, prompts=100),
         child_used=Totals(prompts=100),
-        pool_total=Totals(projects=5, prompts=10),
+        pool_total=Totals(projects=5, prompts=50),
     )
+    gateway.script_errors(TRANSFER, CHILD, [pool_exhausted()])
     observer = RecordingObserver()
 
     # When ensuring with the exact fallback on
     result = ensure_headroom(
         gateway,
-        CHILD,
-        MASTER,
-        Totals(prompts=10),
+        EnsureAsk(CHILD, MASTER, Totals(prompts=10), include_drafted=False),
+        EnsureRules(policy=FAIL_FAST, exact_fallback=True),
         transfer_context(FakeClock(), observer),
-        policy=FAIL_FAST,
-        exact_fallback=True,
     )
 
-    # Then the block transfer was refused, the exact one went through
-    assert gateway.transfers == [
-        (CHILD, Totals(projects=1, prompts=200)),
-        (CHILD, Totals(projects=1, prompts=110)),
-    ]
+    # Then the sized transfer was refused, the exact one went through
+    assert len(gateway.calls_of(TRANSFER)) == 2
+    assert gateway.transfers == [(CHILD, Totals(projects=1, prompts=110))]
     assert result.outcome == "topped-up"
     assert result.after == Totals(projects=1, prompts=110)
     assert result.used_exact_fallback
@@ -56,39 +58,38 @@ def test_ensure_headroom_exact_fallback_saves_a_tight_pool() -> None:
 
 
 def test_ensure_headroom_announces_each_transfer_before_sending_it() -> None:
-    # Given a pool with exactly the 10 prompts needed, but not a whole block of 100
+    # Given a pool drained between its read and the sized transfer
     gateway = one_child_family(
         child_total=Totals(projects=1, prompts=100),
         child_used=Totals(prompts=100),
-        pool_total=Totals(projects=5, prompts=10),
+        pool_total=Totals(projects=5, prompts=50),
     )
+    gateway.script_errors(TRANSFER, CHILD, [pool_exhausted()])
     announced: list[tuple[Totals, Totals, int]] = []
 
     def before_transfer(before: Totals, target: Totals) -> None:
-        announced.append((before, target, len(gateway.transfers)))
+        announced.append((before, target, len(gateway.calls_of(TRANSFER))))
 
     # When ensuring with the exact fallback on, told before each transfer
     ensure_headroom(
         gateway,
-        CHILD,
-        MASTER,
-        Totals(prompts=10),
+        EnsureAsk(CHILD, MASTER, Totals(prompts=10), include_drafted=False),
+        EnsureRules(policy=FAIL_FAST, exact_fallback=True),
         transfer_context(FakeClock()),
-        policy=FAIL_FAST,
-        exact_fallback=True,
-        before_transfer=before_transfer,
+        EnsureHooks(before_transfer=before_transfer),
     )
 
     # Then each transfer was announced with the child's totals before and its target, just
-    # before it was sent (the refused block top-up, then the exact one)
+    # before it was sent: the refused sized top-up (need + the tight pool's 40² / 1600 = 1
+    # of headroom: a level of 40, under four blocks), then the exact one
     before = Totals(projects=1, prompts=100)
     assert announced == [
-        (before, Totals(projects=1, prompts=200), 0),
+        (before, Totals(projects=1, prompts=111), 0),
         (before, Totals(projects=1, prompts=110), 1),
     ]
 
 
-def test_ensure_headroom_exact_fallback_is_skipped_when_the_pool_read_cannot_cover_it() -> None:
+def test_ensure_headroom_pool_short_of_the_exact_need_is_refused_after_one_exact_transfer() -> None:
     # Given a pool with 9 free prompts, one short of the exact need
     gateway = one_child_family(
         child_total=Totals(projects=1, prompts=100),
@@ -97,20 +98,18 @@ def test_ensure_headroom_exact_fallback_is_skipped_when_the_pool_read_cannot_cov
     )
     observer = RecordingObserver()
 
-    # When ensuring with the exact fallback on / Then refused after the block attempt only:
-    # the pool read moments before shows the exact raise cannot fit either
+    # When ensuring with the exact fallback on / Then refused after one attempt: sized by the
+    # pool, the top-up is already exact (no headroom from a pool that cannot cover the need),
+    # so there is nothing to fall back to
     with pytest.raises(OrgPoolExhaustedError):
         ensure_headroom(
             gateway,
-            CHILD,
-            MASTER,
-            Totals(prompts=10),
+            EnsureAsk(CHILD, MASTER, Totals(prompts=10), include_drafted=False),
+            EnsureRules(policy=FAIL_FAST, exact_fallback=True),
             transfer_context(FakeClock(), observer),
-            policy=FAIL_FAST,
-            exact_fallback=True,
         )
-    assert len(gateway.transfers) == 1
-    assert observer.args_of("tight_pool_fallback") == [("rejected",)]
+    assert gateway.transfers == [(CHILD, Totals(projects=1, prompts=110))]
+    assert observer.args_of("tight_pool_fallback") == []
     assert observer.args_of("rejected") == [("orgPoolExhausted",)]
     assert gateway.totals_of(CHILD) == Totals(projects=1, prompts=100)
 
@@ -130,12 +129,9 @@ def test_ensure_headroom_exact_fallback_refused_upstream_is_rejected() -> None:
     with pytest.raises(OrgPoolExhaustedError):
         ensure_headroom(
             gateway,
-            CHILD,
-            MASTER,
-            Totals(prompts=10),
+            EnsureAsk(CHILD, MASTER, Totals(prompts=10), include_drafted=False),
+            EnsureRules(policy=FAIL_FAST, exact_fallback=True),
             transfer_context(FakeClock(), observer),
-            policy=FAIL_FAST,
-            exact_fallback=True,
         )
 
     # Then both attempts were made (block, then exact) and the request is rejected
@@ -159,12 +155,10 @@ def test_ensure_headroom_unmetered_parent_skips_the_transfer() -> None:
     # When ensuring
     result = ensure_headroom(
         gateway,
-        CHILD,
-        MASTER,
-        Totals(prompts=10),
+        EnsureAsk(CHILD, MASTER, Totals(prompts=10), include_drafted=False),
+        EnsureRules(policy=FAIL_FAST),
         transfer_context(FakeClock()),
-        policy=FAIL_FAST,
-        is_unmetered=is_unmetered,
+        EnsureHooks(is_unmetered=is_unmetered),
     )
 
     # Then no units were carved: the outcome says unmetered and nothing moved
@@ -177,16 +171,16 @@ def test_ensure_headroom_unmetered_parent_skips_the_transfer() -> None:
 @pytest.mark.parametrize(
     ("include_drafted", "outcome", "after"),
     [
-        (False, "hot-path", Totals(projects=1, prompts=100)),
-        (True, "topped-up", Totals(projects=1, prompts=200)),
+        (False, "hot-path", Totals(projects=2, prompts=120)),
+        (True, "topped-up", Totals(projects=2, prompts=200)),
     ],
 )
 def test_ensure_headroom_counts_drafts_only_when_asked(
     include_drafted: bool, outcome: str, after: Totals
 ) -> None:
-    # Given a child using 50 of 100 prompts with 80 more drafted
+    # Given a child using 50 of 120 prompts with 80 more drafted (and a project to spare)
     gateway = one_child_family(
-        child_total=Totals(projects=1, prompts=100),
+        child_total=Totals(projects=2, prompts=120),
         child_used=Totals(projects=1, prompts=50),
         child_drafted=Totals(projects=0, prompts=80),
     )
@@ -194,15 +188,13 @@ def test_ensure_headroom_counts_drafts_only_when_asked(
     # When 10 prompts are ensured, with or without counting the drafts
     result = ensure_headroom(
         gateway,
-        CHILD,
-        MASTER,
-        Totals(prompts=10),
+        EnsureAsk(CHILD, MASTER, Totals(prompts=10), include_drafted=include_drafted),
+        EnsureRules(policy=FAIL_FAST),
         transfer_context(FakeClock()),
-        include_drafted=include_drafted,
-        policy=FAIL_FAST,
     )
 
-    # Then 60 fit as they are; 140 (drafts counted) need the next whole block
+    # Then 60 fit as they are (half a block to spare); 140 (drafts counted) rise to 140 plus
+    # half a block, in whole blocks
     assert (result.outcome, result.after) == (outcome, after)
     assert gateway.totals_of(CHILD) == after
 
@@ -217,12 +209,10 @@ def test_ensure_headroom_hot_path_does_not_consult_is_unmetered() -> None:
     # When ensuring / Then the hot path returns on its one read
     result = ensure_headroom(
         gateway,
-        CHILD,
-        MASTER,
-        Totals(prompts=10),
+        EnsureAsk(CHILD, MASTER, Totals(prompts=10), include_drafted=False),
+        EnsureRules(policy=FAIL_FAST),
         transfer_context(FakeClock()),
-        policy=FAIL_FAST,
-        is_unmetered=is_unmetered,
+        EnsureHooks(is_unmetered=is_unmetered),
     )
     assert result.outcome == "hot-path"
     assert gateway.calls == [(READ_RESOURCES, CHILD)]
@@ -256,12 +246,9 @@ def test_ensure_headroom_conserves_units_and_covers_the_need_when_it_succeeds(
     try:
         result = ensure_headroom(
             gateway,
-            CHILD,
-            MASTER,
-            wanted,
+            EnsureAsk(CHILD, MASTER, wanted, include_drafted=False),
+            EnsureRules(policy=FAIL_FAST, exact_fallback=exact_fallback),
             transfer_context(FakeClock()),
-            policy=FAIL_FAST,
-            exact_fallback=exact_fallback,
         )
     except OrgPoolExhaustedError:
         result = None

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from serenity_allocator.domain.allocation import ensure_headroom, required_totals
+from serenity_allocator.domain.allocation import (
+    EnsureAsk,
+    EnsureRules,
+    ensure_headroom,
+    required_totals,
+)
 from serenity_allocator.domain.ceiling import Ceiling
 from serenity_allocator.domain.errors import BrandAiLimitError, WiringError
 from serenity_allocator.domain.model import AiResources, Blocks, Dimension, DimensionUsage, Totals
@@ -16,6 +21,7 @@ from tests.fakes import (
     FakeClock,
     InMemoryGateway,
     RecordingObserver,
+    pool_exhausted,
     transfer_context,
 )
 
@@ -39,17 +45,15 @@ def _child(
 def _ensure_prompts(
     need: int, ceiling: Ceiling, *, total: int = 200, used: int = 200
 ) -> tuple[InMemoryGateway, RecordingObserver, Totals]:
+    # A project to spare: none is refilled ahead, only prompts move.
     gateway, observer = _child(
-        Totals(projects=1, prompts=total), used=Totals(projects=1, prompts=used)
+        Totals(projects=2, prompts=total), used=Totals(projects=1, prompts=used)
     )
     result = ensure_headroom(
         gateway,
-        CHILD,
-        MASTER,
-        Totals(prompts=need),
+        EnsureAsk(CHILD, MASTER, Totals(prompts=need), include_drafted=False, ceiling=ceiling),
+        EnsureRules(policy=FAIL_FAST),
         transfer_context(FakeClock(), observer),
-        ceiling=ceiling,
-        policy=FAIL_FAST,
     )
     return gateway, observer, result.after
 
@@ -71,8 +75,8 @@ def test_ensure_headroom_need_at_or_under_the_ceiling_is_topped_up_to_at_most_it
     gateway, observer, after = _ensure_prompts(50, Ceiling(prompts=limit))
 
     # Then one transfer to the block-rounded target held under the ceiling, nothing refused
-    assert after == Totals(projects=1, prompts=after_prompts)
-    assert gateway.transfers == [(CHILD, Totals(projects=1, prompts=after_prompts))]
+    assert after == Totals(projects=2, prompts=after_prompts)
+    assert gateway.transfers == [(CHILD, Totals(projects=2, prompts=after_prompts))]
     assert observer.args_of("rejected") == []
 
 
@@ -86,12 +90,15 @@ def test_ensure_headroom_need_one_over_the_ceiling_is_refused_without_transfer()
     with pytest.raises(BrandAiLimitError) as raised:
         ensure_headroom(
             gateway,
-            CHILD,
-            MASTER,
-            Totals(prompts=50),
+            EnsureAsk(
+                CHILD,
+                MASTER,
+                Totals(prompts=50),
+                include_drafted=False,
+                ceiling=Ceiling(prompts=249),
+            ),
+            EnsureRules(policy=FAIL_FAST),
             transfer_context(FakeClock(), observer),
-            ceiling=Ceiling(prompts=249),
-            policy=FAIL_FAST,
         )
 
     # Then brandAiLimit names the exact need and the cap; only the child was read, nothing
@@ -117,16 +124,14 @@ def test_ensure_headroom_dimension_the_ceiling_leaves_out_is_not_enforced(
     # When 4 more projects are needed
     result = ensure_headroom(
         gateway,
-        CHILD,
-        MASTER,
-        Totals(projects=4),
+        EnsureAsk(CHILD, MASTER, Totals(projects=4), include_drafted=False, ceiling=ceiling),
+        EnsureRules(policy=FAIL_FAST),
         transfer_context(FakeClock(), observer),
-        ceiling=ceiling,
-        policy=FAIL_FAST,
     )
 
-    # Then projects rise to 7 and prompts keep their total
-    assert result.after == Totals(projects=7, prompts=200)
+    # Then projects rise to the 7 needed plus the 4 asked again (11), uncapped, and prompts
+    # keep their total
+    assert result.after == Totals(projects=11, prompts=200)
     assert gateway.calls_of(TRANSFER) == [CHILD]
     assert observer.args_of("rejected") == []
 
@@ -138,17 +143,21 @@ def test_ensure_headroom_dimension_already_over_the_ceiling_is_kept_when_not_rai
     # When one more project is needed
     result = ensure_headroom(
         gateway,
-        CHILD,
-        MASTER,
-        Totals(projects=1),
+        EnsureAsk(
+            CHILD,
+            MASTER,
+            Totals(projects=1),
+            include_drafted=False,
+            ceiling=Ceiling(projects=5, prompts=300),
+        ),
+        EnsureRules(policy=FAIL_FAST),
         transfer_context(FakeClock(), observer),
-        ceiling=Ceiling(projects=5, prompts=300),
-        policy=FAIL_FAST,
     )
 
-    # Then projects rise and prompts keep 500: a cap never lowers nor refuses what is not raised
-    assert result.after == Totals(projects=2, prompts=500)
-    assert gateway.transfers == [(CHILD, Totals(projects=2, prompts=500))]
+    # Then projects rise (the 2 needed plus the one asked again: 3, under the cap of 5) and
+    # prompts keep 500: a cap never lowers nor refuses what is not raised
+    assert result.after == Totals(projects=3, prompts=500)
+    assert gateway.transfers == [(CHILD, Totals(projects=3, prompts=500))]
     assert observer.args_of("rejected") == []
 
 
@@ -159,12 +168,11 @@ def test_ensure_headroom_projects_need_exactly_at_the_ceiling_is_served() -> Non
     # When one more project is needed (exactly the ceiling)
     result = ensure_headroom(
         gateway,
-        CHILD,
-        MASTER,
-        Totals(projects=1),
+        EnsureAsk(
+            CHILD, MASTER, Totals(projects=1), include_drafted=False, ceiling=Ceiling(projects=2)
+        ),
+        EnsureRules(policy=FAIL_FAST),
         transfer_context(FakeClock(), observer),
-        ceiling=Ceiling(projects=2),
-        policy=FAIL_FAST,
     )
 
     # Then it is served
@@ -180,12 +188,15 @@ def test_ensure_headroom_projects_need_one_over_the_ceiling_is_refused() -> None
     with pytest.raises(BrandAiLimitError) as raised:
         ensure_headroom(
             gateway,
-            CHILD,
-            MASTER,
-            Totals(projects=1),
+            EnsureAsk(
+                CHILD,
+                MASTER,
+                Totals(projects=1),
+                include_drafted=False,
+                ceiling=Ceiling(projects=1),
+            ),
+            EnsureRules(policy=FAIL_FAST),
             transfer_context(FakeClock(), observer),
-            ceiling=Ceiling(projects=1),
-            policy=FAIL_FAST,
         )
 
     # Then refused, naming projects, with nothing transferred
@@ -211,39 +222,38 @@ def test_ensure_headroom_blank_id_error_names_the_field(
     with pytest.raises(WiringError, match=f"^{field} must be a non-blank workspace id$"):
         ensure_headroom(
             gateway,
-            child_id,
-            parent_id,
-            Totals(prompts=1),
+            EnsureAsk(child_id, parent_id, Totals(prompts=1), include_drafted=False),
+            EnsureRules(policy=FAIL_FAST),
             transfer_context(FakeClock(), observer),
-            policy=FAIL_FAST,
         )
 
 
-def test_ensure_headroom_need_that_exactly_fills_an_odd_total_is_the_hot_path() -> None:
-    # Given a child holding 437 prompts (not a whole number of blocks), using 400
+def test_ensure_headroom_need_that_exactly_fills_an_odd_total_is_refilled_ahead() -> None:
+    # Given a child holding 437 prompts (not a whole number of blocks), using 400, a project
+    # to spare, and a pool with room
     gateway, observer = _child(
-        Totals(projects=1, prompts=437), used=Totals(projects=1, prompts=400)
+        Totals(projects=2, prompts=437), used=Totals(projects=1, prompts=400)
     )
 
     # When exactly the 37 left are needed
     result = ensure_headroom(
         gateway,
-        CHILD,
-        MASTER,
-        Totals(prompts=37),
+        EnsureAsk(CHILD, MASTER, Totals(prompts=37), include_drafted=False),
+        EnsureRules(policy=FAIL_FAST),
         transfer_context(FakeClock(), observer),
-        policy=FAIL_FAST,
     )
 
-    # Then it fits as it is: no top-up to the next block
-    assert (result.outcome, result.after) == ("hot-path", Totals(projects=1, prompts=437))
-    assert gateway.transfers == []
+    # Then the write fits as it is, and the child is refilled ahead of its next one: to the
+    # need plus half a block, in whole blocks
+    assert (result.outcome, result.after) == ("topped-up", Totals(projects=2, prompts=500))
+    assert gateway.transfers == [(CHILD, Totals(projects=2, prompts=500))]
+    assert observer.args_of("headroom_checked") == [("refilled",)]
 
 
 def test_ensure_headroom_ignores_drafted_prompts_by_default() -> None:
-    # Given a child using 50 of 100 prompts with 80 more drafted
+    # Given a child using 50 of 120 prompts with 80 more drafted (and a project to spare)
     gateway, observer = _child(
-        Totals(projects=1, prompts=100),
+        Totals(projects=2, prompts=120),
         used=Totals(projects=1, prompts=50),
         drafted=Totals(prompts=80),
     )
@@ -251,14 +261,12 @@ def test_ensure_headroom_ignores_drafted_prompts_by_default() -> None:
     # When 10 prompts are needed and include_drafted is not given
     result = ensure_headroom(
         gateway,
-        CHILD,
-        MASTER,
-        Totals(prompts=10),
+        EnsureAsk(CHILD, MASTER, Totals(prompts=10), include_drafted=False),
+        EnsureRules(policy=FAIL_FAST),
         transfer_context(FakeClock(), observer),
-        policy=FAIL_FAST,
     )
 
-    # Then the drafts do not count: 60 of 100 fits
+    # Then the drafts do not count: 60 of 120 fits, with half a block to spare
     assert result.outcome == "hot-path"
 
 
@@ -272,11 +280,9 @@ def test_ensure_headroom_top_up_reports_its_attempts() -> None:
     # When 1 more prompt is needed under the settle policy
     result = ensure_headroom(
         gateway,
-        CHILD,
-        MASTER,
-        Totals(prompts=1),
+        EnsureAsk(CHILD, MASTER, Totals(prompts=1), include_drafted=False),
+        EnsureRules(policy=SETTLE),
         transfer_context(FakeClock(), observer),
-        policy=SETTLE,
     )
 
     # Then the result says two transfers were sent
@@ -322,25 +328,23 @@ def test_plan_release_reports_drafted_units_of_both_dimensions() -> None:
 
 
 def test_ensure_headroom_exact_fallback_reports_the_attempts_of_its_transfer() -> None:
-    # Given a pool with exactly the 10 prompts needed, not a whole block of 100
+    # Given a pool whose read shows 50 free, drained before the sized transfer lands
     gateway = InMemoryGateway()
-    gateway.add_master(MASTER, total=Totals(projects=5, prompts=10))
+    gateway.add_master(MASTER, total=Totals(projects=5, prompts=50))
     gateway.add_child(
         CHILD, MASTER, total=Totals(projects=1, prompts=100), used=Totals(projects=1, prompts=100)
     )
+    gateway.script_errors(TRANSFER, CHILD, [pool_exhausted()])
 
     # When 10 more prompts are needed with the exact fallback on
     result = ensure_headroom(
         gateway,
-        CHILD,
-        MASTER,
-        Totals(prompts=10),
+        EnsureAsk(CHILD, MASTER, Totals(prompts=10), include_drafted=False),
+        EnsureRules(policy=FAIL_FAST, exact_fallback=True),
         transfer_context(FakeClock()),
-        policy=FAIL_FAST,
-        exact_fallback=True,
     )
 
-    # Then the saved top-up counts the one transfer that landed (the refused block is not it)
+    # Then the saved top-up counts the one transfer that landed (the refused sized one is not)
     assert (result.after, result.used_exact_fallback, result.attempts) == (
         Totals(projects=1, prompts=110),
         True,

@@ -13,7 +13,7 @@ import pytest
 
 from serenity_allocator.adapters.semrush_client import SemrushClient
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
-from serenity_allocator.domain.allocation import ensure_headroom
+from serenity_allocator.domain.allocation import EnsureAsk, EnsureRules, ensure_headroom
 from serenity_allocator.domain.errors import SettleTimeoutError
 from serenity_allocator.domain.model import Totals
 from serenity_allocator.domain.release import release_surplus
@@ -108,11 +108,9 @@ def test_the_pool_is_read_from_the_masters_own_resources_never_parent_resources(
     with SemrushClient(sim.origin, StaticTokenProvider("tok"), timeout_s=5.0) as client:
         ensure_headroom(
             client,
-            CHILD,
-            MASTER,
-            Totals(prompts=1),
+            EnsureAsk(CHILD, MASTER, Totals(prompts=1), include_drafted=False),
+            EnsureRules(policy=FAIL_FAST),
             transfer_context(FakeClock()),
-            policy=FAIL_FAST,
         )
 
     # Then the pool came from GET /v1/workspaces/<master>/resources; /parent/resources (the

@@ -4,7 +4,7 @@ tiered prompt shape")."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -12,7 +12,12 @@ import pytest
 
 from serenity_allocator.adapters.semrush_client import SemrushClient
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
-from serenity_allocator.domain.allocation import ensure_headroom
+from serenity_allocator.domain.allocation import (
+    EnsureAsk,
+    EnsureHooks,
+    EnsureRules,
+    ensure_headroom,
+)
 from serenity_allocator.domain.errors import MalformedResponseError, TieredPromptsError
 from serenity_allocator.domain.model import AiResources, DimensionUsage, PromptTiers, Totals
 from serenity_allocator.domain.release import release_surplus
@@ -173,23 +178,25 @@ def ensure(
     parent: str,
     need: Totals,
     observer: RecordingObserver,
-    **options: Any,
+    is_unmetered: Callable[[str], bool] | None = None,
 ) -> Any:
     return ensure_headroom(
         client,
-        child,
-        parent,
-        need,
+        EnsureAsk(child, parent, need, include_drafted=False),
+        EnsureRules(policy=FAIL_FAST),
         transfer_context(FakeClock(), observer=observer),
-        policy=FAIL_FAST,
-        **options,
+        EnsureHooks(is_unmetered=is_unmetered),
     )
 
 
 def test_ensure_whose_need_every_tier_covers_is_a_hot_path(
     client: SemrushClient, family: SimulatorServer
 ) -> None:
-    # Given daily 40/100 and weekly 90/500 / When 60 more prompts are needed (fits both)
+    # Given daily 40/100 and weekly 90/500, and a project to spare (none refilled ahead) /
+    # When 60 more prompts are needed (fits both)
+    family.seed(
+        [{"id": "tiered", "parent_id": MASTER, "ai": tiered_ai((1, 2), (40, 100), (90, 500))}]
+    )
     observer = RecordingObserver()
     result = ensure(client, "tiered", MASTER, Totals(prompts=60), observer)
 
@@ -221,11 +228,12 @@ def test_ensure_projects_only_on_a_tiered_child_sends_projects_only(
     # Given a tiered child at 1/1 projects / When one more project is needed
     result = ensure(client, "tiered", MASTER, Totals(projects=1), RecordingObserver())
 
-    # Then a projects-only transfer raised it; its tiers are untouched
+    # Then a projects-only transfer raised it (the 2 needed plus the one asked again: 3); its
+    # tiers are untouched
     assert result.outcome == "topped-up"
-    assert result.after == Totals(projects=2, prompts=100)
-    assert transfers(family) == [("tiered", {"resources": {"ai": {"projects": 2}}})]
-    assert client.read_resources("tiered").projects.total == 2
+    assert result.after == Totals(projects=3, prompts=100)
+    assert transfers(family) == [("tiered", {"resources": {"ai": {"projects": 3}}})]
+    assert client.read_resources("tiered").projects.total == 3
     assert violations(family) == 0
 
 
@@ -248,8 +256,9 @@ def test_ensure_projects_only_from_a_tiered_pool_sends_projects_only(
 ) -> None:
     result = ensure(client, "under-tiered", TIERED_MASTER, Totals(projects=1), RecordingObserver())
 
+    # (the 2 needed plus the one asked again)
     assert result.outcome == "topped-up"
-    assert transfers(family) == [("under-tiered", {"resources": {"ai": {"projects": 2}}})]
+    assert transfers(family) == [("under-tiered", {"resources": {"ai": {"projects": 3}}})]
     assert violations(family) == 0
 
 
@@ -355,7 +364,7 @@ def test_worker_completes_a_tiered_prompts_ensure_on_first_receive_with_its_code
     refused = worker.outcome("req-m1")
     assert (refused.status, refused.error_code) == ("rejected", "tieredPrompts")
     assert worker.outcome("req-m2").status == "topped-up"
-    assert transfers(family) == [("tiered", {"resources": {"ai": {"projects": 2}}})]
+    assert transfers(family) == [("tiered", {"resources": {"ai": {"projects": 3}}})]
     assert violations(family) == 0
     _, data = read_emf(capsys)
     assert metric_total(data, "AllocationRejection", "tieredPrompts") == 1

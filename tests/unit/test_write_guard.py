@@ -18,7 +18,7 @@ import pytest
 
 from serenity_allocator.adapters.semrush_client import SemrushClient
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
-from serenity_allocator.domain.allocation import ensure_headroom
+from serenity_allocator.domain.allocation import EnsureAsk, EnsureRules, ensure_headroom
 from serenity_allocator.domain.errors import AllocationError
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest
 from serenity_allocator.domain.transfer import FAIL_FAST, TransferContext
@@ -52,15 +52,13 @@ class InstantAllocator:
         ctx = TransferContext(clock=self.clock, sleep=self.clock.sleep)
         status, code = "rejected", None
         try:
-            result = ensure_headroom(
-                self.client,
+            ask = EnsureAsk(
                 request.workspace_id,
                 request.parent_workspace_id,
                 totals,
-                ctx,
                 include_drafted=include_drafted,
-                policy=FAIL_FAST,
             )
+            result = ensure_headroom(self.client, ask, EnsureRules(policy=FAIL_FAST), ctx)
             status = result.outcome
         except AllocationError as exc:
             code = exc.code

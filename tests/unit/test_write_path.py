@@ -77,11 +77,12 @@ def test_guarded_service_writer_fronts_then_recovers_inside_the_lag(
     prompts = writer.write_prompts(CHILD, MASTER, 50)
     project = writer.create_project(CHILD, MASTER)
 
-    # Then both land after 3 pauses (the front's top-up is enforced 9 s later), with 2 ensures
-    # per write (the front and the recovery's)
+    # Then the prompts land after 3 pauses (the front's top-up is enforced 9 s later), with 2
+    # ensures (the front and the recovery's); the project lands at once, the prompts' top-up
+    # having refilled the child's one used project ahead, with its one front
     assert (prompts.outcome, prompts.attempts, prompts.waited_s) == ("recovered", 4, 9.0)
-    assert (project.outcome, project.attempts) == ("recovered", 4)
-    assert allocator.enqueued == 4
+    assert (project.outcome, project.attempts) == ("accepted", 1)
+    assert allocator.enqueued == 3
     assert check_guarded_writes(writer.records).passed
 
 

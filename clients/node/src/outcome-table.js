@@ -97,6 +97,16 @@ export const OUTCOME_TABLE = freeze({
       "unknown_code_answer": null
     },
     {
+      "status": "rightsized",
+      "kinds": [
+        "ensure"
+      ],
+      "meaning": "The child held more than its fair share of a tight pool: the surplus above this request's need and its share went back to the pool (the request's room is there).",
+      "applied": "yes",
+      "answer": "proceed",
+      "unknown_code_answer": null
+    },
+    {
       "status": "topped-up-after-reclaim",
       "kinds": [
         "ensure"

@@ -80,7 +80,7 @@ source?: (string | null)
 /**
  * What happened to the request; each value's answer: docs/outcomes.md, generated from src/serenity_allocator/contract/outcomes.json.
  */
-status: (("hot-path" | "topped-up" | "topped-up-after-reclaim" | "unmetered" | "disabled" | "released" | "nothing-to-release" | "requires-decommission" | "rejected" | "failed" | "invalid") & string)
+status: (("hot-path" | "topped-up" | "rightsized" | "topped-up-after-reclaim" | "unmetered" | "disabled" | "released" | "nothing-to-release" | "requires-decommission" | "rejected" | "failed" | "invalid") & string)
 supersedes?: ("deadLettered" | null)
 totals_after?: (Totals | null)
 totals_before?: (Totals | null)
@@ -129,7 +129,7 @@ target: Totals
  */
 
 /** An outcome status of the callers' contract (docs/outcomes.md). */
-export type OutcomeStatus = "hot-path" | "topped-up" | "topped-up-after-reclaim" | "unmetered" | "disabled" | "released" | "nothing-to-release" | "requires-decommission" | "rejected" | "failed" | "invalid"
+export type OutcomeStatus = "hot-path" | "topped-up" | "rightsized" | "topped-up-after-reclaim" | "unmetered" | "disabled" | "released" | "nothing-to-release" | "requires-decommission" | "rejected" | "failed" | "invalid"
 /** What a service answers its customer for an ensure's outcome (docs/outcomes.md). */
 export type CustomerAnswer = "proceed" | "wait" | "quotaExceeded" | "accessDenied" | "needsReauth" | "noCredential" | "deadlineExceeded" | "configurationFault"
 /** The exact error codes of the contract (the families upstream<status> and an unforeseen

@@ -96,7 +96,9 @@ class MetricSpec:
 
 
 METRIC_CATALOG: dict[str, MetricSpec] = {
-    "HeadroomCheck": MetricSpec("Count", "Outcome", ("hot-path", "topped-up", "unmetered")),
+    "HeadroomCheck": MetricSpec(
+        "Count", "Outcome", ("hot-path", "topped-up", "refilled", "rightsized", "unmetered")
+    ),
     "TopUpLatencyMs": MetricSpec("Milliseconds", "Path", ("settle", "fail-fast")),
     "PoolFreeRatio": MetricSpec("Percent", "Dim", ("projects", "prompts")),
     "AllocationRejection": MetricSpec(

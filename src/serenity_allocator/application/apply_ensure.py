@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..domain.allocation import EnsureResult, ensure_headroom
+from ..domain.allocation import (
+    EnsureAsk,
+    EnsureHooks,
+    EnsureResult,
+    EnsureRules,
+    ensure_headroom,
+)
 from ..domain.ceiling import Ceiling, combine_ceilings
 from ..domain.coalescing import EnsureRun
 from ..domain.errors import (
@@ -21,7 +27,7 @@ from ..domain.errors import (
     TieredPromptsError,
 )
 from ..domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus
-from ..domain.model import Totals
+from ..domain.model import Dimension, Totals
 from ..domain.outcomes import build_outcome
 from ..domain.pool_watch import PoolLowWarning
 from ..domain.transfer import TransferContext
@@ -133,7 +139,12 @@ class _Ensurer:
         )
         if landed is not None:
             # Not counted again in HeadroomCheck: the delivery that transferred counted it.
-            served = EnsureResult(outcome="topped-up", before=landed.before, after=landed.target)
+            raised = any(landed.target.get(d) > landed.before.get(d) for d in Dimension)
+            served = EnsureResult(
+                outcome="topped-up" if raised else "rightsized",
+                before=landed.before,
+                after=landed.target,
+            )
             return _Ended(served.outcome, result=served)
         try:
             result = self._apply(combined, message_id, request)
@@ -259,23 +270,28 @@ class _Ensurer:
             for member in served:
                 record_transfer_intent(ledger, member, before, target)
 
-        return ensure_headroom(
-            ports.gateway,
-            request.workspace_id,
-            request.parent_workspace_id,
-            need,
-            TransferContext(
-                clock=ports.clock,
-                sleep=ports.sleep,
-                deadline=self.deadlines.applying,
-                observer=attempt,
-            ),
-            ceiling=combine_ceilings(ceiling, config.ceiling_backstop),
-            blocks=config.blocks,
+        ask = EnsureAsk(
+            child_id=request.workspace_id,
+            parent_id=request.parent_workspace_id,
+            need=need,
             include_drafted=include_drafted,
+            ceiling=combine_ceilings(ceiling, config.ceiling_backstop),
+        )
+        rules = EnsureRules(
             policy=config.ensure_policy,
-            is_unmetered=ports.is_unmetered,
+            blocks=config.blocks,
             exact_fallback=config.tight_pool_fallback,
-            is_parent_of=links.is_parent_of if (links := ports.parent_links) else None,
+        )
+        ctx = TransferContext(
+            clock=ports.clock,
+            sleep=ports.sleep,
+            deadline=self.deadlines.applying,
+            observer=attempt,
+        )
+        hooks = EnsureHooks(
+            is_unmetered=ports.is_unmetered,
+            family=ports.parent_links,
+            last_pool_free=watch.last_free if (watch := ports.pool_watch) else None,
             before_transfer=record_intent,
         )
+        return ensure_headroom(ports.gateway, ask, rules, ctx, hooks)

@@ -1,4 +1,4 @@
-"""Ensure headroom before a write: block math, the ceiling, the tight-pool fallback.
+"""Ensure headroom before a write: sized by the pool, the ceiling, the tight-pool fallback.
 
 The other use case, releasing surplus after deletes, is :mod:`.release`.
 """
@@ -6,7 +6,8 @@ The other use case, releasing surplus after deletes, is :mod:`.release`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -17,14 +18,15 @@ from .errors import (
     WiringError,
     WorkspaceBusyError,
 )
-from .model import DEFAULT_BLOCKS, AiResources, Blocks, Dimension, Totals, round_up_to_block
+from .model import DEFAULT_BLOCKS, AiResources, Blocks, Dimension, Totals
 from .observations import HeadroomChecked, PoolChecked, Rejected, TightPoolFallback
 from .parent_links import ParentMismatchError
 from .ports import WorkspaceGateway
+from .sizing import PoolShare, Sizing, is_short, needs_pool, plan_sizing
 from .tiered import is_flat_pair, note_tiered, refuse_tiered_prompts
 from .transfer import TransferContext, TransferPolicy, apply_transfer
 
-EnsureOutcome = Literal["hot-path", "topped-up", "unmetered"]
+EnsureOutcome = Literal["hot-path", "topped-up", "rightsized", "unmetered"]
 
 
 class FrozenResult(BaseModel):
@@ -63,145 +65,247 @@ def required_totals(child: AiResources, need: Totals, include_drafted: bool) -> 
     return Totals(projects=max(0, child.projects.used + need.projects), prompts=max(0, prompts))
 
 
-def plan_top_up(child: AiResources, required: Totals, blocks: Blocks) -> Totals:
-    """New totals: a short dimension rises to ``required`` rounded up to its block; others keep."""
-    current = child.totals()
-    return Totals(
-        **{
-            dim.value: (
-                round_up_to_block(required.get(dim), blocks.get(dim))
-                if required.get(dim) > child.get(dim).total
-                else current.get(dim)
-            )
-            for dim in Dimension
-        }
-    )
+@dataclass(frozen=True)
+class EnsureAsk:
+    """What one ensure asks: room on ``child_id`` for ``need`` more, from ``parent_id``'s pool.
+
+    ``include_drafted``: size prompts on used + drafted + need (the write gate's rule).
+    ``ceiling``: the per-brand cap in force (message and backstop combined); a sized target
+    above it is capped, only an exact need above it is refused.
+    """
+
+    child_id: str
+    parent_id: str
+    need: Totals = field(default_factory=Totals)
+    include_drafted: bool = True
+    ceiling: Ceiling | None = None
+
+
+@dataclass(frozen=True)
+class EnsureRules:
+    """The container's rules for every ensure: the blocks, the transfer policy, the fallback.
+
+    ``blocks``: the most headroom a top-up adds beyond the need (pools with room); the pool
+    sizes it below that (:mod:`.sizing`). ``exact_fallback``: on pool exhaustion, retry once
+    with the exact required totals before rejecting.
+    """
+
+    policy: TransferPolicy
+    blocks: Blocks = DEFAULT_BLOCKS
+    exact_fallback: bool = False
+
+
+class PoolFamily(Protocol):
+    """What the ensure asks of the pool's family listing (``ParentLinks``)."""
+
+    def is_parent_of(self, parent_id: str, child_id: str) -> bool:
+        """True only when the upstream lists ``child_id`` under ``parent_id``."""
+        ...
+
+    def children_of(self, parent_id: str) -> int:
+        """How many children the pool has (the children that may ask of it), at least 1."""
+        ...
 
 
 def _no_announcement(before: Totals, target: Totals) -> None:
     """No one to tell before a transfer (pure callers)."""
 
 
+@dataclass(frozen=True)
+class EnsureHooks:
+    """What the ensure may ask of its caller; each optional.
+
+    ``is_unmetered``: true for a parent that does not meter AI writes (a needed top-up is
+    skipped: carving could only fail requests). ``family``: checks ``parent_id`` is the child's
+    real parent before anything moves, and tells how many children share the pool (without
+    it the pool is shared by one). ``last_pool_free``: the pool's free units at this
+    container's last read of it (``PoolWatch.last_free``), which spares a hot path a pool read
+    that could not move anything. ``before_transfer``: sees (totals before, target) just
+    before each transfer is sent (the worker records the intent there); whatever it raises
+    propagates and nothing is transferred.
+    """
+
+    is_unmetered: Callable[[str], bool] | None = None
+    family: PoolFamily | None = None
+    last_pool_free: Callable[[str], Totals | None] | None = None
+    before_transfer: Callable[[Totals, Totals], None] = _no_announcement
+
+
+NO_HOOKS = EnsureHooks()
+
+
 def ensure_headroom(
     gateway: WorkspaceGateway,
-    child_id: str,
-    parent_id: str,
-    need: Totals | None,
+    ask: EnsureAsk,
+    rules: EnsureRules,
     ctx: TransferContext,
-    *,
-    ceiling: Ceiling | None = None,
-    blocks: Blocks = DEFAULT_BLOCKS,
-    include_drafted: bool = False,
-    policy: TransferPolicy,
-    is_unmetered: Callable[[str], bool] | None = None,
-    exact_fallback: bool = False,
-    is_parent_of: Callable[[str, str], bool] | None = None,
-    before_transfer: Callable[[Totals, Totals], None] = _no_announcement,
+    hooks: EnsureHooks = NO_HOOKS,
 ) -> EnsureResult:
-    """Make sure the child can take ``need`` more units, topping it up from the pool if short.
+    """Make sure the child can take ``ask.need`` more units, sized by the pool it draws from.
 
-    The hot path (nothing short) costs exactly one read. A top-up reads the parent's pool as an
-    ADVISORY check (reported, never blocking: the transfer's 422 is the only authoritative
-    exhaustion signal), then sends both dimensions in one absolute transfer.
-
-    Args:
-        ceiling: the per-brand cap in force (message and backstop combined); a block-rounded
-            target above it is capped, only an exact need above it is refused.
-        is_unmetered: when given and true for the parent, a needed top-up is skipped (the
-            parent does not meter AI writes, so carving could only fail requests).
-        is_parent_of: when given, a needed top-up first checks ``parent_id`` is the child's
-            real parent (the hot path trusts nothing and moves nothing, so it skips this).
-        exact_fallback: on pool exhaustion, retry once with the exact required totals (no
-            block rounding) before rejecting.
-        before_transfer: sees (totals before, target) just before each transfer is sent (the
-            worker records the top-up's intent there); whatever it raises propagates and
-            nothing is transferred.
+    The hot path (nothing short, headroom between low and high water) costs exactly one read.
+    Otherwise the pool is read (reported; ADVISORY for a raise, whose 422 is the only
+    authoritative exhaustion signal) and :func:`.plan_sizing` decides: a short child is
+    topped up, one under low water is refilled ahead, one holding surplus of a tight pool gives
+    it back, all in one absolute transfer of both dimensions. A refill or a surplus return the
+    pool or the family does not allow ends as the hot path: the request's room is there.
 
     Raises:
         WiringError: a blank id, before any call.
-        ParentMismatchError: the parent is not the child's parent (no transfer).
+        ParentMismatchError: a short child's parent is not ``parent_id`` (no transfer).
         BrandAiLimitError: the exact need would pass the ceiling (no transfer).
         TieredPromptsError: a prompts top-up on a tiered child or from a tiered pool (no
             transfer; terminal). A projects-only top-up there sends projects only.
         OrgPoolExhaustedError, WorkspaceBusyError, and the transfer's other errors.
     """
-    require_ids(child_id=child_id, parent_id=parent_id)
-    need = need or Totals()
-    child = gateway.read_resources(child_id)
+    require_ids(child_id=ask.child_id, parent_id=ask.parent_id)
+    child = gateway.read_resources(ask.child_id)
     before = child.totals()
-    required = required_totals(child, need, include_drafted)
-    # On a tiered child the prompts view is its tightest tier: a need that fits it fits both.
-    new_totals = plan_top_up(child, required, blocks)
+    required = required_totals(child, ask.need, ask.include_drafted)
     note_tiered(child, "child", ctx)
-    if new_totals == before:
+    hot = EnsureResult(outcome="hot-path", before=before, after=before)
+    if not needs_pool(child, required, rules.blocks, _last_share(ask.parent_id, hooks)):
         ctx.observer.record(HeadroomChecked("hot-path"))
-        return EnsureResult(outcome="hot-path", before=before, after=before)
+        return hot
+    short = is_short(child, required)
+    family = hooks.family
+    # Before anything that trusts the parent (the unmetered shortcut, the pool, a transfer):
+    # a parent that is not the child's real one makes a short request invalid; a request that
+    # fits keeps its hot path and moves nothing.
+    if family is not None and not family.is_parent_of(ask.parent_id, ask.child_id):
+        if short:
+            raise ParentMismatchError()
+        ctx.observer.record(HeadroomChecked("hot-path"))
+        return hot
+    if hooks.is_unmetered is not None and hooks.is_unmetered(ask.parent_id):
+        ctx.observer.record(HeadroomChecked("unmetered" if short else "hot-path"))
+        return EnsureResult(outcome="unmetered", before=before, after=before) if short else hot
+    if short:
+        # An exact need above the ceiling is refused before the pool is read.
+        _within_ceiling(before, required, ask.ceiling, ctx)
+    return _sized(gateway, _Sizing(ask, rules, ctx, hooks), child, required, short)
 
-    # Before anything that trusts the parent (the unmetered shortcut, the pool, a transfer,
-    # a reclaim): a parent that is not the child's real one makes the message invalid.
-    if is_parent_of is not None and not is_parent_of(parent_id, child_id):
-        raise ParentMismatchError()
 
-    if is_unmetered is not None and is_unmetered(parent_id):
-        ctx.observer.record(HeadroomChecked("unmetered"))
-        return EnsureResult(outcome="unmetered", before=before, after=before)
-
-    refuse_tiered_prompts(child, before, new_totals, ctx)
+def _within_ceiling(
+    before: Totals, required: Totals, ceiling: Ceiling | None, ctx: TransferContext
+) -> None:
     try:
-        new_totals = cap_to_ceiling(before, required, new_totals, ceiling)
+        cap_to_ceiling(before, required, _exact_totals(before, required), ceiling)
     except BrandAiLimitError:
         ctx.observer.record(Rejected(BrandAiLimitError.code))
         raise
-    return _top_up(
-        gateway,
-        (child_id, parent_id),
-        child,
-        (required, new_totals),
-        policy,
-        ctx,
-        exact_fallback=exact_fallback,
-        before_transfer=before_transfer,
+
+
+def _last_share(parent_id: str, hooks: EnsureHooks) -> PoolShare | None:
+    """The pool's share as this container last read it, or None (never read, or no hook)."""
+    if hooks.last_pool_free is None:
+        return None
+    free = hooks.last_pool_free(parent_id)
+    if free is None:
+        return None
+    family = hooks.family
+    return PoolShare(free=free, children=1 if family is None else family.children_of(parent_id))
+
+
+@dataclass(frozen=True)
+class _Sizing:
+    """One ensure past the hot path: what it asks, under which rules, told to whom."""
+
+    ask: EnsureAsk
+    rules: EnsureRules
+    ctx: TransferContext
+    hooks: EnsureHooks
+
+    def children(self) -> int:
+        family = self.hooks.family
+        return 1 if family is None else family.children_of(self.ask.parent_id)
+
+
+def _sized(
+    gateway: WorkspaceGateway, run: _Sizing, child: AiResources, required: Totals, short: bool
+) -> EnsureResult:
+    """Read the pool, plan the sized totals, and transfer them (or stay on the hot path)."""
+    ask, ctx = run.ask, run.ctx
+    before = child.totals()
+    if short:
+        # A short prompts raise on a tiered child or from a tiered pool is refused first.
+        refuse_tiered_prompts(child, before, _exact_totals(before, required), ctx)
+    pool = gateway.read_resources(ask.parent_id)
+    note_tiered(pool, "pool", ctx)
+    ctx.observer.record(PoolChecked(ask.parent_id, pool))
+    with_prompts = is_flat_pair(child, pool)
+    if short:
+        refuse_tiered_prompts(pool, before, _exact_totals(before, required), ctx)
+    movable = tuple(Dimension) if with_prompts else (Dimension.PROJECTS,)
+    plan = plan_sizing(
+        child, required, run.rules.blocks, PoolShare.of(pool, run.children()), movable
     )
+    try:
+        target = cap_to_ceiling(before, required, plan.target, ask.ceiling)
+    except BrandAiLimitError:
+        # Only a refill ahead can get here (a short need above the ceiling was refused
+        # already): a child at its ceiling keeps what it holds.
+        target = before
+    if target == before:
+        ctx.observer.record(HeadroomChecked("hot-path"))
+        return EnsureResult(outcome="hot-path", before=before, after=before)
+    if short:
+        return _top_up(gateway, run, (before, required, target), pool, with_prompts)
+    return _ahead(gateway, run, (before, target), plan.sizing, with_prompts)
+
+
+def _ahead(
+    gateway: WorkspaceGateway,
+    run: _Sizing,
+    change: tuple[Totals, Totals],
+    sizing: Sizing,
+    with_prompts: bool,
+) -> EnsureResult:
+    """A refill ahead or a surplus return for a request whose room is already there.
+
+    Refused by the pool (it drained since the read) or by a busy child, it leaves the child
+    as it was: the request still has its room, so it ends on the hot path.
+    """
+    before, target = change
+    outcome: EnsureOutcome = "rightsized" if sizing == "rightsized" else "topped-up"
+    ctx = run.ctx
+    run.hooks.before_transfer(before, target)
+    try:
+        attempts = apply_transfer(
+            gateway, run.ask.child_id, target, run.rules.policy, ctx, include_prompts=with_prompts
+        )
+    except (OrgPoolExhaustedError, WorkspaceBusyError):
+        ctx.observer.record(HeadroomChecked("hot-path"))
+        return EnsureResult(outcome="hot-path", before=before, after=before)
+    ctx.observer.record(HeadroomChecked(sizing))
+    return EnsureResult(outcome=outcome, before=before, after=target, attempts=attempts)
 
 
 def _top_up(
     gateway: WorkspaceGateway,
-    ids: tuple[str, str],
-    child: AiResources,
-    sizes: tuple[Totals, Totals],
-    policy: TransferPolicy,
-    ctx: TransferContext,
-    *,
-    exact_fallback: bool,
-    before_transfer: Callable[[Totals, Totals], None],
+    run: _Sizing,
+    sizes: tuple[Totals, Totals, Totals],
+    pool: AiResources,
+    with_prompts: bool,
 ) -> EnsureResult:
-    """Read the pool and transfer ``planned`` (``sizes`` is required, planned) to the child."""
-    child_id, parent_id = ids
-    required, planned = sizes
-    before = child.totals()
-    pool = gateway.read_resources(parent_id)
-    note_tiered(pool, "pool", ctx)
-    ctx.observer.record(PoolChecked(parent_id, pool))
-    # A prompts raise would come out of a tiered pool: the same unknown as a tiered child.
-    refuse_tiered_prompts(pool, before, planned, ctx)
-    with_prompts = is_flat_pair(child, pool)
-
+    """Transfer the sized ``target`` to a short child (``sizes``: before, required, target)."""
+    before, required, planned = sizes
+    ctx, rules, announce = run.ctx, run.rules, run.hooks.before_transfer
     # Counted when attempted, not when it succeeds: the hot-path ratio must show the top-ups
     # a dry pool refuses.
     ctx.observer.record(HeadroomChecked("topped-up"))
+    child_id = run.ask.child_id
     try:
-        before_transfer(before, planned)
+        announce(before, planned)
         attempts = _transfer_recording_rejections(
-            gateway, child_id, planned, policy, ctx, with_prompts
+            gateway, child_id, planned, (rules.policy, ctx), with_prompts
         )
     except OrgPoolExhaustedError:
         exact = _exact_totals(before, required)
-        if not exact_fallback or exact == planned:
+        if not rules.exact_fallback or exact == planned:
             ctx.observer.record(Rejected(OrgPoolExhaustedError.code))
             raise
-        attempts = _exact_fallback(
-            gateway, child_id, pool, (before, exact), policy, ctx, before_transfer, with_prompts
-        )
+        attempts = _exact_fallback(gateway, run, pool, (before, exact), with_prompts)
         return EnsureResult(
             outcome="topped-up",
             before=before,
@@ -214,24 +318,27 @@ def _top_up(
 
 def _exact_fallback(
     gateway: WorkspaceGateway,
-    child_id: str,
+    run: _Sizing,
     pool: AiResources,
     change: tuple[Totals, Totals],
-    policy: TransferPolicy,
-    ctx: TransferContext,
-    announce: Callable[[Totals, Totals], None],
     with_prompts: bool,
 ) -> int:
-    """Retry a refused block-rounded top-up once with the exact totals; re-raise if refused."""
+    """Retry a refused sized top-up once with the exact totals; re-raise if refused.
+
+    A sized raise of one dimension never exceeds what the pool read showed free, so mostly a
+    pool drained since the read refused it and the exact totals may still fit.
+    """
     before, exact = change
+    ctx = run.ctx
     try:
         if not _fits(pool, before, exact):
-            # The pool read moments ago cannot cover even the exact raise: skip a transfer
-            # that is all but sure to be refused (the read never blocks the first attempt).
+            # The pool read moments ago cannot cover even the exact raise (the sized target
+            # was bigger only by a refill of another dimension): skip a transfer that is all
+            # but sure to be refused (the read never blocks the first attempt).
             raise OrgPoolExhaustedError()
-        announce(before, exact)
+        run.hooks.before_transfer(before, exact)
         attempts = _transfer_recording_rejections(
-            gateway, child_id, exact, policy, ctx, with_prompts
+            gateway, run.ask.child_id, exact, (run.rules.policy, ctx), with_prompts
         )
     except OrgPoolExhaustedError:
         ctx.observer.record(TightPoolFallback("rejected"))
@@ -253,10 +360,10 @@ def _transfer_recording_rejections(
     gateway: WorkspaceGateway,
     child_id: str,
     totals: Totals,
-    policy: TransferPolicy,
-    ctx: TransferContext,
+    how: tuple[TransferPolicy, TransferContext],
     with_prompts: bool,
 ) -> int:
+    policy, ctx = how
     try:
         return apply_transfer(gateway, child_id, totals, policy, ctx, include_prompts=with_prompts)
     except WorkspaceBusyError:

@@ -203,6 +203,7 @@ def parse_request(body: str) -> EnsureRequest | ReleaseRequest:
 OutcomeStatus = Literal[
     "hot-path",
     "topped-up",
+    "rightsized",
     "topped-up-after-reclaim",
     "unmetered",
     "disabled",

@@ -61,3 +61,11 @@ class ParentLinks:
             if self._on_listing is not None:
                 self._on_listing(parent_id, family)
         return self._parent_of.get(child_id) == parent_id
+
+    def children_of(self, parent_id: str) -> int:
+        """How many children of ``parent_id`` the listings seen so far name (at least 1).
+
+        Asked after :meth:`is_parent_of` answered for a child of it, so its family was listed
+        at least once in this container; a child created since is counted at the next miss.
+        """
+        return max(1, sum(1 for parent in self._parent_of.values() if parent == parent_id))

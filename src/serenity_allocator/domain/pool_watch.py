@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from .model import AiResources, Dimension
+from .model import AiResources, Dimension, Totals
 from .ports import Clock
 
 
@@ -60,6 +60,13 @@ class PoolWatch:
             return None
         self._warned_at[parent_id] = now
         return worst
+
+    def last_free(self, parent_id: str) -> Totals | None:
+        """The free units of ``parent_id`` at its last read in this container, if any."""
+        free = {dim: self._last.get((parent_id, dim)) for dim in Dimension}
+        if any(seen is None for seen in free.values()):
+            return None
+        return Totals(**{dim.value: max(0, seen[1]) for dim, seen in free.items() if seen})
 
     def _warning(self, parent_id: str, dim: Dimension, free: int, total: int) -> PoolLowWarning:
         rate = self._rate.get((parent_id, dim))

@@ -65,7 +65,7 @@ def tiered_family() -> list[dict[str, Any]]:
             "title": "Tiered org (tiered pool)",
             "ai": _tiers((0, 13), (0, 800), (0, 800)),
         },
-        child("tiered-roomy", FLAT_POOL, _tiers((1, 1), (10, 100), (40, 500))),
+        child("tiered-roomy", FLAT_POOL, _tiers((1, 2), (10, 100), (40, 500))),
         child("tiered-short", FLAT_POOL, _tiers((1, 1), (95, 100), (95, 500))),
         child("tiered-projects", FLAT_POOL, _tiers((1, 1), (0, 100), (0, 500))),
         child("tiered-pool-child", TIERED_POOL, _flat((1, 1), (100, 100))),

@@ -29,7 +29,7 @@ import httpx
 
 from serenity_allocator.adapters.ledger_outcome_reader import OutcomeReader
 from serenity_allocator.adapters.sqs_producer import AllocationProducer
-from serenity_allocator.domain.allocation import ensure_headroom
+from serenity_allocator.domain.allocation import EnsureAsk, EnsureRules, ensure_headroom
 from serenity_allocator.domain.errors import AllocationError, UpstreamError
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from serenity_allocator.domain.model import Totals
@@ -307,10 +307,8 @@ class InProcessAllocator:
         for (child, parent), (need, include_drafted) in runs.items():
             ctx = TransferContext(clock=self.clock, sleep=self.advance)
             try:
-                result = ensure_headroom(
-                    self.gateway, child, parent, need, ctx,
-                    include_drafted=include_drafted, policy=FAIL_FAST,
-                )  # fmt: skip
+                ask = EnsureAsk(child, parent, need, include_drafted=include_drafted)
+                result = ensure_headroom(self.gateway, ask, EnsureRules(policy=FAIL_FAST), ctx)
                 self.applied.append(result.outcome)
             except (AllocationError, UpstreamError) as exc:
                 self.applied.append(getattr(exc, "code", f"upstream{getattr(exc, 'status', '')}"))

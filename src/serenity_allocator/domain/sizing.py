@@ -1,0 +1,184 @@
+"""How big a top-up is: sized by the pool it draws from, fair when the pool is short.
+
+The rule (docs/decisions/0027-top-ups-sized-by-the-pool.md), per dimension with block ``B``:
+
+- **Fair headroom.** What is left free once the child's exact lack is carved, spread evenly
+  over the pool's children, is the *level* (max-min fair share: free units are shared
+  equally, and no child gets headroom above the level while another might be refused). A level
+  of :data:`ROOMY_BLOCKS` blocks or more is a pool with room: headroom up to the level. Below
+  it the pool is *tight* and headroom shrinks with the square of the level; under what the
+  child lacks it is 0: the exact need, nothing parked where others may need it.
+- **Top-up.** A short child rises to what it needs plus ``min(desired, fair)`` headroom, where
+  *desired* rounds the need plus a low-water mark (half a block, at least one unit) up to
+  whole blocks, and is at least what the request asked for again (its next one is likely as
+  big).
+- **Refill ahead.** A child whose need fits but leaves less than its low water (or less than
+  it asked for) is topped up now, while its next write still has the room it holds (the gate
+  enforces a raise about 9 s late): never from a tight pool.
+- **Surplus back.** A child holding more than two blocks beyond its need of a tight pool gives
+  the excess above its fair headroom back, in its own ensure: the surplus returns under the
+  authority of the request's own user, in the child's own message group.
+
+Pure arithmetic over the reads the ensure makes; no call of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Literal
+
+from .model import AiResources, Blocks, Dimension, DimensionUsage, Totals, round_up_to_block
+
+Sizing = Literal["hot-path", "topped-up", "refilled", "rightsized"]
+"""What a plan does: nothing, a top-up of a short child, a refill ahead, or surplus back."""
+
+
+@dataclass(frozen=True)
+class PoolShare:
+    """What a top-up knows of its pool: the units free in it and the children that may ask."""
+
+    free: Totals
+    children: int
+
+    @classmethod
+    def of(cls, pool: AiResources, children: int) -> PoolShare:
+        """The share of ``pool`` (free clamped at 0) among ``children`` (at least one)."""
+        free = Totals(**{dim.value: max(0, pool.get(dim).free) for dim in Dimension})
+        return cls(free=free, children=max(1, children))
+
+    def level(self, dim: Dimension, lack: int) -> int:
+        """Units of ``dim`` each child may hold as headroom once ``lack`` is carved."""
+        return max(0, self.free.get(dim) - lack) // self.children
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The totals a sized ensure sets, and what that is."""
+
+    target: Totals
+    sizing: Sizing
+
+
+def low_water(blocks: Blocks, dim: Dimension) -> int:
+    """Headroom under which a child is refilled ahead: half a block, at least one unit."""
+    return max(1, blocks.get(dim) // 2)
+
+
+def high_water(blocks: Blocks, dim: Dimension) -> int:
+    """Headroom above which a child of a tight pool gives surplus back: two blocks.
+
+    Above what a top-up of a pool with room leaves (under a block and a half), so a child the
+    allocator sized itself stays on the hot path.
+    """
+    return 2 * blocks.get(dim)
+
+
+def needs_pool(
+    child: AiResources, required: Totals, blocks: Blocks, last: PoolShare | None = None
+) -> bool:
+    """True when the pool must be read: a dimension short, or one a read may move.
+
+    ``last``: the pool as this container last read it, if it did. A dimension under low water
+    is worth a read unless that read found the pool tight (no refill from a tight pool); one
+    over high water only when it did (surplus goes back to a tight pool only). Otherwise the
+    ensure is the hot path: one read, nothing moves.
+    """
+    for dim in Dimension:
+        usage = child.get(dim)
+        left = usage.total - required.get(dim)
+        tight = last is not None and is_tight(last, 0, dim, blocks)
+        low = max(low_water(blocks, dim), demand_of(usage, required.get(dim)))
+        if left < 0 or (left < low and not tight):
+            return True
+        if left > high_water(blocks, dim) and tight:
+            return True
+    return False
+
+
+def demand_of(usage: DimensionUsage, required: int) -> int:
+    """What the request asks beyond what the child holds in use: the room to keep for its next.
+
+    A child that asked this much once is likely to ask as much again soon; headroom for one
+    more such request spares its next write the gate's lag.
+    """
+    return max(0, required - usage.used - usage.drafted)
+
+
+def is_short(child: AiResources, required: Totals) -> bool:
+    """True when a dimension holds less than ``required``: the write would be refused."""
+    return any(required.get(dim) > child.get(dim).total for dim in Dimension)
+
+
+ROOMY_BLOCKS = 4
+"""A pool has room when every child's fair level holds this many blocks; under it, it is tight."""
+
+
+def fair_headroom(share: PoolShare, lack: int, dim: Dimension, blocks: Blocks) -> int:
+    """The most headroom of ``dim`` a child may hold: the level, shrunk on a tight pool.
+
+    Under :data:`ROOMY_BLOCKS` blocks the headroom falls with the square of the level
+    (``level² / (4B)``, a block at two blocks of level), so the tighter the pool, the closer
+    to exact its top-ups are.
+    """
+    block, level = blocks.get(dim), share.level(dim, lack)
+    if level < lack:
+        # What is left cannot give every child what this one lacks: exact, nothing parked.
+        return 0
+    roomy = ROOMY_BLOCKS * block
+    return level if level >= roomy else level * level // (roomy * roomy // block)
+
+
+def is_tight(share: PoolShare, lack: int, dim: Dimension, blocks: Blocks) -> bool:
+    """True when the fair level of ``dim`` holds fewer than :data:`ROOMY_BLOCKS` blocks."""
+    return share.level(dim, lack) < ROOMY_BLOCKS * blocks.get(dim)
+
+
+def plan_sizing(
+    child: AiResources,
+    required: Totals,
+    blocks: Blocks,
+    share: PoolShare,
+    movable: Collection[Dimension] = tuple(Dimension),
+) -> Plan:
+    """The totals the ensure sets per dimension, from the child, its need and the pool's share.
+
+    ``movable``: the dimensions a transfer may set (a tiered workspace's prompts may not move:
+    a short one is refused before this is asked, so it only keeps its total here).
+    """
+    target: dict[str, int] = {}
+    moves: set[Sizing] = set()
+    for dim in Dimension:
+        usage = child.get(dim)
+        total, need = usage.total, required.get(dim)
+        demand = demand_of(usage, need)
+        value, sizing = _size_one((total, need, demand), (blocks, dim), share)
+        if dim not in movable:
+            value, sizing = total, "hot-path"
+        target[dim.value] = value
+        moves.add(sizing)
+    for sizing in ("topped-up", "refilled", "rightsized"):
+        if sizing in moves:
+            return Plan(Totals(**target), sizing)
+    return Plan(Totals(**target), "hot-path")
+
+
+def _size_one(
+    sizes: tuple[int, int, int], rule: tuple[Blocks, Dimension], share: PoolShare
+) -> tuple[int, Sizing]:
+    total, need, demand = sizes
+    blocks, dim = rule
+    lack = max(0, need - total)
+    rounded = round_up_to_block(need + low_water(blocks, dim), blocks.get(dim)) - need
+    desired = max(rounded, demand)
+    headroom = min(desired, fair_headroom(share, lack, dim, blocks))
+    left = total - need
+    if left < 0:
+        return need + headroom, "topped-up"
+    tight = is_tight(share, lack, dim, blocks)
+    if left < max(low_water(blocks, dim), demand) and not tight and need + headroom > total:
+        return need + headroom, "refilled"
+    # A 0 is never sent: the gateway ignores it (semrush-user-manager.md).
+    if left > high_water(blocks, dim) and tight and 0 < need + headroom < total:
+        return need + headroom, "rightsized"
+    return max(0, total), "hot-path"

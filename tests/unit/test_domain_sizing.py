@@ -1,0 +1,192 @@
+"""The sizing rule (ADR 0027): fair headroom from the pool, refill ahead, surplus back."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from serenity_allocator.domain.model import AiResources, Blocks, Dimension, DimensionUsage, Totals
+from serenity_allocator.domain.sizing import (
+    PoolShare,
+    fair_headroom,
+    is_tight,
+    needs_pool,
+    plan_sizing,
+)
+
+BLOCKS = Blocks()  # 1 project, 100 prompts
+
+
+def _child(prompts: tuple[int, int], projects: tuple[int, int] = (1, 5)) -> AiResources:
+    """A child from (used, total) per dimension."""
+    return AiResources(
+        projects=DimensionUsage(used=projects[0], total=projects[1]),
+        prompts=DimensionUsage(used=prompts[0], total=prompts[1]),
+    )
+
+
+def _share(prompts: int, children: int = 1, projects: int = 1_000) -> PoolShare:
+    return PoolShare(free=Totals(projects=projects, prompts=prompts), children=children)
+
+
+@pytest.mark.parametrize(
+    ("free", "children", "headroom"),
+    [
+        (100_000, 1, 100_000),  # a level of 4 blocks or more: the level itself
+        (4_000, 10, 400),  # exactly 4 blocks of level: a pool with room
+        (2_000, 10, 25),  # 200 of level: 200² / 1600
+        (400, 10, 1),  # the gold pool's 40 of level: 40² / 1600
+        (90, 10, 0),  # a level (9) below the 10 the child lacks: exact
+    ],
+)
+def test_fair_headroom_is_the_level_on_a_pool_with_room_and_shrinks_with_its_square(
+    free: int, children: int, headroom: int
+) -> None:
+    # Given a child that lacks 10 prompts, from a pool with ``free`` among ``children``
+    share = _share(free + 10, children)
+
+    # Then its headroom is the fair level, or its square's share of four blocks when tight
+    assert fair_headroom(share, 10, Dimension.PROMPTS, BLOCKS) == headroom
+
+
+def test_a_short_child_of_a_pool_with_room_rises_to_its_need_plus_half_a_block_in_blocks() -> None:
+    # Given a child using all of its 100 prompts, a pool with room, 10 more needed
+    plan = plan_sizing(_child((100, 100)), Totals(projects=1, prompts=110), BLOCKS, _share(9_000))
+
+    # Then 110 + 50 rounded up to whole blocks: 200 (projects keep their 5)
+    assert (plan.target, plan.sizing) == (Totals(projects=5, prompts=200), "topped-up")
+
+
+def test_a_request_that_asks_more_than_a_block_keeps_as_much_again() -> None:
+    # Given a child using all of its 100 prompts and a request of 150 at once
+    plan = plan_sizing(_child((100, 100)), Totals(projects=1, prompts=250), BLOCKS, _share(9_000))
+
+    # Then the child holds the 150 it asked plus 150 more (more than the rounded 100)
+    assert plan.target.prompts == 400
+
+
+def test_max_min_fairness_a_short_pool_serves_every_child_its_exact_need() -> None:
+    # Given a pool with 300 prompts free among 10 children, each using all it holds, and each
+    # asking for 30 in turn (demand 300: exactly what is free)
+    free, targets = 300, []
+    for _ in range(10):
+        share = _share(free, children=10)
+        plan = plan_sizing(_child((100, 100)), Totals(projects=1, prompts=130), BLOCKS, share)
+        free -= plan.target.prompts - 100
+        targets.append(plan.target.prompts)
+
+    # Then every child is carved exactly its need: what is left never covers every child's
+    # lack, so nobody holds headroom another child would be refused for (blocks of 100
+    # would have served three and refused seven)
+    assert targets == [130] * 10
+    assert free == 0
+
+
+def test_on_a_pool_with_room_every_child_gets_the_same_headroom_within_the_level() -> None:
+    # Given a pool with 8,000 free among 10 children (level 799), two children asking 10
+    share = _share(8_000, children=10)
+    small = plan_sizing(_child((100, 100)), Totals(projects=1, prompts=110), BLOCKS, share)
+    large = plan_sizing(_child((4_000, 4_000)), Totals(projects=1, prompts=4_010), BLOCKS, share)
+
+    # Then each gets its need plus what the request wants (half a block, in blocks), whatever
+    # it already uses: the share is of what is free, not of what was used
+    assert (small.target.prompts - 110, large.target.prompts - 4_010) == (90, 90)
+
+
+def test_a_need_that_fits_under_low_water_is_refilled_ahead_from_a_pool_with_room() -> None:
+    # Given a child with 120 of 150 used and a request of 10 (20 left, under half a block)
+    plan = plan_sizing(_child((120, 150)), Totals(projects=1, prompts=130), BLOCKS, _share(9_000))
+
+    # Then it is refilled now, to 130 + 50 in whole blocks, before its next write needs it
+    assert (plan.target.prompts, plan.sizing) == (200, "refilled")
+
+
+def test_no_refill_ahead_from_a_tight_pool() -> None:
+    # Given the same child under a tight pool (level 30, under four blocks)
+    share = _share(300, children=10)
+    plan = plan_sizing(_child((120, 150)), Totals(projects=1, prompts=130), BLOCKS, share)
+
+    # Then nothing moves: its write fits, the pool's units stay free for the others
+    assert (plan.target.prompts, plan.sizing) == (150, "hot-path")
+    assert is_tight(share, 0, Dimension.PROMPTS, BLOCKS)
+
+
+def test_surplus_above_two_blocks_goes_back_to_a_tight_pool() -> None:
+    # Given a child carved 500 the old way, using 100, needing 10 more, under a tight pool
+    share = _share(300, children=10)
+    plan = plan_sizing(_child((100, 500)), Totals(projects=1, prompts=110), BLOCKS, share)
+
+    # Then it keeps its need plus the fair headroom (30² / 1600 = 0): 110, the rest goes back
+    assert (plan.target.prompts, plan.sizing) == (110, "rightsized")
+
+
+def test_surplus_stays_with_a_child_of_a_pool_with_room() -> None:
+    # Given the same child under a pool with room
+    plan = plan_sizing(_child((100, 500)), Totals(projects=1, prompts=110), BLOCKS, _share(9_000))
+
+    # Then nothing moves
+    assert (plan.target.prompts, plan.sizing) == (500, "hot-path")
+
+
+def test_surplus_back_never_sends_a_zero() -> None:
+    # Given a child holding 300 prompts and using none, with no prompt need, under a tight pool
+    share = _share(300, children=10)
+    plan = plan_sizing(_child((0, 300)), Totals(projects=1, prompts=0), BLOCKS, share)
+
+    # Then its prompts keep their total: a 0 is ignored by the gateway, never reported as moved
+    assert plan.target.prompts == 300
+
+
+def test_a_dimension_that_may_not_move_keeps_its_total() -> None:
+    # Given a child under low water in prompts whose prompts may not move (tiered)
+    plan = plan_sizing(
+        _child((120, 150)),
+        Totals(projects=1, prompts=130),
+        BLOCKS,
+        _share(9_000),
+        movable=(Dimension.PROJECTS,),
+    )
+
+    # Then prompts keep 150
+    assert plan.target.prompts == 150
+
+
+@pytest.mark.parametrize(
+    ("child", "last", "expected"),
+    [
+        (_child((100, 300), (1, 2)), None, False),  # 190 left, one project spare: the hot path
+        (_child((100, 300), (1, 2)), _share(300, 10), False),  # a tight pool moves nothing here
+        (_child((100, 130), (1, 2)), None, True),  # 20 left: a refill is worth a read
+        (_child((100, 130), (1, 2)), _share(300, 10), False),  # ... not from a tight pool
+        (_child((100, 500), (1, 2)), None, False),  # surplus, a pool not known to be tight
+        (_child((100, 500), (1, 2)), _share(300, 10), True),  # surplus of a tight pool
+    ],
+)
+def test_the_pool_is_read_only_when_the_read_may_move_something(
+    child: AiResources, last: PoolShare | None, expected: bool
+) -> None:
+    assert needs_pool(child, Totals(projects=1, prompts=110), BLOCKS, last) is expected
+
+
+@given(
+    used=st.integers(0, 2_000),
+    held=st.integers(0, 500),
+    need=st.integers(0, 500),
+    free=st.integers(0, 10_000),
+    children=st.integers(1, 50),
+)
+def test_a_raise_never_exceeds_what_the_pool_shows_free_and_a_need_is_always_covered(
+    used: int, held: int, need: int, free: int, children: int
+) -> None:
+    # Given any child, need and pool
+    child = _child((used, used + held))
+    required = Totals(projects=1, prompts=used + need)
+    plan = plan_sizing(child, required, BLOCKS, _share(free, children))
+
+    # Then the target covers the need whenever the pool can, and never raises more than is free
+    # beyond the exact lack (the transfer's 422 judges a lack the read says cannot fit)
+    raise_by = plan.target.prompts - child.prompts.total
+    assert raise_by <= max(free, need - held)
+    if need - held <= free:
+        assert plan.target.prompts >= used + need
