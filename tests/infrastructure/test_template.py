@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from serenity_allocator.adapters.observability import METRIC_CATALOG
+from serenity_allocator.write_guard import SERVICE_METRIC_CATALOG
 from serenity_tools.standins.invoke import NO_VALUE, IntrinsicResolver, parameter_values
 from tests.infrastructure._template import (
     RUNBOOKS_DIR,
@@ -348,6 +349,8 @@ def test_custom_metric_alarms_use_the_catalogs_names_and_dimensions(
     }
     assert len(custom) == 10
     for name, alarm in custom.items():
+        if alarm["MetricName"] in SERVICE_METRIC_CATALOG:  # emitted by the services: below
+            continue
         # Then the metric exists in the code's catalog, with exactly the dimensions it emits
         spec = METRIC_CATALOG[alarm["MetricName"]]
         dimensions = _metric_dimensions(alarm)
@@ -365,7 +368,9 @@ def test_pager_custom_metric_alarms_are_on_metrics_the_catalog_marks_pager_worth
     alarms = _alarms(template)
     for name in PAGER_ALARMS:
         if alarms[name].get("Namespace") == "SerenityAllocator":
-            assert METRIC_CATALOG[alarms[name]["MetricName"]].pager, name
+            metric = alarms[name]["MetricName"]
+            spec = SERVICE_METRIC_CATALOG.get(metric) or METRIC_CATALOG[metric]
+            assert spec.pager, name
 
 
 def test_enforcement_is_back_pages_on_the_first_disguised_405_anywhere(
@@ -376,9 +381,14 @@ def test_enforcement_is_back_pages_on_the_first_disguised_405_anywhere(
     classifier = alarms["EnforcementBackClassifierAlarm"]
     retry = alarms["EnforcementBackRetryAlarm"]
 
-    # Then the classifier's alarm fires on one matched 405 from any service
+    # Then the classifier's alarm fires on one matched 405 from any service: exactly the
+    # dimensions the services' recorder prints, none naming the service
     assert (classifier["MetricName"], classifier["Statistic"]) == ("MeteredQuotaClassifier", "Sum")
-    assert _metric_dimensions(classifier)["Matched"] == "true"
+    assert _metric_dimensions(classifier) == {
+        "Environment": {"Ref": "EnvironmentName"},
+        "Matched": "true",
+    }
+    assert set(SERVICE_METRIC_CATALOG["MeteredQuotaClassifier"].dimensions) == {"Matched"}
     # And the retry alarm counts every recovery cycle of every call site, in this environment
     (query,) = retry["Metrics"]
     expression = " ".join(
