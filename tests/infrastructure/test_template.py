@@ -620,3 +620,21 @@ def test_every_parameter_is_used(template: dict[str, Any]) -> None:
     text = json.dumps({k: v for k, v in template.items() if k != "Parameters"})
     for name in template["Parameters"]:
         assert f'"Ref": "{name}"' in text or "${" + name + "}" in text, name
+
+
+def test_alarm_descriptions_say_exactly_what_they_count(template: dict[str, Any]) -> None:
+    # Given the alarms whose counting is easy to misread
+    alarms = _alarms(template)
+    oldest, busy = alarms["QueueOldestMessageAgeAlarm"], alarms["WorkspaceBusyRejectionAlarm"]
+    classifier = alarms["EnforcementBackClassifierAlarm"]
+
+    # Then the oldest-message alarm is 3 consecutive 1-minute periods, and says so
+    assert (oldest["Period"], oldest["EvaluationPeriods"]) == (60, 3)
+    assert "DatapointsToAlarm" not in oldest  # 3 of 3: consecutive
+    assert "for 3 consecutive minutes" in " ".join(oldest["AlarmDescription"].split())
+    # And the busy alarm says it counts refused receives, not requests or "ensures that gave up"
+    text = " ".join(busy["AlarmDescription"].split())
+    assert "counts refused receives of ensures and releases, not requests" in text
+    # And the classifier alarm says who records it, once per 405
+    text = " ".join(classifier["AlarmDescription"].split())
+    assert "counted once per such answer by the service's EmfQuotaRetryRecorder" in text
