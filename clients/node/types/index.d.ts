@@ -110,6 +110,8 @@ export function modelChangeNeed(
 
 export type CycleOutcome = 'recovered' | 'exhausted' | 'abandoned';
 export interface QuotaRetryRecorder {
+  /** One MeteredQuotaClassifier per 405 a guarded write met (the enforcement-is-back pager). */
+  quotaVerdict?(matched: boolean): void;
   record(outcome: CycleOutcome, attempt: number, site: string): void;
   rollbackFailed?(site: string): void;
 }
@@ -196,7 +198,9 @@ export class OutcomeReader implements OutcomeLookup {
 
 export const METRIC_NAMESPACE: 'SerenityAllocator';
 export class EmfQuotaRetryRecorder implements QuotaRetryRecorder {
-  constructor(environment: string, options?: { service?: string; emit?: (line: string) => void; clockMs?: () => number });
+  /** `environment`: the stack's EnvironmentName; `service`: the calling service's name. */
+  constructor(environment: string, options: { service: string; emit?: (line: string) => void; clockMs?: () => number });
+  quotaVerdict(matched: boolean): void;
   record(outcome: CycleOutcome, attempt: number, site: string): void;
   rollbackFailed(site: string): void;
 }
