@@ -14,6 +14,7 @@ import pytest
 
 from serenity_allocator.application.sweep_ports import StoredCheckpoint
 from serenity_allocator.application.sweep_run_tokens import RunTokens, hand_over_run_token
+from serenity_allocator.domain.credentials import TokenFreshness
 from serenity_allocator.domain.errors import ImsUnavailableError, NeedsReauthError
 from serenity_allocator.domain.observations import CredentialOutcome
 from serenity_allocator.domain.sweep_errors import (
@@ -24,7 +25,7 @@ from serenity_allocator.domain.sweep_errors import (
     SweepNoCredentialError,
 )
 from serenity_allocator.domain.sweep_run_claim import run_claim_name
-from tests.fakes import InMemoryCheckpointStore, RecordingObserver
+from tests.fakes import FakeClock, InMemoryCheckpointStore, RecordingObserver
 
 RUN = "rs-unit-1"
 
@@ -46,6 +47,7 @@ class ReversibleCipher:
 class Exchanged:
     access_token: str
     promise_token: str
+    expires_in: int | None = 299
 
 
 @dataclass
@@ -57,6 +59,7 @@ class FakeIms:
     confirm_invalidate: bool = True
     on_exchange: list[object] = field(default_factory=list)
     counter: int = 0
+    expires_in: int | None = 299
 
     def mint(self) -> str:
         self.counter += 1
@@ -70,7 +73,7 @@ class FakeIms:
         if promise_token not in self.alive:
             raise NeedsReauthError()
         self.alive.discard(promise_token)
-        return Exchanged(f"at-{self.counter}", self.mint())
+        return Exchanged(f"at-{self.counter}", self.mint(), self.expires_in)
 
     def invalidate(self, promise_token: str) -> bool:
         self.invalidated.append(promise_token)
@@ -84,9 +87,11 @@ class Rig:
     cipher: ReversibleCipher = field(default_factory=ReversibleCipher)
     ims: FakeIms = field(default_factory=FakeIms)
     observer: RecordingObserver = field(default_factory=RecordingObserver)
+    clock: FakeClock = field(default_factory=FakeClock)
 
-    def tokens(self) -> RunTokens:
-        return RunTokens(self.store, self.cipher, self.ims, self.observer)
+    def tokens(self, call_s: float = 10.0) -> RunTokens:
+        freshness = TokenFreshness(self.clock, call_s)
+        return RunTokens(self.store, self.cipher, self.ims, self.observer, freshness)
 
     def hand_over(self, token: str) -> None:
         hand_over_run_token(self.store, self.cipher, RUN, token)
@@ -198,6 +203,45 @@ def test_a_session_exchanges_once_per_batch_and_again_on_refresh(rig: Rig) -> No
     assert session.access_token(refresh=True) != first  # after a Semrush 401
     assert rig.outcomes() == ["exchanged", "exchanged"]
     assert "pt-" not in repr(session) and "at-" not in repr(session)
+
+
+def test_a_session_exchanges_again_before_a_call_its_access_token_would_not_outlive(
+    rig: Rig,
+) -> None:
+    # Given a batch whose access token lives 299 s (IMS's expires_in) and calls of up to 10 s
+    rig.hand_over(rig.ims.mint())
+    session = rig.tokens(call_s=10.0).session(RUN)
+    first = session.access_token()
+
+    # When the batch goes on to 288 s after the exchange: a 10 s call still ends inside it
+    rig.clock.advance(288.0)
+    assert session.access_token() == first
+    # And at 289 s one would end at 299 s, when the token dies: exchanged and rolled first
+    rig.clock.advance(1.0)
+    second = session.access_token()
+
+    # Then the new access token serves on, and the claim holds the newest roll
+    assert second != first
+    assert rig.outcomes() == ["exchanged", "exchanged"]
+    assert rig.ims.alive == {f"pt-{rig.ims.counter}"}
+
+
+@pytest.mark.parametrize(("expires_in", "fresh_for_s"), [(None, 299 - 10), (60, 60 - 10), (0, 0)])
+def test_an_access_tokens_lifetime_is_imss_expires_in_or_the_documented_299_s(
+    rig: Rig, expires_in: int | None, fresh_for_s: int
+) -> None:
+    # Given IMS answering an exchange with this expires_in (none: the documented 299 s)
+    rig.ims.expires_in = expires_in
+    rig.hand_over(rig.ims.mint())
+    session = rig.tokens(call_s=10.0).session(RUN)
+    first = session.access_token()
+
+    # Then it is reused until a 10 s call would outlive it, and not one second longer
+    if fresh_for_s > 0:
+        rig.clock.advance(fresh_for_s - 0.5)
+        assert session.access_token() == first
+        rig.clock.advance(0.5)
+    assert session.access_token() != first
 
 
 # ---- what a claim without a usable token says, and what ending it does ----------------------

@@ -4,10 +4,13 @@ The CLI hands the operator's token over onto the run's claim (:func:`hand_over_r
 KMS-encrypted under the run's context) before it invokes. Each batch then holds a
 :class:`RunTokenSession`: the batch's first Semrush call makes it read the claim, exchange the
 token with the consumer pair and store the ROLLED token on the claim before that call is sent
-(ims-promise-tokens.md: exchange first, persist at once); the access token serves the rest of
-the batch. When the run ends (done, aborted, abandoned) :meth:`RunTokens.end` invalidates the
-token's chain (best effort) and scrubs it. A dead promise (IMS 401/403) is scrubbed and stops
-the run with :class:`SweepNeedsReauthError`, which says how to resume with a new token.
+(ims-promise-tokens.md: exchange first, persist at once); the access token serves the batch's
+later calls for as long as IMS's ``expires_in`` says (about five minutes): a call, or a
+release's mint (which presents it as ``authenticating_token``), that it would not outlive makes
+the session exchange and roll again first (ADR 0025). When the run ends (done, aborted,
+abandoned) :meth:`RunTokens.end` invalidates the token's chain (best effort) and scrubs it. A
+dead promise (IMS 401/403) is scrubbed and stops the run with :class:`SweepNeedsReauthError`,
+which says how to resume with a new token.
 
 Every claim write is conditional on the version read, so two invocations of one run cannot both
 roll: the loser invalidates what it got (or sees the token rolled under it) and stops with
@@ -23,6 +26,7 @@ from typing import Literal, NoReturn
 
 from pydantic import ValidationError
 
+from ..domain.credentials import AccessLifetime, TokenFreshness
 from ..domain.errors import ImsUnavailableError, NeedsReauthError, OutOfTimeError
 from ..domain.observations import CredentialOutcome
 from ..domain.ports import AllocationObserver
@@ -116,6 +120,8 @@ class RunTokens:
         cipher: KMS, for the run's context.
         ims: IMS with the consumer pair.
         observer: Where ``CredentialOutcome`` events go.
+        freshness: The clock and the longest call presenting an access token (a Semrush call
+            or a release's mint), to judge the exchanged token's age.
     """
 
     def __init__(
@@ -124,11 +130,13 @@ class RunTokens:
         cipher: RunTokenCipher,
         ims: PromiseExchange,
         observer: AllocationObserver,
+        freshness: TokenFreshness,
     ) -> None:
         self._store = store
         self._cipher = cipher
         self._ims = ims
         self._observer = observer
+        self.freshness = freshness
 
     def session(self, run_id: str) -> RunTokenSession:
         """A batch's hold on the run's authority (nothing is exchanged until it is asked)."""
@@ -140,8 +148,8 @@ class RunTokens:
 
     # -- shared with the session ---------------------------------------------------------------
 
-    def exchange(self, run_id: str) -> str:
-        """Exchange the claim's token, store the rolled one, return the access token.
+    def exchange(self, run_id: str) -> tuple[str, AccessLifetime]:
+        """Exchange the claim's token, store the rolled one; the access token and its lifetime.
 
         Raises:
             SweepNoCredentialError: the claim holds no usable token.
@@ -155,6 +163,7 @@ class RunTokens:
             self._observer.record(CredentialOutcome("noCredential"))
             raise SweepNoCredentialError(run_id, read.why_empty())
         token = _open(self._cipher, run_id, sealed)
+        sent_at = self.freshness.clock()
         try:
             tokens = self._ims.exchange(token)
         except NeedsReauthError:
@@ -168,7 +177,7 @@ class RunTokens:
         if superseded is not None:
             # The operator handed over a new token: the old chain must not stay alive.
             self._invalidate(run_id, superseded)
-        return tokens.access_token
+        return tokens.access_token, self.freshness.lifetime_of(sent_at, tokens.expires_in)
 
     def _roll(self, run_id: str, read: _ClaimRead, rolled: str) -> None:
         claim = RunClaim(run_id=run_id, promise_token=_seal(self._cipher, run_id, rolled))
@@ -223,13 +232,15 @@ class RunTokenSession:
     """One batch's hold on its run's authority, for the Semrush client's token holder.
 
     The first :meth:`access_token` exchanges (and rolls) the run's token; later calls reuse the
-    access token; ``refresh=True`` (the client's one retry after a 401) exchanges again.
+    access token while a call would end inside its lifetime, and exchange again once it would
+    not; ``refresh=True`` (the client's one retry after a 401) exchanges again.
     """
 
     def __init__(self, tokens: RunTokens, run_id: str) -> None:
         self._tokens = tokens
         self.run_id = run_id
         self._access: str | None = None
+        self._lifetime: AccessLifetime | None = None
 
     @property
     def exchanged(self) -> bool:
@@ -238,8 +249,9 @@ class RunTokenSession:
 
     def access_token(self, *, refresh: bool = False) -> str:
         """The operator's access token for this batch (see the class docstring)."""
-        if self._access is None or refresh:
-            self._access = self._tokens.exchange(self.run_id)
+        fresh = self._lifetime is not None and self._tokens.freshness.presentable(self._lifetime)
+        if self._access is None or refresh or not fresh:
+            self._access, self._lifetime = self._tokens.exchange(self.run_id)
         return self._access
 
     def __repr__(self) -> str:

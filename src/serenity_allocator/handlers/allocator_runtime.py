@@ -26,6 +26,7 @@ from ..application import (
     WorkerPorts,
     start_batch,
 )
+from ..domain.credentials import TokenFreshness
 from ..domain.ledger import RequestLedger
 from ..domain.metering import ParentMeteringCache
 from ..domain.model import Dimension
@@ -239,7 +240,10 @@ def _ims_runtime(
         KmsTokenCipher(ims_settings.credentials_key_arn or "", call_budget_s=aws_budget_s),
         call_budget_s=aws_budget_s,
     )
-    broker = ImsCredentialBroker(store, ims, holder)
+    # An access token is judged on the runtime's clock (late-bound: tests replace it), against
+    # the longest Semrush attempt that would present it.
+    freshness = TokenFreshness(lambda: runtime.clock(), settings.semrush.timeout_s)  # noqa: PLW0108
+    broker = ImsCredentialBroker(store, ims, holder, freshness)
     holder.broker = broker
     runtime = AllocatorRuntime(
         settings=settings,

@@ -38,6 +38,7 @@ from ..application.sweep_ports import (
     SweepEnvironment,
 )
 from ..application.sweep_run_tokens import RunTokens
+from ..domain.credentials import TokenFreshness
 from ..domain.errors import UpstreamError
 from ..domain.ports import Clock, Sleeper, WorkspaceGateway
 from ..domain.sweep_errors import (
@@ -293,6 +294,13 @@ def _bind_run_token(rt: SweepRuntime, env: SweepEnvironment, run_id: str) -> Non
         rt.credentials.holder.bind(env.run_tokens.session(run_id))
 
 
+def _freshness(rt: SweepRuntime) -> TokenFreshness:
+    """The run's access token is presented by Semrush calls and by releases' mints (IMS)."""
+    from ..adapters.ims_client import DEFAULT_TIMEOUT_S
+
+    return TokenFreshness(rt.clock, max(rt.settings.semrush.timeout_s, DEFAULT_TIMEOUT_S))
+
+
 def _environment(
     rt: SweepRuntime, context: LambdaContext, recorder: MetricsRecorder
 ) -> SweepEnvironment:
@@ -304,7 +312,9 @@ def _environment(
     run_tokens = None
     if rt.credentials is not None:
         limit_gateway_time(rt.credentials.ims, budget_s)
-        run_tokens = RunTokens(rt.store, rt.credentials.cipher, rt.credentials.ims, observer)
+        run_tokens = RunTokens(
+            rt.store, rt.credentials.cipher, rt.credentials.ims, observer, _freshness(rt)
+        )
     return SweepEnvironment(
         gateway=rt.gateway,
         store=rt.store,
