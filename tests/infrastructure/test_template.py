@@ -42,6 +42,7 @@ PAGER_ALARMS = {
     "NeedsReauthBurstAlarm",
     "AccessDeniedBurstAlarm",
     "UnauthorizedBurstAlarm",
+    "ImsClientRefusedAlarm",
 }
 DASHBOARD_ONLY_ALARMS = {
     "OrgPoolExhaustedRejectionAlarm",
@@ -346,7 +347,7 @@ def test_custom_metric_alarms_use_the_catalogs_names_and_dimensions(
         for name, alarm in _alarms(template).items()
         if alarm.get("Namespace") == globals_env["POWERTOOLS_METRICS_NAMESPACE"]
     }
-    assert len(custom) == 10
+    assert len(custom) == 11
     for name, alarm in custom.items():
         # Then the metric exists in the code's catalog, with exactly the dimensions it emits
         spec = METRIC_CATALOG[alarm["MetricName"]]
@@ -394,6 +395,16 @@ def test_enforcement_is_back_pages_on_the_first_disguised_405_anywhere(
         assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
         assert (alarm["Period"] if "Period" in alarm else query["Period"]) == 300
         assert alarm["EvaluationPeriods"] == 1
+
+
+def test_a_refused_ims_pair_pages_at_the_first_one_within_a_minute(
+    template: dict[str, Any],
+) -> None:
+    alarm = _alarms(template)["ImsClientRefusedAlarm"]
+    assert (alarm["MetricName"], alarm["Statistic"]) == ("CredentialOutcome", "Sum")
+    assert _metric_dimensions(alarm)["Outcome"] == "imsClientRefused"
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+    assert (alarm["Period"], alarm["EvaluationPeriods"]) == (60, 1)
 
 
 def test_threshold_alarms_use_their_parameters(template: dict[str, Any]) -> None:

@@ -134,7 +134,7 @@ def test_a_batch_longer_than_an_access_token_never_presents_a_dead_one(
         # When one batch carries all ten (a function long enough to outlive a token)
         messages = worker.receive()
         assert len(messages) == 10
-        event, response = worker.run_handler(messages, timeout_s=3600.0, clock=clock)
+        _event, response = worker.run_handler(messages, timeout_s=3600.0, clock=clock)
 
     # Then the batch outlived one access token...
     assert clock() - started > EXCHANGED_TTL_S
@@ -167,9 +167,7 @@ def test_a_sweep_batch_longer_than_an_access_token_mints_every_release_from_a_li
         started = clock()
 
         # When it goes through
-        [result] = ims.stack.run_to_end(
-            payload(run_id=RUN_ID, dry_run=False, rate_limit_ms=60_000)
-        )
+        [result] = ims.stack.run_to_end(payload(run_id=RUN_ID, dry_run=False, rate_limit_ms=60_000))
 
         # Then the batch lasted longer than one access token...
         assert clock() - started > EXCHANGED_TTL_S

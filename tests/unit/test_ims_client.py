@@ -14,12 +14,14 @@ from serenity_allocator.adapters.ims_client import (
     ImsClient,
     ImsClientPair,
     ImsRequestError,
+    MalformedExchangeError,
     MintedPromise,
     validate_ims_origin,
 )
 from serenity_allocator.adapters.secret_redaction import redact_secret
 from serenity_allocator.adapters.semrush_origin import ConfigurationError
 from serenity_allocator.domain.errors import (
+    ImsClientRefusedError,
     ImsUnavailableError,
     NeedsReauthError,
     OutOfTimeError,
@@ -46,6 +48,10 @@ class Sleeps:
         self.clock.now += seconds
 
 
+def no_jitter() -> float:
+    return 0.5
+
+
 def pairs(sim: SimulatorServer) -> tuple[ImsClientPair, ImsClientPair]:
     clients = sim.ims_clients()
     return ImsClientPair(**clients["emitter"]), ImsClientPair(**clients["consumer"])
@@ -65,7 +71,7 @@ def sleeps(clock: Clock) -> Sleeps:
 def ims(sim: SimulatorServer, clock: Clock, sleeps: Sleeps) -> Iterator[ImsClient]:
     emitter, consumer = pairs(sim)
     with ImsClient(
-        sim.origin, emitter=emitter, consumer=consumer, sleep=sleeps, clock=clock
+        sim.origin, emitter=emitter, consumer=consumer, sleep=sleeps, clock=clock, jitter=no_jitter
     ) as client:
         yield client
 
@@ -180,24 +186,102 @@ def test_ims_client_transport_failure_is_unavailable(sim: SimulatorServer, sleep
         raise httpx.ConnectError("refused", request=request)
 
     with httpx.Client(transport=httpx.MockTransport(refuse)) as http:
-        client = ImsClient("http://127.0.0.1:9", emitter=emitter, http=http, sleep=sleeps)
+        client = ImsClient(
+            "http://127.0.0.1:9", emitter=emitter, http=http, sleep=sleeps, jitter=no_jitter
+        )
         with pytest.raises(ImsUnavailableError):
             client.mint("sim-ims-at-x")
     assert sleeps.calls == [1.0, 2.0]
 
 
-def test_ims_client_wrong_pair_and_dead_user_token_need_reauth(
+def test_ims_client_a_refused_pair_is_configuration_and_a_dead_user_token_needs_reauth(
     sim: SimulatorServer, clock: Clock, sleeps: Sleeps
 ) -> None:
+    # Given a consumer pair with a wrong (rotated) secret
     emitter, consumer = pairs(sim)
     wrong = ImsClientPair(consumer.client_id, "wrong-secret")
     client = ImsClient(sim.origin, emitter=emitter, consumer=wrong, sleep=sleeps, clock=clock)
     minted = client.mint(sim.ims_user("u1", ["c1"]))
-    with pytest.raises(NeedsReauthError):
+    assert client.pair_refused is False
+    # When it exchanges: IMS's invalid_client is the deployment's fault, never the user's
+    with pytest.raises(ImsClientRefusedError) as caught:
         client.exchange(minted.promise_token)
+    assert (caught.value.code, caught.value.transient) == ("imsClientRefused", True)
+    assert client.pair_refused is True
+    # And the promise was not touched: with the pair read again it exchanges
+    client.use_consumer(consumer)
+    assert client.pair_refused is False
+    assert isinstance(client.exchange(minted.promise_token), ExchangedTokens)
+    # A wrong emitter secret at mint is the same configuration fault
+    bad_emitter = ImsClientPair(emitter.client_id, "rotated", emitter.promise_definition_id)
+    with pytest.raises(ImsClientRefusedError):
+        ImsClient(sim.origin, emitter=bad_emitter).mint(sim.ims_user("u1", ["c1"]))
+    # While a dead user token at mint is the user's: sign in again
     with pytest.raises(NeedsReauthError):
         client.mint("sim-ims-at-expired")
     assert sleeps.calls == []  # refusals are never retried
+
+
+@pytest.mark.parametrize("status", [400, 401, 403])
+@pytest.mark.parametrize("error", ["invalid_client", "unauthorized_client"])
+def test_ims_client_any_refusal_of_the_pair_is_configuration(status: int, error: str) -> None:
+    _, consumer = ImsClientPair("e", "s", "d"), ImsClientPair("c", "s")
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, json={"error": error})
+
+    with httpx.Client(transport=httpx.MockTransport(answer)) as http:
+        client = ImsClient("https://ims.example.com", consumer=consumer, http=http)
+        with pytest.raises(ImsClientRefusedError):
+            client.exchange("pt")
+        assert client.invalidate("pt") is False  # best effort at the end: reported, not raised
+    assert client.pair_refused is True
+
+
+@pytest.mark.parametrize(
+    ("draws", "retry_after", "slept"),
+    [
+        ([0.0, 1.0], None, [0.8, 2.4]),  # the jitter's ends: -20 %, +20 %
+        ([0.5, 0.5], "3", [3.0, 3.0]),  # IMS asked for 3 s: the larger wait wins
+        ([1.0, 1.0], "1", [1.2, 2.4]),  # a Retry-After shorter than the backoff
+    ],
+)
+def test_ims_client_429_waits_retry_after_or_the_jittered_backoff(
+    sim: SimulatorServer,
+    clock: Clock,
+    sleeps: Sleeps,
+    draws: list[float],
+    retry_after: str | None,
+    slept: list[float],
+) -> None:
+    emitter, consumer = pairs(sim)
+    pending = list(draws)
+    client = ImsClient(
+        sim.origin,
+        emitter=emitter,
+        consumer=consumer,
+        sleep=sleeps,
+        clock=clock,
+        jitter=lambda: pending.pop(0),
+    )
+    minted = client.mint(sim.ims_user("u1", ["c1"]))
+    rule: dict[str, object] = {"op": "ims_exchange", "status": 429, "count": 2}
+    if retry_after is not None:
+        rule["retry_after"] = int(retry_after)
+    sim.faults(fail_next=[rule])
+    assert isinstance(client.exchange(minted.promise_token), ExchangedTokens)
+    assert sleeps.calls == pytest.approx(slept)
+
+
+def test_ims_client_a_retry_after_past_the_deadline_is_not_waited(
+    sim: SimulatorServer, ims: ImsClient, sleeps: Sleeps
+) -> None:
+    minted = ims.mint(sim.ims_user("u1", ["c1"]))
+    ims.limit_time(30.0)
+    sim.faults(fail_next=[{"op": "ims_exchange", "status": 429, "retry_after": 60}])
+    with pytest.raises(ImsUnavailableError):
+        ims.exchange(minted.promise_token)
+    assert sleeps.calls == []  # 60 s asked, 30 s left: given back at once, nothing slept
 
 
 def test_ims_client_400_is_a_request_error_naming_only_the_code(sim: SimulatorServer) -> None:
@@ -218,6 +302,22 @@ def test_ims_client_needs_the_pair_of_its_operation(sim: SimulatorServer) -> Non
         ImsClient(sim.origin, emitter=consumer)
 
 
+def test_ims_client_an_exchange_answer_without_an_access_token_hands_back_the_rolled_token(
+    sim: SimulatorServer,
+) -> None:
+    _, consumer = pairs(sim)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"promise_token": "pt-rolled", "expires_in": 299})
+
+    with httpx.Client(transport=httpx.MockTransport(answer)) as http:
+        client = ImsClient("https://ims.example.com", consumer=consumer, http=http)
+        with pytest.raises(MalformedExchangeError) as caught:
+            client.exchange("pt")
+    assert caught.value.rolled == "pt-rolled"
+    assert "pt-rolled" not in f"{caught.value} {caught.value!r}"
+
+
 def test_ims_client_malformed_answer(sim: SimulatorServer) -> None:
     _, consumer = pairs(sim)
 
@@ -235,6 +335,9 @@ def test_ims_client_malformed_answer(sim: SimulatorServer) -> None:
     [
         ("https://IMS-NA1.adobelogin.com", "https://ims-na1.adobelogin.com"),
         ("http://127.0.0.1:8765/", "http://127.0.0.1:8765"),
+        # The upstream's IMS_HOST: a bare host, always HTTPS
+        ("ims-na1.adobelogin.com", "https://ims-na1.adobelogin.com"),
+        (" IMS-NA1.adobelogin.com ", "https://ims-na1.adobelogin.com"),
     ],
 )
 def test_validate_ims_origin_accepts(url: str, origin: str) -> None:
@@ -248,7 +351,8 @@ def test_validate_ims_origin_accepts(url: str, origin: str) -> None:
         "https://ims.example.com/ims",
         "https://user:pw@ims.example.com",
         "https://10.0.0.1",
-        "ims.example.com",
+        "ims.example.com/ims",
+        "10.0.0.1",
         "",
     ],
 )

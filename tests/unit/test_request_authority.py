@@ -16,7 +16,7 @@ from serenity_allocator.adapters.dynamodb_credential_store import (
     CredentialStoreError,
     StoredCredential,
 )
-from serenity_allocator.adapters.ims_client import ExchangedTokens
+from serenity_allocator.adapters.ims_client import ExchangedTokens, MalformedExchangeError
 from serenity_allocator.adapters.kms_token_cipher import TokenCipherError
 from serenity_allocator.adapters.request_authority import (
     ImsCredentialBroker,
@@ -101,6 +101,26 @@ def test_holder_exchanges_again_before_a_call_the_access_token_would_not_outlive
     assert (ims.exchanged, store.tokens["r-1"]) == (["pt-0", "pt-1"], "pt-2")
     clock.advance(288.0)
     assert holder.get_token() == "at-2"
+
+
+def test_an_exchange_answer_without_an_access_token_keeps_its_rolled_promise() -> None:
+    # Given IMS answering an exchange 200 with the rolled promise token but no access token
+    # (IMS processed it: the stored token is spent, the rolled one is the promise's only life)
+    store, holder = FakeStore(), RequestTokenHolder()
+
+    class HalfAnswer(FakeIms):
+        def exchange(self, promise_token: str) -> ExchangedTokens:
+            self.exchanged.append(promise_token)
+            raise MalformedExchangeError("pt-rolled")
+
+    broker = ImsCredentialBroker(store, HalfAnswer(), holder)
+
+    # When the request opens its session / Then it fails for now (it comes back) ...
+    with pytest.raises(MalformedExchangeError) as caught:
+        broker.open("r-1", "ws-1")
+    # ... with the rolled token on its record, not the spent one; nothing said of the token
+    assert store.tokens["r-1"] == "pt-rolled"
+    assert "pt-rolled" not in str(caught.value) and "pt-rolled" not in repr(caught.value)
 
 
 def test_holder_unbound_fails_closed() -> None:

@@ -27,7 +27,7 @@ from typing import Protocol
 from ..domain.credentials import AccessLifetime, CredentialEnd, TokenFreshness
 from ..domain.errors import CredentialStoreUnavailableError, NoCredentialError
 from .dynamodb_credential_store import CredentialGoneError, CredentialStoreError, StoredCredential
-from .ims_client import ExchangedTokens
+from .ims_client import ExchangedTokens, MalformedExchangeError
 from .kms_token_cipher import TokenCipherError
 
 UNDECRYPTABLE = "InvalidCiphertextException"
@@ -140,7 +140,11 @@ class ImsCredentialBroker:
         if stored is None:
             raise NoCredentialError()
         sent_at = self._freshness.clock()
-        tokens = self._ims.exchange(stored.promise_token)
+        try:
+            tokens = self._ims.exchange(stored.promise_token)
+        except MalformedExchangeError as exc:
+            self._keep_rolled(request_id, workspace_id, exc)
+            raise
         session = ImsSession(
             request_id,
             workspace_id,
@@ -157,7 +161,12 @@ class ImsCredentialBroker:
         After a Semrush 401, or before a call its access token would not outlive.
         """
         sent_at = self._freshness.clock()
-        tokens = self._ims.exchange(session.promise_token)
+        try:
+            tokens = self._ims.exchange(session.promise_token)
+        except MalformedExchangeError as exc:
+            session.promise_token = exc.rolled  # the one passed in is spent: end this one
+            self._keep_rolled(session.request_id, session.workspace_id, exc)
+            raise
         session.access_token = tokens.access_token
         session.promise_token = tokens.promise_token
         session.lifetime = self._freshness.lifetime_of(sent_at, tokens.expires_in)
@@ -223,6 +232,14 @@ class ImsCredentialBroker:
         except (TokenCipherError, CredentialStoreError):
             return None  # still scrubbed; the token dies with its IMS time to live
         return stored.promise_token if stored is not None else None
+
+    def _keep_rolled(self, request_id: str, workspace_id: str, exc: MalformedExchangeError) -> None:
+        """An answer without an access token still rolled the promise: store the new token.
+
+        The request fails for now and comes back with a live promise instead of a spent one.
+        """
+        kept = ImsSession(request_id, workspace_id, "", exc.rolled, AccessLifetime(0.0))
+        self._roll(kept)
 
     def _roll(self, session: ImsSession) -> None:
         # Before anything else: a crash from here on replays with the new token (the one just

@@ -27,7 +27,12 @@ from typing import Literal, NoReturn
 from pydantic import ValidationError
 
 from ..domain.credentials import AccessLifetime, TokenFreshness
-from ..domain.errors import ImsUnavailableError, NeedsReauthError, OutOfTimeError
+from ..domain.errors import (
+    ImsClientRefusedError,
+    ImsUnavailableError,
+    NeedsReauthError,
+    OutOfTimeError,
+)
 from ..domain.observations import CredentialOutcome
 from ..domain.ports import AllocationObserver
 from ..domain.sweep_errors import (
@@ -155,6 +160,8 @@ class RunTokens:
             SweepNoCredentialError: the claim holds no usable token.
             SweepNeedsReauthError: IMS refused the exchange (the claim is scrubbed).
             SweepImsUnavailableError: IMS could not answer in time (the claim is unchanged).
+            ImsClientRefusedError: IMS refused the consumer pair (configuration; the claim is
+                unchanged, the run resumes once the pair is fixed).
             RunInProgressError: another invocation rolled the token meanwhile.
         """
         read = _read(self._store, run_id)
@@ -171,6 +178,10 @@ class RunTokens:
         except (ImsUnavailableError, OutOfTimeError):
             self._observer.record(CredentialOutcome("imsUnavailable"))
             raise SweepImsUnavailableError(run_id) from None
+        except ImsClientRefusedError:
+            # Our pair, not the operator's promise: the claim keeps its token (configuration).
+            self._observer.record(CredentialOutcome("imsClientRefused"))
+            raise
         self._roll(run_id, read, tokens.promise_token)
         self._observer.record(CredentialOutcome("exchanged"))
         superseded = read.claim.promise_token if read.claim.handover else None

@@ -147,6 +147,21 @@ class NeedsReauthError(AllocationError):
     message = "the user's authorization must be renewed before this request can run"
 
 
+class ImsClientRefusedError(AllocationError):
+    """IMS refused the deployment's client pair itself (``invalid_client``): a configuration fault.
+
+    Not the user's: a wrong or rotated consumer (or emitter) secret refuses every request
+    alike. Transient, so every promise is kept (nothing invalidated, nothing scrubbed): the
+    record comes back, the container re-reads the pair, and after the pair is fixed the next
+    receive (or a redrive of the dead letter) runs. Alarmed as configuration
+    (runbooks/credentials.md#imsclientrefused).
+    """
+
+    code = "imsClientRefused"
+    message = "the identity service refused this deployment's client pair (configuration)"
+    transient = True
+
+
 class ImsUnavailableError(AllocationError):
     """IMS kept answering 429/5xx or could not be reached within the retries and the deadline."""
 

@@ -92,6 +92,7 @@ CredentialOutcomeName = Literal[
     "accessDenied",
     "unauthorized",
     "imsUnavailable",
+    "imsClientRefused",
     "invalidateFailed",
 ]
 
@@ -103,8 +104,10 @@ class CredentialOutcome:
     ``exchanged``: a session opened (promise exchanged, rolled token stored); the terminal
     ``noCredential``/``needsReauth``/``accessDenied``; ``unauthorized``: Semrush refused a fresh
     token with 401, the record comes back (a burst is a credential incident);
-    ``imsUnavailable``: an exchange failed for now (429/5xx/timeout); ``invalidateFailed``: IMS
-    did not confirm the invalidation at the end (the outcome stands). ``reason`` is a code for
+    ``imsUnavailable``: an exchange failed for now (429/5xx/timeout); ``imsClientRefused``: IMS
+    refused the deployment's client pair (``invalid_client``: configuration, the record comes
+    back); ``invalidateFailed``: IMS did not confirm the invalidation at the end (the outcome
+    stands). ``reason`` is a code for
     the log line, never a token.
     """
 

@@ -39,7 +39,7 @@ from ..application.sweep_ports import (
 )
 from ..application.sweep_run_tokens import RunTokens
 from ..domain.credentials import TokenFreshness
-from ..domain.errors import UpstreamError
+from ..domain.errors import ImsClientRefusedError, UpstreamError
 from ..domain.ports import Clock, Sleeper, WorkspaceGateway
 from ..domain.sweep_errors import (
     SweepImsUnavailableError,
@@ -54,7 +54,14 @@ from ..domain.sweep_model import (
 )
 from ..domain.validation import describe_validation_error
 from .settings import ImsSettings, SweepSettings
-from .wiring import build_ims_consumer, build_semrush_client, limit_gateway_time
+from .wiring import (
+    PairSource,
+    build_ims_consumer,
+    build_semrush_client,
+    consumer_pair_source,
+    limit_gateway_time,
+    renew_refused_pair,
+)
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -101,6 +108,8 @@ class SweepCredentials:
     holder: SessionTokenHolder
     ims: PromiseExchange
     cipher: RunTokenCipher
+    pair_source: PairSource | None = None
+    """Reads the consumer pair again (its secret) after IMS refused it."""
 
 
 @dataclass
@@ -180,6 +189,7 @@ def build_sweep_credentials(ims: ImsSettings) -> SweepCredentials:
         holder=SessionTokenHolder(),
         ims=build_ims_consumer(ims, call_budget_s=AWS_CALL_BUDGET_S),
         cipher=KmsTokenCipher(ims.credentials_key_arn or ""),
+        pair_source=consumer_pair_source(ims, call_budget_s=AWS_CALL_BUDGET_S),
     )
 
 
@@ -256,7 +266,12 @@ def lambda_handler(
             extra={"status": exc.status, "operation": exc.operation},
         )
         raise SweepUpstreamError(exc.status, exc.operation) from None
-    except (SweepNeedsReauthError, SweepNoCredentialError, SweepImsUnavailableError) as exc:
+    except (
+        SweepNeedsReauthError,
+        SweepNoCredentialError,
+        SweepImsUnavailableError,
+        ImsClientRefusedError,
+    ) as exc:
         logger.warning("sweep batch stopped: run credential", extra={"error_code": exc.code})
         raise
     finally:
@@ -311,6 +326,7 @@ def _environment(
     observer = MetricsObserver(recorder)
     run_tokens = None
     if rt.credentials is not None:
+        renew_refused_pair(rt.credentials.ims, rt.credentials.pair_source)
         limit_gateway_time(rt.credentials.ims, budget_s)
         run_tokens = RunTokens(
             rt.store, rt.credentials.cipher, rt.credentials.ims, observer, _freshness(rt)
