@@ -27,7 +27,8 @@ from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
 from serenity_allocator.domain.errors import NeedsReauthError
 from serenity_allocator.producer import AllocationProducer
 from serenity_tools.standins.resources import LocalResources, local_client, put_secret
-from serenity_tools.standins.simulator import SimulatorServer
+from serenity_tools.standins.simulator import ImsClientPair as SimulatorPair
+from serenity_tools.standins.simulator import ImsConfig, SimulatorServer, start_simulator
 from tests.conftest import OutcomeCapture
 from tests.integration.allocator_harness import (
     AllocatorHarness,
@@ -119,6 +120,7 @@ def _seed(sim: SimulatorServer, child_prompts: tuple[int, int] = (150, 200)) -> 
         [
             workspace(MASTER, projects=(0, 100), prompts=(0, 10_000)),
             workspace(CHILD, parent_id=MASTER, projects=(1, 1), prompts=child_prompts),
+            workspace(OTHER_CHILD, parent_id=MASTER, projects=(1, 1), prompts=(150, 200)),
         ]
     )
 
@@ -967,3 +969,67 @@ def test_ims_worker_with_a_refused_consumer_pair_keeps_every_promise_then_serves
     assert [c["status"] for c in exchanges][-2:] == [200, 200]
     assert {c["user"] for c in api_calls(sim)} == {"u1", "u2"}
     assert all(_scrubbed(stack, request_id) for request_id in ids.values())
+
+
+# ---------------------------------------------------------------- the Semrush pair's scope
+
+
+def test_ims_worker_with_a_pair_without_the_semrush_scope_says_so_apart_from_a_non_member(
+    local_resources: LocalResources,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Given IMS with the deployment's Semrush pair and a general pair whose promise definition
+    # lacks the scope, and a worker wrongly given the general consumer pair
+    general = (
+        SimulatorPair("gen-emitter", "gen-secret", "gen-definition", semrush_scope=False),
+        SimulatorPair("gen-consumer", "gen-consumer-secret", semrush_scope=False),
+    )
+    config = ImsConfig(other_pairs=(general,))
+    with start_simulator(ims_config=config) as ims_sim:
+        _seed(ims_sim)
+        wrong_pair = {
+            "IMS_CONSUMER_CLIENT_ID": "gen-consumer",
+            "IMS_CONSUMER_CLIENT_SECRET": "gen-consumer-secret",
+        }
+        promise = _u1_promise(ims_sim)  # u1 is a member of the child and its pool
+        with _worker(local_resources, ims_sim, stack, **wrong_pair) as (worker, producer):
+            request_id = _ensure_with(producer, UserCredential.promise(promise))
+
+            # When the worker handles the member's request
+            invocation = worker.invoke()
+
+        # Then it is not read as a non-member: it fails for now (it comes back), no Semrush
+        # call made, counted semrushScopeMissing (paged), the ROLLED promise kept on its record
+        assert invocation.failed == invocation.message_ids
+        assert outcome_capture.outcomes() == []
+        assert api_calls(ims_sim) == []
+        stored = stack.store().read(request_id, CHILD)
+        assert stored is not None and stored.promise_token != promise
+        assert _is_dead(ims_sim, promise)  # spent by that exchange: only the roll lives on
+        stdout = capsys.readouterr().out
+        assert _credential_outcomes(stdout) == ["semrushScopeMissing"]
+        assert "accessDenied" not in stdout
+
+        # When the pair is fixed (the Semrush pair) and the record comes back
+        worker.redeliver_failed(invocation)
+        with _worker(local_resources, ims_sim, stack) as (fixed, producer):
+            # beside it, a user who really is not a member of the child
+            stranger = producer.enqueue_ensure(
+                OTHER_CHILD,
+                MASTER,
+                {"prompts": 10},
+                credential=UserCredential.access(ims_sim.ims_user("u9", [MASTER])),
+            )
+            served = fixed.invoke()
+
+        # Then the member's request is served with its kept promise, and the non-member's ends
+        # accessDenied: the two are told apart
+        assert served.failed == []
+        by_id = {
+            o["request_id"]: (o["status"], o.get("error_code")) for o in outcome_capture.outcomes()
+        }
+        assert by_id == {request_id: ("topped-up", None), stranger: ("rejected", "accessDenied")}
+        stdout = capsys.readouterr().out
+        assert sorted(_credential_outcomes(stdout)) == ["accessDenied", "exchanged", "exchanged"]

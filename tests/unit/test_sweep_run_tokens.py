@@ -15,7 +15,11 @@ import pytest
 from serenity_allocator.application.sweep_ports import StoredCheckpoint
 from serenity_allocator.application.sweep_run_tokens import RunTokens, hand_over_run_token
 from serenity_allocator.domain.credentials import TokenFreshness
-from serenity_allocator.domain.errors import ImsUnavailableError, NeedsReauthError
+from serenity_allocator.domain.errors import (
+    ImsUnavailableError,
+    NeedsReauthError,
+    SemrushScopeMissingError,
+)
 from serenity_allocator.domain.observations import CredentialOutcome
 from serenity_allocator.domain.sweep_errors import (
     CheckpointCorruptError,
@@ -48,6 +52,10 @@ class Exchanged:
     access_token: str
     promise_token: str
     expires_in: int | None = 299
+    scopes: tuple[str, ...] = ("openid", "semrush")
+
+    def lacks_scope(self, scope: str) -> bool:
+        return scope not in self.scopes
 
 
 @dataclass
@@ -60,6 +68,7 @@ class FakeIms:
     on_exchange: list[object] = field(default_factory=list)
     counter: int = 0
     expires_in: int | None = 299
+    scopes: tuple[str, ...] = ("openid", "semrush")
 
     def mint(self) -> str:
         self.counter += 1
@@ -73,7 +82,7 @@ class FakeIms:
         if promise_token not in self.alive:
             raise NeedsReauthError()
         self.alive.discard(promise_token)
-        return Exchanged(f"at-{self.counter}", self.mint(), self.expires_in)
+        return Exchanged(f"at-{self.counter}", self.mint(), self.expires_in, self.scopes)
 
     def invalidate(self, promise_token: str) -> bool:
         self.invalidated.append(promise_token)
@@ -433,3 +442,21 @@ def test_an_invalidation_that_raises_is_counted_as_failed(rig: Rig) -> None:
 
     assert rig.outcomes() == ["exchanged", "invalidateFailed"]
     assert rig.claim() == {**SCRUBBED, "ended": "done"}
+
+
+def test_a_token_without_the_semrush_scope_stops_the_batch_keeping_the_rolled_token(
+    rig: Rig,
+) -> None:
+    # Given IMS exchanging the run's token into one without the semrush scope (the wrong pair)
+    rig.ims.scopes = ("openid",)
+    rig.hand_over(rig.ims.mint())
+
+    # When the batch asks for its token / Then it stops as configuration, not a dead promise
+    with pytest.raises(SemrushScopeMissingError):
+        rig.tokens().session(RUN).access_token()
+    # And the claim holds the rolled token, alive: the run resumes once the pair is fixed
+    rolled = f"pt-{rig.ims.counter}"
+    assert rig.ims.alive == {rolled} and rig.ims.invalidated == []
+    assert rig.outcomes() == ["semrushScopeMissing"]
+    rig.ims.scopes = ("semrush",)
+    assert rig.tokens().session(RUN).access_token() == f"at-{rig.ims.counter - 1}"

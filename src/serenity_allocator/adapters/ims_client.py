@@ -50,6 +50,8 @@ RETRY_DELAYS_S: Final = (1.0, 2.0)
 """The upstream's IMS client: at most two retries of a 429/5xx, 1 s then 2 s (``1 s x 2^n``)."""
 RETRY_JITTER: Final = 0.2
 """+/-20 % on each of those delays (the upstream's client); ``Retry-After`` wins when larger."""
+SEMRUSH_SCOPE: Final = "semrush"
+"""The scope an access token needs on the Semrush routes (the deployment's Semrush pair)."""
 PAIR_REFUSALS: Final = frozenset({"invalid_client", "unauthorized_client"})
 """OAuth's codes for a refusal of the client pair itself (the shared doc: ``invalid_client``,
 with 400 or 401): the deployment's configuration, not the user's promise."""
@@ -94,6 +96,15 @@ class ExchangedTokens:
     promise_token: str = field(repr=False)
     expires_in: int | None = None
     promise_token_expires_in: int | None = None
+    scope: str | None = None
+    """The answer's ``scope`` when it sent one (the fixtures carry it; the five documented
+    fields do not include it): read to tell a token without ``semrush`` apart."""
+
+    def lacks_scope(self, scope: str) -> bool:
+        """True only when IMS named the token's scopes and ``scope`` is not among them."""
+        if self.scope is None:
+            return False
+        return scope not in {part for part in re.split(r"[\s,]+", self.scope) if part}
 
 
 class MalformedExchangeError(MalformedResponseError):
@@ -293,6 +304,7 @@ class ImsClient(OwnedHttpClient):
             promise_token=rolled,
             expires_in=_int(body, "expires_in"),
             promise_token_expires_in=_int(body, "promise_token_expires_in"),
+            scope=body.get("scope") if isinstance(body.get("scope"), str) else None,
         )
 
     def invalidate(self, promise_token: str) -> bool:

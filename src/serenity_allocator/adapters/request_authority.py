@@ -25,9 +25,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..domain.credentials import AccessLifetime, CredentialEnd, TokenFreshness
-from ..domain.errors import CredentialStoreUnavailableError, NoCredentialError
+from ..domain.errors import (
+    CredentialStoreUnavailableError,
+    NoCredentialError,
+    SemrushScopeMissingError,
+)
 from .dynamodb_credential_store import CredentialGoneError, CredentialStoreError, StoredCredential
-from .ims_client import ExchangedTokens, MalformedExchangeError
+from .ims_client import SEMRUSH_SCOPE, ExchangedTokens, MalformedExchangeError
 from .kms_token_cipher import TokenCipherError
 
 UNDECRYPTABLE = "InvalidCiphertextException"
@@ -153,6 +157,7 @@ class ImsCredentialBroker:
             self._freshness.lifetime_of(sent_at, tokens.expires_in),
         )
         self._roll(session)
+        _check_scope(tokens)
         return session
 
     def refresh(self, session: ImsSession) -> str:
@@ -171,6 +176,7 @@ class ImsCredentialBroker:
         session.promise_token = tokens.promise_token
         session.lifetime = self._freshness.lifetime_of(sent_at, tokens.expires_in)
         self._roll(session)
+        _check_scope(tokens)
         return session.access_token
 
     def presentable(self, session: ImsSession) -> str:
@@ -263,6 +269,16 @@ class ImsCredentialBroker:
 
     def __repr__(self) -> str:
         return "ImsCredentialBroker()"
+
+
+def _check_scope(tokens: ExchangedTokens) -> None:
+    """Refuse a token IMS says lacks the ``semrush`` scope (after its roll is stored).
+
+    Semrush would refuse it for every request like a non-member; said here, before any call,
+    it is the configuration fault it is. An answer without ``scope`` is not judged.
+    """
+    if tokens.lacks_scope(SEMRUSH_SCOPE):
+        raise SemrushScopeMissingError()
 
 
 class RequestTokenHolder:

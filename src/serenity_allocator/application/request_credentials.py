@@ -20,7 +20,9 @@ record comes back), or tries alone with the session opened at admission (a trans
 IMS refusing the consumer pair itself (``invalid_client``: ``imsClientRefused``) is our
 configuration, never the user's: transient (the record comes back with its promise), counted
 and alarmed, and on the final receive it ends ``failed / imsClientRefused`` with the promise
-KEPT, so a redrive after the pair is fixed runs. Refusals: ``noCredential`` and
+KEPT, so a redrive after the pair is fixed runs; so is an exchanged token IMS says lacks the
+``semrush`` scope (``semrushScopeMissing``: the wrong pair), told apart from a non-member
+before any Semrush call. Refusals: ``noCredential`` and
 ``needsReauth`` end ``failed`` and dead-lettered with that reason; Semrush 403 ends
 ``rejected / accessDenied``. A 401 after one re-exchange is transient
 (counted ``unauthorized``, alarmed) until the final receive, which ends it ``accessDenied``.
@@ -42,6 +44,7 @@ from ..domain.errors import (
     NeedsReauthError,
     NoCredentialError,
     OutOfTimeError,
+    SemrushScopeMissingError,
     UpstreamError,
 )
 from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
@@ -63,7 +66,7 @@ the record comes back with its rolled token, counted (``unauthorized``, alarmed)
 final receive ends it ``rejected / accessDenied``."""
 DEAD_LETTERED_REFUSALS = frozenset({NoCredentialError.code, NeedsReauthError.code})
 """Refusals that go to the DLQ with their reason: a human re-mints, then redrives."""
-KEPT_AT_THE_END = frozenset({ImsClientRefusedError.code})
+KEPT_AT_THE_END = frozenset({ImsClientRefusedError.code, SemrushScopeMissingError.code})
 """Terminal outcomes that are our configuration's fault, not the user's: the promise is kept
 (neither invalidated nor scrubbed), so the redrive after the pair is fixed runs with it."""
 
@@ -239,6 +242,9 @@ class RequestCredentials:
         except ImsClientRefusedError:
             self.observer.record(CredentialOutcome("imsClientRefused"))
             raise
+        except SemrushScopeMissingError:
+            self.observer.record(CredentialOutcome("semrushScopeMissing"))
+            raise
         self.sessions[request_id] = session
         self.observer.record(CredentialOutcome("exchanged"))
         return session
@@ -260,6 +266,9 @@ class RequestCredentials:
             raise
         except ImsClientRefusedError:
             self.observer.record(CredentialOutcome("imsClientRefused"))
+            raise
+        except SemrushScopeMissingError:
+            self.observer.record(CredentialOutcome("semrushScopeMissing"))
             raise
         self.sessions[request.request_id] = session
         self.observer.record(CredentialOutcome("exchanged"))

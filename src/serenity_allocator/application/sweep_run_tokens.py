@@ -32,6 +32,7 @@ from ..domain.errors import (
     ImsUnavailableError,
     NeedsReauthError,
     OutOfTimeError,
+    SemrushScopeMissingError,
 )
 from ..domain.observations import CredentialOutcome
 from ..domain.ports import AllocationObserver
@@ -46,6 +47,8 @@ from ..domain.sweep_errors import (
 from ..domain.sweep_run_claim import RunClaim, RunClaimEnd, run_claim_name, run_token_context
 from .sweep_ports import CheckpointStore, PromiseExchange, RunTokenCipher
 
+SEMRUSH_SCOPE = "semrush"
+"""The scope the run's access token needs on the Semrush routes."""
 _SCRUB_ATTEMPTS = 3
 """Conditional scrubs tried before giving up (each loses only to a concurrent claim write)."""
 
@@ -162,6 +165,8 @@ class RunTokens:
             SweepImsUnavailableError: IMS could not answer in time (the claim is unchanged).
             ImsClientRefusedError: IMS refused the consumer pair (configuration; the claim is
                 unchanged, the run resumes once the pair is fixed).
+            SemrushScopeMissingError: the token lacks the ``semrush`` scope (the wrong pair;
+                the claim holds the rolled token, the run resumes once the pair is fixed).
             RunInProgressError: another invocation rolled the token meanwhile.
         """
         read = _read(self._store, run_id)
@@ -183,6 +188,10 @@ class RunTokens:
             self._observer.record(CredentialOutcome("imsClientRefused"))
             raise
         self._roll(run_id, read, tokens.promise_token)
+        if tokens.lacks_scope(SEMRUSH_SCOPE):
+            # The wrong pair, not the operator: the claim keeps the rolled token (configuration).
+            self._observer.record(CredentialOutcome("semrushScopeMissing"))
+            raise SemrushScopeMissingError()
         self._observer.record(CredentialOutcome("exchanged"))
         superseded = read.claim.promise_token if read.claim.handover else None
         if superseded is not None:

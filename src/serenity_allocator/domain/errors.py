@@ -162,6 +162,22 @@ class ImsClientRefusedError(AllocationError):
     transient = True
 
 
+class SemrushScopeMissingError(AllocationError):
+    """IMS exchanged the promise, but the access token lacks the ``semrush`` scope.
+
+    The exchange answer's ``scope`` names what the token holds; without ``semrush`` Semrush
+    refuses it like a non-member for EVERY request (ims-promise-tokens.md): the promise was
+    minted or exchanged with a pair whose definition lacks the scope (not the deployment's
+    Semrush pair). Our configuration, told apart from a user who is not a member before any
+    Semrush call: transient, the rolled promise kept on the record, alarmed
+    (runbooks/credentials.md#semrushscopemissing).
+    """
+
+    code = "semrushScopeMissing"
+    message = "the exchanged token lacks the semrush scope (the deployment's IMS pair)"
+    transient = True
+
+
 class ImsUnavailableError(AllocationError):
     """IMS kept answering 429/5xx or could not be reached within the retries and the deadline."""
 

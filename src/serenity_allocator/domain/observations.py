@@ -93,6 +93,7 @@ CredentialOutcomeName = Literal[
     "unauthorized",
     "imsUnavailable",
     "imsClientRefused",
+    "semrushScopeMissing",
     "invalidateFailed",
 ]
 
@@ -106,9 +107,10 @@ class CredentialOutcome:
     token with 401, the record comes back (a burst is a credential incident);
     ``imsUnavailable``: an exchange failed for now (429/5xx/timeout); ``imsClientRefused``: IMS
     refused the deployment's client pair (``invalid_client``: configuration, the record comes
-    back); ``invalidateFailed``: IMS did not confirm the invalidation at the end (the outcome
-    stands). ``reason`` is a code for
-    the log line, never a token.
+    back); ``semrushScopeMissing``: an exchanged token without the ``semrush`` scope (the
+    wrong pair: configuration, the record comes back); ``invalidateFailed``: IMS did not
+    confirm the invalidation at the end (the outcome stands). ``reason`` is a code for the log
+    line, never a token.
     """
 
     outcome: CredentialOutcomeName

@@ -39,7 +39,7 @@ from ..application.sweep_ports import (
 )
 from ..application.sweep_run_tokens import RunTokens
 from ..domain.credentials import TokenFreshness
-from ..domain.errors import ImsClientRefusedError, UpstreamError
+from ..domain.errors import ImsClientRefusedError, SemrushScopeMissingError, UpstreamError
 from ..domain.ports import Clock, Sleeper, WorkspaceGateway
 from ..domain.sweep_errors import (
     SweepImsUnavailableError,
@@ -165,7 +165,7 @@ def build_operator_releases(
     if ims is None or ims.credentials_table is None or not settings.releases_carry_credentials:
         return ReleasesWithoutCredentials()
     if settings.emitter_secret_id is not None:
-        emitter = read_ims_pair(settings.emitter_secret_id, "emitter")
+        emitter = read_ims_pair(settings.emitter_secret_id, "emitter", pair_name=ims.pair_name)
     else:
         emitter = ImsClientPair(
             settings.emitter_client_id or "",
@@ -271,6 +271,7 @@ def lambda_handler(
         SweepNoCredentialError,
         SweepImsUnavailableError,
         ImsClientRefusedError,
+        SemrushScopeMissingError,
     ) as exc:
         logger.warning("sweep batch stopped: run credential", extra={"error_code": exc.code})
         raise

@@ -63,7 +63,12 @@ def build_ims_consumer(
     from ..adapters.ims_pair_secret import read_ims_pair
 
     if ims.consumer_secret_id is not None:
-        pair = read_ims_pair(ims.consumer_secret_id, "consumer", call_budget_s=call_budget_s)
+        pair = read_ims_pair(
+            ims.consumer_secret_id,
+            "consumer",
+            call_budget_s=call_budget_s,
+            pair_name=ims.pair_name,
+        )
     else:
         pair = ImsClientPair(ims.consumer_client_id or "", ims.consumer_client_secret or "")
     return ImsClient(
@@ -81,10 +86,10 @@ def consumer_pair_source(ims: ImsSettings, *, call_budget_s: float) -> PairSourc
     """
     from ..adapters.ims_pair_secret import read_ims_pair
 
-    secret_id = ims.consumer_secret_id
+    secret_id, name = ims.consumer_secret_id, ims.pair_name
     if secret_id is None:
         return None
-    return lambda: read_ims_pair(secret_id, "consumer", call_budget_s=call_budget_s)
+    return lambda: read_ims_pair(secret_id, "consumer", call_budget_s=call_budget_s, pair_name=name)
 
 
 def renew_refused_pair(ims: object, source: PairSource | None) -> bool:
