@@ -421,3 +421,70 @@ def test_ims_client_drops_an_error_code_that_is_a_sent_value() -> None:
         with pytest.raises(ImsRequestError) as caught:
             client.exchange("lowercase_token")
     assert (caught.value.error, str(caught.value)) == (None, "IMS exchange answered 400")
+
+
+class SlowIms:
+    """IMS that processes an exchange at once (its token is spent) and answers after
+    ``answer_after_s``: a client whose read timeout is shorter loses the answer."""
+
+    def __init__(self, answer_after_s: float) -> None:
+        self.answer_after_s = answer_after_s
+        self.spent: set[str] = set()
+        self.read_timeouts: list[float] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        form = dict(item.split("=", 1) for item in request.content.decode().split("&"))
+        token = form["promise_token"]
+        self.read_timeouts.append(request.extensions["timeout"]["read"])
+        if token in self.spent:
+            return httpx.Response(401, json={"error": "invalid_promise_token"})
+        self.spent.add(token)
+        if request.extensions["timeout"]["read"] < self.answer_after_s:
+            raise httpx.ReadTimeout("no answer in time", request=request)
+        return httpx.Response(200, json={"access_token": "at-2", "promise_token": "pt-2"})
+
+
+@pytest.mark.parametrize(
+    ("left_s", "after_answer_s", "read_timeout_s"),
+    [
+        (None, 0.0, 10.0),  # no deadline: the upstream client's 10 s
+        (30.0, 1.0, 10.0),
+        (8.0, 1.0, 7.0),  # only into time beyond what the caller keeps after the answer
+        (6.0, 3.0, DEFAULT_TIMEOUT_S),  # never below the sure timeout it started with
+    ],
+)
+def test_ims_client_an_exchange_waits_for_a_late_answer_as_long_as_the_time_allows(
+    clock: Clock, left_s: float | None, after_answer_s: float, read_timeout_s: float
+) -> None:
+    ims = SlowIms(answer_after_s=0.0)
+    with httpx.Client(transport=httpx.MockTransport(ims)) as http:
+        client = ImsClient(
+            "https://ims.example.com", consumer=ImsClientPair("c", "s"), http=http, clock=clock
+        )
+        client.keep_after_answer(after_answer_s)
+        client.limit_time(left_s)
+        client.exchange("pt-1")
+    assert ims.read_timeouts == [read_timeout_s]
+
+
+def test_ims_client_a_slow_exchange_answer_does_not_spend_the_promise(
+    clock: Clock, sleeps: Sleeps
+) -> None:
+    # Given IMS answering an exchange after 7 s (it processed it at once: the token is spent)
+    ims = SlowIms(answer_after_s=7.0)
+    with httpx.Client(transport=httpx.MockTransport(ims)) as http:
+        client = ImsClient(
+            "https://ims.example.com",
+            consumer=ImsClientPair("c", "s"),
+            http=http,
+            clock=clock,
+            sleep=sleeps,
+            jitter=no_jitter,
+        )
+        client.keep_after_answer(1.0)
+        client.limit_time(30.0)
+        # When the worker exchanges / Then it waits for the answer and gets the rolled token,
+        # instead of timing out at 5 s, retrying, and meeting its own spent token (a 401 that
+        # would read as the user's dead promise)
+        assert client.exchange("pt-1").promise_token == "pt-2"
+    assert ims.read_timeouts == [10.0] and sleeps.calls == []

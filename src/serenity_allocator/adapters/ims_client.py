@@ -56,7 +56,13 @@ PAIR_REFUSALS: Final = frozenset({"invalid_client", "unauthorized_client"})
 """OAuth's codes for a refusal of the client pair itself (the shared doc: ``invalid_client``,
 with 400 or 401): the deployment's configuration, not the user's promise."""
 DEFAULT_TIMEOUT_S: Final = 5.0
-"""Our per-request ceiling (the shared doc gives no IMS latency; token calls are small)."""
+"""Our per-request timeout: the time an attempt is sure to get (an exchange starts only when
+it fits); the shared doc gives no IMS latency, token calls are small."""
+PATIENT_EXCHANGE_S: Final = 10.0
+"""How long an exchange waits for its answer when the time is there: the upstream client's
+timeout. An exchange IMS processed but answered after our timeout has spent its token with the
+answer lost (the next exchange is a 401: ``needsReauth`` for our impatience), so a started
+exchange waits up to this long, never into the time its caller keeps after the answer."""
 
 _ERROR_CODE: Final = re.compile(r"[a-z_]{1,40}")
 _REFUSED: Final = frozenset({401, 403})
@@ -220,6 +226,7 @@ class ImsClient(OwnedHttpClient):
         self._clock = clock
         self._jitter = jitter
         self._deadline: float | None = None
+        self._after_answer_s = 0.0
         self.pair_refused = False
         """True once IMS refused a pair of this client (``invalid_client``) since it was set:
         its owner re-reads the pair (:meth:`use_consumer`) instead of keeping a bad one."""
@@ -232,6 +239,13 @@ class ImsClient(OwnedHttpClient):
     def timeout_s(self) -> float:
         """The per-request timeout: one attempt's longest wait (an exchange is never cut short)."""
         return self._timeout_s
+
+    def keep_after_answer(self, seconds: float) -> None:
+        """Keep ``seconds`` after an exchange's answer, before the deadline (the roll's store).
+
+        An exchange waits longer than :attr:`timeout_s` only into time beyond that.
+        """
+        self._after_answer_s = max(0.0, seconds)
 
     def use_consumer(self, pair: ImsClientPair) -> None:
         """Exchange and invalidate with ``pair`` from now on (a pair read again).
@@ -372,7 +386,13 @@ class ImsClient(OwnedHttpClient):
         left = None if self._deadline is None else self._deadline - self._clock()
         if left is not None and (left <= 0 or left < need_s):
             raise OutOfTimeError()
-        timeout = self._timeout_s if left is None else min(self._timeout_s, left)
+        if need_s > 0:
+            # A whole attempt (an exchange): its timeout is sure; it waits longer, up to the
+            # upstream's, only into time the caller does not keep for after the answer.
+            room = PATIENT_EXCHANGE_S if left is None else left - self._after_answer_s
+            timeout = max(self._timeout_s, min(PATIENT_EXCHANGE_S, room))
+        else:
+            timeout = self._timeout_s if left is None else min(self._timeout_s, left)
         try:
             return self._http.post(
                 self.origin + path,

@@ -250,6 +250,8 @@ def _ims_runtime(
         sleep=lambda seconds: runtime.sleep(seconds),  # noqa: PLW0108
         jitter=lambda: runtime.jitter(),  # noqa: PLW0108
     )
+    # An exchange waits for a late answer only into time the roll's store does not need.
+    ims.keep_after_answer(aws_budget_s)
     store = DynamoDbCredentialStore(
         ims_settings.credentials_table or "",
         KmsTokenCipher(ims_settings.credentials_key_arn or "", call_budget_s=aws_budget_s),

@@ -185,9 +185,11 @@ def build_sweep_credentials(ims: ImsSettings) -> SweepCredentials:
     from ..adapters.aws_clients import AWS_CALL_BUDGET_S
     from ..adapters.kms_token_cipher import KmsTokenCipher
 
+    consumer = build_ims_consumer(ims, call_budget_s=AWS_CALL_BUDGET_S)
+    consumer.keep_after_answer(AWS_CALL_BUDGET_S)  # the claim's conditional write of the roll
     return SweepCredentials(
         holder=SessionTokenHolder(),
-        ims=build_ims_consumer(ims, call_budget_s=AWS_CALL_BUDGET_S),
+        ims=consumer,
         cipher=KmsTokenCipher(ims.credentials_key_arn or ""),
         pair_source=consumer_pair_source(ims, call_budget_s=AWS_CALL_BUDGET_S),
     )
