@@ -14,7 +14,6 @@ from serenity_allocator.adapters.ims_client import (
     ImsClient,
     ImsClientPair,
     ImsRequestError,
-    MalformedExchangeError,
     MintedPromise,
     validate_ims_origin,
 )
@@ -23,6 +22,7 @@ from serenity_allocator.adapters.semrush_origin import ConfigurationError
 from serenity_allocator.domain.errors import (
     ImsClientRefusedError,
     ImsUnavailableError,
+    MalformedExchangeError,
     NeedsReauthError,
     OutOfTimeError,
     error_code_of,

@@ -16,7 +16,7 @@ from serenity_allocator.adapters.dynamodb_credential_store import (
     CredentialStoreError,
     StoredCredential,
 )
-from serenity_allocator.adapters.ims_client import ExchangedTokens, MalformedExchangeError
+from serenity_allocator.adapters.ims_client import ExchangedTokens
 from serenity_allocator.adapters.kms_token_cipher import TokenCipherError
 from serenity_allocator.adapters.request_authority import (
     ImsCredentialBroker,
@@ -25,7 +25,11 @@ from serenity_allocator.adapters.request_authority import (
     token_user,
 )
 from serenity_allocator.domain.credentials import CredentialEnd, TokenFreshness
-from serenity_allocator.domain.errors import CredentialStoreUnavailableError, NoCredentialError
+from serenity_allocator.domain.errors import (
+    CredentialStoreUnavailableError,
+    MalformedExchangeError,
+    NoCredentialError,
+)
 from tests.fakes import FakeClock
 
 

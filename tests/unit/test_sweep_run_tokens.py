@@ -17,6 +17,7 @@ from serenity_allocator.application.sweep_run_tokens import RunTokens, hand_over
 from serenity_allocator.domain.credentials import TokenFreshness
 from serenity_allocator.domain.errors import (
     ImsUnavailableError,
+    MalformedExchangeError,
     NeedsReauthError,
     SemrushScopeMissingError,
 )
@@ -460,3 +461,24 @@ def test_a_token_without_the_semrush_scope_stops_the_batch_keeping_the_rolled_to
     assert rig.outcomes() == ["semrushScopeMissing"]
     rig.ims.scopes = ("semrush",)
     assert rig.tokens().session(RUN).access_token() == f"at-{rig.ims.counter - 1}"
+
+
+def test_an_exchange_answer_without_an_access_token_keeps_its_roll_on_the_claim(
+    rig: Rig,
+) -> None:
+    # Given IMS rolling the run's token but answering no access token
+    rig.hand_over(rig.ims.mint())
+
+    def half_answer() -> None:
+        raise MalformedExchangeError(rig.ims.mint())
+
+    rig.ims.on_exchange.append(half_answer)
+
+    # When the batch asks / Then it stops for now (IMS unavailable), naming the run
+    with pytest.raises(SweepImsUnavailableError):
+        rig.tokens().session(RUN).access_token()
+    # And the claim holds the rolled token (pt-2): the next batch exchanges it, not pt-1
+    rig.ims.on_exchange.clear()
+    assert rig.tokens().session(RUN).access_token() == "at-2"
+    assert "pt-2" not in rig.ims.alive and "pt-1" in rig.ims.alive
+    assert rig.outcomes() == ["imsUnavailable", "exchanged"]

@@ -34,6 +34,7 @@ import httpx
 from serenity_allocator.domain.errors import (
     ImsClientRefusedError,
     ImsUnavailableError,
+    MalformedExchangeError,
     MalformedResponseError,
     NeedsReauthError,
     OutOfTimeError,
@@ -111,22 +112,6 @@ class ExchangedTokens:
         if self.scope is None:
             return False
         return scope not in {part for part in re.split(r"[\s,]+", self.scope) if part}
-
-
-class MalformedExchangeError(MalformedResponseError):
-    """A 2xx exchange answer without a usable access token but WITH the rolled promise token.
-
-    IMS processed the exchange (the token passed in is spent), so the rolled one is the
-    promise's only life: the caller stores it before failing, and the request comes back with a
-    live token instead of a spent one. Never shows the token.
-    """
-
-    def __init__(self, rolled: str) -> None:
-        self.rolled = rolled
-        super().__init__("IMS exchange: answer has no access_token (the rolled token is kept)")
-
-    def __repr__(self) -> str:
-        return "MalformedExchangeError(rolled=***)"
 
 
 class ImsRequestError(Exception):

@@ -27,11 +27,12 @@ from typing import Protocol
 from ..domain.credentials import AccessLifetime, CredentialEnd, TokenFreshness
 from ..domain.errors import (
     CredentialStoreUnavailableError,
+    MalformedExchangeError,
     NoCredentialError,
     SemrushScopeMissingError,
 )
 from .dynamodb_credential_store import CredentialGoneError, CredentialStoreError, StoredCredential
-from .ims_client import SEMRUSH_SCOPE, ExchangedTokens, MalformedExchangeError
+from .ims_client import SEMRUSH_SCOPE, ExchangedTokens
 from .kms_token_cipher import TokenCipherError
 
 UNDECRYPTABLE = "InvalidCiphertextException"

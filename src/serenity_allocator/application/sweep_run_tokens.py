@@ -30,6 +30,7 @@ from ..domain.credentials import AccessLifetime, TokenFreshness
 from ..domain.errors import (
     ImsClientRefusedError,
     ImsUnavailableError,
+    MalformedExchangeError,
     NeedsReauthError,
     OutOfTimeError,
     SemrushScopeMissingError,
@@ -187,6 +188,12 @@ class RunTokens:
             # Our pair, not the operator's promise: the claim keeps its token (configuration).
             self._observer.record(CredentialOutcome("imsClientRefused"))
             raise
+        except MalformedExchangeError as exc:
+            # IMS rolled the token but sent no access token: keep the roll (the old one is
+            # spent), stop the batch for now; the run resumes with a live token.
+            self._roll(run_id, read, exc.rolled)
+            self._observer.record(CredentialOutcome("imsUnavailable"))
+            raise SweepImsUnavailableError(run_id) from None
         self._roll(run_id, read, tokens.promise_token)
         if tokens.lacks_scope(SEMRUSH_SCOPE):
             # The wrong pair, not the operator: the claim keeps the rolled token (configuration).

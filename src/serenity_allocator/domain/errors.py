@@ -132,6 +132,22 @@ class MalformedResponseError(ValueError):
     """The upstream answered 2xx with a body that breaks the documented shape."""
 
 
+class MalformedExchangeError(MalformedResponseError):
+    """A 2xx exchange answer without a usable access token but WITH the rolled promise token.
+
+    IMS processed the exchange (the token passed in is spent), so the rolled one is the
+    promise's only life: the caller stores it before failing, and the request (or the sweep
+    run) comes back with a live token instead of a spent one. Never shows the token.
+    """
+
+    def __init__(self, rolled: str) -> None:
+        self.rolled = rolled
+        super().__init__("IMS exchange: answer has no access_token (the rolled token is kept)")
+
+    def __repr__(self) -> str:
+        return "MalformedExchangeError(rolled=***)"
+
+
 class WiringError(ValueError):
     """A caller passed an argument that can only come from a programming error (blank id)."""
 
