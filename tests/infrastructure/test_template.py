@@ -43,6 +43,8 @@ PAGER_ALARMS = {
     "NeedsReauthBurstAlarm",
     "AccessDeniedBurstAlarm",
     "UnauthorizedBurstAlarm",
+    "ImsClientRefusedAlarm",
+    "SemrushScopeMissingAlarm",
 }
 DASHBOARD_ONLY_ALARMS = {
     "OrgPoolExhaustedRejectionAlarm",
@@ -185,6 +187,7 @@ def test_environment_carries_the_contract_variables(template: dict[str, Any]) ->
         "SEMRUSH_BASE_URL",
         "IMS_HOST",
         "IMS_CONSUMER_SECRET_ID",
+        "IMS_PAIR_NAME",
         "CREDENTIALS_KEY_ARN",
         "SERENITY_DYNAMIC_ALLOCATION",
         "BLOCK_PROJECTS",
@@ -347,7 +350,7 @@ def test_custom_metric_alarms_use_the_catalogs_names_and_dimensions(
         for name, alarm in _alarms(template).items()
         if alarm.get("Namespace") == globals_env["POWERTOOLS_METRICS_NAMESPACE"]
     }
-    assert len(custom) == 10
+    assert len(custom) == 12
     for name, alarm in custom.items():
         if alarm["MetricName"] in SERVICE_METRIC_CATALOG:  # emitted by the services: below
             continue
@@ -404,6 +407,23 @@ def test_enforcement_is_back_pages_on_the_first_disguised_405_anywhere(
         assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
         assert (alarm["Period"] if "Period" in alarm else query["Period"]) == 300
         assert alarm["EvaluationPeriods"] == 1
+
+
+@pytest.mark.parametrize(
+    ("logical_id", "outcome"),
+    [
+        ("ImsClientRefusedAlarm", "imsClientRefused"),
+        ("SemrushScopeMissingAlarm", "semrushScopeMissing"),
+    ],
+)
+def test_a_wrong_ims_pair_pages_at_the_first_one_within_a_minute(
+    template: dict[str, Any], logical_id: str, outcome: str
+) -> None:
+    alarm = _alarms(template)[logical_id]
+    assert (alarm["MetricName"], alarm["Statistic"]) == ("CredentialOutcome", "Sum")
+    assert _metric_dimensions(alarm)["Outcome"] == outcome
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+    assert (alarm["Period"], alarm["EvaluationPeriods"]) == (60, 1)
 
 
 def test_threshold_alarms_use_their_parameters(template: dict[str, Any]) -> None:

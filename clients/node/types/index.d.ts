@@ -64,6 +64,8 @@ export function encryptionContext(requestId: string, workspaceId: string): {
 };
 export class NeedsReauthError extends Error { code: 'needsReauth' }
 export class ImsUnavailableError extends Error { code: 'imsUnavailable' }
+/** IMS refused the emitter pair itself (`invalid_client`): the service's configuration, not the user's. */
+export class ImsClientRefusedError extends Error { code: 'imsClientRefused' }
 export class ImsRequestError extends Error { code: 'imsRequestRefused'; status: number; error: string | null }
 export class CredentialHandoverError extends Error { requestId: string; reason: string }
 export interface PromiseMinter { mint(accessToken: string): Promise<string> }
