@@ -114,8 +114,10 @@ $(TIERS): $(STAMP)
 	$(BIN)/pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS) tests/$@
 
 # The Node client (clients/node): `npm ci` from the committed lockfile, then `node --test` (its
-# unit tests, and the example service and the README's AWS CLI snippet against `local up`).
-# awscli v1 gets a venv of its own (it pins botocore); the snippet test runs it verbatim.
+# unit tests, the example service, and every marked shell and JS block of the docs against
+# `local up`: test/doc-snippets.test.js). awscli v1 gets a venv of its own (it pins botocore);
+# the shell recipes run on it verbatim (1.36 or later: shorthand's `@=` loads a blob from a
+# file), and on awscli v2 too when AWS_CLI_V2_DIR names the folder of its `aws`.
 NODE_DIR := clients/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 AWSCLI_VENV := .venv-awscli
@@ -130,7 +132,7 @@ node-install: $(NODE_STAMP)
 
 $(AWSCLI_STAMP): $(UV_STAMP)
 	@test -x $(AWSCLI_VENV)/bin/python || $(UV) venv -q -p $(PYTHON) $(AWSCLI_VENV)
-	@$(UV) pip install -q -p $(AWSCLI_VENV)/bin/python 'awscli>=1.29,<2'
+	@$(UV) pip install -q -p $(AWSCLI_VENV)/bin/python 'awscli>=1.36,<2'
 	@touch $(AWSCLI_STAMP)
 
 node-test: $(STAMP) $(NODE_STAMP) $(AWSCLI_STAMP)

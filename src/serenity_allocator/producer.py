@@ -18,7 +18,8 @@ request ledger's reader, it waits for that ensure's outcome instead of a fixed n
 retries::
 
     reader = OutcomeReader(ledger_table_name)         # dynamodb:GetItem on the ledger
-    guard = WriteGuard(producer, "child-1", "master-1", outcomes=reader)
+    recorder = EmfQuotaRetryRecorder("prod", service="brands")  # once, with the producer
+    guard = WriteGuard(producer, "child-1", "master-1", outcomes=reader, recorder=recorder)
     guard.front({"prompts": 250})
     answer = guard.write(lambda: post_prompts(batch), need={"prompts": 250}, site="prompts")
 
@@ -66,8 +67,8 @@ from .adapters.sqs_producer import (
     EnsureOptions,
     build_ensure,
     build_release,
-    is_metered_quota,
 )
+from .domain.classify import is_metered_quota
 from .domain.ledger import LedgerUnavailableError
 from .domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from .domain.model import Totals

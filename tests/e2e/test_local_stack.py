@@ -430,8 +430,11 @@ def test_local_up_prints_the_environment_and_stops_on_ctrl_c(tmp_path: Path) -> 
     output = "".join(lines)
     assert "export QUEUE_URL=" in output and "SEMRUSH_TOKEN_SECRET_ID" not in output
     assert "export IMS_HOST=" in output and "export CREDENTIALS_KEY_ARN=" in output
-    assert "export CREDENTIALS_TABLE=" in output
+    assert "export CREDENTIALS_TABLE=" in output and "export DLQ_URL=" in output
     assert "export SEMRUSH_TOKEN=" not in output
+    # And, with no --credentials, its consumers run in the deployed mode: IMS
+    assert "#   credential mode          ims\n" in output
+    assert "export IMS_CONSUMER_SECRET_ID=" in output
     # And a service's guide: the ledger table, the bearer's secret, the gate's lag, the routes
     assert "export REQUEST_LEDGER_TABLE=" in output and "export SIMULATOR_ORIGIN=" in output
     assert "secretsmanager get-secret-value --secret-id" in output

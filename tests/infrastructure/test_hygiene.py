@@ -251,6 +251,9 @@ def test_a_deploy_without_the_ims_host_fails_with_a_clear_message(
         ("", True),  # the default; the rule above refuses it at deploy
         (IMS, True),
         ("https://ims.example.com/", True),
+        ("ims-na1.adobelogin.com", True),  # the upstream's bare IMS_HOST: https there
+        ("10.0.0.1", False),
+        ("ims.example.com/ims", False),
         ("http://ims.example.com", False),
         ("https://10.0.0.1", False),
         ("https://ims.example.com:8443", False),
@@ -258,7 +261,7 @@ def test_a_deploy_without_the_ims_host_fails_with_a_clear_message(
         ("https://user@ims.example.com", False),
     ],
 )
-def test_ims_host_parameter_takes_only_an_https_origin_on_a_dns_name(
+def test_ims_host_parameter_takes_only_an_https_origin_or_a_bare_host_on_a_dns_name(
     template: dict[str, Any], value: str, accepted: bool
 ) -> None:
     pattern = template["Parameters"]["ImsHost"]["AllowedPattern"]

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from serenity_allocator.adapters.observability import METRIC_CATALOG
+from serenity_allocator.write_guard import SERVICE_METRIC_CATALOG
 from serenity_tools.standins.invoke import NO_VALUE, IntrinsicResolver, parameter_values
 from tests.infrastructure._template import (
     RUNBOOKS_DIR,
@@ -42,6 +43,8 @@ PAGER_ALARMS = {
     "NeedsReauthBurstAlarm",
     "AccessDeniedBurstAlarm",
     "UnauthorizedBurstAlarm",
+    "ImsClientRefusedAlarm",
+    "SemrushScopeMissingAlarm",
 }
 DASHBOARD_ONLY_ALARMS = {
     "OrgPoolExhaustedRejectionAlarm",
@@ -184,6 +187,7 @@ def test_environment_carries_the_contract_variables(template: dict[str, Any]) ->
         "SEMRUSH_BASE_URL",
         "IMS_HOST",
         "IMS_CONSUMER_SECRET_ID",
+        "IMS_PAIR_NAME",
         "CREDENTIALS_KEY_ARN",
         "SERENITY_DYNAMIC_ALLOCATION",
         "BLOCK_PROJECTS",
@@ -346,8 +350,10 @@ def test_custom_metric_alarms_use_the_catalogs_names_and_dimensions(
         for name, alarm in _alarms(template).items()
         if alarm.get("Namespace") == globals_env["POWERTOOLS_METRICS_NAMESPACE"]
     }
-    assert len(custom) == 10
+    assert len(custom) == 12
     for name, alarm in custom.items():
+        if alarm["MetricName"] in SERVICE_METRIC_CATALOG:  # emitted by the services: below
+            continue
         # Then the metric exists in the code's catalog, with exactly the dimensions it emits
         spec = METRIC_CATALOG[alarm["MetricName"]]
         dimensions = _metric_dimensions(alarm)
@@ -365,7 +371,9 @@ def test_pager_custom_metric_alarms_are_on_metrics_the_catalog_marks_pager_worth
     alarms = _alarms(template)
     for name in PAGER_ALARMS:
         if alarms[name].get("Namespace") == "SerenityAllocator":
-            assert METRIC_CATALOG[alarms[name]["MetricName"]].pager, name
+            metric = alarms[name]["MetricName"]
+            spec = SERVICE_METRIC_CATALOG.get(metric) or METRIC_CATALOG[metric]
+            assert spec.pager, name
 
 
 def test_enforcement_is_back_pages_on_the_first_disguised_405_anywhere(
@@ -376,9 +384,14 @@ def test_enforcement_is_back_pages_on_the_first_disguised_405_anywhere(
     classifier = alarms["EnforcementBackClassifierAlarm"]
     retry = alarms["EnforcementBackRetryAlarm"]
 
-    # Then the classifier's alarm fires on one matched 405 from any service
+    # Then the classifier's alarm fires on one matched 405 from any service: exactly the
+    # dimensions the services' recorder prints, none naming the service
     assert (classifier["MetricName"], classifier["Statistic"]) == ("MeteredQuotaClassifier", "Sum")
-    assert _metric_dimensions(classifier)["Matched"] == "true"
+    assert _metric_dimensions(classifier) == {
+        "Environment": {"Ref": "EnvironmentName"},
+        "Matched": "true",
+    }
+    assert set(SERVICE_METRIC_CATALOG["MeteredQuotaClassifier"].dimensions) == {"Matched"}
     # And the retry alarm counts every recovery cycle of every call site, in this environment
     (query,) = retry["Metrics"]
     expression = " ".join(
@@ -394,6 +407,23 @@ def test_enforcement_is_back_pages_on_the_first_disguised_405_anywhere(
         assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
         assert (alarm["Period"] if "Period" in alarm else query["Period"]) == 300
         assert alarm["EvaluationPeriods"] == 1
+
+
+@pytest.mark.parametrize(
+    ("logical_id", "outcome"),
+    [
+        ("ImsClientRefusedAlarm", "imsClientRefused"),
+        ("SemrushScopeMissingAlarm", "semrushScopeMissing"),
+    ],
+)
+def test_a_wrong_ims_pair_pages_at_the_first_one_within_a_minute(
+    template: dict[str, Any], logical_id: str, outcome: str
+) -> None:
+    alarm = _alarms(template)[logical_id]
+    assert (alarm["MetricName"], alarm["Statistic"]) == ("CredentialOutcome", "Sum")
+    assert _metric_dimensions(alarm)["Outcome"] == outcome
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+    assert (alarm["Period"], alarm["EvaluationPeriods"]) == (60, 1)
 
 
 def test_threshold_alarms_use_their_parameters(template: dict[str, Any]) -> None:
@@ -610,3 +640,21 @@ def test_every_parameter_is_used(template: dict[str, Any]) -> None:
     text = json.dumps({k: v for k, v in template.items() if k != "Parameters"})
     for name in template["Parameters"]:
         assert f'"Ref": "{name}"' in text or "${" + name + "}" in text, name
+
+
+def test_alarm_descriptions_say_exactly_what_they_count(template: dict[str, Any]) -> None:
+    # Given the alarms whose counting is easy to misread
+    alarms = _alarms(template)
+    oldest, busy = alarms["QueueOldestMessageAgeAlarm"], alarms["WorkspaceBusyRejectionAlarm"]
+    classifier = alarms["EnforcementBackClassifierAlarm"]
+
+    # Then the oldest-message alarm is 3 consecutive 1-minute periods, and says so
+    assert (oldest["Period"], oldest["EvaluationPeriods"]) == (60, 3)
+    assert "DatapointsToAlarm" not in oldest  # 3 of 3: consecutive
+    assert "for 3 consecutive minutes" in " ".join(oldest["AlarmDescription"].split())
+    # And the busy alarm says it counts refused receives, not requests or "ensures that gave up"
+    text = " ".join(busy["AlarmDescription"].split())
+    assert "counts refused receives of ensures and releases, not requests" in text
+    # And the classifier alarm says who records it, once per 405
+    text = " ".join(classifier["AlarmDescription"].split())
+    assert "counted once per such answer by the service's EmfQuotaRetryRecorder" in text

@@ -46,6 +46,11 @@ FUNCTION_TIMEOUT_S = 60.0
 """The template's AllocatorFunction Timeout."""
 
 
+def no_jitter() -> float:
+    """The middle of the jitter's range: IMS retries pause exactly 1 s then 2 s."""
+    return 0.5
+
+
 class RecordingSleep:
     """A sleeper that records what it was asked to sleep and returns at once."""
 
@@ -229,6 +234,7 @@ def allocator_harness(
     runtime = build_runtime(AllocatorSettings.from_env(env))
     sleeps = RecordingSleep()
     runtime.sleep = sleeps
+    runtime.jitter = no_jitter
     harness = AllocatorHarness(
         resources=resources,
         sim=sim,

@@ -29,7 +29,7 @@ from serenity_tools.operator.sweep_invokers import LocalInvoker
 from serenity_tools.standins.moto_server import MotoServer
 from serenity_tools.standins.resources import LocalResources, local_client
 from serenity_tools.standins.simulator import SimulatorServer
-from tests.integration.allocator_harness import RecordingSleep
+from tests.integration.allocator_harness import RecordingSleep, no_jitter
 from tests.integration.credentials_stack import CredentialsStack, create_credentials_stack
 from tests.integration.sweep_stack import (
     CHILDREN,
@@ -211,7 +211,12 @@ def ims_sweep_stack(
     )
     clients = sim.ims_clients()
     spy = ImsSpy(
-        ImsClient(sim.origin, consumer=ImsClientPair(**clients["consumer"]), sleep=ims_sleeps)
+        ImsClient(
+            sim.origin,
+            consumer=ImsClientPair(**clients["consumer"]),
+            sleep=ims_sleeps,
+            jitter=no_jitter,
+        )
     )
     runtime.credentials.ims = spy
     assert isinstance(runtime.credentials.cipher, KmsTokenCipher)

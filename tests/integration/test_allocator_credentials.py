@@ -27,7 +27,8 @@ from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
 from serenity_allocator.domain.errors import NeedsReauthError
 from serenity_allocator.producer import AllocationProducer
 from serenity_tools.standins.resources import LocalResources, local_client, put_secret
-from serenity_tools.standins.simulator import SimulatorServer
+from serenity_tools.standins.simulator import ImsClientPair as SimulatorPair
+from serenity_tools.standins.simulator import ImsConfig, SimulatorServer, start_simulator
 from tests.conftest import OutcomeCapture
 from tests.integration.allocator_harness import (
     AllocatorHarness,
@@ -44,6 +45,7 @@ from tests.integration.slow_aws_proxy import never, slow_proxy, throttled
 
 MASTER = "ws-master"
 CHILD = "ws-child-a"
+OTHER_CHILD = "ws-child-b"
 
 
 @pytest.fixture
@@ -118,6 +120,7 @@ def _seed(sim: SimulatorServer, child_prompts: tuple[int, int] = (150, 200)) -> 
         [
             workspace(MASTER, projects=(0, 100), prompts=(0, 10_000)),
             workspace(CHILD, parent_id=MASTER, projects=(1, 1), prompts=child_prompts),
+            workspace(OTHER_CHILD, parent_id=MASTER, projects=(1, 1), prompts=(150, 200)),
         ]
     )
 
@@ -848,3 +851,186 @@ def test_ims_worker_roll_throttled_in_every_attempt_goes_on_and_ends_the_chain(
     assert [c["op"] for c in sim.ims_calls()] == ["ims_mint", "ims_exchange", "ims_invalidate"]
     assert _scrubbed(stack, request_id)
     assert _is_dead(sim, promise)
+
+
+# ---------------------------------------------------------------- a refused consumer pair
+
+
+def _refused_pair_env(local_resources: LocalResources, sim: SimulatorServer) -> tuple[str, dict]:
+    """A consumer secret holding the right id with a wrong (rotated) secret, and its env."""
+    consumer = sim.ims_clients()["consumer"]
+    wrong = json.dumps({"client_id": consumer["client_id"], "client_secret": "rotated-away"})
+    name = _consumer_secret(local_resources, wrong)
+    env = {
+        "IMS_CONSUMER_CLIENT_ID": None,
+        "IMS_CONSUMER_CLIENT_SECRET": None,
+        "IMS_CONSUMER_SECRET_ID": name,
+    }
+    return name, env
+
+
+def _fix_pair(local_resources: LocalResources, sim: SimulatorServer, name: str) -> None:
+    secrets = local_client("secretsmanager", local_resources.endpoint_url)
+    put_secret(secrets, name, json.dumps(sim.ims_clients()["consumer"]))
+
+
+def _alarm_fires(stdout: str) -> bool:
+    """The template's ImsClientRefusedAlarm over this output's EMF: Sum > Threshold (0)."""
+    refused = [
+        value
+        for value, dims in metric_values(emf_blobs(stdout), "CredentialOutcome")
+        if dims["Outcome"] == "imsClientRefused"
+    ]
+    return sum(refused) > 0
+
+
+@pytest.mark.parametrize("container", ["warm", "cold"])
+def test_ims_worker_with_a_refused_consumer_pair_keeps_every_promise_then_serves_after_the_fix(
+    container: str,
+    local_resources: LocalResources,
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Given a deployment whose consumer secret was rotated at IMS and not here, and two users'
+    # requests, each on a child of their own
+    children = {"u1": CHILD, "u2": OTHER_CHILD}
+    sim.seed(
+        [
+            workspace(MASTER, projects=(0, 100), prompts=(0, 10_000)),
+            *(
+                workspace(child, parent_id=MASTER, projects=(1, 1), prompts=(150, 200))
+                for child in children.values()
+            ),
+        ]
+    )
+    name, env = _refused_pair_env(local_resources, sim)
+    promises = {
+        user: _ims(sim).mint(sim.ims_user(user, [MASTER, child])).promise_token
+        for user, child in children.items()
+    }
+    with _worker(local_resources, sim, stack, **env) as (worker, producer):
+        ids = {
+            user: producer.enqueue_ensure(
+                children[user], MASTER, {"prompts": 230}, credential=UserCredential.promise(promise)
+            )
+            for user, promise in promises.items()
+        }
+
+        # When every receive runs with the bad pair, up to the final one
+        receives = local_resources.max_receive_count
+        invocations = worker.redeliver_each(receives)
+
+        # Then no request was sent to sign in again: each came back with its promise, and the
+        # final receive ended it failed/imsClientRefused, answered as our configuration fault
+        assert all(i.failed == i.message_ids for i in invocations)
+        outcomes = outcome_capture.outcomes()
+        assert sorted((o["request_id"], o["status"], o["error_code"]) for o in outcomes) == sorted(
+            (request_id, "failed", "imsClientRefused") for request_id in ids.values()
+        )
+        # And every promise is kept: on its record, never invalidated, still exchangeable
+        store = stack.store()
+        for user, request_id in ids.items():
+            stored = store.read(request_id, children[user])
+            assert stored is not None and stored.promise_token == promises[user]
+        assert {c["op"] for c in sim.ims_calls()} == {"ims_mint", "ims_exchange"}
+        assert {c["status"] for c in sim.ims_calls() if c["op"] == "ims_exchange"} == {401}
+        assert api_calls(sim) == []
+        stdout = capsys.readouterr().out
+        assert "needsReauth" not in _credential_outcomes(stdout)
+        assert _credential_outcomes(stdout) == ["imsClientRefused"] * (2 * receives)
+        assert _alarm_fires(stdout)  # the template's alarm: any in a minute pages
+        # And the redrive policy moves both to the DLQ
+        assert worker.receive() == []
+        dead = worker.drain_dlq()
+        assert sorted(json.loads(m["Body"])["request_id"] for m in dead) == sorted(ids.values())
+
+        # When the pair is fixed in its secret and the letters are redriven
+        _fix_pair(local_resources, sim, name)
+        for message in dead:
+            body = json.loads(message["Body"])
+            worker.send_raw(
+                message["Body"],
+                group_id=body["workspace_id"],
+                dedup_id=f"redrive-{body['request_id']}",
+            )
+        if container == "warm":
+            # the same container: it reads the pair again because IMS refused it
+            redriven = worker.invoke()
+        else:
+            with _worker(local_resources, sim, stack, **env) as (cold, _):
+                redriven = cold.invoke()
+
+    # Then both run with their kept promises and are served
+    assert redriven.failed == []
+    served = [o for o in outcome_capture.outcomes() if o["status"] == "topped-up"]
+    assert sorted(o["request_id"] for o in served) == sorted(ids.values())
+    exchanges = [c for c in sim.ims_calls() if c["op"] == "ims_exchange"]
+    assert [c["status"] for c in exchanges][-2:] == [200, 200]
+    assert {c["user"] for c in api_calls(sim)} == {"u1", "u2"}
+    assert all(_scrubbed(stack, request_id) for request_id in ids.values())
+
+
+# ---------------------------------------------------------------- the Semrush pair's scope
+
+
+def test_ims_worker_with_a_pair_without_the_semrush_scope_says_so_apart_from_a_non_member(
+    local_resources: LocalResources,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Given IMS with the deployment's Semrush pair and a general pair whose promise definition
+    # lacks the scope, and a worker wrongly given the general consumer pair
+    general = (
+        SimulatorPair("gen-emitter", "gen-secret", "gen-definition", semrush_scope=False),
+        SimulatorPair("gen-consumer", "gen-consumer-secret", semrush_scope=False),
+    )
+    config = ImsConfig(other_pairs=(general,))
+    with start_simulator(ims_config=config) as ims_sim:
+        _seed(ims_sim)
+        wrong_pair = {
+            "IMS_CONSUMER_CLIENT_ID": "gen-consumer",
+            "IMS_CONSUMER_CLIENT_SECRET": "gen-consumer-secret",
+        }
+        promise = _u1_promise(ims_sim)  # u1 is a member of the child and its pool
+        with _worker(local_resources, ims_sim, stack, **wrong_pair) as (worker, producer):
+            request_id = _ensure_with(producer, UserCredential.promise(promise))
+
+            # When the worker handles the member's request
+            invocation = worker.invoke()
+
+        # Then it is not read as a non-member: it fails for now (it comes back), no Semrush
+        # call made, counted semrushScopeMissing (paged), the ROLLED promise kept on its record
+        assert invocation.failed == invocation.message_ids
+        assert outcome_capture.outcomes() == []
+        assert api_calls(ims_sim) == []
+        stored = stack.store().read(request_id, CHILD)
+        assert stored is not None and stored.promise_token != promise
+        assert _is_dead(ims_sim, promise)  # spent by that exchange: only the roll lives on
+        stdout = capsys.readouterr().out
+        assert _credential_outcomes(stdout) == ["semrushScopeMissing"]
+        assert "accessDenied" not in stdout
+
+        # When the pair is fixed (the Semrush pair) and the record comes back
+        worker.redeliver_failed(invocation)
+        with _worker(local_resources, ims_sim, stack) as (fixed, producer):
+            # beside it, a user who really is not a member of the child
+            stranger = producer.enqueue_ensure(
+                OTHER_CHILD,
+                MASTER,
+                {"prompts": 10},
+                credential=UserCredential.access(ims_sim.ims_user("u9", [MASTER])),
+            )
+            served = fixed.invoke()
+
+        # Then the member's request is served with its kept promise, and the non-member's ends
+        # accessDenied: the two are told apart
+        assert served.failed == []
+        by_id = {
+            o["request_id"]: (o["status"], o.get("error_code")) for o in outcome_capture.outcomes()
+        }
+        assert by_id == {request_id: ("topped-up", None), stranger: ("rejected", "accessDenied")}
+        stdout = capsys.readouterr().out
+        assert sorted(_credential_outcomes(stdout)) == ["accessDenied", "exchanged", "exchanged"]

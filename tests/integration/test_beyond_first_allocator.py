@@ -27,7 +27,6 @@ from serenity_tools.standins.simulator import SimulatorControlError, SimulatorSe
 from tests.conftest import OutcomeCapture
 from tests.fakes import POOL_EXHAUSTED_BODY
 from tests.integration.allocator_harness import (
-    ENVIRONMENT,
     AllocatorHarness,
     Invocation,
     allocator_harness,
@@ -229,10 +228,8 @@ def test_worker_unmetered_child_can_exceed_zero_while_a_metered_one_gets_the_dis
     # disguised 405 that the producer's classifier recognises as a quota rejection
     assert accepted["ai"]["prompts"] == {"used": 250, "drafted": 0, "total": 0}
     assert refused.value.status == 405
-    assert is_metered_quota(refused.value.status, refused.value.text, environment=ENVIRONMENT)
-    assert not is_metered_quota(
-        405, json.dumps({"message": "method not allowed"}), environment=ENVIRONMENT
-    )
+    assert is_metered_quota(refused.value.status, refused.value.text)
+    assert not is_metered_quota(405, json.dumps({"message": "method not allowed"}))
     assert transfer_bodies(sim) == []
 
 

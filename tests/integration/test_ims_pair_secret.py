@@ -65,3 +65,27 @@ def test_a_malformed_emitter_secret_is_refused_naming_its_role_never_its_content
 def test_a_missing_secret_is_a_pair_error(local_resources: LocalResources) -> None:
     with pytest.raises(ImsPairSecretError, match="could not read the IMS consumer secret"):
         _read(local_resources, f"absent-{uuid.uuid4().hex[:8]}", "consumer")
+
+
+def test_a_secret_of_pairs_by_name_gives_the_deployments_named_pair(
+    local_resources: LocalResources,
+) -> None:
+    # Given a secret holding the dedicated Semrush pair beside a general one
+    named = {
+        "GENERAL": {"client_id": "gen-id", "client_secret": "gen-secret-77"},
+        "SEMRUSH": {"client_id": "sem-id", "client_secret": "sem-secret-91"},
+    }
+    name = _secret(local_resources, SecretString=json.dumps(named))
+    client = local_client("secretsmanager", local_resources.endpoint_url)
+    # When it is read / Then the default name is SEMRUSH, another name picks its own pair
+    assert read_ims_pair(name, "consumer", client=client) == ImsClientPair(
+        "sem-id", "sem-secret-91"
+    )
+    assert read_ims_pair(name, "consumer", client=client, pair_name="GENERAL") == ImsClientPair(
+        "gen-id", "gen-secret-77"
+    )
+    # And a name the secret does not hold is a configuration error naming it, never a secret
+    with pytest.raises(ImsPairSecretError) as raised:
+        read_ims_pair(name, "consumer", client=client, pair_name="SEMRUSH_EU")
+    assert "holds no pair named 'SEMRUSH_EU'" in str(raised.value)
+    assert "secret-91" not in str(raised.value) and "secret-77" not in str(raised.value)

@@ -17,6 +17,7 @@ from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 from pydantic import ValidationError
 
+from serenity_allocator.domain import classify
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest, parse_request
 from serenity_allocator.domain.model import Totals
 from serenity_allocator.producer import (
@@ -320,39 +321,23 @@ def test_producer_enqueue_many_raises_listing_entries_that_fail_twice_and_the_un
 # ---------------------------------------------------------------- is_metered_quota
 
 
-def test_is_metered_quota_counts_405s_by_match_and_ignores_other_statuses(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+def test_the_producers_is_metered_quota_is_the_one_classifier_and_prints_nothing(
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # Given a service in the "test" environment
+    # Given a clean output
     capsys.readouterr()
 
-    # When it classifies a disguised quota 405 (the bare nginx page), a JSON 405 and a 422
-    quota = is_metered_quota(
-        405, "<html><head><title>405 Not Allowed</title></head></html>", environment="test"
+    # When a disguised quota 405 (the bare nginx page), a JSON 405, a 422 and a 200 are classified
+    verdicts = (
+        is_metered_quota(405, "<html><head><title>405 Not Allowed</title></head></html>"),
+        is_metered_quota(405, '{"message": "Method Not Allowed"}'),
+        is_metered_quota(422, "quota"),
+        is_metered_quota(200, ""),
     )
-    plain = is_metered_quota(405, '{"message": "Method Not Allowed"}', environment="test")
-    other = is_metered_quota(422, "quota", environment="test")
 
-    # Then only the quota 405 matches
-    assert (quota, plain, other) == (True, False, False)
-    # And exactly two EMF blobs were printed, one per 405, with the catalog's dimensions
-    blobs = emf_lines(capsys.readouterr().out)
-    assert len(blobs) == 2
-    for blob in blobs:
-        [directive] = blob["_aws"]["CloudWatchMetrics"]
-        assert directive["Namespace"] == "SerenityAllocator"
-        assert directive["Metrics"] == [{"Name": "MeteredQuotaClassifier", "Unit": "Count"}]
-        assert set(directive["Dimensions"][0]) == {"service", "Environment", "Matched"}
-        assert blob["Environment"] == "test"
-        assert blob["MeteredQuotaClassifier"] in (1.0, [1.0])
-    assert [blob["Matched"] for blob in blobs] == ["true", "false"]
-
-
-def test_is_metered_quota_prints_nothing_for_non_405(capsys: pytest.CaptureFixture[str]) -> None:
-    # Given a clean output / When a 500 and a 200 are classified
-    capsys.readouterr()
-    assert is_metered_quota(500, "quota") is False
-    assert is_metered_quota(200, "") is False
-
-    # Then no metric was printed
+    # Then only the quota 405 matches, through the domain's one rule (one word, one meaning)
+    assert verdicts == (True, False, False, False)
+    assert is_metered_quota is classify.is_metered_quota
+    # And nothing was printed: the verdict is counted by the guard's recorder, which knows the
+    # deployment's environment and the service's name (tests/unit/test_good_guest.py)
     assert emf_lines(capsys.readouterr().out) == []

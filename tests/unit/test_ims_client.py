@@ -20,7 +20,9 @@ from serenity_allocator.adapters.ims_client import (
 from serenity_allocator.adapters.secret_redaction import redact_secret
 from serenity_allocator.adapters.semrush_origin import ConfigurationError
 from serenity_allocator.domain.errors import (
+    ImsClientRefusedError,
     ImsUnavailableError,
+    MalformedExchangeError,
     NeedsReauthError,
     OutOfTimeError,
     error_code_of,
@@ -46,6 +48,10 @@ class Sleeps:
         self.clock.now += seconds
 
 
+def no_jitter() -> float:
+    return 0.5
+
+
 def pairs(sim: SimulatorServer) -> tuple[ImsClientPair, ImsClientPair]:
     clients = sim.ims_clients()
     return ImsClientPair(**clients["emitter"]), ImsClientPair(**clients["consumer"])
@@ -65,7 +71,7 @@ def sleeps(clock: Clock) -> Sleeps:
 def ims(sim: SimulatorServer, clock: Clock, sleeps: Sleeps) -> Iterator[ImsClient]:
     emitter, consumer = pairs(sim)
     with ImsClient(
-        sim.origin, emitter=emitter, consumer=consumer, sleep=sleeps, clock=clock
+        sim.origin, emitter=emitter, consumer=consumer, sleep=sleeps, clock=clock, jitter=no_jitter
     ) as client:
         yield client
 
@@ -180,24 +186,102 @@ def test_ims_client_transport_failure_is_unavailable(sim: SimulatorServer, sleep
         raise httpx.ConnectError("refused", request=request)
 
     with httpx.Client(transport=httpx.MockTransport(refuse)) as http:
-        client = ImsClient("http://127.0.0.1:9", emitter=emitter, http=http, sleep=sleeps)
+        client = ImsClient(
+            "http://127.0.0.1:9", emitter=emitter, http=http, sleep=sleeps, jitter=no_jitter
+        )
         with pytest.raises(ImsUnavailableError):
             client.mint("sim-ims-at-x")
     assert sleeps.calls == [1.0, 2.0]
 
 
-def test_ims_client_wrong_pair_and_dead_user_token_need_reauth(
+def test_ims_client_a_refused_pair_is_configuration_and_a_dead_user_token_needs_reauth(
     sim: SimulatorServer, clock: Clock, sleeps: Sleeps
 ) -> None:
+    # Given a consumer pair with a wrong (rotated) secret
     emitter, consumer = pairs(sim)
     wrong = ImsClientPair(consumer.client_id, "wrong-secret")
     client = ImsClient(sim.origin, emitter=emitter, consumer=wrong, sleep=sleeps, clock=clock)
     minted = client.mint(sim.ims_user("u1", ["c1"]))
-    with pytest.raises(NeedsReauthError):
+    assert client.pair_refused is False
+    # When it exchanges: IMS's invalid_client is the deployment's fault, never the user's
+    with pytest.raises(ImsClientRefusedError) as caught:
         client.exchange(minted.promise_token)
+    assert (caught.value.code, caught.value.transient) == ("imsClientRefused", True)
+    assert client.pair_refused is True
+    # And the promise was not touched: with the pair read again it exchanges
+    client.use_consumer(consumer)
+    assert client.pair_refused is False
+    assert isinstance(client.exchange(minted.promise_token), ExchangedTokens)
+    # A wrong emitter secret at mint is the same configuration fault
+    bad_emitter = ImsClientPair(emitter.client_id, "rotated", emitter.promise_definition_id)
+    with pytest.raises(ImsClientRefusedError):
+        ImsClient(sim.origin, emitter=bad_emitter).mint(sim.ims_user("u1", ["c1"]))
+    # While a dead user token at mint is the user's: sign in again
     with pytest.raises(NeedsReauthError):
         client.mint("sim-ims-at-expired")
     assert sleeps.calls == []  # refusals are never retried
+
+
+@pytest.mark.parametrize("status", [400, 401, 403])
+@pytest.mark.parametrize("error", ["invalid_client", "unauthorized_client"])
+def test_ims_client_any_refusal_of_the_pair_is_configuration(status: int, error: str) -> None:
+    _, consumer = ImsClientPair("e", "s", "d"), ImsClientPair("c", "s")
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, json={"error": error})
+
+    with httpx.Client(transport=httpx.MockTransport(answer)) as http:
+        client = ImsClient("https://ims.example.com", consumer=consumer, http=http)
+        with pytest.raises(ImsClientRefusedError):
+            client.exchange("pt")
+        assert client.invalidate("pt") is False  # best effort at the end: reported, not raised
+    assert client.pair_refused is True
+
+
+@pytest.mark.parametrize(
+    ("draws", "retry_after", "slept"),
+    [
+        ([0.0, 1.0], None, [0.8, 2.4]),  # the jitter's ends: -20 %, +20 %
+        ([0.5, 0.5], "3", [3.0, 3.0]),  # IMS asked for 3 s: the larger wait wins
+        ([1.0, 1.0], "1", [1.2, 2.4]),  # a Retry-After shorter than the backoff
+    ],
+)
+def test_ims_client_429_waits_retry_after_or_the_jittered_backoff(
+    sim: SimulatorServer,
+    clock: Clock,
+    sleeps: Sleeps,
+    draws: list[float],
+    retry_after: str | None,
+    slept: list[float],
+) -> None:
+    emitter, consumer = pairs(sim)
+    pending = list(draws)
+    client = ImsClient(
+        sim.origin,
+        emitter=emitter,
+        consumer=consumer,
+        sleep=sleeps,
+        clock=clock,
+        jitter=lambda: pending.pop(0),
+    )
+    minted = client.mint(sim.ims_user("u1", ["c1"]))
+    rule: dict[str, object] = {"op": "ims_exchange", "status": 429, "count": 2}
+    if retry_after is not None:
+        rule["retry_after"] = int(retry_after)
+    sim.faults(fail_next=[rule])
+    assert isinstance(client.exchange(minted.promise_token), ExchangedTokens)
+    assert sleeps.calls == pytest.approx(slept)
+
+
+def test_ims_client_a_retry_after_past_the_deadline_is_not_waited(
+    sim: SimulatorServer, ims: ImsClient, sleeps: Sleeps
+) -> None:
+    minted = ims.mint(sim.ims_user("u1", ["c1"]))
+    ims.limit_time(30.0)
+    sim.faults(fail_next=[{"op": "ims_exchange", "status": 429, "retry_after": 60}])
+    with pytest.raises(ImsUnavailableError):
+        ims.exchange(minted.promise_token)
+    assert sleeps.calls == []  # 60 s asked, 30 s left: given back at once, nothing slept
 
 
 def test_ims_client_400_is_a_request_error_naming_only_the_code(sim: SimulatorServer) -> None:
@@ -218,6 +302,22 @@ def test_ims_client_needs_the_pair_of_its_operation(sim: SimulatorServer) -> Non
         ImsClient(sim.origin, emitter=consumer)
 
 
+def test_ims_client_an_exchange_answer_without_an_access_token_hands_back_the_rolled_token(
+    sim: SimulatorServer,
+) -> None:
+    _, consumer = pairs(sim)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"promise_token": "pt-rolled", "expires_in": 299})
+
+    with httpx.Client(transport=httpx.MockTransport(answer)) as http:
+        client = ImsClient("https://ims.example.com", consumer=consumer, http=http)
+        with pytest.raises(MalformedExchangeError) as caught:
+            client.exchange("pt")
+    assert caught.value.rolled == "pt-rolled"
+    assert "pt-rolled" not in f"{caught.value} {caught.value!r}"
+
+
 def test_ims_client_malformed_answer(sim: SimulatorServer) -> None:
     _, consumer = pairs(sim)
 
@@ -235,6 +335,9 @@ def test_ims_client_malformed_answer(sim: SimulatorServer) -> None:
     [
         ("https://IMS-NA1.adobelogin.com", "https://ims-na1.adobelogin.com"),
         ("http://127.0.0.1:8765/", "http://127.0.0.1:8765"),
+        # The upstream's IMS_HOST: a bare host, always HTTPS
+        ("ims-na1.adobelogin.com", "https://ims-na1.adobelogin.com"),
+        (" IMS-NA1.adobelogin.com ", "https://ims-na1.adobelogin.com"),
     ],
 )
 def test_validate_ims_origin_accepts(url: str, origin: str) -> None:
@@ -248,7 +351,8 @@ def test_validate_ims_origin_accepts(url: str, origin: str) -> None:
         "https://ims.example.com/ims",
         "https://user:pw@ims.example.com",
         "https://10.0.0.1",
-        "ims.example.com",
+        "ims.example.com/ims",
+        "10.0.0.1",
         "",
     ],
 )
@@ -317,3 +421,70 @@ def test_ims_client_drops_an_error_code_that_is_a_sent_value() -> None:
         with pytest.raises(ImsRequestError) as caught:
             client.exchange("lowercase_token")
     assert (caught.value.error, str(caught.value)) == (None, "IMS exchange answered 400")
+
+
+class SlowIms:
+    """IMS that processes an exchange at once (its token is spent) and answers after
+    ``answer_after_s``: a client whose read timeout is shorter loses the answer."""
+
+    def __init__(self, answer_after_s: float) -> None:
+        self.answer_after_s = answer_after_s
+        self.spent: set[str] = set()
+        self.read_timeouts: list[float] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        form = dict(item.split("=", 1) for item in request.content.decode().split("&"))
+        token = form["promise_token"]
+        self.read_timeouts.append(request.extensions["timeout"]["read"])
+        if token in self.spent:
+            return httpx.Response(401, json={"error": "invalid_promise_token"})
+        self.spent.add(token)
+        if request.extensions["timeout"]["read"] < self.answer_after_s:
+            raise httpx.ReadTimeout("no answer in time", request=request)
+        return httpx.Response(200, json={"access_token": "at-2", "promise_token": "pt-2"})
+
+
+@pytest.mark.parametrize(
+    ("left_s", "after_answer_s", "read_timeout_s"),
+    [
+        (None, 0.0, 10.0),  # no deadline: the upstream client's 10 s
+        (30.0, 1.0, 10.0),
+        (8.0, 1.0, 7.0),  # only into time beyond what the caller keeps after the answer
+        (6.0, 3.0, DEFAULT_TIMEOUT_S),  # never below the sure timeout it started with
+    ],
+)
+def test_ims_client_an_exchange_waits_for_a_late_answer_as_long_as_the_time_allows(
+    clock: Clock, left_s: float | None, after_answer_s: float, read_timeout_s: float
+) -> None:
+    ims = SlowIms(answer_after_s=0.0)
+    with httpx.Client(transport=httpx.MockTransport(ims)) as http:
+        client = ImsClient(
+            "https://ims.example.com", consumer=ImsClientPair("c", "s"), http=http, clock=clock
+        )
+        client.keep_after_answer(after_answer_s)
+        client.limit_time(left_s)
+        client.exchange("pt-1")
+    assert ims.read_timeouts == [read_timeout_s]
+
+
+def test_ims_client_a_slow_exchange_answer_does_not_spend_the_promise(
+    clock: Clock, sleeps: Sleeps
+) -> None:
+    # Given IMS answering an exchange after 7 s (it processed it at once: the token is spent)
+    ims = SlowIms(answer_after_s=7.0)
+    with httpx.Client(transport=httpx.MockTransport(ims)) as http:
+        client = ImsClient(
+            "https://ims.example.com",
+            consumer=ImsClientPair("c", "s"),
+            http=http,
+            clock=clock,
+            sleep=sleeps,
+            jitter=no_jitter,
+        )
+        client.keep_after_answer(1.0)
+        client.limit_time(30.0)
+        # When the worker exchanges / Then it waits for the answer and gets the rolled token,
+        # instead of timing out at 5 s, retrying, and meeting its own spent token (a 401 that
+        # would read as the user's dead promise)
+        assert client.exchange("pt-1").promise_token == "pt-2"
+    assert ims.read_timeouts == [10.0] and sleeps.calls == []

@@ -84,6 +84,42 @@ def test_asyncapi_references_the_checked_in_schemas() -> None:
     assert all((ASYNCAPI_FILE.parent / ref).is_file() for ref in refs.values())
 
 
+def test_asyncapi_references_resolve_from_any_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a process whose working directory is elsewhere (docs/local-stack.md: resolve the
+    # relative $refs against the document's own location, not the working directory)
+    from referencing import Registry, Resource
+    from referencing.jsonschema import DRAFT202012
+
+    monkeypatch.chdir(tmp_path)
+    base = ASYNCAPI_FILE.resolve().as_uri()
+
+    def retrieve(uri: str) -> Resource:
+        assert uri.startswith("file://"), uri
+        return Resource.from_contents(
+            json.loads(Path(uri.removeprefix("file://")).read_text(encoding="utf-8")),
+            default_specification=DRAFT202012,
+        )
+
+    resolver = Registry(retrieve=retrieve).resolver(base_uri=base)
+    payloads = _load(ASYNCAPI_FILE)["components"]["messages"]
+
+    # When each payload's $ref is resolved against the document's URI
+    resolved = {
+        name: resolver.lookup(message["payload"]["schema"]["$ref"]).contents
+        for name, message in payloads.items()
+    }
+
+    # Then each is the schema with its own $id, and the request schema validates an ensure
+    assert {name: schema["$id"] for name, schema in resolved.items()} == {
+        "request": "https://serenity-allocator.local/schemas/allocation-request-v1.schema.json",
+        "outcome": "https://serenity-allocator.local/schemas/allocation-outcome-v1.schema.json",
+    }
+    ensure = build_ensure("child-1", "master-1", {"prompts": 250}).model_dump(exclude_none=True)
+    jsonschema.Draft202012Validator(resolved["request"]).validate(ensure)
+
+
 def test_message_schema_accepts_what_the_producer_sends() -> None:
     # Given an ensure with a partial ceiling and a release, as the Python producer builds them
     bodies = [

@@ -24,8 +24,13 @@ from serenity_allocator.adapters.request_authority import (
     UnboundTokenError,
     token_user,
 )
-from serenity_allocator.domain.credentials import CredentialEnd
-from serenity_allocator.domain.errors import CredentialStoreUnavailableError, NoCredentialError
+from serenity_allocator.domain.credentials import CredentialEnd, TokenFreshness
+from serenity_allocator.domain.errors import (
+    CredentialStoreUnavailableError,
+    MalformedExchangeError,
+    NoCredentialError,
+)
+from tests.fakes import FakeClock
 
 
 class FakeStore:
@@ -59,11 +64,12 @@ class FakeIms:
         self.exchanged: list[str] = []
         self.invalidated: list[str] = []
         self.confirm = True
+        self.expires_in: int | None = None
 
     def exchange(self, promise_token: str) -> ExchangedTokens:
         self.exchanged.append(promise_token)
         n = len(self.exchanged)
-        return ExchangedTokens(access_token=f"at-{n}", promise_token=f"pt-{n}")
+        return ExchangedTokens(f"at-{n}", f"pt-{n}", expires_in=self.expires_in)
 
     def invalidate(self, promise_token: str) -> bool:
         self.invalidated.append(promise_token)
@@ -75,6 +81,50 @@ def _broker() -> tuple[ImsCredentialBroker, FakeStore, FakeIms, RequestTokenHold
     broker = ImsCredentialBroker(store, ims, holder)
     holder.broker = broker
     return broker, store, ims, holder
+
+
+def test_holder_exchanges_again_before_a_call_the_access_token_would_not_outlive() -> None:
+    # Given a session whose exchange answered expires_in 299 s, and Semrush calls of up to 10 s
+    clock = FakeClock()
+    store, ims, holder = FakeStore(), FakeIms(), RequestTokenHolder()
+    ims.expires_in = 299
+    broker = ImsCredentialBroker(store, ims, holder, TokenFreshness(clock, 10.0))
+    holder.broker = broker
+    session = broker.open("r-1", "ws-1")
+    broker.bind(session)
+
+    # When calls come 288 s after the exchange (a 10 s call ends inside it), then 289 s
+    clock.advance(288.0)
+    at_288 = holder.get_token()
+    clock.advance(1.0)
+    at_289 = holder.get_token()
+
+    # Then the first is the exchanged token; the second was exchanged again first, its roll
+    # stored, and serves 299 s from its own exchange
+    assert (at_288, at_289) == ("at-1", "at-2")
+    assert (ims.exchanged, store.tokens["r-1"]) == (["pt-0", "pt-1"], "pt-2")
+    clock.advance(288.0)
+    assert holder.get_token() == "at-2"
+
+
+def test_an_exchange_answer_without_an_access_token_keeps_its_rolled_promise() -> None:
+    # Given IMS answering an exchange 200 with the rolled promise token but no access token
+    # (IMS processed it: the stored token is spent, the rolled one is the promise's only life)
+    store, holder = FakeStore(), RequestTokenHolder()
+
+    class HalfAnswer(FakeIms):
+        def exchange(self, promise_token: str) -> ExchangedTokens:
+            self.exchanged.append(promise_token)
+            raise MalformedExchangeError("pt-rolled")
+
+    broker = ImsCredentialBroker(store, HalfAnswer(), holder)
+
+    # When the request opens its session / Then it fails for now (it comes back) ...
+    with pytest.raises(MalformedExchangeError) as caught:
+        broker.open("r-1", "ws-1")
+    # ... with the rolled token on its record, not the spent one; nothing said of the token
+    assert store.tokens["r-1"] == "pt-rolled"
+    assert "pt-rolled" not in str(caught.value) and "pt-rolled" not in repr(caught.value)
 
 
 def test_holder_unbound_fails_closed() -> None:

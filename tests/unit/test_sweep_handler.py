@@ -361,13 +361,13 @@ def test_lambda_handler_upstream_failure_while_listing_carries_no_body() -> None
 
 
 def test_operator_docs_invoke_only_sweep_payloads_that_exist_and_validate() -> None:
-    # Given the README and the sweep runbook, which show `aws lambda invoke --payload file://...`
+    # Given the operator guide and the sweep runbook, which show `aws lambda invoke --payload fileb://...`
     root = Path(__file__).parents[2]
     docs = {name: (root / name).read_text(encoding="utf-8") for name in DOCS_WITH_INVOKE}
 
     # When every events/ payload they pass is read by the handler's edge
     referenced = {
-        name: re.findall(r"file://(events/[\w.-]+\.json)", text) for name, text in docs.items()
+        name: re.findall(r"fileb://(events/[\w.-]+\.json)", text) for name, text in docs.items()
     }
 
     # Then each doc shows at least one, and each one exists and validates
@@ -387,4 +387,4 @@ def test_operator_docs_invoke_only_sweep_payloads_that_exist_and_validate() -> N
         assert error in runbook, error
 
 
-DOCS_WITH_INVOKE = ("README.md", "docs/runbooks/sweep.md")
+DOCS_WITH_INVOKE = ("docs/operating.md", "docs/runbooks/sweep.md")

@@ -14,7 +14,13 @@ import pytest
 
 from serenity_allocator.application.sweep_ports import StoredCheckpoint
 from serenity_allocator.application.sweep_run_tokens import RunTokens, hand_over_run_token
-from serenity_allocator.domain.errors import ImsUnavailableError, NeedsReauthError
+from serenity_allocator.domain.credentials import TokenFreshness
+from serenity_allocator.domain.errors import (
+    ImsUnavailableError,
+    MalformedExchangeError,
+    NeedsReauthError,
+    SemrushScopeMissingError,
+)
 from serenity_allocator.domain.observations import CredentialOutcome
 from serenity_allocator.domain.sweep_errors import (
     CheckpointCorruptError,
@@ -24,7 +30,7 @@ from serenity_allocator.domain.sweep_errors import (
     SweepNoCredentialError,
 )
 from serenity_allocator.domain.sweep_run_claim import run_claim_name
-from tests.fakes import InMemoryCheckpointStore, RecordingObserver
+from tests.fakes import FakeClock, InMemoryCheckpointStore, RecordingObserver
 
 RUN = "rs-unit-1"
 
@@ -46,6 +52,11 @@ class ReversibleCipher:
 class Exchanged:
     access_token: str
     promise_token: str
+    expires_in: int | None = 299
+    scopes: tuple[str, ...] = ("openid", "semrush")
+
+    def lacks_scope(self, scope: str) -> bool:
+        return scope not in self.scopes
 
 
 @dataclass
@@ -57,6 +68,8 @@ class FakeIms:
     confirm_invalidate: bool = True
     on_exchange: list[object] = field(default_factory=list)
     counter: int = 0
+    expires_in: int | None = 299
+    scopes: tuple[str, ...] = ("openid", "semrush")
 
     def mint(self) -> str:
         self.counter += 1
@@ -70,7 +83,7 @@ class FakeIms:
         if promise_token not in self.alive:
             raise NeedsReauthError()
         self.alive.discard(promise_token)
-        return Exchanged(f"at-{self.counter}", self.mint())
+        return Exchanged(f"at-{self.counter}", self.mint(), self.expires_in, self.scopes)
 
     def invalidate(self, promise_token: str) -> bool:
         self.invalidated.append(promise_token)
@@ -84,9 +97,11 @@ class Rig:
     cipher: ReversibleCipher = field(default_factory=ReversibleCipher)
     ims: FakeIms = field(default_factory=FakeIms)
     observer: RecordingObserver = field(default_factory=RecordingObserver)
+    clock: FakeClock = field(default_factory=FakeClock)
 
-    def tokens(self) -> RunTokens:
-        return RunTokens(self.store, self.cipher, self.ims, self.observer)
+    def tokens(self, call_s: float = 10.0) -> RunTokens:
+        freshness = TokenFreshness(self.clock, call_s)
+        return RunTokens(self.store, self.cipher, self.ims, self.observer, freshness)
 
     def hand_over(self, token: str) -> None:
         hand_over_run_token(self.store, self.cipher, RUN, token)
@@ -198,6 +213,45 @@ def test_a_session_exchanges_once_per_batch_and_again_on_refresh(rig: Rig) -> No
     assert session.access_token(refresh=True) != first  # after a Semrush 401
     assert rig.outcomes() == ["exchanged", "exchanged"]
     assert "pt-" not in repr(session) and "at-" not in repr(session)
+
+
+def test_a_session_exchanges_again_before_a_call_its_access_token_would_not_outlive(
+    rig: Rig,
+) -> None:
+    # Given a batch whose access token lives 299 s (IMS's expires_in) and calls of up to 10 s
+    rig.hand_over(rig.ims.mint())
+    session = rig.tokens(call_s=10.0).session(RUN)
+    first = session.access_token()
+
+    # When the batch goes on to 288 s after the exchange: a 10 s call still ends inside it
+    rig.clock.advance(288.0)
+    assert session.access_token() == first
+    # And at 289 s one would end at 299 s, when the token dies: exchanged and rolled first
+    rig.clock.advance(1.0)
+    second = session.access_token()
+
+    # Then the new access token serves on, and the claim holds the newest roll
+    assert second != first
+    assert rig.outcomes() == ["exchanged", "exchanged"]
+    assert rig.ims.alive == {f"pt-{rig.ims.counter}"}
+
+
+@pytest.mark.parametrize(("expires_in", "fresh_for_s"), [(None, 299 - 10), (60, 60 - 10), (0, 0)])
+def test_an_access_tokens_lifetime_is_imss_expires_in_or_the_documented_299_s(
+    rig: Rig, expires_in: int | None, fresh_for_s: int
+) -> None:
+    # Given IMS answering an exchange with this expires_in (none: the documented 299 s)
+    rig.ims.expires_in = expires_in
+    rig.hand_over(rig.ims.mint())
+    session = rig.tokens(call_s=10.0).session(RUN)
+    first = session.access_token()
+
+    # Then it is reused until a 10 s call would outlive it, and not one second longer
+    if fresh_for_s > 0:
+        rig.clock.advance(fresh_for_s - 0.5)
+        assert session.access_token() == first
+        rig.clock.advance(0.5)
+    assert session.access_token() != first
 
 
 # ---- what a claim without a usable token says, and what ending it does ----------------------
@@ -389,3 +443,42 @@ def test_an_invalidation_that_raises_is_counted_as_failed(rig: Rig) -> None:
 
     assert rig.outcomes() == ["exchanged", "invalidateFailed"]
     assert rig.claim() == {**SCRUBBED, "ended": "done"}
+
+
+def test_a_token_without_the_semrush_scope_stops_the_batch_keeping_the_rolled_token(
+    rig: Rig,
+) -> None:
+    # Given IMS exchanging the run's token into one without the semrush scope (the wrong pair)
+    rig.ims.scopes = ("openid",)
+    rig.hand_over(rig.ims.mint())
+
+    # When the batch asks for its token / Then it stops as configuration, not a dead promise
+    with pytest.raises(SemrushScopeMissingError):
+        rig.tokens().session(RUN).access_token()
+    # And the claim holds the rolled token, alive: the run resumes once the pair is fixed
+    rolled = f"pt-{rig.ims.counter}"
+    assert rig.ims.alive == {rolled} and rig.ims.invalidated == []
+    assert rig.outcomes() == ["semrushScopeMissing"]
+    rig.ims.scopes = ("semrush",)
+    assert rig.tokens().session(RUN).access_token() == f"at-{rig.ims.counter - 1}"
+
+
+def test_an_exchange_answer_without_an_access_token_keeps_its_roll_on_the_claim(
+    rig: Rig,
+) -> None:
+    # Given IMS rolling the run's token but answering no access token
+    rig.hand_over(rig.ims.mint())
+
+    def half_answer() -> None:
+        raise MalformedExchangeError(rig.ims.mint())
+
+    rig.ims.on_exchange.append(half_answer)
+
+    # When the batch asks / Then it stops for now (IMS unavailable), naming the run
+    with pytest.raises(SweepImsUnavailableError):
+        rig.tokens().session(RUN).access_token()
+    # And the claim holds the rolled token (pt-2): the next batch exchanges it, not pt-1
+    rig.ims.on_exchange.clear()
+    assert rig.tokens().session(RUN).access_token() == "at-2"
+    assert "pt-2" not in rig.ims.alive and "pt-1" in rig.ims.alive
+    assert rig.outcomes() == ["imsUnavailable", "exchanged"]

@@ -79,6 +79,10 @@ class InstantAllocator:
 class RecordingRecorder:
     outcomes: list[tuple[str, int, str]] = field(default_factory=list)
     rollbacks_failed: list[str] = field(default_factory=list)
+    verdicts: list[bool] = field(default_factory=list)
+
+    def record_quota_verdict(self, matched: bool) -> None:
+        self.verdicts.append(matched)
 
     def record(self, outcome: str, attempt: int, site: str) -> None:
         self.outcomes.append((outcome, attempt, site))

@@ -117,7 +117,13 @@ class Lookup:
 class Recorder:
     outcomes: list[tuple[str, int, str]] = field(default_factory=list)
     rollbacks_failed: list[str] = field(default_factory=list)
+    verdicts: list[bool] = field(default_factory=list)
     raises: bool = False
+
+    def record_quota_verdict(self, matched: bool) -> None:
+        self.verdicts.append(matched)
+        if self.raises:
+            raise RuntimeError("metrics sink down")
 
     def record(self, outcome: str, attempt: int, site: str) -> None:
         self.outcomes.append((outcome, attempt, site))
@@ -605,12 +611,12 @@ def test_a_raising_recorder_never_changes_an_accepted_write(
         answer = guard.write(rig.gate(accepts_at=3.0), need={"prompts": 1}, site="s")
 
     # Then the caller gets the accepted answer (not the recorder's error, so it never writes
-    # twice), and the failure is logged
+    # twice), and each failure (the 405's verdict, the cycle's outcome) is logged
     assert answer.status_code == 200
-    assert rig.recorder.outcomes == [("recovered", 2, "s")]
+    assert (rig.recorder.verdicts, rig.recorder.outcomes) == ([True], [("recovered", 2, "s")])
     assert [(r.getMessage(), r.__dict__["error"]) for r in caplog.records] == [
         ("write guard metric not recorded", "RuntimeError")
-    ]
+    ] * 2
 
 
 def test_a_raising_recorder_never_replaces_a_refusal(rig: Rig) -> None:
@@ -768,3 +774,69 @@ def test_emf_recorder_prints_a_rollback_failure_with_its_site() -> None:
         "brands",
     )
     assert "Outcome" not in blob
+
+
+# -- the classifier's verdict (the enforcement-is-back pager) ----------------------------------
+
+
+def test_every_405_a_guarded_write_meets_records_the_classifiers_verdict(rig: Rig) -> None:
+    # Given an ensure applied at once and a gate accepting from 6 s (two disguised 405s first)
+    rig.lookup.visible_at = 0.0
+    guard = rig.guard()
+
+    # When one write recovers, one meets a genuine JSON 405, one a 422 and one is accepted
+    guard.write(rig.gate(accepts_at=6.0), need={"prompts": 1}, site="s")
+    method = guard.write(lambda: Answer(405, '{"message": "Method Not Allowed"}'),
+                         need={"prompts": 1}, site="s")  # fmt: skip
+    guard.write(lambda: Answer(422, "quota"), need={"prompts": 1}, site="s")
+    guard.write(lambda: Answer(201), need={"prompts": 1}, site="s")
+
+    # Then each 405 was counted once with its verdict (true, true, then the JSON one false)
+    # and nothing else was: the metric counts 405s, not writes
+    assert rig.recorder.verdicts == [True, True, False]
+    assert method.status_code == 405
+    assert rig.recorder.outcomes == [("recovered", 3, "s")]
+
+
+def test_the_emf_recorder_prints_the_verdict_with_the_deployments_environment() -> None:
+    # Given the recorder a service builds once, for prod
+    lines: list[str] = []
+    recorder = EmfQuotaRetryRecorder(
+        "prod", service="brands", emit=lines.append, clock_ms=lambda: 9
+    )
+
+    # When two verdicts are recorded
+    recorder.record_quota_verdict(True)
+    recorder.record_quota_verdict(False)
+
+    # Then two EMF lines, dimensions Environment and Matched, the caller's service a property
+    assert [json.loads(line) for line in lines] == [
+        {
+            "_aws": {
+                "Timestamp": 9,
+                "CloudWatchMetrics": [
+                    {
+                        "Namespace": "SerenityAllocator",
+                        "Dimensions": [["Environment", "Matched"]],
+                        "Metrics": [{"Name": "MeteredQuotaClassifier", "Unit": "Count"}],
+                    }
+                ],
+            },
+            "Environment": "prod",
+            "Matched": matched,
+            "service": "brands",
+            "MeteredQuotaClassifier": 1,
+        }
+        for matched in ("true", "false")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("environment", "service", "named"),
+    [("", "brands", "environment"), ("prod", " ", "service"), (None, "brands", "environment")],
+)
+def test_the_emf_recorder_refuses_a_blank_environment_or_service(
+    environment: Any, service: Any, named: str
+) -> None:
+    with pytest.raises(ValueError, match=rf"^EmfQuotaRetryRecorder: {named} must be a non-blank"):
+        EmfQuotaRetryRecorder(environment, service=service)

@@ -3,6 +3,9 @@
 // text/html page; a genuine Method-Not-Allowed is always JSON. Shared fixtures:
 // tests/fixtures/metered-quota-classifier.json (the Python classifier passes the same cases).
 
+/** The status the write gate disguises its quota refusal as (its body's shape tells them apart). */
+export const QUOTA_SHAPED_STATUS = 405;
+
 // Python's str.strip() whitespace (str.isspace), so both clients call the same bodies empty.
 const BLANK = /^[\t\n\v\f\r \x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$/;
 
@@ -21,7 +24,7 @@ function isJsonContainer(body) {
  * @param {string} rawBody The raw body text (never a redacted copy).
  */
 export function isMeteredQuota(status, rawBody) {
-  if (status !== 405 || typeof rawBody !== 'string') return false;
+  if (status !== QUOTA_SHAPED_STATUS || typeof rawBody !== 'string') return false;
   return !BLANK.test(rawBody) && !isJsonContainer(rawBody);
 }
 

@@ -11,8 +11,12 @@ export const PROMISE_TOKEN_PURPOSE = 'serenity-allocator/promise-token';
 export const CREDENTIAL_TTL_S = 86_400;
 /** KMS Encrypt's plaintext limit. */
 export const MAX_TOKEN_BYTES = 4096;
-/** The upstream's IMS client: at most two retries of a 429/5xx, 1 s then 2 s. */
+/** The upstream's IMS client: at most two retries of a 429/5xx, 1 s then 2 s (`1 s x 2^n`). */
 export const IMS_RETRY_DELAYS_S = Object.freeze([1, 2]);
+/** +/-20 % on each of those delays; IMS's `Retry-After` wins when it is longer (the upstream's client). */
+export const IMS_RETRY_JITTER = 0.2;
+/** OAuth's codes for a refusal of the client pair itself: the deployment's configuration, never the user's. */
+export const IMS_PAIR_REFUSALS = Object.freeze(['invalid_client', 'unauthorized_client']);
 const TOKEN_PATH = '/ims/token/v4';
 const CONDITION_FAILED = 'ConditionalCheckFailedException';
 // Write only where no live token is held: a new request, a scrubbed one, or one past expiry.
@@ -35,6 +39,18 @@ export class NeedsReauthError extends Error {
     super('IMS refused the access token (needsReauth): the user must log in again');
     this.name = 'NeedsReauthError';
     this.code = 'needsReauth';
+  }
+}
+
+/**
+ * IMS refused the EMITTER pair itself (`invalid_client`): a wrong or rotated secret of this
+ * service's deployment. A configuration fault: never tell the user to sign in again.
+ */
+export class ImsClientRefusedError extends Error {
+  constructor() {
+    super("IMS refused this service's client pair (imsClientRefused): fix the emitter secret");
+    this.name = 'ImsClientRefusedError';
+    this.code = 'imsClientRefused';
   }
 }
 
@@ -85,13 +101,15 @@ export class ImsEmitter {
   /**
    * @param {{host: string, clientId: string, clientSecret: string, promiseDefinitionId: string,
    *   timeoutMs?: number, deadlineMs?: number, sleep?: (s: number) => Promise<void>,
-   *   clock?: () => number}} options `timeoutMs` bounds one attempt (default 5000, as the Python
-   *   client), `deadlineMs` one mint with its retries (default 10000); `clock` is in ms.
+   *   clock?: () => number, jitter?: () => number}} options `host`: an origin, or a bare host
+   *   (the upstream's `IMS_HOST`, always https); `timeoutMs` bounds one attempt (default 5000,
+   *   as the Python client), `deadlineMs` one mint with its retries (default 10000); `clock` is
+   *   in ms; `jitter` draws in [0, 1) for the retry jitter.
    */
   constructor({
     host, clientId, clientSecret, promiseDefinitionId, timeoutMs = 5000, deadlineMs = 10_000,
     sleep = (s) => new Promise((resolve) => { setTimeout(resolve, s * 1000); }),
-    clock = () => performance.now(),
+    clock = () => performance.now(), jitter = Math.random,
   }) {
     this.origin = imsOrigin(host);
     this.clientId = nonBlank(clientId, 'clientId');
@@ -102,9 +120,10 @@ export class ImsEmitter {
     this.deadlineMs = deadlineMs;
     this.sleep = sleep;
     this.clock = clock;
+    this.jitter = jitter;
   }
 
-  /** A promise token of the access token's user. Throws NeedsReauthError, ImsUnavailableError, ImsRequestError. */
+  /** A promise token of the access token's user. Throws NeedsReauthError, ImsClientRefusedError, ImsUnavailableError, ImsRequestError. */
   async mint(accessToken) {
     const form = {
       client_id: this.clientId, client_secret: this.#clientSecret, grant_type: 'promise',
@@ -115,15 +134,17 @@ export class ImsEmitter {
     for (let retry = 0; ; retry += 1) {
       const left = deadline - this.clock();
       if (left <= 0) throw new ImsUnavailableError();
-      const answer = await this.#attempt(form, Math.min(this.timeoutMs, left));
-      if (answer !== null) return answer;
-      const pause = IMS_RETRY_DELAYS_S[retry];
-      if (pause === undefined || this.clock() + pause * 1000 >= deadline) throw new ImsUnavailableError();
+      const { token, retryAfterS } = await this.#attempt(form, Math.min(this.timeoutMs, left));
+      if (token !== null) return token;
+      const base = IMS_RETRY_DELAYS_S[retry];
+      if (base === undefined) throw new ImsUnavailableError();
+      const pause = Math.max(base * (1 + IMS_RETRY_JITTER * (2 * this.jitter() - 1)), retryAfterS ?? 0);
+      if (this.clock() + pause * 1000 >= deadline) throw new ImsUnavailableError();
       await this.sleep(pause);
     }
   }
 
-  /** The promise token; null when worth retrying (no answer, 429, 5xx); otherwise throws. */
+  /** `{token}`; token null when worth retrying (no answer, 429, 5xx, with its Retry-After); otherwise throws. */
   async #attempt(form, timeoutMs) {
     let response;
     let body;
@@ -134,16 +155,20 @@ export class ImsEmitter {
       });
       body = await response.text();
     } catch {
-      return null; // a transport failure or our timeout (fetch's errors carry no form field)
+      return { token: null }; // a transport failure or our timeout (fetch's errors carry no form field)
     }
     const { status } = response;
-    if (status === 429 || (status >= 500 && status <= 599)) return null;
-    if (status === 401 || status === 403) throw new NeedsReauthError();
+    if (status === 429 || (status >= 500 && status <= 599)) {
+      return { token: null, retryAfterS: retryAfterS(response.headers.get('retry-after')) };
+    }
     const parsed = parseObject(body);
+    // Matched against our own constants: nothing of the answer is kept.
+    if (status >= 400 && IMS_PAIR_REFUSALS.includes(parsed?.error)) throw new ImsClientRefusedError();
+    if (status === 401 || status === 403) throw new NeedsReauthError();
     if (status < 200 || status >= 300) throw new ImsRequestError(status, errorCode(parsed, form));
     const token = parsed?.promise_token;
     if (typeof token !== 'string' || !token) throw new ImsRequestError(status, 'no_promise_token');
-    return token;
+    return { token };
   }
 
   toJSON() {
@@ -151,10 +176,18 @@ export class ImsEmitter {
   }
 }
 
+/** The delay-seconds form of `Retry-After`; null for none, an HTTP-date or garbage. */
+function retryAfterS(value) {
+  if (value === null || !/^\s*\d+(\.\d+)?\s*$/.test(value)) return null;
+  return Number(value);
+}
+
 function imsOrigin(host) {
   let url;
+  const text = nonBlank(host, 'ims.host').trim();
   try {
-    url = new URL(nonBlank(host, 'ims.host'));
+    // The upstream's IMS_HOST is a bare host (always https there).
+    url = new URL(text.includes('://') ? text : `https://${text}`);
   } catch {
     throw new TypeError('ims.host: must be an origin like https://ims.example.com');
   }

@@ -7,7 +7,7 @@
 // stops at once with the table's answer, applied gives the gate its lag, and an unknown status
 // or an outcome of another request, child or kind keeps the guard waiting.
 import { answerOf } from './answers.js';
-import { isMeteredQuota } from './classify.js';
+import { QUOTA_SHAPED_STATUS, isMeteredQuota } from './classify.js';
 import { buildEnsure } from './contract.js';
 
 const sleepS = (s) => new Promise((resolve) => setTimeout(resolve, s * 1000));
@@ -115,8 +115,8 @@ export const REFUSALS = Object.freeze({
   configurationFault: WriteConfigurationError,
 });
 
-/** Records nothing (the default: metrics are the service's choice). */
-export const nullRecorder = { record() {}, rollbackFailed() {} };
+/** Records nothing: a guard built without a recorder is invisible to the pager. */
+export const nullRecorder = { quotaVerdict() {}, record() {}, rollbackFailed() {} };
 
 /** Does a front that asked for `asked` cover every unit of `need`? (both normalized) */
 const covers = (asked, need) => asked.projects >= need.projects && asked.prompts >= need.prompts;
@@ -187,8 +187,15 @@ export class WriteGuard {
       return this.refuse(WriteDeadlineExceededError, { attempts: 0, waitedS: 0 }, rollback, site);
     }
     const first = await call();
-    if (!isMeteredQuota(first.status, first.body)) return first;
+    if (!this.isQuota(first)) return first;
     return this.recover(call, { need, site, rollback }, first);
+  }
+
+  // Classify one answer; every 405 records the verdict (the enforcement-is-back pager).
+  isQuota(answer) {
+    const matched = isMeteredQuota(answer.status, answer.body);
+    if (answer.status === QUOTA_SHAPED_STATUS) this.safely(() => this.recorder.quotaVerdict?.(matched));
+    return matched;
   }
 
   async recover(call, { need, site, rollback }, first) {
@@ -229,7 +236,7 @@ export class WriteGuard {
       if (!this.startsInTime(0)) return { kind: WriteDeadlineExceededError, reason: null };
       cycle.attempts += 1;
       cycle.answer = await call();
-      if (!isMeteredQuota(cycle.answer.status, cycle.answer.body)) return null;
+      if (!this.isQuota(cycle.answer)) return null;
       if (this.outcomes) {
         const refused = await this.judge(cycle);
         if (refused !== undefined) return refused;

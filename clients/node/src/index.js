@@ -6,7 +6,7 @@ export {
 export { AllocationProducer, EnqueueError } from './producer.js';
 export {
   CREDENTIAL_TTL_S, CredentialHandover, CredentialHandoverError, IMS_RETRY_DELAYS_S, ImsEmitter,
-  ImsRequestError, ImsUnavailableError, MAX_TOKEN_BYTES, NeedsReauthError, PROMISE_TOKEN_PURPOSE,
+  ImsClientRefusedError, ImsRequestError, ImsUnavailableError, MAX_TOKEN_BYTES, NeedsReauthError, PROMISE_TOKEN_PURPOSE,
   encryptionContext,
 } from './credentials.js';
 export { isMeteredQuota, modelChangeNeed } from './classify.js';

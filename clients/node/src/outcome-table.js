@@ -391,6 +391,38 @@ export const OUTCOME_TABLE = freeze({
       "example": null
     },
     {
+      "code": "imsClientRefused",
+      "pattern": null,
+      "statuses": [
+        "failed"
+      ],
+      "kinds": [
+        "ensure",
+        "release"
+      ],
+      "meaning": "IMS refused the deployment's own client pair (invalid_client: a wrong or rotated consumer secret), on the last receive: our configuration fault, not the user's. The user's promise is kept (neither invalidated nor scrubbed), so a redrive after the pair is fixed runs.",
+      "applied": "no",
+      "retried": "yes",
+      "answer": "configurationFault",
+      "example": null
+    },
+    {
+      "code": "semrushScopeMissing",
+      "pattern": null,
+      "statuses": [
+        "failed"
+      ],
+      "kinds": [
+        "ensure",
+        "release"
+      ],
+      "meaning": "IMS exchanged the promise but the access token lacks the semrush scope (the deployment's IMS pair is not the one whose promise definition carries it), on the last receive: our configuration fault, told apart from a non-member before any Semrush call. The rolled promise is kept, so a redrive after the pair is fixed runs.",
+      "applied": "no",
+      "retried": "yes",
+      "answer": "configurationFault",
+      "example": null
+    },
+    {
       "code": "credentialStoreUnavailable",
       "pattern": null,
       "statuses": [

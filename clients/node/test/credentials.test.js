@@ -11,7 +11,7 @@ import { KMSClient } from '@aws-sdk/client-kms';
 import { CreateQueueCommand, ReceiveMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import {
   AllocationProducer, CredentialHandover, EnqueueError, IMS_RETRY_DELAYS_S, ImsEmitter,
-  ImsUnavailableError, NeedsReauthError, OutcomeReader,
+  ImsClientRefusedError, ImsUnavailableError, NeedsReauthError, OutcomeReader,
 } from '../src/index.js';
 import { ROOT } from './support/repo.js';
 import { simulator, startLocalStack } from './support/stack.js';
@@ -48,10 +48,12 @@ describe('the credential handover on the local stack (IMS mode)', () => {
   const errors = [];
   const secrets = [];
 
-  const handover = ({ sleep, ims = true, db = dynamodb, logger } = {}) => new CredentialHandover({
+  const handover = ({
+    sleep, ims = true, db = dynamodb, logger, pair = emitterPair, jitter = () => 0.5,
+  } = {}) => new CredentialHandover({
     tableName: stack.service.CREDENTIALS_TABLE, keyArn: stack.service.CREDENTIALS_KEY_ARN,
     kms: new KMSClient(aws), dynamodb: db, logger,
-    ims: ims ? new ImsEmitter({ host: stack.service.IMS_HOST, ...emitterPair, sleep }) : null,
+    ims: ims ? new ImsEmitter({ host: stack.service.IMS_HOST, ...pair, sleep, jitter }) : null,
   });
   const producer = (options = {}) => new AllocationProducer({
     queueUrl: options.queueUrl ?? sideQueue, sqs, credentials: handover(options),
@@ -173,6 +175,36 @@ describe('the credential handover on the local stack (IMS mode)', () => {
     assert.ok(!(await sentRequestIds()).includes(requestId));
   });
 
+  it('a refused emitter pair is the configuration fault imsClientRefused, never needsReauth', async () => {
+    const requestId = 'req-node-cred-pair';
+    const rotated = { ...emitterPair, clientSecret: 'rotated-away' };
+    secrets.push(rotated.clientSecret);
+    const error = await rejection(producer({ pair: rotated }).enqueueEnsure(
+      { workspaceId: CHILD, parentWorkspaceId: MASTER, requestId }, { credential: { accessToken } },
+    ));
+    assert.ok(error instanceof ImsClientRefusedError);
+    assert.deepEqual([error.code, error.name], ['imsClientRefused', 'ImsClientRefusedError']);
+    assert.equal(await record(requestId), null);
+  });
+
+  it('IMS 429 waits its Retry-After when longer than the backoff, and the backoff has +/-20 % jitter', async () => {
+    const origin = stack.service.SIMULATOR_ORIGIN;
+    const slept = [];
+    const sleep = async (s) => { slept.push(s); };
+    await simulator(origin, 'POST', '/__faults', { body: { fail_next: [{ status: 429, op: 'ims_mint', count: 2, retry_after: 3 }] } });
+    assert.equal(await producer({ sleep }).enqueueEnsure(
+      { workspaceId: CHILD, parentWorkspaceId: MASTER, requestId: 'req-node-cred-429' }, { credential: { accessToken } },
+    ), 'req-node-cred-429');
+    assert.deepEqual(slept, [3, 3]);
+    slept.length = 0;
+    const draws = [0, 1];
+    await simulator(origin, 'POST', '/__faults', { body: { fail_next: [{ status: 503, op: 'ims_mint', count: 2 }] } });
+    await producer({ sleep, jitter: () => draws.shift() }).enqueueEnsure(
+      { workspaceId: CHILD, parentWorkspaceId: MASTER, requestId: 'req-node-cred-jitter' }, { credential: { accessToken } },
+    );
+    assert.deepEqual(slept.map((s) => Math.round(s * 100) / 100), [0.8, 2.4]);
+  });
+
   it('IMS 503 is retried twice, 1 s then 2 s; a third 503 is imsUnavailable with nothing written', async () => {
     const origin = stack.service.SIMULATOR_ORIGIN;
     const slept = [];
@@ -272,7 +304,7 @@ describe('the credential handover on the local stack (IMS mode)', () => {
   });
 
   it('no token or client secret in any error, its JSON, its inspection, or the producer\'s', () => {
-    assert.equal(errors.length, 8);
+    assert.equal(errors.length, 9);
     const tokens = [...secrets, 'pt-node-first', 'pt-node-second', 'pt-node-third'];
     const views = errors.flatMap((e) => [e.message, e.stack, JSON.stringify(e), inspect(e, { depth: 5 }), String(e.cause?.message ?? '')]);
     const seen = producer();

@@ -1,8 +1,8 @@
-// Against `serenity-allocator local up` (moto + simulator + consumer processes): the example
-// service end to end, the README's AWS CLI snippet verbatim, and a cross-field refusal.
+// Against `serenity-allocator local up --credentials static` (moto + simulator + consumer
+// processes): the example service end to end and a cross-field refusal. The docs' snippets run
+// in IMS mode in doc-snippets.test.js.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
@@ -24,13 +24,6 @@ const workspace = (id, prompts, parent) => ({
   id, ...(parent ? { parent_id: parent } : {}),
   ai: { projects: { used: 1, drafted: 0, total: parent ? 1 : 50 }, prompts },
 });
-
-function readmeSnippet() {
-  const readme = readFileSync(`${ROOT}README.md`, 'utf8');
-  const marked = /<!-- send-ensure: run by clients\/node\/test\/local-stack\.test\.js -->\n```sh\n([\s\S]*?)```/.exec(readme);
-  assert.ok(marked, 'README holds the marked send-ensure snippet');
-  return marked[1];
-}
 
 describe('on the local stack', () => {
   let stack;
@@ -114,17 +107,6 @@ describe('on the local stack', () => {
       assert.deepEqual(details[outcome.request_id], record.outcome);
       assert.deepEqual(outcome, record.outcome);
     }
-  });
-
-  it('the README\'s AWS CLI snippet, verbatim, enqueues an ensure that completes', async () => {
-    const path = process.env.AWS_CLI_DIR ? `${process.env.AWS_CLI_DIR}:${env.PATH}` : env.PATH;
-    const { stdout } = await run('sh', ['-c', readmeSnippet()], {
-      env: { ...env, PATH: path, CHILD: 'c-readme', MASTER }, timeout: 60_000,
-    });
-    const requestId = stdout.trim().split('\n').at(-1);
-    assert.match(requestId, /^req-[0-9a-f]{32}$/);
-    const outcome = await reader.waitForOutcome(requestId, 30);
-    assert.deepEqual([outcome.status, outcome.workspace_id, outcome.totals_after.prompts >= 250], ['topped-up', 'c-readme', true]);
   });
 
   it('a schema-valid ensure naming its child as parent ends invalid, stored and announced', async () => {

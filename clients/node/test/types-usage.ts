@@ -3,7 +3,7 @@ import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { KMSClient } from '@aws-sdk/client-kms';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import {
-  AllocationProducer, CredentialHandover, ImsEmitter, NeedsReauthError, GuardPolicy, OutcomeReader, WriteGuard, WriteQuotaExhaustedError,
+  AllocationProducer, CredentialHandover, EmfQuotaRetryRecorder, ImsEmitter, NeedsReauthError, GuardPolicy, OutcomeReader, WriteGuard, WriteQuotaExhaustedError,
   buildEnsure, type AllocationOutcome, type EnsureRequest, type LedgerRecord,
 } from '../types/index.js';
 
@@ -13,8 +13,10 @@ const credentials = new CredentialHandover({
 });
 const producer = new AllocationProducer({ queueUrl: 'q.fifo', sqs: new SQSClient({}), credentials });
 const outcomes = new OutcomeReader({ tableName: 't', dynamodb: new DynamoDBClient({}) });
+const recorder = new EmfQuotaRetryRecorder('prod', { service: 'brands' });
+recorder.quotaVerdict(true);
 const guard = new WriteGuard({
-  producer, outcomes, workspaceId: 'c', parentWorkspaceId: 'm', policy: new GuardPolicy({ retries: 2 }),
+  producer, outcomes, workspaceId: 'c', parentWorkspaceId: 'm', policy: new GuardPolicy({ retries: 2 }), recorder,
 });
 const ensure: EnsureRequest = buildEnsure({ workspaceId: 'c', parentWorkspaceId: 'm', need: { prompts: 1 } });
 const includeDrafted: boolean | undefined = ensure.include_drafted;

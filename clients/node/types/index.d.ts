@@ -64,6 +64,8 @@ export function encryptionContext(requestId: string, workspaceId: string): {
 };
 export class NeedsReauthError extends Error { code: 'needsReauth' }
 export class ImsUnavailableError extends Error { code: 'imsUnavailable' }
+/** IMS refused the emitter pair itself (`invalid_client`): the service's configuration, not the user's. */
+export class ImsClientRefusedError extends Error { code: 'imsClientRefused' }
 export class ImsRequestError extends Error { code: 'imsRequestRefused'; status: number; error: string | null }
 export class CredentialHandoverError extends Error { requestId: string; reason: string }
 export interface PromiseMinter { mint(accessToken: string): Promise<string> }
@@ -110,6 +112,8 @@ export function modelChangeNeed(
 
 export type CycleOutcome = 'recovered' | 'exhausted' | 'abandoned';
 export interface QuotaRetryRecorder {
+  /** One MeteredQuotaClassifier per 405 a guarded write met (the enforcement-is-back pager). */
+  quotaVerdict?(matched: boolean): void;
   record(outcome: CycleOutcome, attempt: number, site: string): void;
   rollbackFailed?(site: string): void;
 }
@@ -196,7 +200,9 @@ export class OutcomeReader implements OutcomeLookup {
 
 export const METRIC_NAMESPACE: 'SerenityAllocator';
 export class EmfQuotaRetryRecorder implements QuotaRetryRecorder {
-  constructor(environment: string, options?: { service?: string; emit?: (line: string) => void; clockMs?: () => number });
+  /** `environment`: the stack's EnvironmentName; `service`: the calling service's name. */
+  constructor(environment: string, options: { service: string; emit?: (line: string) => void; clockMs?: () => number });
+  quotaVerdict(matched: boolean): void;
   record(outcome: CycleOutcome, attempt: number, site: string): void;
   rollbackFailed(site: string): void;
 }

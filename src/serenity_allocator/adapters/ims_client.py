@@ -4,8 +4,12 @@ Facts this rests on (../shared/ims-promise-tokens.md): every call is an HTTPS ``
 form-encoded body and no bearer header, answered with JSON; the emitter pair mints from the
 user's access token, the consumer pair exchanges and invalidates; every exchange returns a NEW
 promise token (the old one must not be relied on); a 401/403 at exchange means the promise is
-dead (terminal); 429 and 5xx are transient and the upstream's client retried them at most
-twice, 1 s then 2 s. We retry exactly that, plus transport failures, never past the deadline.
+dead (terminal); 429 and 5xx are transient and the upstream's client retries them at most
+twice, ``1 s x 2^n`` with +/-20 % jitter, honouring ``Retry-After`` (it waits the larger). We
+retry exactly that, plus transport failures, never past the deadline. IMS's ``invalid_client``
+(or ``unauthorized_client``: a refusal of the pair itself, at any step and whatever its status)
+is the deployment's configuration fault, never the user's: :class:`ImsClientRefusedError`, and
+the client notes it (:attr:`ImsClient.pair_refused`) so its owner re-reads the pair.
 
 An exchange whose answer is lost (a read timeout) may already have rolled the token upstream:
 the retry then gets a 401 and ends :class:`NeedsReauthError`, the safe side (nothing runs
@@ -17,6 +21,7 @@ operation, the status and IMS's short ``error`` code.
 
 from __future__ import annotations
 
+import random
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -27,7 +32,9 @@ from urllib.parse import SplitResult, urlsplit
 import httpx
 
 from serenity_allocator.domain.errors import (
+    ImsClientRefusedError,
     ImsUnavailableError,
+    MalformedExchangeError,
     MalformedResponseError,
     NeedsReauthError,
     OutOfTimeError,
@@ -35,14 +42,28 @@ from serenity_allocator.domain.errors import (
 
 from .http_lifecycle import OwnedHttpClient, tls_context
 from .secret_redaction import redact_secret
+from .semrush_operations import retry_after_s
 from .semrush_origin import ConfigurationError, is_dns_name, is_loopback_origin
 
 TOKEN_PATH: Final = "/ims/token/v4"  # noqa: S105 - a route, not a password
 INVALIDATE_PATH: Final = "/ims/invalidate_token/v2"
 RETRY_DELAYS_S: Final = (1.0, 2.0)
-"""The upstream's IMS client: at most two retries of a 429/5xx, 1 s then 2 s."""
+"""The upstream's IMS client: at most two retries of a 429/5xx, 1 s then 2 s (``1 s x 2^n``)."""
+RETRY_JITTER: Final = 0.2
+"""+/-20 % on each of those delays (the upstream's client); ``Retry-After`` wins when larger."""
+SEMRUSH_SCOPE: Final = "semrush"
+"""The scope an access token needs on the Semrush routes (the deployment's Semrush pair)."""
+PAIR_REFUSALS: Final = frozenset({"invalid_client", "unauthorized_client"})
+"""OAuth's codes for a refusal of the client pair itself (the shared doc: ``invalid_client``,
+with 400 or 401): the deployment's configuration, not the user's promise."""
 DEFAULT_TIMEOUT_S: Final = 5.0
-"""Our per-request ceiling (the shared doc gives no IMS latency; token calls are small)."""
+"""Our per-request timeout: the time an attempt is sure to get (an exchange starts only when
+it fits); the shared doc gives no IMS latency, token calls are small."""
+PATIENT_EXCHANGE_S: Final = 10.0
+"""How long an exchange waits for its answer when the time is there: the upstream client's
+timeout. An exchange IMS processed but answered after our timeout has spent its token with the
+answer lost (the next exchange is a 401: ``needsReauth`` for our impatience), so a started
+exchange waits up to this long, never into the time its caller keeps after the answer."""
 
 _ERROR_CODE: Final = re.compile(r"[a-z_]{1,40}")
 _REFUSED: Final = frozenset({401, 403})
@@ -82,6 +103,15 @@ class ExchangedTokens:
     promise_token: str = field(repr=False)
     expires_in: int | None = None
     promise_token_expires_in: int | None = None
+    scope: str | None = None
+    """The answer's ``scope`` when it sent one (the fixtures carry it; the five documented
+    fields do not include it): read to tell a token without ``semrush`` apart."""
+
+    def lacks_scope(self, scope: str) -> bool:
+        """True only when IMS named the token's scopes and ``scope`` is not among them."""
+        if self.scope is None:
+            return False
+        return scope not in {part for part in re.split(r"[\s,]+", self.scope) if part}
 
 
 class ImsRequestError(Exception):
@@ -105,12 +135,16 @@ def validate_ims_origin(url: str) -> str:
     """Check a configured IMS host and return it as an origin.
 
     An ``https://`` origin on a DNS name, or ``http(s)://`` on a loopback host (the local
-    simulator); no user-info, path, query or fragment. Messages never echo the value.
+    simulator); no user-info, path, query or fragment. A bare host (``ims-na1.adobelogin.com``,
+    the upstream's form of ``IMS_HOST``, always HTTPS there) is that host over ``https://``.
+    Messages never echo the value.
 
     Raises:
         ConfigurationError: The value is not an acceptable origin.
     """
     text = url.strip() if isinstance(url, str) else ""
+    if text and "://" not in text:
+        text = "https://" + text  # the upstream's bare host: always HTTPS
     parts = _origin_parts(text)
     if not is_loopback_origin(text) and (
         parts.scheme != "https" or not is_dns_name(parts.hostname or "")
@@ -150,6 +184,7 @@ class ImsClient(OwnedHttpClient):
             for an exchange: one starts only when the whole timeout fits).
         sleep: Sleeps between attempts (injected so tests never wait).
         clock: Monotonic seconds, for the deadline.
+        jitter: Uniform draws in [0, 1) for the retry jitter (injected so tests are exact).
     """
 
     def __init__(
@@ -162,6 +197,7 @@ class ImsClient(OwnedHttpClient):
         timeout_s: float = DEFAULT_TIMEOUT_S,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        jitter: Callable[[], float] = random.random,
     ) -> None:
         if timeout_s <= 0:
             raise ConfigurationError("IMS timeout must be positive")
@@ -173,7 +209,12 @@ class ImsClient(OwnedHttpClient):
         self._timeout_s = timeout_s
         self._sleep = sleep
         self._clock = clock
+        self._jitter = jitter
         self._deadline: float | None = None
+        self._after_answer_s = 0.0
+        self.pair_refused = False
+        """True once IMS refused a pair of this client (``invalid_client``) since it was set:
+        its owner re-reads the pair (:meth:`use_consumer`) instead of keeping a bad one."""
         self._owns_http = http is None
         self._http = (
             http if http is not None else httpx.Client(follow_redirects=False, verify=tls_context())
@@ -183,6 +224,21 @@ class ImsClient(OwnedHttpClient):
     def timeout_s(self) -> float:
         """The per-request timeout: one attempt's longest wait (an exchange is never cut short)."""
         return self._timeout_s
+
+    def keep_after_answer(self, seconds: float) -> None:
+        """Keep ``seconds`` after an exchange's answer, before the deadline (the roll's store).
+
+        An exchange waits longer than :attr:`timeout_s` only into time beyond that.
+        """
+        self._after_answer_s = max(0.0, seconds)
+
+    def use_consumer(self, pair: ImsClientPair) -> None:
+        """Exchange and invalidate with ``pair`` from now on (a pair read again).
+
+        Clears :attr:`pair_refused`.
+        """
+        self._consumer = pair
+        self.pair_refused = False
 
     def limit_time(self, seconds: float | None) -> None:
         """Bound every later call, retries and sleeps included, to ``seconds`` from now.
@@ -195,7 +251,8 @@ class ImsClient(OwnedHttpClient):
         """Mint a promise token from the user's IMS access token (the emitter pair).
 
         Raises:
-            NeedsReauthError: IMS refused the access token or the pair (401/403).
+            NeedsReauthError: IMS refused the user's access token (401/403).
+            ImsClientRefusedError: IMS refused the emitter pair (``invalid_client``).
             ImsUnavailableError: 429/5xx/no answer after the retries, or no time left for one.
             ImsRequestError: Another refusal (400: a wrong promise definition, say).
             MalformedResponseError: A 2xx without a promise token.
@@ -219,11 +276,15 @@ class ImsClient(OwnedHttpClient):
 
         Raises:
             NeedsReauthError: IMS refused the exchange (401/403): terminal, never retried.
+            ImsClientRefusedError: IMS refused the consumer pair (``invalid_client``): the
+                promise was not looked at, it is still good.
             ImsUnavailableError: 429/5xx/no answer after the retries, or no time left for one.
             OutOfTimeError: A whole attempt (the full timeout) no longer fits before the
                 deadline: nothing was sent, the token passed in is still good.
             ImsRequestError: Another refusal (400).
-            MalformedResponseError: A 2xx without both tokens.
+            MalformedExchangeError: A 2xx with the rolled promise token but no access token:
+                store :attr:`~MalformedExchangeError.rolled` (the token passed in is spent).
+            MalformedResponseError: A 2xx without a promise token.
         """
         pair = _required(self._consumer, "consumer", "exchange")
         form = {
@@ -233,11 +294,16 @@ class ImsClient(OwnedHttpClient):
             "promise_token": _token(promise_token, "promise token"),
         }
         body = self._json(self._call("exchange", TOKEN_PATH, form, whole=True), "exchange")
+        rolled = _string(body, "promise_token", "exchange")
+        access = body.get("access_token")
+        if not isinstance(access, str) or not access:
+            raise MalformedExchangeError(rolled)
         return ExchangedTokens(
-            access_token=_string(body, "access_token", "exchange"),
-            promise_token=_string(body, "promise_token", "exchange"),
+            access_token=access,
+            promise_token=rolled,
             expires_in=_int(body, "expires_in"),
             promise_token_expires_in=_int(body, "promise_token_expires_in"),
+            scope=body.get("scope") if isinstance(body.get("scope"), str) else None,
         )
 
     def invalidate(self, promise_token: str) -> bool:
@@ -256,7 +322,13 @@ class ImsClient(OwnedHttpClient):
         }
         try:
             self._call("invalidate", INVALIDATE_PATH, form)
-        except (NeedsReauthError, ImsUnavailableError, ImsRequestError, OutOfTimeError):
+        except (
+            NeedsReauthError,
+            ImsClientRefusedError,
+            ImsUnavailableError,
+            ImsRequestError,
+            OutOfTimeError,
+        ):
             return False
         return True
 
@@ -272,20 +344,40 @@ class ImsClient(OwnedHttpClient):
         """
         need_s = self._timeout_s if whole else 0.0
         for retry in range(len(RETRY_DELAYS_S) + 1):
-            response = _judged(self._attempt(form, path, need_s), operation, form)
+            answer = self._attempt(form, path, need_s)
+            try:
+                response = _judged(answer, operation, form)
+            except ImsClientRefusedError:
+                self.pair_refused = True
+                raise
             if response is not None:
                 return response
-            if retry == len(RETRY_DELAYS_S) or not self._fits(RETRY_DELAYS_S[retry] + need_s):
+            if retry == len(RETRY_DELAYS_S):
                 break
-            self._sleep(RETRY_DELAYS_S[retry])
+            pause_s = self._pause_s(retry, answer)
+            if not self._fits(pause_s + need_s):
+                break
+            self._sleep(pause_s)
         raise ImsUnavailableError()
+
+    def _pause_s(self, retry: int, answer: httpx.Response | None) -> float:
+        """The upstream's wait: ``1 s x 2^n`` +/-20 %, or ``Retry-After`` when that is longer."""
+        base = RETRY_DELAYS_S[retry] * (1.0 + RETRY_JITTER * (2.0 * self._jitter() - 1.0))
+        asked = None if answer is None else retry_after_s(answer.headers.get("Retry-After"))
+        return max(base, asked or 0.0)
 
     def _attempt(self, form: Mapping[str, str], path: str, need_s: float) -> httpx.Response | None:
         """Send once within the time left (at least ``need_s``); None on a transport failure."""
         left = None if self._deadline is None else self._deadline - self._clock()
         if left is not None and (left <= 0 or left < need_s):
             raise OutOfTimeError()
-        timeout = self._timeout_s if left is None else min(self._timeout_s, left)
+        if need_s > 0:
+            # A whole attempt (an exchange): its timeout is sure; it waits longer, up to the
+            # upstream's, only into time the caller does not keep for after the answer.
+            room = PATIENT_EXCHANGE_S if left is None else left - self._after_answer_s
+            timeout = max(self._timeout_s, min(PATIENT_EXCHANGE_S, room))
+        else:
+            timeout = self._timeout_s if left is None else min(self._timeout_s, left)
         try:
             return self._http.post(
                 self.origin + path,
@@ -319,6 +411,9 @@ def _judged(
         return None
     if response.status_code < 300:
         return response
+    if _raw_error_code(response) in PAIR_REFUSALS:
+        # Matched against our own constants, so nothing of the answer is kept.
+        raise ImsClientRefusedError()
     if response.status_code in _REFUSED:
         raise NeedsReauthError()
     raise ImsRequestError(response.status_code, operation, _error_code(response, form))
@@ -333,16 +428,22 @@ def _error_code(response: httpx.Response, form: Mapping[str, str]) -> str | None
 
     A code that holds any form value we sent (a secret, a token) in any encoding is dropped too.
     """
+    code = _raw_error_code(response)
+    if code is None or not _ERROR_CODE.fullmatch(code):
+        return None
+    if any(redact_secret(code, value) != code for value in form.values()):
+        return None
+    return code
+
+
+def _raw_error_code(response: httpx.Response) -> str | None:
+    """The answer's ``error`` string as sent (compare only; :func:`_error_code` to keep one)."""
     try:
         body = response.json()
     except ValueError:
         return None
     code = body.get("error") if isinstance(body, Mapping) else None
-    if not isinstance(code, str) or not _ERROR_CODE.fullmatch(code):
-        return None
-    if any(redact_secret(code, value) != code for value in form.values()):
-        return None
-    return code
+    return code if isinstance(code, str) else None
 
 
 def _required(pair: ImsClientPair | None, role: str, operation: str) -> ImsClientPair:

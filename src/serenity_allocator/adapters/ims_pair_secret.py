@@ -1,7 +1,10 @@
 """An IMS client pair kept in AWS Secrets Manager: the worker's consumer, the Sweep's emitter.
 
 The secret's string is a JSON object with string ``client_id`` and ``client_secret``, and for
-an emitter also ``promise_definition_id``. Read once per container (a pair does not rotate per
+an emitter also ``promise_definition_id``; or an object of such pairs by NAME (a deployment may
+hold several: ims-promise-tokens.md), of which the deployment names the one whose promise
+definition carries the ``semrush`` scope (``IMS_PAIR_NAME``, default ``SEMRUSH``): an unknown
+name is a configuration error. Read once per container (a pair does not rotate per
 request) through Powertools Parameters over a Secrets Manager client with bounded timeouts and
 retries (:mod:`.aws_clients`). No error raised here holds the secret's content: its role, its
 name and what is wrong with its shape only.
@@ -21,6 +24,9 @@ if TYPE_CHECKING:
 
 PairRole = Literal["consumer", "emitter"]
 
+DEFAULT_PAIR_NAME: Final = "SEMRUSH"
+"""The dedicated Semrush pair's name (the shared doc's example)."""
+
 PAIR_KEYS: Final[dict[PairRole, tuple[str, ...]]] = {
     "consumer": ("client_id", "client_secret"),
     "emitter": ("client_id", "client_secret", "promise_definition_id"),
@@ -37,8 +43,9 @@ def read_ims_pair(
     *,
     call_budget_s: float = AWS_CALL_BUDGET_S,
     client: SecretsManagerClient | None = None,
+    pair_name: str = DEFAULT_PAIR_NAME,
 ) -> ImsClientPair:
-    """The ``role`` pair stored in ``secret_id``.
+    """The ``role`` pair stored in ``secret_id`` (the one named ``pair_name`` if it holds many).
 
     Raises:
         ImsPairSecretError: The secret could not be read, or is not that JSON object.
@@ -55,10 +62,10 @@ def read_ims_pair(
         # from None: the cause is botocore's, which names the secret and the failure only,
         # but a Powertools transform error could quote the value.
         raise ImsPairSecretError(f"could not read {what}") from None
-    return _pair_from(value, PAIR_KEYS[role], what)
+    return _pair_from(value, PAIR_KEYS[role], what, pair_name)
 
 
-def _pair_from(value: object, keys: tuple[str, ...], what: str) -> ImsClientPair:
+def _pair_from(value: object, keys: tuple[str, ...], what: str, pair_name: str) -> ImsClientPair:
     if isinstance(value, bytes):
         value = value.decode("utf-8", errors="replace")
     try:
@@ -66,6 +73,12 @@ def _pair_from(value: object, keys: tuple[str, ...], what: str) -> ImsClientPair
     except json.JSONDecodeError:
         # from None: the decode error quotes the document, which is the secret.
         raise ImsPairSecretError(f"{what} is not JSON") from None
+    if isinstance(document, dict) and "client_id" not in document:
+        # Pairs by name: the deployment's is the one its promise definition gives semrush.
+        if pair_name not in document:
+            raise ImsPairSecretError(f"{what} holds no pair named {pair_name!r} (IMS_PAIR_NAME)")
+        document = document[pair_name]
+        what = f"{what} pair {pair_name!r}"
     if not isinstance(document, dict) or not all(
         isinstance(document.get(key), str) and document[key].strip() for key in keys
     ):

@@ -114,8 +114,6 @@ METRIC_CATALOG: dict[str, MetricSpec] = {
         "Outcome",
         ("released", "nothing-to-release", "requires-decommission", "error", "dry-run"),
     ),
-    # Pages on Matched=true: the first disguised 405 says enforcement is back (dormant watch).
-    "MeteredQuotaClassifier": MetricSpec("Count", "Matched", ("true", "false"), pager=True),
     "InvalidMessage": MetricSpec("Count"),
     "CoalescedEnsures": MetricSpec("Count"),
     "QueueLagMs": MetricSpec("Milliseconds"),
@@ -221,9 +219,10 @@ EVENT_METRICS: dict[type[object], EventMetric] = {
 """The one table from the observer vocabulary to the metric catalog.
 
 ``PoolFreeRatio`` is derived from :class:`PoolChecked` (one value per dimension, see
-:meth:`MetricsObserver.record`); ``MeteredQuotaClassifier`` is the producer's own
-(``adapters/sqs_producer.py``). Adding a metric: a new event value where it happens, and one
-catalog entry plus one row here.
+:meth:`MetricsObserver.record`). What a service's process emits through the library
+(``MeteredQuotaClassifier``, ``QuotaRetryOutcome``, ``QuotaRollbackFailed``) is
+``write_guard.recorders.SERVICE_METRIC_CATALOG``, never this module's. Adding a metric: a new
+event value where it happens, and one catalog entry plus one row here.
 """
 
 DERIVED_METRICS = {"PoolFreeRatio": PoolChecked}

@@ -6,7 +6,10 @@ The Semrush client keeps one httpx client per container; its token provider here
 :class:`RequestTokenHolder` bound to the current request's session (the worker handles one
 record at a time per container). Unbound, ``get_token`` raises: no Semrush call runs without a
 request's user. ``get_token(refresh=True)`` (the client's one retry after a 401) exchanges
-again, stores the rolled token again, and answers the fresh access token.
+again, stores the rolled token again, and answers the fresh access token. An access token
+lives only as long as IMS's ``expires_in`` says (about five minutes, ims-promise-tokens.md):
+``get_token`` exchanges again BEFORE a call that would outlive it, so no call presents a dead
+token and none needs the 401 to find out.
 
 Nothing here logs, and no error, repr or return value holds a token.
 """
@@ -17,13 +20,19 @@ import base64
 import binascii
 import contextlib
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..domain.credentials import CredentialEnd
-from ..domain.errors import CredentialStoreUnavailableError, NoCredentialError
+from ..domain.credentials import AccessLifetime, CredentialEnd, TokenFreshness
+from ..domain.errors import (
+    CredentialStoreUnavailableError,
+    MalformedExchangeError,
+    NoCredentialError,
+    SemrushScopeMissingError,
+)
 from .dynamodb_credential_store import CredentialGoneError, CredentialStoreError, StoredCredential
-from .ims_client import ExchangedTokens
+from .ims_client import SEMRUSH_SCOPE, ExchangedTokens
 from .kms_token_cipher import TokenCipherError
 
 UNDECRYPTABLE = "InvalidCiphertextException"
@@ -76,6 +85,8 @@ class ImsSession:
     workspace_id: str
     access_token: str = field(repr=False)
     promise_token: str = field(repr=False)
+    lifetime: AccessLifetime
+    """Until when ``access_token`` may be presented (IMS's ``expires_in`` from the send)."""
     roll_stored: bool = True
     """False while the record may still hold the spent token (its roll could not be stored):
     the request goes on with the access token in hand; :meth:`ImsCredentialBroker.keep`
@@ -113,32 +124,67 @@ class ImsCredentialBroker:
         store: The credentials table (read, roll, scrub).
         ims: The IMS client with the consumer pair.
         holder: The token holder the Semrush client reads.
+        freshness: The clock and the longest Semrush call, to judge an access token's age.
     """
 
     def __init__(
-        self, store: CredentialStore, ims: PromiseExchanger, holder: RequestTokenHolder
+        self,
+        store: CredentialStore,
+        ims: PromiseExchanger,
+        holder: RequestTokenHolder,
+        freshness: TokenFreshness | None = None,
     ) -> None:
         self._store = store
         self._ims = ims
         self._holder = holder
+        self._freshness = freshness or TokenFreshness(time.monotonic)
 
     def open(self, request_id: str, workspace_id: str) -> ImsSession:
         """Read, exchange, store the rolled token (before anything else); nothing bound."""
         stored = self._read(request_id, workspace_id)
         if stored is None:
             raise NoCredentialError()
-        tokens = self._ims.exchange(stored.promise_token)
-        session = ImsSession(request_id, workspace_id, tokens.access_token, tokens.promise_token)
+        sent_at = self._freshness.clock()
+        try:
+            tokens = self._ims.exchange(stored.promise_token)
+        except MalformedExchangeError as exc:
+            self._keep_rolled(request_id, workspace_id, exc)
+            raise
+        session = ImsSession(
+            request_id,
+            workspace_id,
+            tokens.access_token,
+            tokens.promise_token,
+            self._freshness.lifetime_of(sent_at, tokens.expires_in),
+        )
         self._roll(session)
+        _check_scope(tokens)
         return session
 
     def refresh(self, session: ImsSession) -> str:
-        """Exchange the session's current promise again (after a Semrush 401); store the roll."""
-        tokens = self._ims.exchange(session.promise_token)
+        """Exchange the session's current promise again; store the roll; the new access token.
+
+        After a Semrush 401, or before a call its access token would not outlive.
+        """
+        sent_at = self._freshness.clock()
+        try:
+            tokens = self._ims.exchange(session.promise_token)
+        except MalformedExchangeError as exc:
+            session.promise_token = exc.rolled  # the one passed in is spent: end this one
+            self._keep_rolled(session.request_id, session.workspace_id, exc)
+            raise
         session.access_token = tokens.access_token
         session.promise_token = tokens.promise_token
+        session.lifetime = self._freshness.lifetime_of(sent_at, tokens.expires_in)
         self._roll(session)
+        _check_scope(tokens)
         return session.access_token
+
+    def presentable(self, session: ImsSession) -> str:
+        """The session's access token, exchanged again first if a call would outlive it."""
+        if self._freshness.presentable(session.lifetime):
+            return session.access_token
+        return self.refresh(session)
 
     def user_of(self, session: object) -> str | None:
         """The user IMS's access token names (its ``user_id`` claim), else None."""
@@ -194,6 +240,14 @@ class ImsCredentialBroker:
             return None  # still scrubbed; the token dies with its IMS time to live
         return stored.promise_token if stored is not None else None
 
+    def _keep_rolled(self, request_id: str, workspace_id: str, exc: MalformedExchangeError) -> None:
+        """An answer without an access token still rolled the promise: store the new token.
+
+        The request fails for now and comes back with a live promise instead of a spent one.
+        """
+        kept = ImsSession(request_id, workspace_id, "", exc.rolled, AccessLifetime(0.0))
+        self._roll(kept)
+
     def _roll(self, session: ImsSession) -> None:
         # Before anything else: a crash from here on replays with the new token (the one just
         # exchanged is spent). A store that fails (throttled twice, or no answer) is tried once
@@ -218,6 +272,16 @@ class ImsCredentialBroker:
         return "ImsCredentialBroker()"
 
 
+def _check_scope(tokens: ExchangedTokens) -> None:
+    """Refuse a token IMS says lacks the ``semrush`` scope (after its roll is stored).
+
+    Semrush would refuse it for every request like a non-member; said here, before any call,
+    it is the configuration fault it is. An answer without ``scope`` is not judged.
+    """
+    if tokens.lacks_scope(SEMRUSH_SCOPE):
+        raise SemrushScopeMissingError()
+
+
 class RequestTokenHolder:
     """The Semrush client's token provider in IMS mode: the bound request's access token."""
 
@@ -228,15 +292,20 @@ class RequestTokenHolder:
     def get_token(self, *, refresh: bool = False) -> str:
         """The bound request's access token; ``refresh`` exchanges again first.
 
+        A token a call would outlive (its IMS lifetime, less the longest call) is exchanged
+        again first too: never presented past its ``expires_in``.
+
         Raises:
             UnboundTokenError: No request is bound (fail closed).
         """
         session = self.bound
         if session is None:
             raise UnboundTokenError()
-        if refresh and self.broker is not None:
+        if self.broker is None:
+            return session.access_token
+        if refresh:
             return self.broker.refresh(session)
-        return session.access_token
+        return self.broker.presentable(session)
 
     def __repr__(self) -> str:
         return f"RequestTokenHolder(bound={self.bound.request_id if self.bound else None!r})"

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Final, Unpack
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..domain import classify
 from ..domain.messages import EnsureRequest, ReleaseRequest
 from .aws_clients import AWS_CALL_BUDGET_S, LazyClient, aws_error_code, sqs_client
 from .credential_handover import CredentialHandover, CredentialHandoverError, UserCredential
@@ -47,7 +46,6 @@ __all__ = [
     "TotalsInput",
     "build_ensure",
     "build_release",
-    "is_metered_quota",
 ]
 
 
@@ -344,38 +342,6 @@ def refused_before_delivery(error: BaseException | None) -> bool:
     answered_once = int(metadata.get("RetryAttempts", 0)) == 0
     throttled = _THROTTLING_MARK in aws_error_code(error).lower()
     return answered_once and 400 <= status < 500 and not throttled
-
-
-def is_metered_quota(status: int, body: str, *, environment: str = "unknown") -> bool:
-    """Classify a metered write's failure: True when it is a disguised quota rejection (405).
-
-    On True the service should enqueue an ensure and retry its write later. Every actual 405
-    is counted as ``MeteredQuotaClassifier{Matched=true|false}`` (best-effort, printed as EMF);
-    other statuses are not counted, so the metric measures how well the shape rule (a 405 with a
-    non-empty, non-JSON body) holds up. Pass the RAW body, never a redacted copy.
-
-    Args:
-        status: The HTTP status of the failed write.
-        body: Its response body text.
-        environment: The calling service's environment name (the metric's ``Environment``).
-    """
-    matched = classify.is_metered_quota(status, body)
-    if status == 405:
-        _record_classifier(matched, environment)
-    return matched
-
-
-def _record_classifier(matched: bool, environment: str) -> None:
-    try:
-        # Imported here: a service importing the producer should not pay for Powertools
-        # unless it actually classifies a 405.
-        from .observability import MetricsRecorder
-
-        recorder = MetricsRecorder(environment=environment)
-        recorder.record("MeteredQuotaClassifier", dimension_value="true" if matched else "false")
-        recorder.flush()
-    except Exception:  # metrics never change the classification
-        _log.debug("MeteredQuotaClassifier not recorded", exc_info=True)
 
 
 class UserProducer:

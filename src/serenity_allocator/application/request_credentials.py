@@ -17,8 +17,14 @@ turn, before the combined transfer; a member that fails leaves the run and, at i
 ends alone with what refused it, fails again with what kept its session from opening (its
 record comes back), or tries alone with the session opened at admission (a transient read).
 
-Refusals: ``noCredential`` and ``needsReauth`` end ``failed`` and dead-lettered with that
-reason; Semrush 403 ends ``rejected / accessDenied``. A 401 after one re-exchange is transient
+IMS refusing the consumer pair itself (``invalid_client``: ``imsClientRefused``) is our
+configuration, never the user's: transient (the record comes back with its promise), counted
+and alarmed, and on the final receive it ends ``failed / imsClientRefused`` with the promise
+KEPT, so a redrive after the pair is fixed runs; so is an exchanged token IMS says lacks the
+``semrush`` scope (``semrushScopeMissing``: the wrong pair), told apart from a non-member
+before any Semrush call. Refusals: ``noCredential`` and
+``needsReauth`` end ``failed`` and dead-lettered with that reason; Semrush 403 ends
+``rejected / accessDenied``. A 401 after one re-exchange is transient
 (counted ``unauthorized``, alarmed) until the final receive, which ends it ``accessDenied``.
 """
 
@@ -33,10 +39,12 @@ from ..domain.coalescing import EnsureRun
 from ..domain.errors import (
     AccessDeniedError,
     AllocationError,
+    ImsClientRefusedError,
     ImsUnavailableError,
     NeedsReauthError,
     NoCredentialError,
     OutOfTimeError,
+    SemrushScopeMissingError,
     UpstreamError,
 )
 from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
@@ -58,6 +66,9 @@ the record comes back with its rolled token, counted (``unauthorized``, alarmed)
 final receive ends it ``rejected / accessDenied``."""
 DEAD_LETTERED_REFUSALS = frozenset({NoCredentialError.code, NeedsReauthError.code})
 """Refusals that go to the DLQ with their reason: a human re-mints, then redrives."""
+KEPT_AT_THE_END = frozenset({ImsClientRefusedError.code, SemrushScopeMissingError.code})
+"""Terminal outcomes that are our configuration's fault, not the user's: the promise is kept
+(neither invalidated nor scrubbed), so the redrive after the pair is fixed runs with it."""
 
 
 @dataclass
@@ -122,6 +133,10 @@ class RequestCredentials:
         ``invalidate=False`` only scrubs (after the applying phase, when no IMS call fits).
         """
         request_id = outcome.request_id
+        if outcome.error_code in KEPT_AT_THE_END:
+            self.refused.pop(request_id, None)
+            self.keep(request_id)
+            return
         session = self._taken(request_id)
         self.refused.pop(request_id, None)
         if not self.deadlines.fits_aws_call():
@@ -224,6 +239,12 @@ class RequestCredentials:
         except ImsUnavailableError:
             self.observer.record(CredentialOutcome("imsUnavailable"))
             raise
+        except ImsClientRefusedError:
+            self.observer.record(CredentialOutcome("imsClientRefused"))
+            raise
+        except SemrushScopeMissingError:
+            self.observer.record(CredentialOutcome("semrushScopeMissing"))
+            raise
         self.sessions[request_id] = session
         self.observer.record(CredentialOutcome("exchanged"))
         return session
@@ -242,6 +263,12 @@ class RequestCredentials:
             session = self._exchange(request.request_id, request.workspace_id)
         except ImsUnavailableError:
             self.observer.record(CredentialOutcome("imsUnavailable"))
+            raise
+        except ImsClientRefusedError:
+            self.observer.record(CredentialOutcome("imsClientRefused"))
+            raise
+        except SemrushScopeMissingError:
+            self.observer.record(CredentialOutcome("semrushScopeMissing"))
             raise
         self.sessions[request.request_id] = session
         self.observer.record(CredentialOutcome("exchanged"))

@@ -86,6 +86,15 @@ class ExchangedTokens(Protocol):
         """The new promise token; the one exchanged must not be relied on afterwards."""
         ...
 
+    @property
+    def expires_in(self) -> int | None:
+        """Seconds the access token lives (IMS's ``expires_in``), None when not given."""
+        ...
+
+    def lacks_scope(self, scope: str) -> bool:
+        """True only when IMS named the token's scopes and ``scope`` is not among them."""
+        ...
+
 
 class PromiseExchange(Protocol):
     """IMS with the consumer pair (``adapters.ims_client.ImsClient``).

@@ -4,10 +4,13 @@ The CLI hands the operator's token over onto the run's claim (:func:`hand_over_r
 KMS-encrypted under the run's context) before it invokes. Each batch then holds a
 :class:`RunTokenSession`: the batch's first Semrush call makes it read the claim, exchange the
 token with the consumer pair and store the ROLLED token on the claim before that call is sent
-(ims-promise-tokens.md: exchange first, persist at once); the access token serves the rest of
-the batch. When the run ends (done, aborted, abandoned) :meth:`RunTokens.end` invalidates the
-token's chain (best effort) and scrubs it. A dead promise (IMS 401/403) is scrubbed and stops
-the run with :class:`SweepNeedsReauthError`, which says how to resume with a new token.
+(ims-promise-tokens.md: exchange first, persist at once); the access token serves the batch's
+later calls for as long as IMS's ``expires_in`` says (about five minutes): a call, or a
+release's mint (which presents it as ``authenticating_token``), that it would not outlive makes
+the session exchange and roll again first (ADR 0025). When the run ends (done, aborted,
+abandoned) :meth:`RunTokens.end` invalidates the token's chain (best effort) and scrubs it. A
+dead promise (IMS 401/403) is scrubbed and stops the run with :class:`SweepNeedsReauthError`,
+which says how to resume with a new token.
 
 Every claim write is conditional on the version read, so two invocations of one run cannot both
 roll: the loser invalidates what it got (or sees the token rolled under it) and stops with
@@ -23,7 +26,15 @@ from typing import Literal, NoReturn
 
 from pydantic import ValidationError
 
-from ..domain.errors import ImsUnavailableError, NeedsReauthError, OutOfTimeError
+from ..domain.credentials import AccessLifetime, TokenFreshness
+from ..domain.errors import (
+    ImsClientRefusedError,
+    ImsUnavailableError,
+    MalformedExchangeError,
+    NeedsReauthError,
+    OutOfTimeError,
+    SemrushScopeMissingError,
+)
 from ..domain.observations import CredentialOutcome
 from ..domain.ports import AllocationObserver
 from ..domain.sweep_errors import (
@@ -37,6 +48,8 @@ from ..domain.sweep_errors import (
 from ..domain.sweep_run_claim import RunClaim, RunClaimEnd, run_claim_name, run_token_context
 from .sweep_ports import CheckpointStore, PromiseExchange, RunTokenCipher
 
+SEMRUSH_SCOPE = "semrush"
+"""The scope the run's access token needs on the Semrush routes."""
 _SCRUB_ATTEMPTS = 3
 """Conditional scrubs tried before giving up (each loses only to a concurrent claim write)."""
 
@@ -116,6 +129,8 @@ class RunTokens:
         cipher: KMS, for the run's context.
         ims: IMS with the consumer pair.
         observer: Where ``CredentialOutcome`` events go.
+        freshness: The clock and the longest call presenting an access token (a Semrush call
+            or a release's mint), to judge the exchanged token's age.
     """
 
     def __init__(
@@ -124,11 +139,13 @@ class RunTokens:
         cipher: RunTokenCipher,
         ims: PromiseExchange,
         observer: AllocationObserver,
+        freshness: TokenFreshness,
     ) -> None:
         self._store = store
         self._cipher = cipher
         self._ims = ims
         self._observer = observer
+        self.freshness = freshness
 
     def session(self, run_id: str) -> RunTokenSession:
         """A batch's hold on the run's authority (nothing is exchanged until it is asked)."""
@@ -140,13 +157,17 @@ class RunTokens:
 
     # -- shared with the session ---------------------------------------------------------------
 
-    def exchange(self, run_id: str) -> str:
-        """Exchange the claim's token, store the rolled one, return the access token.
+    def exchange(self, run_id: str) -> tuple[str, AccessLifetime]:
+        """Exchange the claim's token, store the rolled one; the access token and its lifetime.
 
         Raises:
             SweepNoCredentialError: the claim holds no usable token.
             SweepNeedsReauthError: IMS refused the exchange (the claim is scrubbed).
             SweepImsUnavailableError: IMS could not answer in time (the claim is unchanged).
+            ImsClientRefusedError: IMS refused the consumer pair (configuration; the claim is
+                unchanged, the run resumes once the pair is fixed).
+            SemrushScopeMissingError: the token lacks the ``semrush`` scope (the wrong pair;
+                the claim holds the rolled token, the run resumes once the pair is fixed).
             RunInProgressError: another invocation rolled the token meanwhile.
         """
         read = _read(self._store, run_id)
@@ -155,6 +176,7 @@ class RunTokens:
             self._observer.record(CredentialOutcome("noCredential"))
             raise SweepNoCredentialError(run_id, read.why_empty())
         token = _open(self._cipher, run_id, sealed)
+        sent_at = self.freshness.clock()
         try:
             tokens = self._ims.exchange(token)
         except NeedsReauthError:
@@ -162,13 +184,27 @@ class RunTokens:
         except (ImsUnavailableError, OutOfTimeError):
             self._observer.record(CredentialOutcome("imsUnavailable"))
             raise SweepImsUnavailableError(run_id) from None
+        except ImsClientRefusedError:
+            # Our pair, not the operator's promise: the claim keeps its token (configuration).
+            self._observer.record(CredentialOutcome("imsClientRefused"))
+            raise
+        except MalformedExchangeError as exc:
+            # IMS rolled the token but sent no access token: keep the roll (the old one is
+            # spent), stop the batch for now; the run resumes with a live token.
+            self._roll(run_id, read, exc.rolled)
+            self._observer.record(CredentialOutcome("imsUnavailable"))
+            raise SweepImsUnavailableError(run_id) from None
         self._roll(run_id, read, tokens.promise_token)
+        if tokens.lacks_scope(SEMRUSH_SCOPE):
+            # The wrong pair, not the operator: the claim keeps the rolled token (configuration).
+            self._observer.record(CredentialOutcome("semrushScopeMissing"))
+            raise SemrushScopeMissingError()
         self._observer.record(CredentialOutcome("exchanged"))
         superseded = read.claim.promise_token if read.claim.handover else None
         if superseded is not None:
             # The operator handed over a new token: the old chain must not stay alive.
             self._invalidate(run_id, superseded)
-        return tokens.access_token
+        return tokens.access_token, self.freshness.lifetime_of(sent_at, tokens.expires_in)
 
     def _roll(self, run_id: str, read: _ClaimRead, rolled: str) -> None:
         claim = RunClaim(run_id=run_id, promise_token=_seal(self._cipher, run_id, rolled))
@@ -223,13 +259,15 @@ class RunTokenSession:
     """One batch's hold on its run's authority, for the Semrush client's token holder.
 
     The first :meth:`access_token` exchanges (and rolls) the run's token; later calls reuse the
-    access token; ``refresh=True`` (the client's one retry after a 401) exchanges again.
+    access token while a call would end inside its lifetime, and exchange again once it would
+    not; ``refresh=True`` (the client's one retry after a 401) exchanges again.
     """
 
     def __init__(self, tokens: RunTokens, run_id: str) -> None:
         self._tokens = tokens
         self.run_id = run_id
         self._access: str | None = None
+        self._lifetime: AccessLifetime | None = None
 
     @property
     def exchanged(self) -> bool:
@@ -238,8 +276,9 @@ class RunTokenSession:
 
     def access_token(self, *, refresh: bool = False) -> str:
         """The operator's access token for this batch (see the class docstring)."""
-        if self._access is None or refresh:
-            self._access = self._tokens.exchange(self.run_id)
+        fresh = self._lifetime is not None and self._tokens.freshness.presentable(self._lifetime)
+        if self._access is None or refresh or not fresh:
+            self._access, self._lifetime = self._tokens.exchange(self.run_id)
         return self._access
 
     def __repr__(self) -> str:

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import json
 
+QUOTA_SHAPED_STATUS = 405
+"""The status the write gate disguises its quota refusal as (its body's shape tells them apart)."""
+
 _POOL_EXHAUSTED = "insufficient available units"
 _NOT_READY = "workspace not ready"
 
@@ -40,7 +43,7 @@ def is_metered_quota(status: int, body: str) -> bool:
         status: The HTTP status of the write.
         body: The raw response body text (never a redacted copy).
     """
-    return status == 405 and bool(body.strip()) and not _is_json_container(body)
+    return status == QUOTA_SHAPED_STATUS and bool(body.strip()) and not _is_json_container(body)
 
 
 def is_rate_limited(status: int, body: str = "") -> bool:

@@ -132,6 +132,22 @@ class MalformedResponseError(ValueError):
     """The upstream answered 2xx with a body that breaks the documented shape."""
 
 
+class MalformedExchangeError(MalformedResponseError):
+    """A 2xx exchange answer without a usable access token but WITH the rolled promise token.
+
+    IMS processed the exchange (the token passed in is spent), so the rolled one is the
+    promise's only life: the caller stores it before failing, and the request (or the sweep
+    run) comes back with a live token instead of a spent one. Never shows the token.
+    """
+
+    def __init__(self, rolled: str) -> None:
+        self.rolled = rolled
+        super().__init__("IMS exchange: answer has no access_token (the rolled token is kept)")
+
+    def __repr__(self) -> str:
+        return "MalformedExchangeError(rolled=***)"
+
+
 class WiringError(ValueError):
     """A caller passed an argument that can only come from a programming error (blank id)."""
 
@@ -145,6 +161,37 @@ class NeedsReauthError(AllocationError):
 
     code = "needsReauth"
     message = "the user's authorization must be renewed before this request can run"
+
+
+class ImsClientRefusedError(AllocationError):
+    """IMS refused the deployment's client pair itself (``invalid_client``): a configuration fault.
+
+    Not the user's: a wrong or rotated consumer (or emitter) secret refuses every request
+    alike. Transient, so every promise is kept (nothing invalidated, nothing scrubbed): the
+    record comes back, the container re-reads the pair, and after the pair is fixed the next
+    receive (or a redrive of the dead letter) runs. Alarmed as configuration
+    (runbooks/credentials.md#imsclientrefused).
+    """
+
+    code = "imsClientRefused"
+    message = "the identity service refused this deployment's client pair (configuration)"
+    transient = True
+
+
+class SemrushScopeMissingError(AllocationError):
+    """IMS exchanged the promise, but the access token lacks the ``semrush`` scope.
+
+    The exchange answer's ``scope`` names what the token holds; without ``semrush`` Semrush
+    refuses it like a non-member for EVERY request (ims-promise-tokens.md): the promise was
+    minted or exchanged with a pair whose definition lacks the scope (not the deployment's
+    Semrush pair). Our configuration, told apart from a user who is not a member before any
+    Semrush call: transient, the rolled promise kept on the record, alarmed
+    (runbooks/credentials.md#semrushscopemissing).
+    """
+
+    code = "semrushScopeMissing"
+    message = "the exchanged token lacks the semrush scope (the deployment's IMS pair)"
+    transient = True
 
 
 class ImsUnavailableError(AllocationError):

@@ -92,6 +92,8 @@ CredentialOutcomeName = Literal[
     "accessDenied",
     "unauthorized",
     "imsUnavailable",
+    "imsClientRefused",
+    "semrushScopeMissing",
     "invalidateFailed",
 ]
 
@@ -103,9 +105,12 @@ class CredentialOutcome:
     ``exchanged``: a session opened (promise exchanged, rolled token stored); the terminal
     ``noCredential``/``needsReauth``/``accessDenied``; ``unauthorized``: Semrush refused a fresh
     token with 401, the record comes back (a burst is a credential incident);
-    ``imsUnavailable``: an exchange failed for now (429/5xx/timeout); ``invalidateFailed``: IMS
-    did not confirm the invalidation at the end (the outcome stands). ``reason`` is a code for
-    the log line, never a token.
+    ``imsUnavailable``: an exchange failed for now (429/5xx/timeout); ``imsClientRefused``: IMS
+    refused the deployment's client pair (``invalid_client``: configuration, the record comes
+    back); ``semrushScopeMissing``: an exchanged token without the ``semrush`` scope (the
+    wrong pair: configuration, the record comes back); ``invalidateFailed``: IMS did not
+    confirm the invalidation at the end (the outcome stands). ``reason`` is a code for the log
+    line, never a token.
     """
 
     outcome: CredentialOutcomeName

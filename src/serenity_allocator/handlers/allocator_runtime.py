@@ -7,6 +7,7 @@ Lambda context's remaining time into the invocation's deadline.
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -26,6 +27,7 @@ from ..application import (
     WorkerPorts,
     start_batch,
 )
+from ..domain.credentials import TokenFreshness
 from ..domain.ledger import RequestLedger
 from ..domain.metering import ParentMeteringCache
 from ..domain.model import Dimension
@@ -34,7 +36,14 @@ from ..domain.pool_watch import PoolWatch
 from ..domain.ports import Clock, Sleeper, WorkspaceGateway
 from ..domain.transfer import CALL_BUDGET_S, FAIL_FAST, SETTLE, TransferPolicy
 from .settings import AllocatorSettings, ImsSettings
-from .wiring import build_ims_consumer, build_semrush_client, limit_gateway_time
+from .wiring import (
+    PairSource,
+    build_ims_consumer,
+    build_semrush_client,
+    consumer_pair_source,
+    limit_gateway_time,
+    renew_refused_pair,
+)
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -51,6 +60,8 @@ class AllocatorRuntime:
     producer: ReleaseEnqueuer | None = None
     clock: Clock = time.monotonic
     sleep: Sleeper = time.sleep
+    jitter: Callable[[], float] = random.random
+    """Uniform draws in [0, 1) for the IMS retries' jitter (tests make them exact)."""
     wall_clock_ms: Callable[[], float] = field(default=lambda: time.time() * 1000.0)
     metering: ParentMeteringCache | None = None
     pool_watch: PoolWatch | None = None
@@ -72,6 +83,8 @@ class AllocatorRuntime:
     """Time reserved for one IMS exchange (the IMS client's per-request timeout), IMS mode."""
     credential_workers: Executor | None = None
     """IMS mode: the container's bounded pool that opens and ends sessions concurrently."""
+    ims_pair_source: PairSource | None = None
+    """IMS mode: reads the consumer pair again (its secret) after IMS refused it."""
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -161,6 +174,8 @@ class AllocatorRuntime:
             MetricsRecorder(settings.environment), pool_low_ratio=settings.pool_low_ratio
         )
         if self.ims is not None:
+            # A pair IMS refused last time is read again: a warm container never keeps a bad one.
+            renew_refused_pair(self.ims, self.ims_pair_source)
             # Sessions open while the batch is planned: a warm container's limit from the last
             # invocation must not refuse them (each checks the applying deadline itself).
             limit_gateway_time(self.ims, budget_s)
@@ -233,13 +248,19 @@ def _ims_runtime(
         ims_settings,
         call_budget_s=aws_budget_s,
         sleep=lambda seconds: runtime.sleep(seconds),  # noqa: PLW0108
+        jitter=lambda: runtime.jitter(),  # noqa: PLW0108
     )
+    # An exchange waits for a late answer only into time the roll's store does not need.
+    ims.keep_after_answer(aws_budget_s)
     store = DynamoDbCredentialStore(
         ims_settings.credentials_table or "",
         KmsTokenCipher(ims_settings.credentials_key_arn or "", call_budget_s=aws_budget_s),
         call_budget_s=aws_budget_s,
     )
-    broker = ImsCredentialBroker(store, ims, holder)
+    # An access token is judged on the runtime's clock (late-bound: tests replace it), against
+    # the longest Semrush attempt that would present it.
+    freshness = TokenFreshness(lambda: runtime.clock(), settings.semrush.timeout_s)  # noqa: PLW0108
+    broker = ImsCredentialBroker(store, ims, holder, freshness)
     holder.broker = broker
     runtime = AllocatorRuntime(
         settings=settings,
@@ -250,6 +271,7 @@ def _ims_runtime(
         ims=ims,
         ims_call_budget_s=ims.timeout_s,
         credential_workers=credential_workers(),
+        ims_pair_source=consumer_pair_source(ims_settings, call_budget_s=aws_budget_s),
     )
     return runtime
 

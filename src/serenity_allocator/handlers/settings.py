@@ -123,6 +123,11 @@ class ImsSettings(_EnvModel):
         default=None, alias="CREDENTIALS_TABLE", pattern=r"^[A-Za-z0-9_.-]{3,255}$"
     )
     credentials_key_arn: OptionalText = Field(default=None, alias="CREDENTIALS_KEY_ARN")
+    pair_name: str = Field(
+        default="SEMRUSH", alias="IMS_PAIR_NAME", pattern=r"^[A-Z][A-Z0-9_]{0,31}$"
+    )
+    """Which pair of a secret holding pairs by name is the deployment's: the one whose promise
+    definition carries the ``semrush`` scope (a secret holding one pair is that pair)."""
 
     @field_validator("host")
     @classmethod

@@ -38,7 +38,8 @@ from ..application.sweep_ports import (
     SweepEnvironment,
 )
 from ..application.sweep_run_tokens import RunTokens
-from ..domain.errors import UpstreamError
+from ..domain.credentials import TokenFreshness
+from ..domain.errors import ImsClientRefusedError, SemrushScopeMissingError, UpstreamError
 from ..domain.ports import Clock, Sleeper, WorkspaceGateway
 from ..domain.sweep_errors import (
     SweepImsUnavailableError,
@@ -53,7 +54,14 @@ from ..domain.sweep_model import (
 )
 from ..domain.validation import describe_validation_error
 from .settings import ImsSettings, SweepSettings
-from .wiring import build_ims_consumer, build_semrush_client, limit_gateway_time
+from .wiring import (
+    PairSource,
+    build_ims_consumer,
+    build_semrush_client,
+    consumer_pair_source,
+    limit_gateway_time,
+    renew_refused_pair,
+)
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -100,6 +108,8 @@ class SweepCredentials:
     holder: SessionTokenHolder
     ims: PromiseExchange
     cipher: RunTokenCipher
+    pair_source: PairSource | None = None
+    """Reads the consumer pair again (its secret) after IMS refused it."""
 
 
 @dataclass
@@ -155,7 +165,7 @@ def build_operator_releases(
     if ims is None or ims.credentials_table is None or not settings.releases_carry_credentials:
         return ReleasesWithoutCredentials()
     if settings.emitter_secret_id is not None:
-        emitter = read_ims_pair(settings.emitter_secret_id, "emitter")
+        emitter = read_ims_pair(settings.emitter_secret_id, "emitter", pair_name=ims.pair_name)
     else:
         emitter = ImsClientPair(
             settings.emitter_client_id or "",
@@ -175,10 +185,13 @@ def build_sweep_credentials(ims: ImsSettings) -> SweepCredentials:
     from ..adapters.aws_clients import AWS_CALL_BUDGET_S
     from ..adapters.kms_token_cipher import KmsTokenCipher
 
+    consumer = build_ims_consumer(ims, call_budget_s=AWS_CALL_BUDGET_S)
+    consumer.keep_after_answer(AWS_CALL_BUDGET_S)  # the claim's conditional write of the roll
     return SweepCredentials(
         holder=SessionTokenHolder(),
-        ims=build_ims_consumer(ims, call_budget_s=AWS_CALL_BUDGET_S),
+        ims=consumer,
         cipher=KmsTokenCipher(ims.credentials_key_arn or ""),
+        pair_source=consumer_pair_source(ims, call_budget_s=AWS_CALL_BUDGET_S),
     )
 
 
@@ -255,7 +268,13 @@ def lambda_handler(
             extra={"status": exc.status, "operation": exc.operation},
         )
         raise SweepUpstreamError(exc.status, exc.operation) from None
-    except (SweepNeedsReauthError, SweepNoCredentialError, SweepImsUnavailableError) as exc:
+    except (
+        SweepNeedsReauthError,
+        SweepNoCredentialError,
+        SweepImsUnavailableError,
+        ImsClientRefusedError,
+        SemrushScopeMissingError,
+    ) as exc:
         logger.warning("sweep batch stopped: run credential", extra={"error_code": exc.code})
         raise
     finally:
@@ -293,6 +312,13 @@ def _bind_run_token(rt: SweepRuntime, env: SweepEnvironment, run_id: str) -> Non
         rt.credentials.holder.bind(env.run_tokens.session(run_id))
 
 
+def _freshness(rt: SweepRuntime) -> TokenFreshness:
+    """The run's access token is presented by Semrush calls and by releases' mints (IMS)."""
+    from ..adapters.ims_client import DEFAULT_TIMEOUT_S
+
+    return TokenFreshness(rt.clock, max(rt.settings.semrush.timeout_s, DEFAULT_TIMEOUT_S))
+
+
 def _environment(
     rt: SweepRuntime, context: LambdaContext, recorder: MetricsRecorder
 ) -> SweepEnvironment:
@@ -303,8 +329,11 @@ def _environment(
     observer = MetricsObserver(recorder)
     run_tokens = None
     if rt.credentials is not None:
+        renew_refused_pair(rt.credentials.ims, rt.credentials.pair_source)
         limit_gateway_time(rt.credentials.ims, budget_s)
-        run_tokens = RunTokens(rt.store, rt.credentials.cipher, rt.credentials.ims, observer)
+        run_tokens = RunTokens(
+            rt.store, rt.credentials.cipher, rt.credentials.ims, observer, _freshness(rt)
+        )
     return SweepEnvironment(
         gateway=rt.gateway,
         store=rt.store,

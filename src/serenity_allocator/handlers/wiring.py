@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from ..adapters.ims_client import ImsClient
+    from ..adapters.ims_client import ImsClient, ImsClientPair
     from ..adapters.semrush_client import SemrushClient
     from ..adapters.token_provider import TokenProvider
     from .settings import ImsSettings, SemrushSettings
@@ -47,16 +49,66 @@ def build_semrush_client(
 
 
 def build_ims_consumer(
-    ims: ImsSettings, *, call_budget_s: float, sleep: Callable[[float], None] | None = None
+    ims: ImsSettings,
+    *,
+    call_budget_s: float,
+    sleep: Callable[[float], None] | None = None,
+    jitter: Callable[[], float] | None = None,
 ) -> ImsClient:
-    """The IMS client with the consumer pair: from its secret, or the loopback-only env pair."""
+    """The IMS client with the consumer pair: from its secret, or the loopback-only env pair.
+
+    ``sleep`` and ``jitter`` replace the client's pauses and its retry jitter's draws.
+    """
     from ..adapters.ims_client import ImsClient, ImsClientPair
     from ..adapters.ims_pair_secret import read_ims_pair
 
     if ims.consumer_secret_id is not None:
-        pair = read_ims_pair(ims.consumer_secret_id, "consumer", call_budget_s=call_budget_s)
+        pair = read_ims_pair(
+            ims.consumer_secret_id,
+            "consumer",
+            call_budget_s=call_budget_s,
+            pair_name=ims.pair_name,
+        )
     else:
         pair = ImsClientPair(ims.consumer_client_id or "", ims.consumer_client_secret or "")
-    if sleep is None:
-        return ImsClient(ims.host, consumer=pair)
-    return ImsClient(ims.host, consumer=pair, sleep=sleep)
+    return ImsClient(
+        ims.host, consumer=pair, sleep=sleep or time.sleep, jitter=jitter or random.random
+    )
+
+
+PairSource = Callable[[], "ImsClientPair"]
+
+
+def consumer_pair_source(ims: ImsSettings, *, call_budget_s: float) -> PairSource | None:
+    """How to read the consumer pair again: from its secret.
+
+    None for the loopback env pair (a changed environment rebuilds the runtime anyway).
+    """
+    from ..adapters.ims_pair_secret import read_ims_pair
+
+    secret_id, name = ims.consumer_secret_id, ims.pair_name
+    if secret_id is None:
+        return None
+    return lambda: read_ims_pair(secret_id, "consumer", call_budget_s=call_budget_s, pair_name=name)
+
+
+def renew_refused_pair(ims: object, source: PairSource | None) -> bool:
+    """Read the consumer pair again when IMS refused it (``invalid_client``) since last read.
+
+    A warm container must not keep a bad pair: after the secret is fixed, its next invocation
+    uses the new one. One Secrets Manager read per invocation while the pair stays refused;
+    a read that fails keeps the pair in hand (the refusal repeats, alarmed). True when renewed.
+    """
+    from ..adapters.ims_client import ImsClient
+    from ..adapters.ims_pair_secret import ImsPairSecretError
+    from ..adapters.observability import logger
+
+    if source is None or not isinstance(ims, ImsClient) or not ims.pair_refused:
+        return False
+    try:
+        ims.use_consumer(source())
+    except ImsPairSecretError as exc:
+        logger.warning("IMS consumer pair refused and not read again", extra={"why": str(exc)})
+        return False
+    logger.info("IMS consumer pair read again after IMS refused it")
+    return True

@@ -13,12 +13,15 @@ second ensure, which the worker's coalescing would add to the front (ADR 0019).
 A service makes one :class:`WriteGuard` per incoming request and workspace::
 
     guard = WriteGuard(producer, child_id, master_id, outcomes=OutcomeReader(ledger_table),
-                       recorder=EmfQuotaRetryRecorder("prod"))
+                       recorder=recorder)  # EmfQuotaRetryRecorder("prod", service="brands")
     guard.front({"prompts": len(batch)})            # before writing: size the top-up early
     answer = guard.write(lambda: post_prompts(batch), need={"prompts": len(batch)},
                          site="prompts.create")      # every metered write, wrapped
 
-The guard needs no Powertools: its metrics go through an injected recorder.
+The guard needs no Powertools: its metrics go through an injected recorder, built once per
+process with the deployment's environment and the service's name. It records the classifier's
+verdict on every 405 (``MeteredQuotaClassifier``, the enforcement-is-back pager), so a guard
+without a recorder is invisible to that alarm.
 """
 
 from __future__ import annotations
@@ -39,20 +42,25 @@ from .errors import (
 from .guard import EnsureEnqueuer, OutcomeLookup, WriteGuard, answer_of
 from .policy import GuardPolicy, model_change_need
 from .recorders import (
+    CLASSIFIER_METRIC_NAME,
     METRIC_NAME,
     METRIC_NAMESPACE,
     ROLLBACK_METRIC_NAME,
+    SERVICE_METRIC_CATALOG,
     EmfQuotaRetryRecorder,
     NullQuotaRetryRecorder,
     QuotaRetryRecorder,
     QuotaRetryResult,
+    ServiceMetricSpec,
 )
 
 __all__ = [
+    "CLASSIFIER_METRIC_NAME",
     "METRIC_NAME",
     "METRIC_NAMESPACE",
     "REFUSALS",
     "ROLLBACK_METRIC_NAME",
+    "SERVICE_METRIC_CATALOG",
     "EmfQuotaRetryRecorder",
     "EnsureEnqueuer",
     "GuardPolicy",
@@ -62,6 +70,7 @@ __all__ = [
     "OutcomeLookup",
     "QuotaRetryRecorder",
     "QuotaRetryResult",
+    "ServiceMetricSpec",
     "WriteAccessDeniedError",
     "WriteConfigurationError",
     "WriteDeadlineExceededError",

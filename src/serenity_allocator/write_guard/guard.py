@@ -24,7 +24,7 @@ from typing import Generic, NoReturn, Protocol, TypeVar
 
 from ..adapters.sqs_requests import TotalsInput, build_ensure
 from ..contract.outcome_table import CustomerAnswer, outcome_table
-from ..domain.classify import is_metered_quota
+from ..domain.classify import QUOTA_SHAPED_STATUS, is_metered_quota
 from ..domain.messages import AllocationOutcome, EnsureRequest
 from ..domain.model import Totals
 from .errors import (
@@ -119,7 +119,9 @@ class WriteGuard:
         workspace_id: The child that writes.
         parent_workspace_id: Its master (the org pool).
         policy: Retries, pause, the per-request deadline and the gate's lag.
-        recorder: Receives ``QuotaRetryOutcome`` per cycle and ``QuotaRollbackFailed``.
+        recorder: Receives ``MeteredQuotaClassifier`` per 405 answer (the enforcement-is-back
+            pager: without a recorder the pager cannot see this service),
+            ``QuotaRetryOutcome`` per cycle and ``QuotaRollbackFailed``.
         outcomes: Reads the outcome of the ensure a recovery waits on (``OutcomeReader``): its
             own, or the pending front it follows; without it the cycle is bounded by
             ``policy.retries`` and always sends its own ensure.
@@ -216,11 +218,18 @@ class WriteGuard:
             refusal = WriteDeadlineExceededError(None, 0, 0.0)
             self._finish_refused(refusal, site, "timed-out", rollback)
         answer = call()
-        if not is_metered_quota(answer.status_code, answer.text):
+        if not self._is_quota(answer):
             outcome: WriteOutcome = "accepted" if answer.status_code < 400 else "failed"
             self.history.append(GuardedWrite(site, 1, 0.0, outcome))
             return answer
         return self._recover(call, _Cycle(site, answer), need, rollback)
+
+    def _is_quota(self, answer: HttpAnswer) -> bool:
+        """Classify one answer; every 405 records the verdict (the enforcement-is-back pager)."""
+        matched = is_metered_quota(answer.status_code, answer.text)
+        if answer.status_code == QUOTA_SHAPED_STATUS:
+            _safely(lambda: self.recorder.record_quota_verdict(matched))
+        return matched
 
     def _recover(
         self,
@@ -258,7 +267,7 @@ class WriteGuard:
                 return self._refusal(WriteDeadlineExceededError, cycle)
             cycle.attempts += 1
             cycle.answer = call()
-            if not is_metered_quota(cycle.answer.status_code, cycle.answer.text):
+            if not self._is_quota(cycle.answer):
                 return None
             refusal = self._judge_ensure(cycle)
             if refusal is not None:

@@ -81,7 +81,7 @@ def _seeded(sim: SimulatorServer) -> None:
 
 @pytest.fixture
 def timed(clock: FakeClock, sleeper: RecordingSleep) -> Iterator[SimulatorServer]:
-    config = ImsConfig(promise_ttl_s=600.0, access_ttl_s=120.0)
+    config = ImsConfig(promise_ttl_s=600.0, access_ttl_s=120.0, exchanged_ttl_s=45.0)
     state = SimulatorState(clock=clock, sleep=sleeper, ims_config=config)
     with start_simulator(state=state) as server:
         _seeded(server)
@@ -177,11 +177,20 @@ def test_ims_mint_then_exchange_rolls_the_promise_token(sim: SimulatorServer) ->
         "expires_in",
         "promise_token",
         "promise_token_expires_in",
+        "scope",
     }
+    # As IMS answers (the published clients' fixtures): an access_token of five minutes
+    assert (body["token_type"], body["expires_in"], body["promise_token_expires_in"]) == (
+        "access_token",
+        300,
+        3600,
+    )
+    assert body["scope"] == "openid,AdobeID,semrush"
     assert body["promise_token"] != first
     assert _read(sim, CHILD, body["access_token"]).status_code == 200
     # And the exchanged token stops working, the new one works
-    assert _exchange(sim, first).status_code == 401
+    spent = _exchange(sim, first)
+    assert (spent.status_code, spent.json()["error"]) == (401, "invalid_promise_token")
     assert _exchange(sim, body["promise_token"]).status_code == 200
 
 
@@ -228,7 +237,119 @@ def test_ims_invalidate_kills_the_whole_chain(sim: SimulatorServer) -> None:
     assert (answer.status_code, answer.content) == (200, b"")
     refused = _exchange(sim, third)
     assert refused.status_code == 401
-    assert refused.json()["error"] == "invalid_token"
+    assert refused.json()["error"] == "invalid_promise_token"
+    # A token of the dead chain is still known: invalidating it again is a 200
+    assert _invalidate(sim, third).status_code == 200
+
+
+def test_ims_invalidating_an_unknown_or_expired_token_is_400_invalid_parameter_value(
+    timed: SimulatorServer, clock: FakeClock
+) -> None:
+    unknown = _invalidate(timed, "sim-ims-pt-never-issued")
+    assert (unknown.status_code, unknown.json()["error"]) == (400, "invalid_parameter_value")
+    promise = _mint(timed, timed.ims_user("u1", [CHILD])).json()["promise_token"]
+    clock.advance(600.0)
+    expired = _invalidate(timed, promise)
+    assert (expired.status_code, expired.json()["error"]) == (400, "invalid_parameter_value")
+
+
+def test_ims_exchanged_access_token_lives_its_own_short_lifetime(
+    timed: SimulatorServer, clock: FakeClock
+) -> None:
+    # Given an exchanged access token (this simulator: 45 s; the login token lives 120 s)
+    login = timed.ims_user("u1", [CHILD])
+    exchanged = _exchange(timed, _mint(timed, login).json()["promise_token"]).json()
+    assert exchanged["expires_in"] == 45
+    # Then it reads until its expires_in, and is refused from then on; the login lives on
+    clock.advance(44.0)
+    assert _read(timed, CHILD, exchanged["access_token"]).status_code == 200
+    clock.advance(1.0)
+    assert _read(timed, CHILD, exchanged["access_token"]).status_code == 401
+    assert _read(timed, CHILD, login).status_code == 200
+
+
+def test_ims_accepts_multipart_form_data_as_the_upstream_client_sends_it(
+    sim: SimulatorServer,
+) -> None:
+    # Given the three calls sent as multipart/form-data (httpx's files= makes that body)
+    _seeded(sim)
+    emitter, consumer = sim.ims_clients()["emitter"], sim.ims_clients()["consumer"]
+
+    def multipart(route: str, form: dict[str, str]) -> httpx.Response:
+        parts = {name: (None, value) for name, value in form.items()}
+        with httpx.Client(trust_env=False) as client:
+            answer = client.post(sim.origin + route, files=parts)
+        assert answer.request.headers["content-type"].startswith("multipart/form-data; boundary=")
+        return answer
+
+    minted = multipart(
+        "/ims/token/v4",
+        {
+            "client_id": emitter["client_id"],
+            "client_secret": emitter["client_secret"],
+            "grant_type": "promise",
+            "promise_definition_id": emitter["promise_definition_id"],
+            "authenticating_token": sim.ims_user("u1", [CHILD]),
+        },
+    )
+    pair = {"client_id": consumer["client_id"], "client_secret": consumer["client_secret"]}
+    exchanged = multipart(
+        "/ims/token/v4",
+        {**pair, "grant_type": "promise_exchange", "promise_token": minted.json()["promise_token"]},
+    )
+    invalidated = multipart(
+        "/ims/invalidate_token/v2",
+        {**pair, "token_type": "promise_token", "token": exchanged.json()["promise_token"]},
+    )
+    # Then IMS answered each as it does the urlencoded form
+    assert [minted.status_code, exchanged.status_code, invalidated.status_code] == [200, 200, 200]
+    assert _read(sim, CHILD, exchanged.json()["access_token"]).status_code == 200
+    # And a multipart body that is not one (no boundary) is a 400, not a crash
+    with httpx.Client(trust_env=False) as client:
+        broken = client.post(
+            sim.origin + "/ims/token/v4",
+            content=b"client_id=x",
+            headers={"Content-Type": "multipart/form-data"},
+        )
+    assert broken.status_code == 400
+
+
+def test_ims_token_without_the_semrush_scope_is_refused_like_a_non_member() -> None:
+    # Given a deployment with its Semrush pair and a general pair whose definition lacks it
+    general = (
+        ImsClientPair("gen-emitter", "gen-secret", "gen-definition", semrush_scope=False),
+        ImsClientPair("gen-consumer", "gen-consumer-secret", semrush_scope=False),
+    )
+    with start_simulator(ims_config=ImsConfig(other_pairs=(general,))) as server:
+        _seeded(server)
+        login = server.ims_user("u1", [MASTER, CHILD])
+        semrush = _mint(server, login).json()["promise_token"]
+        mixed = _mint(server, login).json()["promise_token"]
+        wrong = _mint(
+            server,
+            login,
+            client_id="gen-emitter",
+            client_secret="gen-secret",
+            promise_definition_id="gen-definition",
+        ).json()["promise_token"]
+        gen_consumer = {"client_id": "gen-consumer", "client_secret": "gen-consumer-secret"}
+        answers = [
+            _exchange(server, semrush).json(),
+            _exchange(server, mixed, **gen_consumer).json(),
+            _exchange(server, wrong).json(),
+        ]
+        # Then only the Semrush pair's token reads; the others get the non-member's 403
+        assert [a["scope"] for a in answers] == [
+            "openid,AdobeID,semrush",
+            "openid,AdobeID",
+            "openid,AdobeID",
+        ]
+        reads = [_read(server, CHILD, a["access_token"]) for a in answers]
+        assert [(r.status_code, r.json().get("message")) for r in reads] == [
+            (200, None),
+            (403, "invalid access attempt"),
+            (403, "invalid access attempt"),
+        ]
 
 
 def test_ims_invalidate_leaves_other_chains_alive(sim: SimulatorServer) -> None:
@@ -275,7 +396,7 @@ def test_ims_exchange_and_invalidate_with_the_emitter_pair_are_401(sim: Simulato
 
 def test_ims_mint_with_a_dead_user_token_is_401(sim: SimulatorServer) -> None:
     answer = _mint(sim, "sim-ims-at-unknown")
-    assert (answer.status_code, answer.json()["error"]) == (401, "invalid_token")
+    assert (answer.status_code, answer.json()["error"]) == (401, "invalid_authenticating_token")
 
 
 def test_ims_malformed_calls_are_400_404_405(sim: SimulatorServer) -> None:
@@ -388,3 +509,6 @@ def test_ims_config_file_is_parsed_and_validated(tmp_path: Path) -> None:
         30.0,
         "sim-consumer",
     )
+    assert parsed.exchanged_ttl_s == 300.0  # the default: IMS's five minutes
+    good.write_text(json.dumps({"exchanged_ttl_s": 20}))
+    assert _ims_config(good).exchanged_ttl_s == 20.0

@@ -13,7 +13,9 @@
   ``IMS_HOST`` is the simulator, the consumer pair comes from its secret, every request needs
   a promise token on the credentials table, written by a producer built with
   :mod:`.identities`) and ``"static"`` (the simulator's static bearer in ``SEMRUSH_TOKEN``;
-  messages need no credential record), the default.
+  messages need no credential record), the class's default for tests and harness scenarios.
+  ``serenity-allocator local up`` defaults to ``"ims"``, what every deployment runs
+  (``--credentials static`` for the other).
 - An outcome capture: a rule on the bus into a standard SQS queue (moto delivers EventBridge
   targets to SQS synchronously inside PutEvents).
 - Consumer processes on demand (:mod:`.consumer`), one per simulated Lambda container.
@@ -650,6 +652,7 @@ def guide_lines(
         f"export {aws} AWS_REGION={region} AWS_DEFAULT_REGION={region} "
         "AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing",
         f"export QUEUE_URL={shlex.quote(resources.queue_url)}",
+        f"export DLQ_URL={shlex.quote(resources.dlq_url)}",
         f"export REQUEST_LEDGER_TABLE={shlex.quote(resources.ledger_table)}",
         f"export OUTCOME_BUS_NAME={shlex.quote(resources.bus_name)}",
         f"export SIMULATOR_ORIGIN={shlex.quote(simulator_origin)}",
@@ -671,7 +674,14 @@ def guide_lines(
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Declare ``serenity-allocator local up`` and its options."""
-    parser.add_argument("action", choices=["up"], help="start the local stack")
+    from serenity_tools.standins import local_redrive
+
+    parser.add_argument(
+        "action",
+        choices=["up", "redrive"],
+        help="up: start the local stack; redrive: move the DLQ's messages back to the queue "
+        "with new deduplication ids (start-message-move-task does not run on moto)",
+    )
     parser.add_argument("--consumers", type=int, default=2, help="consumer processes (default 2)")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="simulator latency")
     parser.add_argument("--not-ready-ms", type=float, default=0.0, help="not-ready window")
@@ -697,16 +707,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--credentials",
-        choices=["static", "ims"],
-        default="static",
-        help="the consumers' authority: the static bearer (default), or each request's own "
-        "user from its promise token on the credentials table (the real path)",
+        choices=["ims", "static"],
+        default="ims",
+        help="the consumers' authority: each request's own user from its promise token on the "
+        "credentials table (default: what every deployment runs), or the static bearer "
+        "(messages need no credential record)",
     )
     add_endpoint_flag(parser)
+    local_redrive.configure(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Start everything, print the environment and endpoints, run until Ctrl-C."""
+    """``up``: start everything, print the environment, run until Ctrl-C; or ``redrive``."""
+    if args.action == "redrive":
+        from serenity_tools.standins import local_redrive
+
+        return local_redrive.run(args)
+    return _run_up(args)
+
+
+def _run_up(args: argparse.Namespace) -> int:
     stopping = threading.Event()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:

@@ -143,7 +143,7 @@ class GuardedServiceWriter:
         producer: Enqueues ensures (the real producer, or :class:`InProcessAllocator`).
         read_ai: Reads a workspace's ``ai`` block outside the API call log.
         policy: The guard's retries, pause and per-request deadline.
-        recorder: Receives ``QuotaRetryOutcome``.
+        recorder: Receives ``MeteredQuotaClassifier`` per 405 and ``QuotaRetryOutcome`` per cycle.
         outcomes: The guard's outcome lookup (the ledger's ``OutcomeReader``), if any.
         clock: Monotonic seconds (the guard's deadline).
         sleep: The guard's pause between attempts.

@@ -29,13 +29,17 @@ export function parseLocalUp(text) {
   return { service, parts, text };
 }
 
-/** Start the stack (`credentials`: the consumers' mode, `static` or `ims`); resolves once it prints READY. `stop()` ends the process it started. */
+/**
+ * Start the stack (`credentials`: the consumers' mode, `static` or `ims`; null passes no flag,
+ * so `local up`'s own default, IMS, applies); resolves once it prints READY. `stop()` ends the
+ * process it started.
+ */
 export async function startLocalStack({
   consumers = 1, enforcementLagMs = 1500, token, credentials = 'static', timeoutMs = 90_000,
 }) {
   const child = spawn(CLI, [
     'local', 'up', '--consumers', String(consumers), '--enforcement-lag-ms', String(enforcementLagMs),
-    '--token', token, '--credentials', credentials,
+    '--token', token, ...(credentials === null ? [] : ['--credentials', credentials]),
   ], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';

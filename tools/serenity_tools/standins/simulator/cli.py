@@ -11,7 +11,7 @@ from types import FrameType
 
 from .ims import ImsConfig
 from .model import DEFAULT_ENFORCEMENT_LAG_MS, SimulatorRequestError
-from .server import start_simulator
+from .server import TlsFiles, start_simulator
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -39,8 +39,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--ims-config",
         type=Path,
         default=None,
-        help='JSON file: {"emitter", "consumer", "promise_ttl_s", "access_ttl_s"} (IMS)',
+        help='JSON file: {"emitter", "consumer", "promise_ttl_s", "access_ttl_s", '
+        '"exchanged_ttl_s"} (IMS)',
     )
+    parser.add_argument(
+        "--tls-cert", type=Path, default=None, help="PEM certificate: serve HTTPS (with --tls-key)"
+    )
+    parser.add_argument("--tls-key", type=Path, default=None, help="PEM key of --tls-cert")
     parser.add_argument(
         "--seed-file", type=Path, default=None, help="JSON file: a list of seed workspaces"
     )
@@ -53,6 +58,10 @@ def run(args: argparse.Namespace) -> int:
     except SimulatorRequestError as exc:
         print(f"semrush simulator: bad IMS config: {exc.message}", flush=True)
         return 2
+    if (args.tls_cert is None) != (args.tls_key is None):
+        print("semrush simulator: --tls-cert and --tls-key go together", flush=True)
+        return 2
+    tls = None if args.tls_cert is None else TlsFiles(args.tls_cert, args.tls_key)
     server = start_simulator(
         args.host,
         args.port,
@@ -61,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         not_ready_ms=args.not_ready_ms,
         enforcement_lag_ms=args.enforcement_lag_ms,
         ims_config=ims_config,
+        tls=tls,
     )
     stopping = threading.Event()
 

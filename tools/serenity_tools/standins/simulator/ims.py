@@ -1,22 +1,41 @@
 """Adobe IMS on the simulator's origin: users, access tokens and promise tokens.
 
-Follows ``../shared/ims-promise-tokens.md``: every call is a ``POST`` with a form-encoded body,
+Follows ``../shared/ims-promise-tokens.md`` and its section "Verified against the upstream's own
+clients": every call is a ``POST`` whose form comes ``application/x-www-form-urlencoded`` (the
+Go client, Adobe's token docs) or ``multipart/form-data`` (the upstream's published client),
 answered with JSON.
 
 - ``/ims/token/v4`` ``grant_type=promise`` (the EMITTER pair, ``promise_definition_id``,
   ``authenticating_token`` = a live user access token): ``{promise_token, token_type,
   expires_in}``.
 - ``/ims/token/v4`` ``grant_type=promise_exchange`` (the CONSUMER pair, ``promise_token``):
-  ``{access_token, token_type, expires_in, promise_token, promise_token_expires_in}``; the
+  ``{access_token, token_type: "access_token", expires_in, promise_token,
+  promise_token_expires_in, scope}``; the exchanged access token lives ``exchanged_ttl_s``
+  (default 300 s: IMS's is about five minutes, ``expires_in: 299`` in the fixtures); the
   exchanged promise token stops working at once and the new one has a full time to live.
 - ``/ims/invalidate_token/v2`` (the CONSUMER pair, ``token_type=promise_token``, ``token``):
-  200 with an empty body; the whole chain the token belongs to is dead from then on.
+  200 with an empty body; the whole chain the token belongs to is dead from then on. An
+  unknown or expired token is ``400 invalid_parameter_value`` (as IMS answers).
 
-A wrong client pair, an expired, spent or invalidated promise token, or a dead authenticating
-token gets ``401``; a malformed form ``400``. Where the shared doc is silent the simulator
-chooses, and says so here: error bodies are OAuth-style ``{"error", "error_description"}``;
-``expires_in`` values are seconds; invalidating an unknown or already dead token is a 200 (the
-call is idempotent). Faults (``fail_next`` with ``op`` ``ims_mint``/``ims_exchange``/
+Refusals carry IMS's codes: a wrong client id or secret ``401 invalid_client`` (OAuth's; the
+fixtures have none, the doc allows 400 or 401); an expired, spent or invalidated promise token
+at exchange ``401 invalid_promise_token``; a dead authenticating token at mint ``401
+invalid_authenticating_token``; a malformed form ``400 invalid_request``. Where the shared doc
+is silent the simulator chooses, and says so here: ``error_description`` beside ``error``;
+``expires_in`` values are seconds; a spent token of a live chain, or one whose chain was
+invalidated already, is still a known token, so invalidating it is a 200 (the chain dies, or
+stays dead).
+
+Scope: the exchanged token carries the ``semrush`` scope only when the promise was minted with
+an emitter and exchanged with a consumer whose pairs' definition includes it (the deployment's
+dedicated Semrush pair, ``ImsClientPair.semrush_scope``); ``other_pairs`` adds pairs without it
+(a deployment's general pair). A Semrush route refuses an IMS bearer without the scope with the
+same ``403 invalid access attempt`` a non-member gets: the shared doc says only that it "reads
+as access denied for every request", so the simulator gives the caller nothing to tell it
+apart by (the hard case). The exchange answer's ``scope`` field (the fixtures carry one) names
+what the token holds.
+
+Faults (``fail_next`` with ``op`` ``ims_mint``/``ims_exchange``/
 ``ims_invalidate``, ``error_rate``, latency) come from ``/__faults`` like the Semrush ones; a
 ``fail_next`` rule without an ``op`` and the ``error_rate`` draws apply to IMS calls too. An
 injected fault is answered INSTEAD of the call (nothing is minted, spent or invalidated): a
@@ -40,6 +59,8 @@ Control routes (loopback rules of :mod:`.control`): ``POST /__ims/users`` ``{"us
 from __future__ import annotations
 
 import base64
+import email.parser
+import email.policy
 import json
 import secrets
 import threading
@@ -71,7 +92,12 @@ ACCESS_TOKEN_PREFIX: Final = "sim-ims-at-"  # noqa: S105 - a prefix, not a secre
 PROMISE_TOKEN_PREFIX: Final = "sim-ims-pt-"  # noqa: S105 - a prefix, not a secret
 DEFAULT_PROMISE_TTL_S: Final = 3600.0
 DEFAULT_ACCESS_TTL_S: Final = 86_400.0
-"""IMS access tokens live about a day (semrush-user-manager.md, Transport)."""
+"""A user's login token lives about a day (semrush-user-manager.md, Transport)."""
+DEFAULT_EXCHANGED_TTL_S: Final = 300.0
+"""The access token an exchange answers lives about five minutes (ims-promise-tokens.md:
+``expires_in: 299`` in both published clients' fixtures)."""
+SEMRUSH_SCOPE: Final = "semrush"
+BASE_SCOPES: Final = ("openid", "AdobeID")
 
 _EMPTY_OK: Final = SimResponse(200, "", content_type="application/json")
 
@@ -83,10 +109,12 @@ class ImsClientPair:
     client_id: str
     client_secret: str
     promise_definition_id: str | None = None
+    semrush_scope: bool = True
+    """The pair's promise definition includes the ``semrush`` scope (the dedicated pair)."""
 
-    def as_dict(self) -> dict[str, str]:
+    def as_dict(self) -> dict[str, Any]:
         """The pair as ``GET /__ims/clients`` shows it."""
-        out = {"client_id": self.client_id, "client_secret": self.client_secret}
+        out: dict[str, Any] = {"client_id": self.client_id, "client_secret": self.client_secret}
         if self.promise_definition_id is not None:
             out["promise_definition_id"] = self.promise_definition_id
         return out
@@ -102,10 +130,15 @@ class ImsConfig:
     consumer: ImsClientPair = ImsClientPair("sim-consumer", "sim-consumer-secret")
     promise_ttl_s: float = DEFAULT_PROMISE_TTL_S
     access_ttl_s: float = DEFAULT_ACCESS_TTL_S
+    """A user's login token (``POST /__ims/users``)."""
+    exchanged_ttl_s: float = DEFAULT_EXCHANGED_TTL_S
+    """The access token an exchange answers."""
+    other_pairs: tuple[tuple[ImsClientPair, ImsClientPair], ...] = ()
+    """(emitter, consumer) pairs beside the Semrush pair, e.g. a general pair without scope."""
 
     @classmethod
     def from_mapping(cls, raw: Any) -> ImsConfig:
-        """Parse ``{"emitter": {...}, "consumer": {...}, "promise_ttl_s", "access_ttl_s"}``."""
+        """Parse ``{"emitter", "consumer", "promise_ttl_s", "access_ttl_s", "exchanged_ttl_s"}``."""
         body = _object(raw, "ims")
         default = cls()
         emitter = _pair(body.get("emitter"), "ims.emitter", default.emitter, emitter=True)
@@ -115,7 +148,16 @@ class ImsConfig:
             consumer=consumer,
             promise_ttl_s=_positive(body.get("promise_ttl_s", default.promise_ttl_s), "ims"),
             access_ttl_s=_positive(body.get("access_ttl_s", default.access_ttl_s), "ims"),
+            exchanged_ttl_s=_positive(body.get("exchanged_ttl_s", default.exchanged_ttl_s), "ims"),
         )
+
+    def emitters(self) -> tuple[ImsClientPair, ...]:
+        """Every emitter pair (the Semrush one first)."""
+        return (self.emitter, *(pair[0] for pair in self.other_pairs))
+
+    def consumers(self) -> tuple[ImsClientPair, ...]:
+        """Every consumer pair (the Semrush one first)."""
+        return (self.consumer, *(pair[1] for pair in self.other_pairs))
 
 
 def _pair(raw: Any, where: str, default: ImsClientPair, *, emitter: bool) -> ImsClientPair:
@@ -147,6 +189,8 @@ class _Promise:
     user: str
     chain: int
     expires_at: float
+    semrush_scope: bool = True
+    """Minted by an emitter whose definition includes the ``semrush`` scope."""
     spent: bool = False
     presented: bool = False
     """Sent back to an exchange or an invalidate since it was issued."""
@@ -159,6 +203,8 @@ class _Tokens:
     users: dict[str, _User] = field(default_factory=dict)
     access: dict[str, tuple[str, float]] = field(default_factory=dict)
     """access token -> (user, expires at)."""
+    unscoped: set[str] = field(default_factory=set)
+    """Access tokens without the ``semrush`` scope."""
     promises: dict[str, _Promise] = field(default_factory=dict)
     dead_chains: set[int] = field(default_factory=set)
     chains: int = 0
@@ -167,6 +213,10 @@ class _Tokens:
 
 def _oauth_error(status: int, error: str, description: str) -> SimResponse:
     return SimResponse(status, {"error": error, "error_description": description})
+
+
+_INVALID_CLIENT: Final = _oauth_error(401, "invalid_client", "invalid client id or secret")
+_UNKNOWN_TOKEN: Final = _oauth_error(400, "invalid_parameter_value", "token is not valid")
 
 
 class ImsState:
@@ -240,9 +290,13 @@ class ImsState:
     def semrush_refusal(self, authorization: str | None, workspace_id: str) -> SimResponse | None:
         """The 401/403 a Semrush route gives this IMS bearer on ``workspace_id``, or None."""
         with self._lock:
-            user = self._live_user(_bearer_token(authorization) or "")
+            bearer = _bearer_token(authorization) or ""
+            user = self._live_user(bearer)
             if user is None:
                 return SimResponse(401, {"detail": MSG_NOT_AUTHENTICATED})
+            if bearer in self._tokens.unscoped:
+                # No semrush scope: "reads as access denied for every request" (the doc).
+                return SimResponse(403, {"message": MSG_INVALID_ACCESS})
             record = self._tokens.users.get(user)
             if record is None or not record.semrush_record:
                 # The doc: a user without a Semrush record gets 4xx on every call, for good.
@@ -307,7 +361,7 @@ class ImsState:
         or an invalidate), and its chain is alive: the answer never reached the caller's record
         (lost in transit after IMS processed it, or lost by the caller before it was stored).
         """
-        if self._refuse_client(form, self.config.consumer) is not None:
+        if self._client(form, self.config.consumers()) is None:
             return False
         promise = self._tokens.promises.get(form.get("promise_token", ""))
         if promise is None or not promise.spent or promise.successor is None:
@@ -321,7 +375,7 @@ class ImsState:
 
     def _refuse_lost_answer(self, form: Mapping[str, str]) -> SimResponse:
         """The 401 of a token a lost answer spent, logged as such with its user."""
-        response = _oauth_error(401, "invalid_token", "promise_token is not valid")
+        response = _oauth_error(401, "invalid_promise_token", "promise_token is not valid")
         promise = self._tokens.promises[form.get("promise_token", "")]
         promise.presented = True
         client_id = form.get("client_id")
@@ -333,26 +387,32 @@ class ImsState:
         with self._lock:
             self.log_call(op, form.get("client_id"), status, None)
 
-    def _refuse_client(self, form: Mapping[str, str], pair: ImsClientPair) -> SimResponse | None:
+    @staticmethod
+    def _client(form: Mapping[str, str], pairs: tuple[ImsClientPair, ...]) -> ImsClientPair | None:
+        """The pair among ``pairs`` whose id and secret the form carries, else None."""
         client_id, client_secret = _field(form, "client_id"), _field(form, "client_secret")
-        if client_id != pair.client_id or not secrets.compare_digest(
-            client_secret, pair.client_secret
-        ):
-            return _oauth_error(401, "invalid_client", "invalid client id or secret")
+        for pair in pairs:
+            if client_id == pair.client_id and secrets.compare_digest(
+                client_secret.encode(), pair.client_secret.encode()
+            ):
+                return pair
         return None
 
     def _mint(self, form: Mapping[str, str]) -> tuple[SimResponse, str | None]:
-        emitter = self.config.emitter
-        refusal = self._refuse_client(form, emitter)
-        if refusal is not None:
-            return refusal, None
+        emitter = self._client(form, self.config.emitters())
+        if emitter is None:
+            return _INVALID_CLIENT, None
         if _field(form, "promise_definition_id") != emitter.promise_definition_id:
             return _oauth_error(400, "invalid_request", "unknown promise_definition_id"), None
         user = self._live_user(_field(form, "authenticating_token"))
         if user is None:
-            return _oauth_error(401, "invalid_token", "authenticating_token is not valid"), None
+            refusal = _oauth_error(
+                401, "invalid_authenticating_token", "authenticating_token is not valid"
+            )
+            return refusal, None
         self._tokens.chains += 1
         token = self._new_promise(user, self._tokens.chains)
+        self._tokens.promises[token].semrush_scope = emitter.semrush_scope
         body = {
             "promise_token": token,
             "token_type": "promise_token",
@@ -361,37 +421,42 @@ class ImsState:
         return SimResponse(200, body), user
 
     def _exchange(self, form: Mapping[str, str]) -> tuple[SimResponse, str | None]:
-        refusal = self._refuse_client(form, self.config.consumer)
-        if refusal is not None:
-            return refusal, None
+        consumer = self._client(form, self.config.consumers())
+        if consumer is None:
+            return _INVALID_CLIENT, None
         promise = self._tokens.promises.get(_field(form, "promise_token"))
         if promise is not None:
             promise.presented = True
         if promise is None or not self._is_alive(promise):
-            return _oauth_error(401, "invalid_token", "promise_token is not valid"), None
+            refusal = _oauth_error(401, "invalid_promise_token", "promise_token is not valid")
+            return refusal, None
         # Every exchange rolls the token: the old one must not be relied on afterwards.
         promise.spent = True
         access = _access_token(promise.user)
-        self._tokens.access[access] = (promise.user, self._clock() + self.config.access_ttl_s)
+        self._tokens.access[access] = (promise.user, self._clock() + self.config.exchanged_ttl_s)
+        scoped = promise.semrush_scope and consumer.semrush_scope
+        if not scoped:
+            self._tokens.unscoped.add(access)
         promise.successor = self._new_promise(promise.user, promise.chain)
+        self._tokens.promises[promise.successor].semrush_scope = promise.semrush_scope
         body = {
             "access_token": access,
-            "token_type": "bearer",
-            "expires_in": int(self.config.access_ttl_s),
+            "token_type": "access_token",
+            "expires_in": int(self.config.exchanged_ttl_s),
             "promise_token": promise.successor,
             "promise_token_expires_in": int(self.config.promise_ttl_s),
+            "scope": ",".join((*BASE_SCOPES, SEMRUSH_SCOPE) if scoped else BASE_SCOPES),
         }
         return SimResponse(200, body), promise.user
 
     def _invalidate(self, form: Mapping[str, str]) -> tuple[SimResponse, str | None]:
-        refusal = self._refuse_client(form, self.config.consumer)
-        if refusal is not None:
-            return refusal, None
+        if self._client(form, self.config.consumers()) is None:
+            return _INVALID_CLIENT, None
         if _field(form, "token_type") != "promise_token":
             return _oauth_error(400, "invalid_request", "token_type must be promise_token"), None
         promise = self._tokens.promises.get(_field(form, "token"))
-        if promise is None:
-            return _EMPTY_OK, None
+        if promise is None or self._clock() >= promise.expires_at:
+            return _UNKNOWN_TOKEN, None
         promise.presented = True
         # Rotation is not revocation; invalidation is: the whole chain dies.
         self._tokens.dead_chains.add(promise.chain)
@@ -449,13 +514,41 @@ def route_op(method: str, path: str, form: Mapping[str, str]) -> str | SimRespon
     return _oauth_error(400, "unsupported_grant_type", "grant_type must be promise(_exchange)")
 
 
-def parse_form(body: bytes) -> dict[str, str] | None:
-    """A form-encoded body as single values (the last one wins), or None when unreadable."""
+MULTIPART: Final = "multipart/form-data"
+
+
+def parse_form(body: bytes, content_type: str | None = None) -> dict[str, str] | None:
+    """A form as single values (the last one wins), or None when unreadable.
+
+    ``multipart/form-data`` (with its boundary) when the content type says so, else
+    form-urlencoded (as before: the content type is not required for it).
+    """
+    if content_type is not None and content_type.split(";")[0].strip().lower() == MULTIPART:
+        return _multipart_form(body, content_type)
     try:
         parsed = parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
     except (UnicodeDecodeError, ValueError):
         return None
     return {key: values[-1] for key, values in parsed.items()}
+
+
+def _multipart_form(body: bytes, content_type: str) -> dict[str, str] | None:
+    """The text fields of a ``multipart/form-data`` body, or None when it is not one."""
+    head = f"Content-Type: {content_type}\r\nMIME-Version: 1.0\r\n\r\n".encode("latin-1")
+    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + body)
+    if not message.is_multipart() or message.defects:
+        return None
+    form: dict[str, str] = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        payload = part.get_payload(decode=True)
+        if not isinstance(name, str) or not isinstance(payload, bytes):
+            return None
+        try:
+            form[name] = payload.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return form
 
 
 def handle_control(ims: ImsState, method: str, path: str, body: bytes) -> SimResponse:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import ssl
 import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,6 +27,30 @@ from .model import (
     SimulatorControlError,
 )
 from .state import SimulatorState
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """A PEM certificate and its key: the simulator then serves HTTPS.
+
+    For a client that always builds ``https://`` + a bare ``IMS_HOST``, as the upstream's IMS
+    client does.
+    """
+
+    cert: Path
+    key: Path
+
+    def server_context(self) -> ssl.SSLContext:
+        """The context the server wraps its socket with."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self.cert, self.key)
+        return context
+
+    def client_context(self) -> ssl.SSLContext:
+        """A context trusting exactly this certificate (loopback only: no name check)."""
+        context = ssl.create_default_context(cafile=str(self.cert))
+        context.check_hostname = False
+        return context
 
 
 class _SimulatorHTTPServer(ThreadingHTTPServer):
@@ -104,7 +131,9 @@ class _SimulatorHandler(BaseHTTPRequestHandler):
                 body=raw_body,
             )
         elif path.startswith(IMS_PREFIX + "/"):
-            response = state.handle_ims(method, path, body=raw_body)
+            response = state.handle_ims(
+                method, path, body=raw_body, content_type=self.headers.get("Content-Type")
+            )
         elif path.startswith(PROJECT_ENGINE_PREFIX + "/"):
             response = state.handle_write(
                 method,
@@ -175,7 +204,9 @@ class SimulatorServer:
     Use it as a context manager (``with start_simulator() as sim:``) or call :meth:`stop`.
     """
 
-    def __init__(self, httpd: _SimulatorHTTPServer, thread: threading.Thread) -> None:
+    def __init__(
+        self, httpd: _SimulatorHTTPServer, thread: threading.Thread, tls: TlsFiles | None = None
+    ) -> None:
         self._httpd = httpd
         self._thread = thread
         self.state = httpd.state
@@ -184,14 +215,20 @@ class SimulatorServer:
         self.port = int(address[1])
         # A wildcard bind is reached through loopback, which control routes also require.
         reach = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(self.host, self.host)
+        scheme = "https" if tls is not None else "http"
         self.origin = (
-            f"http://[{reach}]:{self.port}" if ":" in reach else f"http://{reach}:{self.port}"
+            f"{scheme}://[{reach}]:{self.port}"
+            if ":" in reach
+            else f"{scheme}://{reach}:{self.port}"
         )
         self.api_url = self.origin + API_PREFIX
         self.write_url = self.origin + PROJECT_ENGINE_PREFIX
         """Base of the Project Engine write gate (``{write_url}/v1/workspaces/{id}/prompts``)."""
         # Control calls must never go through a proxy taken from the environment.
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
+        if tls is not None:
+            handlers.append(urllib.request.HTTPSHandler(context=tls.client_context()))
+        self._opener = urllib.request.build_opener(*handlers)
 
     def stop(self) -> None:
         """Stop serving, close idle kept-alive connections and release the port."""
@@ -298,6 +335,7 @@ def start_simulator(
     not_ready_ms: float = 0.0,
     enforcement_lag_ms: float = DEFAULT_ENFORCEMENT_LAG_MS,
     ims_config: ImsConfig | None = None,
+    tls: TlsFiles | None = None,
 ) -> SimulatorServer:
     """Serve a simulator on a background thread and return its handle (port 0: ephemeral).
 
@@ -312,6 +350,7 @@ def start_simulator(
         not_ready_ms: not-ready window after a transfer or a creation (new state only).
         enforcement_lag_ms: how far the write gate lags transfers (new state only).
         ims_config: IMS client pairs and times to live (new state only; local defaults).
+        tls: serve HTTPS with this certificate (default plain HTTP).
     """
     if state is None:
         state = SimulatorState(
@@ -325,6 +364,8 @@ def start_simulator(
         state.set_auth(accepted_tokens)
     server_class = _SimulatorHTTPServerV6 if ":" in host else _SimulatorHTTPServer
     httpd = server_class((host, port), state)
+    if tls is not None:
+        httpd.socket = tls.server_context().wrap_socket(httpd.socket, server_side=True)
     thread = threading.Thread(
         target=httpd.serve_forever,
         kwargs={"poll_interval": 0.05},
@@ -332,4 +373,4 @@ def start_simulator(
         daemon=True,
     )
     thread.start()
-    return SimulatorServer(httpd, thread)
+    return SimulatorServer(httpd, thread, tls)

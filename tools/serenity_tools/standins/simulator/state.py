@@ -296,9 +296,14 @@ class SimulatorState:
             return write_gate.METHOD_NOT_ALLOWED
         return self._serve(method, PROJECT_ENGINE_PREFIX + path, route, authorization, body)
 
-    def handle_ims(self, method: str, path: str, *, body: bytes = b"") -> SimResponse:
-        """Answer one IMS request (:mod:`.ims`): route, injected faults, then the protocol."""
-        form = ims.parse_form(body)
+    def handle_ims(
+        self, method: str, path: str, *, body: bytes = b"", content_type: str | None = None
+    ) -> SimResponse:
+        """Answer one IMS request (:mod:`.ims`): route, injected faults, then the protocol.
+
+        The form comes urlencoded or ``multipart/form-data`` (``content_type`` says which).
+        """
+        form = ims.parse_form(body, content_type)
         if form is None:
             return SimResponse(400, {"error": "invalid_request", "error_description": "form"})
         op = ims.route_op(method, path, form)
