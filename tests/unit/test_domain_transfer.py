@@ -13,7 +13,7 @@ from serenity_allocator.domain.errors import (
     WorkspaceBusyError,
 )
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE, apply_transfer
+from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE, TransferTarget, apply_transfer
 from tests.fakes import (
     READ_STATUS,
     TRANSFER,
@@ -50,7 +50,9 @@ def test_apply_transfer_fail_fast_makes_one_attempt_and_never_polls(
 ) -> None:
     # Given a child that accepts the transfer
     # When sent on the request path
-    attempts = apply_transfer(gateway, CHILD, RAISED, FAIL_FAST, transfer_context(clock))
+    attempts = apply_transfer(
+        gateway, TransferTarget(CHILD, RAISED), FAIL_FAST, transfer_context(clock)
+    )
 
     # Then one transfer, no status read, no sleep, and the totals are set
     assert attempts == 1
@@ -68,7 +70,9 @@ def test_apply_transfer_fail_fast_not_ready_is_busy_at_once(
 
     # When sent on the request path / Then busy after the one attempt, without waiting
     with pytest.raises(WorkspaceBusyError):
-        apply_transfer(gateway, CHILD, RAISED, FAIL_FAST, transfer_context(clock, observer))
+        apply_transfer(
+            gateway, TransferTarget(CHILD, RAISED), FAIL_FAST, transfer_context(clock, observer)
+        )
     assert gateway.calls == [(TRANSFER, CHILD)]
     assert clock.sleeps == []
     assert observer.names() == ["transfer_timed"]  # no not_ready_retry
@@ -85,7 +89,9 @@ def test_apply_transfer_settle_retries_not_ready_sleeping_interval_times_attempt
     observer = RecordingObserver()
 
     # When sent on the settle path
-    attempts = apply_transfer(gateway, CHILD, RAISED, SETTLE, transfer_context(clock, observer))
+    attempts = apply_transfer(
+        gateway, TransferTarget(CHILD, RAISED), SETTLE, transfer_context(clock, observer)
+    )
 
     # Then four transfers with sleeps of 1, 2 and 3 s between them, one retry event each,
     # then one status poll finding the child created
@@ -105,7 +111,9 @@ def test_apply_transfer_settle_still_not_ready_after_retries_is_busy(
 
     # When sent on the settle path / Then busy after 1 + 3 transfers, and nothing moved
     with pytest.raises(WorkspaceBusyError):
-        apply_transfer(gateway, CHILD, RAISED, SETTLE, transfer_context(clock, observer))
+        apply_transfer(
+            gateway, TransferTarget(CHILD, RAISED), SETTLE, transfer_context(clock, observer)
+        )
     assert gateway.calls_of(TRANSFER) == [CHILD] * 4
     assert gateway.calls_of(READ_STATUS) == []
     assert clock.sleeps == [1.0, 2.0, 3.0]
@@ -120,7 +128,7 @@ def test_apply_transfer_settle_polls_status_until_created(
     gateway.script_statuses(CHILD, ["not ready", "not ready", "created"])
 
     # When sent on the settle path
-    apply_transfer(gateway, CHILD, RAISED, SETTLE, transfer_context(clock))
+    apply_transfer(gateway, TransferTarget(CHILD, RAISED), SETTLE, transfer_context(clock))
 
     # Then it polled three times, 1 s apart
     assert gateway.calls_of(READ_STATUS) == [CHILD] * 3
@@ -137,7 +145,9 @@ def test_apply_transfer_settle_status_never_created_is_settle_timeout(
     # When sent on the settle path / Then it gives up after 30 polls 1 s apart (the upstream's
     # 30 x 1 s: settling can outlast 15 s)
     with pytest.raises(SettleTimeoutError):
-        apply_transfer(gateway, CHILD, RAISED, SETTLE, transfer_context(clock, observer))
+        apply_transfer(
+            gateway, TransferTarget(CHILD, RAISED), SETTLE, transfer_context(clock, observer)
+        )
     assert gateway.calls_of(READ_STATUS) == [CHILD] * 30
     assert clock.sleeps == [1.0] * 29
     assert observer.args_of("transfer_timed") == [("settle", 0.0)]  # the call, not the polls
@@ -151,7 +161,7 @@ def test_apply_transfer_deadline_too_close_is_out_of_time_before_any_call(
 
     # When sent / Then out of time, with no call and no sleep
     with pytest.raises(OutOfTimeError):
-        apply_transfer(gateway, CHILD, RAISED, SETTLE, ctx)
+        apply_transfer(gateway, TransferTarget(CHILD, RAISED), SETTLE, ctx)
     assert gateway.calls == []
     assert clock.sleeps == []
 
@@ -167,7 +177,12 @@ def test_apply_transfer_never_sleeps_past_the_deadline(
 
     # When sent on the settle path / Then it fails typed, and no sleep went past the deadline
     with pytest.raises((WorkspaceBusyError, OutOfTimeError)):
-        apply_transfer(gateway, CHILD, RAISED, SETTLE, transfer_context(clock, deadline=deadline))
+        apply_transfer(
+            gateway,
+            TransferTarget(CHILD, RAISED),
+            SETTLE,
+            transfer_context(clock, deadline=deadline),
+        )
     assert clock() <= deadline
     assert sum(clock.sleeps) <= slack_s
 
@@ -181,7 +196,9 @@ def test_apply_transfer_times_every_call_without_sleeps_or_polls(clock: FakeCloc
     observer = RecordingObserver()
 
     # When sent on the settle path (a refused transfer, 1 s sleep, the accepted one, 1 poll)
-    apply_transfer(gateway, CHILD, RAISED, SETTLE, transfer_context(clock, observer))
+    apply_transfer(
+        gateway, TransferTarget(CHILD, RAISED), SETTLE, transfer_context(clock, observer)
+    )
 
     # Then both calls were timed, the refused one too, each without the sleep or the poll
     assert observer.args_of("transfer_timed") == [("settle", 250.0), ("settle", 250.0)]
@@ -194,7 +211,9 @@ def test_apply_transfer_times_a_refused_call(gateway: InMemoryGateway, clock: Fa
 
     # When sent fail-fast / Then it is refused, and the call was still timed on its path
     with pytest.raises(OrgPoolExhaustedError):
-        apply_transfer(gateway, CHILD, RAISED, FAIL_FAST, transfer_context(clock, observer))
+        apply_transfer(
+            gateway, TransferTarget(CHILD, RAISED), FAIL_FAST, transfer_context(clock, observer)
+        )
     assert observer.args_of("transfer_timed") == [("fail-fast", 0.0)]
 
 
@@ -206,7 +225,7 @@ def test_apply_transfer_pool_exhausted_is_terminal(
 
     # When sent on the settle path / Then exhaustion, after one attempt and no sleep
     with pytest.raises(OrgPoolExhaustedError):
-        apply_transfer(gateway, CHILD, too_much, SETTLE, transfer_context(clock))
+        apply_transfer(gateway, TransferTarget(CHILD, too_much), SETTLE, transfer_context(clock))
     assert gateway.calls == [(TRANSFER, CHILD)]
     assert clock.sleeps == []
 
@@ -217,7 +236,7 @@ def test_apply_transfer_rate_limited_is_typed(gateway: InMemoryGateway, clock: F
 
     # When sent / Then a typed, transient rate-limit error
     with pytest.raises(RateLimitedError):
-        apply_transfer(gateway, CHILD, RAISED, SETTLE, transfer_context(clock))
+        apply_transfer(gateway, TransferTarget(CHILD, RAISED), SETTLE, transfer_context(clock))
 
 
 @pytest.mark.parametrize("status", [500, 403, 400])
@@ -230,7 +249,7 @@ def test_apply_transfer_other_upstream_error_propagates_unchanged(
 
     # When sent / Then the very same error propagates, not retried
     with pytest.raises(UpstreamError) as raised:
-        apply_transfer(gateway, CHILD, RAISED, SETTLE, transfer_context(clock))
+        apply_transfer(gateway, TransferTarget(CHILD, RAISED), SETTLE, transfer_context(clock))
     assert raised.value is error
     assert gateway.calls == [(TRANSFER, CHILD)]
 
@@ -243,7 +262,7 @@ def test_apply_transfer_exhaustion_text_is_not_mistaken_for_not_ready(
 
     # When sent on the settle path / Then no retry: the two 422s are told apart by text
     with pytest.raises(OrgPoolExhaustedError):
-        apply_transfer(gateway, CHILD, RAISED, SETTLE, transfer_context(clock))
+        apply_transfer(gateway, TransferTarget(CHILD, RAISED), SETTLE, transfer_context(clock))
     assert clock.sleeps == []
 
 
@@ -264,7 +283,10 @@ def test_apply_transfer_settle_polls_again_under_a_deadline_with_room(
 
     # When sent on the release path with a deadline a minute away
     attempts = apply_transfer(
-        gateway, CHILD, RAISED, SETTLE, transfer_context(clock, deadline=clock() + 60.0)
+        gateway,
+        TransferTarget(CHILD, RAISED),
+        SETTLE,
+        transfer_context(clock, deadline=clock() + 60.0),
     )
 
     # Then one transfer, two status reads one poll interval apart

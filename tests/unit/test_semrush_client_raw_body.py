@@ -13,7 +13,12 @@ from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_allocator.domain.classify import is_pool_exhausted
 from serenity_allocator.domain.errors import OrgPoolExhaustedError, UpstreamError
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.domain.transfer import FAIL_FAST, TransferContext, apply_transfer
+from serenity_allocator.domain.transfer import (
+    FAIL_FAST,
+    TransferContext,
+    TransferTarget,
+    apply_transfer,
+)
 from serenity_tools.standins.simulator import SimulatorServer
 
 SHORT_TOKEN = "i"  # occurs in "insufficient available units in subscription"
@@ -58,4 +63,4 @@ def test_apply_transfer_short_token_pool_exhaustion_stays_terminal(
     # When the domain applies a transfer the pool cannot cover
     # Then it is the terminal OrgPoolExhaustedError, not a retried upstream 422
     with pytest.raises(OrgPoolExhaustedError):
-        apply_transfer(client, "c1", Totals(projects=5, prompts=0), FAIL_FAST, ctx)
+        apply_transfer(client, TransferTarget("c1", Totals(projects=5, prompts=0)), FAIL_FAST, ctx)

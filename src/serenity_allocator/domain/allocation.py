@@ -24,7 +24,7 @@ from .parent_links import ParentMismatchError
 from .ports import WorkspaceGateway
 from .sizing import PoolShare, Sizing, is_short, needs_pool, plan_sizing
 from .tiered import is_flat_pair, note_tiered, refuse_tiered_prompts
-from .transfer import TransferContext, TransferPolicy, apply_transfer
+from .transfer import TransferContext, TransferPolicy, TransferTarget, apply_transfer
 
 EnsureOutcome = Literal["hot-path", "topped-up", "rightsized", "unmetered"]
 
@@ -272,7 +272,10 @@ def _ahead(
     run.hooks.before_transfer(before, target)
     try:
         attempts = apply_transfer(
-            gateway, run.ask.child_id, target, run.rules.policy, ctx, include_prompts=with_prompts
+            gateway,
+            TransferTarget(run.ask.child_id, target, include_prompts=with_prompts),
+            run.rules.policy,
+            ctx,
         )
     except (OrgPoolExhaustedError, WorkspaceBusyError):
         ctx.observer.record(HeadroomChecked("hot-path"))
@@ -365,7 +368,9 @@ def _transfer_recording_rejections(
 ) -> int:
     policy, ctx = how
     try:
-        return apply_transfer(gateway, child_id, totals, policy, ctx, include_prompts=with_prompts)
+        return apply_transfer(
+            gateway, TransferTarget(child_id, totals, include_prompts=with_prompts), policy, ctx
+        )
     except WorkspaceBusyError:
         ctx.observer.record(Rejected(WorkspaceBusyError.code))
         raise

@@ -11,7 +11,7 @@ from .model import DEFAULT_BLOCKS, AiResources, Blocks, Dimension, Totals, round
 from .observations import Rejected, ReleaseFinished
 from .ports import WorkspaceGateway
 from .tiered import note_tiered
-from .transfer import SETTLE, TransferContext, TransferPolicy, apply_transfer
+from .transfer import SETTLE, TransferContext, TransferPolicy, TransferTarget, apply_transfer
 
 ReleaseOutcome = Literal[
     "released", "nothing-to-release", "requires-decommission", "dry-run", "error"
@@ -131,7 +131,10 @@ def release_surplus(
             before_transfer(plan)
         try:
             attempts = apply_transfer(
-                gateway, child_id, plan.target, policy, ctx, include_prompts=not plan.tiered
+                gateway,
+                TransferTarget(child_id, plan.target, include_prompts=not plan.tiered),
+                policy,
+                ctx,
             )
         except AllocationError as exc:
             if exc.code in _RELEASE_REJECTIONS:

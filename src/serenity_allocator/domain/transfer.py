@@ -89,19 +89,26 @@ class TransferContext:
         return self.deadline is None or self.clock() + seconds <= self.deadline
 
 
-def apply_transfer(
-    gateway: WorkspaceGateway,
-    workspace_id: str,
-    totals: Totals,
-    policy: TransferPolicy,
-    ctx: TransferContext,
-    *,
-    include_prompts: bool = True,
-) -> int:
-    """Send one absolute transfer under ``policy``; return the number of attempts made.
+@dataclass(frozen=True)
+class TransferTarget:
+    """The absolute totals one workspace is set to by a transfer.
 
     ``include_prompts=False`` sends projects only (a tiered child or pool never gets a flat
     ``prompts``).
+    """
+
+    workspace_id: str
+    totals: Totals
+    include_prompts: bool = True
+
+
+def apply_transfer(
+    gateway: WorkspaceGateway,
+    target: TransferTarget,
+    policy: TransferPolicy,
+    ctx: TransferContext,
+) -> int:
+    """Send one absolute transfer to ``target`` under ``policy``; return the attempts made.
 
     Raises:
         OrgPoolExhaustedError: 422 insufficient units (terminal; recorded by the caller).
@@ -117,7 +124,7 @@ def apply_transfer(
         if not ctx.has_time_for(policy.attempt_budget_s):
             raise OutOfTimeError()
         try:
-            _timed_transfer(gateway, workspace_id, totals, policy, ctx, include_prompts)
+            _timed_transfer(gateway, target, policy, ctx)
             break
         except UpstreamError as exc:
             if is_pool_exhausted(exc.status, exc.body):
@@ -133,27 +140,22 @@ def apply_transfer(
                 raise WorkspaceBusyError() from exc
             ctx.observer.record(NotReadyRetry())
             ctx.sleep(backoff)
-    _wait_until_created(gateway, workspace_id, policy, ctx)
+    _wait_until_created(gateway, target.workspace_id, policy, ctx)
     return attempt
 
 
 def _timed_transfer(
-    gateway: WorkspaceGateway,
-    workspace_id: str,
-    totals: Totals,
-    policy: TransferPolicy,
-    ctx: TransferContext,
-    include_prompts: bool,
+    gateway: WorkspaceGateway, target: TransferTarget, policy: TransferPolicy, ctx: TransferContext
 ) -> None:
     # Every call is timed, refused ones too, and only the call: a latency that hid refusals or
     # included retry sleeps would flatter the path exactly when the pool runs dry.
     started = ctx.clock()
     try:
-        if include_prompts:
-            gateway.transfer(workspace_id, totals)
+        if target.include_prompts:
+            gateway.transfer(target.workspace_id, target.totals)
         else:
             # Only here: every flat-shape gateway keeps its two-argument call.
-            gateway.transfer(workspace_id, totals, include_prompts=False)
+            gateway.transfer(target.workspace_id, target.totals, include_prompts=False)
     finally:
         ctx.observer.record(TransferTimed(policy.name, (ctx.clock() - started) * 1000.0))
 
