@@ -22,7 +22,7 @@ from serenity_allocator.domain.model import (
     Totals,
     round_up_to_block,
 )
-from serenity_allocator.domain.release import plan_release, release_surplus
+from serenity_allocator.domain.release import ReleaseAsk, plan_release, release_surplus
 from tests.fakes import (
     READ_RESOURCES,
     READ_STATUS,
@@ -83,7 +83,7 @@ def test_release_surplus_released_lowers_to_target_and_returns_units() -> None:
     observer = RecordingObserver()
 
     # When releasing
-    result = release_surplus(gateway, CHILD, transfer_context(FakeClock(), observer))
+    result = release_surplus(gateway, ReleaseAsk(CHILD), transfer_context(FakeClock(), observer))
 
     # Then one transfer to the target, the surplus back in the pool, units conserved
     assert result.outcome == "released"
@@ -105,7 +105,7 @@ def test_release_surplus_drafted_units_are_kept() -> None:
     )
 
     # When releasing
-    result = release_surplus(gateway, CHILD, transfer_context(FakeClock()))
+    result = release_surplus(gateway, ReleaseAsk(CHILD), transfer_context(FakeClock()))
 
     # Then the target covers used + drafted (230 -> 300), not used alone (80 -> 100):
     # a deliberate change from the first allocator, so a publish never finds its units gone
@@ -121,7 +121,7 @@ def test_release_surplus_lowers_only_dimensions_below_total_and_above_zero() -> 
     )
 
     # When releasing
-    result = release_surplus(gateway, CHILD, transfer_context(FakeClock()))
+    result = release_surplus(gateway, ReleaseAsk(CHILD), transfer_context(FakeClock()))
 
     # Then only prompts are lowered; projects keep their total in the absolute body
     assert result.plan is not None
@@ -136,7 +136,7 @@ def test_release_surplus_would_be_zero_keeps_total_and_requires_decommission() -
 
     # When releasing
     result = release_surplus(
-        gateway, CHILD, transfer_context(FakeClock(), observer), floor=Totals()
+        gateway, ReleaseAsk(CHILD, floor=Totals()), transfer_context(FakeClock(), observer)
     )
 
     # Then no transfer (a 0 would be silently ignored), and the result says decommission
@@ -155,7 +155,9 @@ def test_release_surplus_mixed_zero_and_surplus_never_sends_a_zero() -> None:
     )
 
     # When releasing
-    result = release_surplus(gateway, CHILD, transfer_context(FakeClock()), floor=Totals())
+    result = release_surplus(
+        gateway, ReleaseAsk(CHILD, floor=Totals()), transfer_context(FakeClock())
+    )
 
     # Then prompts are released, projects keep their total and are flagged for decommission
     assert result.outcome == "released"
@@ -171,7 +173,7 @@ def test_release_surplus_nothing_to_release() -> None:
     )
 
     # When releasing
-    result = release_surplus(gateway, CHILD, transfer_context(FakeClock()))
+    result = release_surplus(gateway, ReleaseAsk(CHILD), transfer_context(FakeClock()))
 
     # Then one read, no transfer
     assert result.outcome == "nothing-to-release"
@@ -186,7 +188,9 @@ def test_release_surplus_dry_run_reads_and_reports_the_exact_target() -> None:
     observer = RecordingObserver()
 
     # When dry-running
-    result = release_surplus(gateway, CHILD, transfer_context(FakeClock(), observer), dry_run=True)
+    result = release_surplus(
+        gateway, ReleaseAsk(CHILD, dry_run=True), transfer_context(FakeClock(), observer)
+    )
 
     # Then the read happened, nothing was transferred, and the exact target is reported
     assert result.outcome == "dry-run"
@@ -238,7 +242,7 @@ def test_release_surplus_expected_failure_is_an_error_outcome_with_a_typed_code(
     observer = RecordingObserver()
 
     # When releasing
-    result = release_surplus(gateway, CHILD, transfer_context(FakeClock(), observer))
+    result = release_surplus(gateway, ReleaseAsk(CHILD), transfer_context(FakeClock(), observer))
 
     # Then no exception: an error outcome carrying the typed code, and the plan it tried
     assert result.outcome == "error"
@@ -264,7 +268,7 @@ def test_release_surplus_unexpected_error_propagates(op: str, error: Exception) 
 
     # When releasing / Then the very same error propagates
     with pytest.raises(type(error)) as raised:
-        release_surplus(gateway, CHILD, transfer_context(FakeClock()))
+        release_surplus(gateway, ReleaseAsk(CHILD), transfer_context(FakeClock()))
     assert raised.value is error
 
 
@@ -285,7 +289,7 @@ def test_release_surplus_uncoded_failure_of_the_transfer_still_reports_an_error_
 
     # When releasing / Then the error propagates, and the release was still counted as one
     with pytest.raises(type(error)):
-        release_surplus(gateway, CHILD, transfer_context(FakeClock(), observer))
+        release_surplus(gateway, ReleaseAsk(CHILD), transfer_context(FakeClock(), observer))
     assert observer.args_of("release_finished") == [("error",)]
 
 
@@ -295,7 +299,9 @@ def test_release_surplus_dry_run_with_nothing_to_release_reports_its_natural_out
     observer = RecordingObserver()
 
     # When dry-running / Then the preview counts as what a real release would report
-    result = release_surplus(gateway, CHILD, transfer_context(FakeClock(), observer), dry_run=True)
+    result = release_surplus(
+        gateway, ReleaseAsk(CHILD, dry_run=True), transfer_context(FakeClock(), observer)
+    )
     assert result.outcome == "dry-run"
     assert observer.args_of("release_finished") == [("nothing-to-release",)]
 
@@ -306,7 +312,7 @@ def test_release_surplus_blank_id_raises_wiring_error_before_any_call() -> None:
 
     # When releasing / Then a wiring error, and no call
     with pytest.raises(WiringError):
-        release_surplus(gateway, " ", transfer_context(FakeClock()))
+        release_surplus(gateway, ReleaseAsk(" "), transfer_context(FakeClock()))
     assert gateway.calls == []
 
 
@@ -317,7 +323,7 @@ def test_release_surplus_retries_a_settling_child_on_the_settle_path() -> None:
     clock = FakeClock()
 
     # When releasing (settle policy by default)
-    result = release_surplus(gateway, CHILD, transfer_context(clock))
+    result = release_surplus(gateway, ReleaseAsk(CHILD), transfer_context(clock))
 
     # Then it retried once after a 1 s sleep and released
     assert result.outcome == "released"
@@ -383,9 +389,8 @@ def test_release_surplus_conserves_units_in_the_gateway(
     # When releasing
     result = release_surplus(
         gateway,
-        CHILD,
+        ReleaseAsk(CHILD, floor=Totals(projects=floor[0], prompts=floor[1])),
         transfer_context(FakeClock()),
-        floor=Totals(projects=floor[0], prompts=floor[1]),
     )
 
     # Then the family holds the same units, and the child holds what the plan targeted

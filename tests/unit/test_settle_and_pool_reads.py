@@ -16,7 +16,7 @@ from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_allocator.domain.allocation import EnsureAsk, EnsureRules, ensure_headroom
 from serenity_allocator.domain.errors import SettleTimeoutError
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.domain.release import release_surplus
+from serenity_allocator.domain.release import ReleaseAsk, ReleaseRules, release_surplus
 from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE, TransferPolicy
 from serenity_allocator.handlers.allocator_runtime import AllocatorRuntime
 from serenity_allocator.handlers.settings import AllocatorSettings
@@ -54,7 +54,10 @@ def slow_settling(clock: FakeClock) -> Iterator[SimulatorServer]:
 def release(server: SimulatorServer, clock: FakeClock, **policy: float) -> object:
     with SemrushClient(server.origin, StaticTokenProvider("tok"), timeout_s=5.0) as client:
         return release_surplus(
-            client, CHILD, transfer_context(clock), policy=SETTLE.model_copy(update=policy)
+            client,
+            ReleaseAsk(CHILD),
+            transfer_context(clock),
+            ReleaseRules(policy=SETTLE.model_copy(update=policy)),
         )
 
 

@@ -20,7 +20,7 @@ from serenity_allocator.domain.allocation import (
 )
 from serenity_allocator.domain.errors import MalformedResponseError, TieredPromptsError
 from serenity_allocator.domain.model import AiResources, DimensionUsage, PromptTiers, Totals
-from serenity_allocator.domain.release import release_surplus
+from serenity_allocator.domain.release import ReleaseAsk, ReleaseRules, release_surplus
 from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE
 from serenity_tools.standins.simulator import SimulatorServer
 from tests.fakes import FakeClock, RecordingObserver, transfer_context
@@ -298,7 +298,10 @@ def test_release_on_a_tiered_child_lowers_projects_only(
     # When its surplus is released
     with SemrushClient(sim.origin, StaticTokenProvider(TOKEN), timeout_s=5.0) as client:
         result = release_surplus(
-            client, "tiered", transfer_context(FakeClock(), observer=observer), policy=SETTLE
+            client,
+            ReleaseAsk("tiered"),
+            transfer_context(FakeClock(), observer=observer),
+            ReleaseRules(policy=SETTLE),
         )
 
     # Then projects went back to one block; no prompts key was sent; the tiers are as seeded
@@ -313,7 +316,9 @@ def test_release_on_a_tiered_child_with_no_project_surplus_sends_nothing(
     client: SemrushClient, family: SimulatorServer
 ) -> None:
     # Given a tiered child with far more prompts than it uses, but projects at 1/1
-    result = release_surplus(client, "tiered", transfer_context(FakeClock()), policy=SETTLE)
+    result = release_surplus(
+        client, ReleaseAsk("tiered"), transfer_context(FakeClock()), ReleaseRules(policy=SETTLE)
+    )
 
     # Then nothing to release: its prompts are never lowered by a flat transfer
     assert result.outcome == "nothing-to-release"

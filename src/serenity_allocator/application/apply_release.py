@@ -11,7 +11,13 @@ from __future__ import annotations
 from ..domain.messages import AllocationOutcome, OutcomeStatus, ReleaseRequest
 from ..domain.outcomes import build_outcome
 from ..domain.ports import WorkspaceGateway
-from ..domain.release import ReleaseOutcome, ReleasePlan, release_surplus
+from ..domain.release import (
+    ReleaseAsk,
+    ReleaseOutcome,
+    ReleasePlan,
+    ReleaseRules,
+    release_surplus,
+)
 from ..domain.transfer import TransferContext
 from .invocation import WorkerConfig
 from .outcomes import ReleaseIncompleteError
@@ -54,11 +60,10 @@ def apply_release(
     else:
         result = release_surplus(
             gateway,
-            request.workspace_id,
+            # floor None: the rule's own floor, one block of each
+            ReleaseAsk(request.workspace_id, floor=request.floor),
             context,
-            floor=request.floor,  # None: the rule's own floor, one block of each
-            blocks=config.blocks,
-            policy=config.release_policy,
+            ReleaseRules(blocks=config.blocks, policy=config.release_policy),
             before_transfer=record_intent,
         )
         if result.outcome == "error":

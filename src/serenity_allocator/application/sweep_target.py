@@ -13,7 +13,7 @@ from ..domain.errors import RateLimitedError, UpstreamError
 from ..domain.model import Totals, WorkspaceStatus
 from ..domain.observations import CredentialOutcome
 from ..domain.ports import NullObserver
-from ..domain.release import release_surplus
+from ..domain.release import ReleaseAsk, ReleaseRules, release_surplus
 from ..domain.sweep_errors import SweepImsUnavailableError, SweepRefusedError
 from ..domain.sweep_failures import (
     backoff_delay,
@@ -94,16 +94,14 @@ def _preview_and_act(
         ), "skipped_not_created"
     preview = release_surplus(
         env.gateway,
-        child_id,
+        ReleaseAsk(child_id, floor=floor, dry_run=True),
         TransferContext(
             clock=env.clock,
             sleep=env.sleep,
             deadline=env.deadline,
             observer=env.observer if request.dry_run else NullObserver(),
         ),
-        floor=floor,
-        blocks=env.blocks,
-        dry_run=True,
+        ReleaseRules(blocks=env.blocks),
     )
     plan = preview.plan
     assert plan is not None  # a dry run always carries its plan

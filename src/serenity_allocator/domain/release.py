@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 from .allocation import FrozenResult, require_ids
@@ -95,15 +96,36 @@ def plan_release(child: AiResources, floor: Totals, blocks: Blocks) -> ReleasePl
     )
 
 
+@dataclass(frozen=True)
+class ReleaseAsk:
+    """What one release asks: hand ``child_id``'s surplus back to its pool.
+
+    ``floor``: the least the child keeps (None: one block of each). ``dry_run``: read and
+    report the exact target a real release would send, and transfer nothing.
+    """
+
+    child_id: str
+    floor: Totals | None = None
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class ReleaseRules:
+    """The container's rules for every release: the blocks and the transfer policy."""
+
+    blocks: Blocks = DEFAULT_BLOCKS
+    policy: TransferPolicy = SETTLE
+
+
+RELEASE_RULES = ReleaseRules()
+"""One block of each, under the settle policy."""
+
+
 def release_surplus(
     gateway: WorkspaceGateway,
-    child_id: str,
+    ask: ReleaseAsk,
     ctx: TransferContext,
-    *,
-    floor: Totals | None = None,
-    blocks: Blocks = DEFAULT_BLOCKS,
-    dry_run: bool = False,
-    policy: TransferPolicy = SETTLE,
+    rules: ReleaseRules = RELEASE_RULES,
     before_transfer: Callable[[ReleasePlan], None] | None = None,
 ) -> ReleaseResult:
     """Hand a child's surplus back to the pool, down to max(floor, used + drafted in blocks).
@@ -114,11 +136,12 @@ def release_surplus(
     ``before_transfer`` sees the plan just before its transfer is sent (the worker records the
     release's intent there); whatever it raises propagates and nothing is transferred.
     """
+    child_id, blocks = ask.child_id, rules.blocks
     require_ids(child_id=child_id)
     child = gateway.read_resources(child_id)
-    plan = plan_release(child, floor or blocks.as_totals(), blocks)
+    plan = plan_release(child, ask.floor or blocks.as_totals(), blocks)
     note_tiered(child, "child", ctx)
-    if dry_run:
+    if ask.dry_run:
         result = ReleaseResult(outcome="dry-run", plan=plan)
         # A preview counts what a real release would report: dry-run only when it would
         # release, so a sweep preview's nothing-to-release children are not counted as work.
@@ -133,7 +156,7 @@ def release_surplus(
             attempts = apply_transfer(
                 gateway,
                 TransferTarget(child_id, plan.target, include_prompts=not plan.tiered),
-                policy,
+                rules.policy,
                 ctx,
             )
         except AllocationError as exc:
