@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from serenity_allocator.application.apply_release import apply_release
+from serenity_allocator.application.apply_release import ReleaseCall, apply_release
 from serenity_allocator.application.invocation import WorkerConfig
 from serenity_allocator.application.ledger_deadlines import LedgerDeadlines
 from serenity_allocator.application.request_ledger import (
@@ -441,9 +441,10 @@ def test_request_ledger_release_replay_after_a_partial_application_reports_true_
             ensure_policy=FAIL_FAST,
             release_policy=SETTLE,
         ),
-        gateway=_child_at(TARGET),
         ledger=view,
-        context=TransferContext(clock=lambda: 0.0, sleep=lambda _s: None),
+        call=ReleaseCall(
+            _child_at(TARGET), TransferContext(clock=lambda: 0.0, sleep=lambda _s: None)
+        ),
     )
     held = store_terminal(view, replayed)
 
@@ -496,9 +497,10 @@ def test_apply_release_of_an_unused_child_with_no_floor_requires_decommission() 
             ensure_policy=FAIL_FAST,
             release_policy=SETTLE,
         ),
-        gateway=_child_at(TARGET),
         ledger=view,
-        context=TransferContext(clock=lambda: 0.0, sleep=lambda _s: None),
+        call=ReleaseCall(
+            _child_at(TARGET), TransferContext(clock=lambda: 0.0, sleep=lambda _s: None)
+        ),
     )
 
     # Then it says so, with the child's totals unchanged, and records no intent

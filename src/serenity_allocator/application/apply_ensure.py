@@ -10,6 +10,7 @@ A refusal is a returned ``rejected`` outcome, a park for sibling reclaim a retur
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..domain.allocation import (
     EnsureAsk,
@@ -28,7 +29,7 @@ from ..domain.errors import (
 )
 from ..domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus
 from ..domain.model import Dimension, Totals
-from ..domain.outcomes import build_outcome
+from ..domain.outcomes import ServingCall, build_outcome
 from ..domain.pool_watch import PoolLowWarning
 from ..domain.transfer import TransferContext
 from ..domain.worker_events import Coalesced, DisabledNoop, Reclaim
@@ -42,18 +43,26 @@ from .request_credentials import RequestCredentials
 from .request_ledger import LedgerView, record_transfer_intent
 
 
+@dataclass(frozen=True)
+class EnsureBatch:
+    """What a batch applies each of its ensures with.
+
+    The container's ``config`` and ``ports``; the batch's ``observer``, ``deadlines``, ledger
+    records (``ledger``) and the pool warnings it collects (``pool_warnings``, appended to);
+    in IMS mode its request sessions (``credentials``; None: static mode).
+    """
+
+    config: WorkerConfig
+    ports: WorkerPorts
+    observer: WorkerObserver
+    deadlines: Deadlines
+    ledger: LedgerView
+    pool_warnings: list[PoolLowWarning]
+    credentials: RequestCredentials | None = None
+
+
 def apply_ensure(
-    message: BatchMessage,
-    request: EnsureRequest,
-    run: EnsureRun | None,
-    *,
-    config: WorkerConfig,
-    ports: WorkerPorts,
-    observer: WorkerObserver,
-    deadlines: Deadlines,
-    pool_warnings: list[PoolLowWarning],
-    ledger: LedgerView,
-    credentials: RequestCredentials | None = None,
+    message: BatchMessage, request: EnsureRequest, run: EnsureRun | None, batch: EnsureBatch
 ) -> AllocationOutcome | Parked:
     """The terminal outcome of one ensure, or :class:`.Parked`; raises when a retry could succeed.
 
@@ -66,9 +75,17 @@ def apply_ensure(
     The outcome is built in one place, at the end.
     """
     receive_count = message.receive_count
+    config, ports, observer = batch.config, batch.ports, batch.observer
     if config.dynamic_allocation:
         ensurer = _Ensurer(
-            config, ports, observer, deadlines, pool_warnings, ledger, receive_count, credentials
+            config,
+            ports,
+            observer,
+            batch.deadlines,
+            batch.pool_warnings,
+            batch.ledger,
+            receive_count,
+            batch.credentials,
         )
         ended = ensurer.ensure(message.message_id, request, run)
     else:
@@ -85,10 +102,23 @@ def apply_ensure(
         status,
         receive_count,
         error_code=ended.error_code,
-        before=result.before if result is not None else None,
-        after=result.after if result is not None else None,
-        coalesced=ended.coalesced,
+        served=ServingCall(result.before, result.after, ended.coalesced)
+        if result is not None
+        else None,
     )
+
+
+class _Asked(Protocol):
+    """What one ensure call asks for: one request's, or a coalesced run's combined, ask."""
+
+    @property
+    def need(self) -> Totals: ...
+
+    @property
+    def ceiling(self) -> Ceiling | None: ...
+
+    @property
+    def include_drafted(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -182,7 +212,7 @@ class _Ensurer:
         try:
             result = self._call(
                 request,
-                (run.need, run.ceiling, run.include_drafted),
+                run,
                 attempt,
                 served=list(run.requests),
             )
@@ -209,7 +239,7 @@ class _Ensurer:
         try:
             result = self._call(
                 request,
-                (request.need, request.ceiling, request.include_drafted),
+                request,
                 attempt,
                 served=[request],
             )
@@ -256,14 +286,13 @@ class _Ensurer:
     def _call(
         self,
         request: EnsureRequest,
-        asked: tuple[Totals, Ceiling | None, bool],
+        asked: _Asked,
         attempt: AttemptObserver,
         *,
         served: list[EnsureRequest],
     ) -> EnsureResult:
-        """One ensure call for ``asked`` (need, ceiling, include drafted) serving ``served``."""
+        """One ensure call for what ``asked`` asks (one request or a run), serving ``served``."""
         config, ports = self.config, self.ports
-        need, ceiling, include_drafted = asked
         ledger = self.ledger
 
         def record_intent(before: Totals, target: Totals) -> None:
@@ -273,9 +302,9 @@ class _Ensurer:
         ask = EnsureAsk(
             child_id=request.workspace_id,
             parent_id=request.parent_workspace_id,
-            need=need,
-            include_drafted=include_drafted,
-            ceiling=combine_ceilings(ceiling, config.ceiling_backstop),
+            need=asked.need,
+            include_drafted=asked.include_drafted,
+            ceiling=combine_ceilings(asked.ceiling, config.ceiling_backstop),
         )
         rules = EnsureRules(
             policy=config.ensure_policy,

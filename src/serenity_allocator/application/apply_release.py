@@ -8,8 +8,10 @@ child. The outcome is built in one place, at the end.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..domain.messages import AllocationOutcome, OutcomeStatus, ReleaseRequest
-from ..domain.outcomes import build_outcome
+from ..domain.outcomes import ServingCall, build_outcome
 from ..domain.ports import WorkspaceGateway
 from ..domain.release import (
     ReleaseAsk,
@@ -31,16 +33,23 @@ _STATUSES: dict[ReleaseOutcome, OutcomeStatus] = {
 """The outcome status of each result a release the worker ran can end with (not an error)."""
 
 
+@dataclass(frozen=True)
+class ReleaseCall:
+    """The upstream a release is applied to, and the deadline and observer its calls run under."""
+
+    gateway: WorkspaceGateway
+    context: TransferContext
+
+
 def apply_release(
     request: ReleaseRequest,
     receive_count: int,
     *,
     config: WorkerConfig,
-    gateway: WorkspaceGateway,
     ledger: LedgerView,
-    context: TransferContext,
+    call: ReleaseCall,
 ) -> AllocationOutcome:
-    """The terminal outcome of one release (``context`` carries the deadline and observer).
+    """The terminal outcome of one release.
 
     Raises:
         ReleaseIncompleteError: An expected, transient failure (busy, settle timeout, 429...);
@@ -52,6 +61,7 @@ def apply_release(
     def record_intent(plan: ReleasePlan) -> None:
         record_transfer_intent(ledger, request, plan.before, plan.target)
 
+    gateway = call.gateway
     status: OutcomeStatus
     landed = ledger.landed(request, gateway)
     if landed is not None:
@@ -62,7 +72,7 @@ def apply_release(
             gateway,
             # floor None: the rule's own floor, one block of each
             ReleaseAsk(request.workspace_id, floor=request.floor),
-            context,
+            call.context,
             ReleaseRules(blocks=config.blocks, policy=config.release_policy),
             before_transfer=record_intent,
         )
@@ -72,4 +82,4 @@ def apply_release(
         # after are the plan's target whatever the outcome.
         status = _STATUSES[result.outcome]  # a dry run is never asked for: not in the table
         before, after = result.plan.before, result.plan.target
-    return build_outcome(request, status, receive_count, before=before, after=after)
+    return build_outcome(request, status, receive_count, served=ServingCall(before, after))

@@ -63,8 +63,8 @@ from ..domain.worker_events import (
     QueueLag,
     WillRetry,
 )
-from .apply_ensure import apply_ensure
-from .apply_release import apply_release
+from .apply_ensure import EnsureBatch, apply_ensure
+from .apply_release import ReleaseCall, apply_release
 from .batch_plan import BatchMessage
 from .dead_letter import dead_letter, dead_letter_failed
 from .final_receive import failure_of
@@ -267,26 +267,30 @@ def _apply_as(inv: Invocation, message: BatchMessage, request: Request) -> Alloc
             request,
             message.receive_count,
             config=inv.config,
-            gateway=ports.gateway,
             ledger=inv.state.ledger,
-            context=TransferContext(
-                clock=ports.clock,
-                sleep=ports.sleep,
-                deadline=inv.deadlines.applying,
-                observer=inv.observer,
+            call=ReleaseCall(
+                ports.gateway,
+                TransferContext(
+                    clock=ports.clock,
+                    sleep=ports.sleep,
+                    deadline=inv.deadlines.applying,
+                    observer=inv.observer,
+                ),
             ),
         )
     result = apply_ensure(
         message,
         request,
         inv.plan.runs.get(message.message_id),
-        config=inv.config,
-        ports=ports,
-        observer=inv.observer,
-        deadlines=inv.deadlines,
-        pool_warnings=inv.state.pool_warnings,
-        ledger=inv.state.ledger,
-        credentials=inv.state.credentials,
+        EnsureBatch(
+            config=inv.config,
+            ports=ports,
+            observer=inv.observer,
+            deadlines=inv.deadlines,
+            ledger=inv.state.ledger,
+            pool_warnings=inv.state.pool_warnings,
+            credentials=inv.state.credentials,
+        ),
     )
     if isinstance(result, Parked):
         # Labels the outcome of a later receive (served after reclaim).
