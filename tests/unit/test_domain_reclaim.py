@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from serenity_allocator.domain.errors import UpstreamError
 from serenity_allocator.domain.model import Blocks, Totals
-from serenity_allocator.domain.reclaim import choose_reclaim_siblings
+from serenity_allocator.domain.reclaim import ReclaimRules, choose_reclaim_siblings
 from serenity_allocator.domain.release import plan_release
 from tests.fakes import READ_RESOURCES, InMemoryGateway
 
@@ -52,7 +52,7 @@ def _family() -> InMemoryGateway:
 
 def _choose(gateway: InMemoryGateway, max_siblings: int = 10) -> list[tuple[str, Totals]]:
     chosen = choose_reclaim_siblings(
-        gateway, MASTER, CHILD, floor=FLOOR, blocks=BLOCKS, max_siblings=max_siblings
+        gateway, MASTER, CHILD, ReclaimRules(floor=FLOOR, blocks=BLOCKS, max_siblings=max_siblings)
     )
     return [(c.workspace_id, c.units) for c in chosen]
 
@@ -146,7 +146,7 @@ def test_choose_reclaim_siblings_never_below_floor_or_used(
 
     # When choosing
     chosen = choose_reclaim_siblings(
-        gateway, MASTER, CHILD, floor=floor, blocks=BLOCKS, max_siblings=10
+        gateway, MASTER, CHILD, ReclaimRules(floor=floor, blocks=BLOCKS, max_siblings=10)
     )
 
     # Then every proposal is exactly what plan_release would return, and what stays behind is

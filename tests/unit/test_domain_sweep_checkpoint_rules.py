@@ -25,6 +25,7 @@ from serenity_allocator.domain.sweep_model import (
 )
 from serenity_allocator.domain.sweep_runs import (
     MAX_LEASE_S,
+    ResumingInvocation,
     check_resumable,
     lease_is_held,
     list_targets,
@@ -130,7 +131,7 @@ def test_list_targets_keeps_a_child_listed_under_two_parents_once_under_the_firs
 
 def _refusal(checkpoint: SweepCheckpoint, request: SweepRequest, **kw: Any) -> BaseException:
     with pytest.raises((CheckpointCorruptError, SweepRefusedError)) as caught:
-        check_resumable(checkpoint, request, RUN, NAME, now=NOW, invocation_id="inv-2", **kw)
+        check_resumable(checkpoint, request, RUN, NAME, ResumingInvocation("inv-2", now=NOW, **kw))
     return caught.value
 
 
@@ -185,7 +186,7 @@ def test_check_resumable_continues_a_run_whose_lease_ends_now_clearing_abort_and
     )
 
     # When it is resumed
-    check_resumable(checkpoint, request, RUN, NAME, now=NOW, invocation_id="inv-2")
+    check_resumable(checkpoint, request, RUN, NAME, ResumingInvocation("inv-2", now=NOW))
 
     # Then it may go on, its abort and its streak cleared
     assert (checkpoint.aborted, checkpoint.error_streak) == (None, 0)

@@ -8,6 +8,8 @@ of what was replaced.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..domain.sweep_errors import (
     CheckpointCorruptError,
     RunInProgressError,
@@ -30,6 +32,15 @@ from .sweep_parent_claims import clear_unreadable_claim, read_claim, release_par
 from .sweep_ports import SweepEnvironment
 
 DEFAULT_REASON = "abandoned by an operator"
+
+
+@dataclass(frozen=True)
+class _RunCheckpoint:
+    """Where a run's checkpoint is stored: its name, real or dry."""
+
+    run_id: str
+    name: str
+    dry_run: bool
 
 
 def abandon_sweep_run(
@@ -72,21 +83,20 @@ def _abandon_by_parent(
 
 
 def _abandon_run(run_id: str, reason: str | None, env: SweepEnvironment) -> SweepAbandonResult:
-    name, dry_run, stored = _find_run_checkpoint(run_id, env)
+    where, stored = _find_run_checkpoint(run_id, env)
+    name, dry_run = where.name, where.dry_run
     if isinstance(stored, CheckpointCorruptError):
-        return _replace_unreadable(run_id, name, dry_run, stored.problem, stored.etag, reason, env)
+        return _replace_unreadable(where, stored.problem, stored.etag, reason, env)
     if is_abandoned_marker(stored.body):
         # Abandoned before, over an unreadable checkpoint: nothing left to mark.
-        return _result(run_id, name, dry_run, None, env)
+        return _result(where, None, env)
     try:
         checkpoint = parse_checkpoint(stored.body, name)
     except CheckpointCorruptError as exc:
-        return _replace_unreadable(run_id, name, dry_run, exc.problem, stored.etag, reason, env)
+        return _replace_unreadable(where, exc.problem, stored.etag, reason, env)
     if checkpoint.run_id != run_id:
         # Only a copy (or an edit) puts another run's checkpoint under this name.
-        return _replace_unreadable(
-            run_id, name, dry_run, "it belongs to another run", stored.etag, reason, env
-        )
+        return _replace_unreadable(where, "it belongs to another run", stored.etag, reason, env)
     if checkpoint.state == "done":
         raise SweepRefusedError(f"run {run_id!r} is done; there is nothing to abandon")
     if lease_is_held(checkpoint.lease_until, env.wall_clock(), env.max_lease_s):
@@ -110,9 +120,7 @@ def _abandon_run(run_id: str, reason: str | None, env: SweepEnvironment) -> Swee
 
 
 def _replace_unreadable(
-    run_id: str,
-    name: str,
-    dry_run: bool,
+    where: _RunCheckpoint,
     problem: str,
     etag: str | None,
     reason: str | None,
@@ -123,6 +131,7 @@ def _replace_unreadable(
     The lease of an unreadable checkpoint cannot be read: an invocation still working on it
     (none can resume it) loses its next conditional save and stops.
     """
+    run_id, name = where.run_id, where.name
     if etag is None:
         raise SweepRefusedError(
             f"checkpoint {name!r} is unreadable ({problem}) and the store gave no version to "
@@ -132,7 +141,7 @@ def _replace_unreadable(
         run_id=run_id, abandon_reason=reason or DEFAULT_REASON, unreadable=problem
     )
     _save(env, run_id, name, marker.model_dump(mode="json"), etag)
-    return _result(run_id, name, dry_run, problem, env)
+    return _result(where, problem, env)
 
 
 def _end_token(run_id: str, env: SweepEnvironment) -> None:
@@ -141,15 +150,15 @@ def _end_token(run_id: str, env: SweepEnvironment) -> None:
 
 
 def _result(
-    run_id: str, name: str, dry_run: bool, problem: str | None, env: SweepEnvironment
+    where: _RunCheckpoint, problem: str | None, env: SweepEnvironment
 ) -> SweepAbandonResult:
     # Its parents are unknown: every claim it holds is free to take now that it is finished.
-    _end_token(run_id, env)
+    _end_token(where.run_id, env)
     return SweepAbandonResult(
-        run_id=run_id,
-        dry_run=dry_run,
+        run_id=where.run_id,
+        dry_run=where.dry_run,
         released_parents=[],
-        checkpoint=env.store.location(name),
+        checkpoint=env.store.location(where.name),
         unreadable=problem,
     )
 
@@ -165,14 +174,14 @@ def _save(
 
 def _find_run_checkpoint(
     run_id: str, env: SweepEnvironment
-) -> tuple[str, bool, StoredCheckpoint | CheckpointCorruptError]:
-    """The run's checkpoint, real or dry (or why it cannot be read), with its name."""
+) -> tuple[_RunCheckpoint, StoredCheckpoint | CheckpointCorruptError]:
+    """Where the run's checkpoint is, real or dry, and what it holds (or why it cannot be read)."""
     for dry_run in (False, True):
-        name = checkpoint_name(run_id, dry_run)
+        where = _RunCheckpoint(run_id, checkpoint_name(run_id, dry_run), dry_run)
         try:
-            stored = env.store.load(name)
+            stored = env.store.load(where.name)
         except CheckpointCorruptError as exc:
-            return name, dry_run, exc
+            return where, exc
         if stored is not None:
-            return name, dry_run, stored
+            return where, stored
     raise SweepRefusedError(f"there is no run {run_id!r} to abandon")

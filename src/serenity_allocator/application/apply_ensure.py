@@ -30,35 +30,13 @@ from ..domain.errors import (
 from ..domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus
 from ..domain.model import Dimension, Totals
 from ..domain.outcomes import ServingCall, build_outcome
-from ..domain.pool_watch import PoolLowWarning
 from ..domain.transfer import TransferContext
 from ..domain.worker_events import Coalesced, DisabledNoop, Reclaim
 from .attempt_observer import AttemptObserver
 from .batch_plan import BatchMessage
-from .deadlines import Deadlines
-from .invocation import WorkerConfig, WorkerPorts
-from .ports import WorkerObserver
+from .invocation import EnsureBatch
 from .reclaim import Parked, park_for_reclaim
-from .request_credentials import RequestCredentials
-from .request_ledger import LedgerView, record_transfer_intent
-
-
-@dataclass(frozen=True)
-class EnsureBatch:
-    """What a batch applies each of its ensures with.
-
-    The container's ``config`` and ``ports``; the batch's ``observer``, ``deadlines``, ledger
-    records (``ledger``) and the pool warnings it collects (``pool_warnings``, appended to);
-    in IMS mode its request sessions (``credentials``; None: static mode).
-    """
-
-    config: WorkerConfig
-    ports: WorkerPorts
-    observer: WorkerObserver
-    deadlines: Deadlines
-    ledger: LedgerView
-    pool_warnings: list[PoolLowWarning]
-    credentials: RequestCredentials | None = None
+from .request_ledger import record_transfer_intent
 
 
 def apply_ensure(
@@ -75,18 +53,9 @@ def apply_ensure(
     The outcome is built in one place, at the end.
     """
     receive_count = message.receive_count
-    config, ports, observer = batch.config, batch.ports, batch.observer
-    if config.dynamic_allocation:
-        ensurer = _Ensurer(
-            config,
-            ports,
-            observer,
-            batch.deadlines,
-            batch.pool_warnings,
-            batch.ledger,
-            receive_count,
-            batch.credentials,
-        )
+    ports, observer = batch.ports, batch.observer
+    if batch.config.dynamic_allocation:
+        ensurer = _Ensurer(batch, receive_count)
         ended = ensurer.ensure(message.message_id, request, run)
     else:
         observer.record(DisabledNoop())
@@ -148,14 +117,8 @@ def _served_by_leader(run: EnsureRun | None) -> bool:
 class _Ensurer:
     """One ensure message's attempt(s), over what the use case was handed."""
 
-    config: WorkerConfig
-    ports: WorkerPorts
-    observer: WorkerObserver
-    deadlines: Deadlines
-    pool_warnings: list[PoolLowWarning]
-    ledger: LedgerView
+    batch: EnsureBatch
     receive_count: int
-    credentials: RequestCredentials | None = None
 
     def ensure(
         self, message_id: str, request: EnsureRequest, run: EnsureRun | None
@@ -165,7 +128,9 @@ class _Ensurer:
         # A member behind a leader that stood is served by it; the intent the leader just
         # recorded for it is that same top-up, not an earlier delivery's.
         landed = (
-            None if _served_by_leader(combined) else self.ledger.landed(request, self.ports.gateway)
+            None
+            if _served_by_leader(combined)
+            else self.batch.ledger.landed(request, self.batch.ports.gateway)
         )
         if landed is not None:
             # Not counted again in HeadroomCheck: the delivery that transferred counted it.
@@ -203,9 +168,9 @@ class _Ensurer:
 
     def _apply_combined(self, run: EnsureRun, request: EnsureRequest) -> EnsureResult | None:
         """The leader's one call for the whole run; None when the run split (apply it alone)."""
-        if self.credentials is not None:
+        if self.batch.credentials is not None:
             # Each member's own user must reach the child before it joins the combined call.
-            self.credentials.admit(run, self.ports.gateway)
+            self.batch.credentials.admit(run, self.batch.ports.gateway)
             if not run.combined:
                 return None
         attempt = self._attempt_observer()
@@ -230,7 +195,7 @@ class _Ensurer:
             run.split_up()
             raise
         attempt.commit()
-        self.observer.record(Coalesced(len(run.members) - 1))
+        self.batch.observer.record(Coalesced(len(run.members) - 1))
         run.served(result)
         return result
 
@@ -258,15 +223,7 @@ class _Ensurer:
     def _park(self, request: EnsureRequest, attempt: AttemptObserver) -> Parked | None:
         # Parked (or about to be) is waiting, not rejected, unless this receive is its last.
         try:
-            parked = park_for_reclaim(
-                request,
-                self.receive_count,
-                config=self.config,
-                gateway=self.ports.gateway,
-                enqueuer=self.ports.enqueuer,
-                deadlines=self.deadlines,
-                observer=self.observer,
-            )
+            parked = park_for_reclaim(request, self.receive_count, self.batch)
         except OutOfTimeError:
             self._settle(attempt)
             raise
@@ -275,13 +232,15 @@ class _Ensurer:
         return parked
 
     def _settle(self, attempt: AttemptObserver) -> None:
-        if self.config.is_final_receive(self.receive_count):
+        if self.batch.config.is_final_receive(self.receive_count):
             attempt.commit()
         else:
             attempt.discard()
 
     def _attempt_observer(self) -> AttemptObserver:
-        return AttemptObserver(self.observer, self.ports.pool_watch, self.pool_warnings)
+        return AttemptObserver(
+            self.batch.observer, self.batch.ports.pool_watch, self.batch.pool_warnings
+        )
 
     def _call(
         self,
@@ -292,8 +251,8 @@ class _Ensurer:
         served: list[EnsureRequest],
     ) -> EnsureResult:
         """One ensure call for what ``asked`` asks (one request or a run), serving ``served``."""
-        config, ports = self.config, self.ports
-        ledger = self.ledger
+        config, ports = self.batch.config, self.batch.ports
+        ledger = self.batch.ledger
 
         def record_intent(before: Totals, target: Totals) -> None:
             for member in served:
@@ -314,7 +273,7 @@ class _Ensurer:
         ctx = TransferContext(
             clock=ports.clock,
             sleep=ports.sleep,
-            deadline=self.deadlines.applying,
+            deadline=self.batch.deadlines.applying,
             observer=attempt,
         )
         hooks = EnsureHooks(

@@ -63,12 +63,12 @@ from ..domain.worker_events import (
     QueueLag,
     WillRetry,
 )
-from .apply_ensure import EnsureBatch, apply_ensure
+from .apply_ensure import apply_ensure
 from .apply_release import ReleaseCall, apply_release
 from .batch_plan import BatchMessage
 from .dead_letter import dead_letter, dead_letter_failed
 from .final_receive import failure_of
-from .invocation import Invocation
+from .invocation import EnsureBatch, Invocation
 from .outcomes import ReleaseIncompleteError
 from .reclaim import Parked
 from .request_credentials import is_unauthorized, without_echo

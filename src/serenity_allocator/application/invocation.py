@@ -80,6 +80,24 @@ class WorkerPorts:
     one after another, in the record's turn)."""
 
 
+@dataclass(frozen=True)
+class EnsureBatch:
+    """What a batch applies each of its ensures with.
+
+    The container's ``config`` and ``ports``; the batch's ``observer``, ``deadlines``, ledger
+    records (``ledger``) and the pool warnings it collects (``pool_warnings``, appended to);
+    in IMS mode its request sessions (``credentials``; None: static mode).
+    """
+
+    config: WorkerConfig
+    ports: WorkerPorts
+    observer: WorkerObserver
+    deadlines: Deadlines
+    ledger: LedgerView
+    pool_warnings: list[PoolLowWarning]
+    credentials: RequestCredentials | None = None
+
+
 @dataclass
 class BatchState:
     """What one batch produced so far (the coalesced runs carry their own progress)."""

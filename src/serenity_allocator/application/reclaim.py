@@ -13,12 +13,9 @@ from dataclasses import dataclass
 
 from ..domain.errors import OutOfTimeError
 from ..domain.messages import EnsureRequest, ReleaseRequest
-from ..domain.ports import WorkspaceGateway
-from ..domain.reclaim import choose_reclaim_siblings
+from ..domain.reclaim import ReclaimRules, choose_reclaim_siblings
 from ..domain.worker_events import ParkedForReclaim, Reclaim
-from .deadlines import Deadlines
-from .invocation import WorkerConfig
-from .ports import ReleaseEnqueuer, WorkerObserver
+from .invocation import EnsureBatch
 
 
 @dataclass(frozen=True)
@@ -29,14 +26,7 @@ class Parked:
 
 
 def park_for_reclaim(
-    request: EnsureRequest,
-    receive_count: int,
-    *,
-    config: WorkerConfig,
-    gateway: WorkspaceGateway,
-    enqueuer: ReleaseEnqueuer | None,
-    deadlines: Deadlines,
-    observer: WorkerObserver,
+    request: EnsureRequest, receive_count: int, batch: EnsureBatch
 ) -> Parked | None:
     """Enqueue sibling releases when reclaim can help; None when it cannot (reject the ensure).
 
@@ -46,23 +36,26 @@ def park_for_reclaim(
     Raises:
         OutOfTimeError: Enqueueing would not fit before the deadline; the ensure comes back.
     """
+    config, observer, enqueuer = batch.config, batch.observer, batch.ports.enqueuer
     if not config.sibling_reclaim or enqueuer is None:
         return None
     if receive_count > config.sibling_reclaim_max_parks:
         observer.record(Reclaim("exhausted"))
         return None
     candidates = choose_reclaim_siblings(
-        gateway,
+        batch.ports.gateway,
         request.parent_workspace_id,
         request.workspace_id,
-        floor=config.blocks.as_totals(),
-        blocks=config.blocks,
-        max_siblings=config.sibling_reclaim_max_siblings,
+        ReclaimRules(
+            floor=config.blocks.as_totals(),
+            blocks=config.blocks,
+            max_siblings=config.sibling_reclaim_max_siblings,
+        ),
     )
     if not candidates:
         observer.record(Reclaim("exhausted"))
         return None
-    if not deadlines.fits_aws_call():
+    if not batch.deadlines.fits_aws_call():
         raise OutOfTimeError()
     enqueuer.enqueue_many(
         [

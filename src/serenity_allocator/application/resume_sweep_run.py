@@ -15,7 +15,7 @@ from ..domain.sweep_model import (
     is_abandoned_marker,
     parse_checkpoint,
 )
-from ..domain.sweep_runs import check_resumable, verify_targets
+from ..domain.sweep_runs import ResumingInvocation, check_resumable, verify_targets
 from .sweep_ports import SweepEnvironment
 from .sweep_run_checkpoint import RunCheckpoint, hold_run, read_families
 
@@ -45,9 +45,9 @@ def resume_sweep_run(
         request,
         run_id,
         name,
-        now=env.wall_clock(),
-        invocation_id=env.invocation_id,
-        max_lease_s=env.max_lease_s,
+        ResumingInvocation(
+            invocation_id=env.invocation_id, now=env.wall_clock(), max_lease_s=env.max_lease_s
+        ),
     )
     if checkpoint.state == "open":
         verify_targets(checkpoint, read_families(request, env), name, request.limit)

@@ -7,6 +7,8 @@ later by the worker in the sibling's own message group.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pydantic import BaseModel, ConfigDict
 
 from .errors import AllocationError, UpstreamError
@@ -24,20 +26,28 @@ class ReclaimCandidate(BaseModel):
     units: Totals
 
 
+@dataclass(frozen=True)
+class ReclaimRules:
+    """How much a reclaim takes.
+
+    Each sibling keeps ``floor`` and gives back whole ``blocks``; at most ``max_siblings``
+    siblings are asked.
+    """
+
+    floor: Totals
+    blocks: Blocks
+    max_siblings: int
+
+
 def choose_reclaim_siblings(
-    gateway: WorkspaceGateway,
-    parent_id: str,
-    child_id: str,
-    *,
-    floor: Totals,
-    blocks: Blocks,
-    max_siblings: int,
+    gateway: WorkspaceGateway, parent_id: str, child_id: str, rules: ReclaimRules
 ) -> list[ReclaimCandidate]:
     """The siblings of ``child_id`` with the most reclaimable surplus, at most ``max_siblings``.
 
     Skips siblings that are not ``created``, that hold pending drafts (their drafts need units
     at publish) and that have less than one block to give in every dimension.
     """
+    blocks = rules.blocks
     candidates: list[ReclaimCandidate] = []
     for record in gateway.list_family(parent_id):
         if record.id in (parent_id, child_id) or record.parent_id != parent_id:
@@ -50,10 +60,10 @@ def choose_reclaim_siblings(
             continue  # one unreadable sibling (deleted, throttled) must not sink the reclaim
         if resources.projects.drafted or resources.prompts.drafted:
             continue
-        plan = plan_release(resources, floor, blocks)
+        plan = plan_release(resources, rules.floor, blocks)
         units = plan.units_returned
         if not any(units.get(dim) >= blocks.get(dim) for dim in Dimension):
             continue
         candidates.append(ReclaimCandidate(workspace_id=record.id, units=units))
     candidates.sort(key=lambda c: (c.units.prompts, c.units.projects), reverse=True)
-    return candidates[:max_siblings]
+    return candidates[: rules.max_siblings]

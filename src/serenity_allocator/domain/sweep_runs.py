@@ -10,6 +10,7 @@ and that every target still to act on is still a child of its parent upstream.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from pydantic import ValidationError
 
@@ -86,17 +87,26 @@ def list_targets(request: SweepRequest, families: Families) -> list[tuple[str, s
 # ---------------------------------------------------------------- a resumed run
 
 
+@dataclass(frozen=True)
+class ResumingInvocation:
+    """The invocation asking to resume a run.
+
+    Its id, its wall-clock ``now``, and the longest lease any invocation may hold.
+    """
+
+    invocation_id: str
+    now: float
+    max_lease_s: float = MAX_LEASE_S
+
+
 def check_resumable(
     checkpoint: SweepCheckpoint,
     request: SweepRequest,
     run_id: str,
     name: str,
-    *,
-    now: float,
-    invocation_id: str,
-    max_lease_s: float = MAX_LEASE_S,
+    invocation: ResumingInvocation,
 ) -> None:
-    """Refuse a stored checkpoint this invocation may not continue; then clear its abort.
+    """Refuse a stored checkpoint ``invocation`` may not continue; then clear its abort.
 
     Raises:
         CheckpointCorruptError: another run's checkpoint, or a lease no invocation could hold.
@@ -106,8 +116,8 @@ def check_resumable(
     if checkpoint.run_id != run_id or checkpoint.dry_run != request.dry_run:
         # Only a copy (or an edit) puts another run's checkpoint under this name.
         raise CheckpointCorruptError(name, "it belongs to another run")
-    lease = checkpoint.lease_until
-    if lease is not None and lease > now + max_lease_s:
+    lease, now = checkpoint.lease_until, invocation.now
+    if lease is not None and lease > now + invocation.max_lease_s:
         raise CheckpointCorruptError(name, "its lease lies beyond any invocation's deadline")
     if not is_same_payload(checkpoint, request):
         raise SweepRefusedError(
@@ -116,7 +126,7 @@ def check_resumable(
         )
     if checkpoint.state == "abandoned":
         raise SweepRefusedError(f"run {run_id!r} was abandoned; start a new run_id")
-    if lease is not None and lease > now and checkpoint.lease_owner != invocation_id:
+    if lease is not None and lease > now and checkpoint.lease_owner != invocation.invocation_id:
         raise RunInProgressError(run_id)
     checkpoint.aborted = None  # resuming an aborted run is the operator's decision
     checkpoint.error_streak = 0
