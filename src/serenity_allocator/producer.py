@@ -65,6 +65,7 @@ from .adapters.sqs_producer import (
     AllocationProducer,
     EnqueueError,
     EnsureOptions,
+    ReleaseOptions,
     build_ensure,
     build_release,
 )
@@ -107,6 +108,7 @@ __all__ = [
     "OutcomeReader",
     "OutcomeWaitTimeoutError",
     "QuotaRetryRecorder",
+    "ReleaseOptions",
     "ReleaseRequest",
     "Totals",
     "UserCredential",

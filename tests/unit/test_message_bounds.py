@@ -19,6 +19,7 @@ from serenity_allocator.adapters.sqs_producer import (
 )
 from serenity_allocator.domain.messages import (
     MAX_UNITS_PER_DIMENSION,
+    StrictTotals,
     cross_field_problem,
     parse_request,
 )
@@ -214,6 +215,44 @@ def test_build_ensure_and_enqueue_ensure_refuse_an_unknown_option_by_name() -> N
     producer = AllocationProducer("https://sqs.us-east-1.amazonaws.com/1/q.fifo")
     with pytest.raises(TypeError, match="unexpected keyword argument 'ceilng'"):
         producer.enqueue_ensure("child-1", "master-1", ceilng={"projects": 1})  # type: ignore[call-arg]
+
+
+def test_build_release_and_enqueue_release_refuse_an_unknown_option_by_name() -> None:
+    # Given a misspelt option / When built or enqueued / Then it is refused, named, unsent
+    with pytest.raises(TypeError, match="unexpected keyword argument 'flor'"):
+        build_release("child-1", flor={"projects": 1})  # type: ignore[call-arg]
+    producer = AllocationProducer("https://sqs.us-east-1.amazonaws.com/1/q.fifo")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'flor'"):
+        producer.enqueue_release("child-1", flor={"projects": 1})  # type: ignore[call-arg]
+
+
+def test_build_release_takes_every_release_option_by_name() -> None:
+    # Given every option spelt out / When built / Then each lands in its field
+    request = build_release(
+        "child-1",
+        floor={"projects": 2, "prompts": 300},
+        source="sweep",
+        run_id="run-1",
+        org_id="org-1",
+        brand_id="brand-1",
+        request_id="req-1",
+    )
+    assert (
+        request.floor,
+        request.source,
+        request.run_id,
+        request.org_id,
+        request.brand_id,
+        request.request_id,
+    ) == (StrictTotals(projects=2, prompts=300), "sweep", "run-1", "org-1", "brand-1", "req-1")
+    # and none given: service, no floor, a fresh UUID4
+    plain = build_release("child-1")
+    assert (plain.floor, plain.source, plain.run_id, len(plain.request_id)) == (
+        None,
+        "service",
+        None,
+        36,
+    )
 
 
 def test_build_release_rejects_a_dot_segment_id() -> None:

@@ -26,6 +26,7 @@ from .sqs_limits import MAX_BATCH_ENTRIES
 from .sqs_requests import (
     AllocationRequestModel,
     EnsureOptions,
+    ReleaseOptions,
     TotalsInput,
     build_ensure,
     build_release,
@@ -43,6 +44,7 @@ __all__ = [
     "AllocationRequestModel",
     "EnqueueError",
     "EnsureOptions",
+    "ReleaseOptions",
     "TotalsInput",
     "build_ensure",
     "build_release",
@@ -140,45 +142,28 @@ class AllocationProducer:
         self,
         workspace_id: str,
         *,
-        floor: TotalsInput | None = None,
-        source: str = "service",
-        run_id: str | None = None,
-        org_id: str | None = None,
-        brand_id: str | None = None,
-        request_id: str | None = None,
         credential: UserCredential | None = None,
+        **options: Unpack[ReleaseOptions],
     ) -> str:
         """Hand a child's surplus back to its pool, never below ``floor``.
 
         Args:
             workspace_id: The child workspace to lower.
-            floor: The lowest totals to keep (absent: one block per dimension).
-            source: ``"service"`` or ``"sweep"``.
-            run_id: The sweep run that asked (sweep only).
-            org_id: Optional label carried into logs and outcomes.
-            brand_id: Optional label carried into logs and outcomes.
-            request_id: The idempotency key; a new UUID4 when absent.
             credential: The user authority the request runs under (see :meth:`enqueue`).
+            **options: The request's optional parts, as :func:`build_release` takes them
+                (:class:`.sqs_requests.ReleaseOptions`: ``floor`` (absent: one block per
+                dimension), ``source`` (``"service"`` or ``"sweep"``), ``run_id`` (sweep
+                only), ``org_id``, ``brand_id``, ``request_id``).
 
         Returns:
             The request id (the message's deduplication id).
 
         Raises:
+            TypeError: An option that is not one of ``ReleaseOptions`` (named).
             pydantic.ValidationError: An argument breaks the message contract (names the field).
             EnqueueError: SQS refused or could not be reached; the request was not enqueued.
         """
-        return self.enqueue(
-            build_release(
-                workspace_id,
-                floor=floor,
-                source=source,
-                run_id=run_id,
-                org_id=org_id,
-                brand_id=brand_id,
-                request_id=request_id,
-            ),
-            credential=credential,
-        )
+        return self.enqueue(build_release(workspace_id, **options), credential=credential)
 
     def enqueue(
         self, request: AllocationRequestModel, *, credential: UserCredential | None = None

@@ -4,7 +4,8 @@ Every message is built with the domain's request models (a service can only enqu
 version-1 message), and its ids are checked against SQS's FIFO id rules, naming the field.
 :func:`build_ensure` (its optional parts spelled out once, :class:`EnsureOptions`) makes every
 ensure: every sender (the producer, the write guard, the tools) passes the
-:class:`EnsureRequest` it returns.
+:class:`EnsureRequest` it returns. :func:`build_release` likewise, with
+:class:`ReleaseOptions`.
 """
 
 from __future__ import annotations
@@ -98,31 +99,51 @@ def build_ensure(
     return request
 
 
-def build_release(
-    workspace_id: str,
-    *,
-    floor: TotalsInput | None = None,
-    source: str = "service",
-    run_id: str | None = None,
-    org_id: str | None = None,
-    brand_id: str | None = None,
-    request_id: str | None = None,
-) -> ReleaseRequest:
+class ReleaseOptions(TypedDict, total=False):
+    """A release's optional parts, by name, spelled out here only.
+
+    They are the keywords of :func:`build_release` and of
+    :meth:`AllocationProducer.enqueue_release`.
+    """
+
+    floor: TotalsInput | None
+    """The lowest totals to keep (absent: one block per dimension)."""
+    source: str
+    """``"service"`` (the default) or ``"sweep"``."""
+    run_id: str | None
+    """The sweep run that asked (sweep only)."""
+    org_id: str | None
+    """A label carried into logs and outcomes."""
+    brand_id: str | None
+    """A label carried into logs and outcomes."""
+    request_id: str | None
+    """The idempotency key (the message's deduplication id); a new UUID4 when absent."""
+
+
+def build_release(workspace_id: str, **options: Unpack[ReleaseOptions]) -> ReleaseRequest:
     """Build and validate a release request (see :meth:`AllocationProducer.enqueue_release`).
 
+    Args:
+        workspace_id: The child workspace to lower.
+        **options: The optional parts (:class:`ReleaseOptions`).
+
     Raises:
+        TypeError: An option that is not one of :class:`ReleaseOptions` (named).
         pydantic.ValidationError: An argument breaks the message contract (names the field).
     """
+    for name in options:
+        if name not in ReleaseOptions.__optional_keys__:
+            raise TypeError(f"build_release() got an unexpected keyword argument {name!r}")
     request = ReleaseRequest.model_validate(
         {
             "kind": "release",
-            "request_id": _request_id(request_id),
+            "request_id": _request_id(options.get("request_id")),
             "workspace_id": workspace_id,
-            "floor": _totals_input(floor),
-            "source": source,
-            "run_id": run_id,
-            "org_id": org_id,
-            "brand_id": brand_id,
+            "floor": _totals_input(options.get("floor")),
+            "source": options.get("source", "service"),
+            "run_id": options.get("run_id"),
+            "org_id": options.get("org_id"),
+            "brand_id": options.get("brand_id"),
         }
     )
     check_fifo_ids(request)
