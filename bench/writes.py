@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from serenity_allocator.adapters.semrush_client import SemrushClient
+from serenity_allocator.adapters.semrush_client import SemrushClient, SemrushClientConfig
 from serenity_allocator.adapters.sqs_producer import build_ensure
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_allocator.domain.allocation import EnsureAsk, EnsureRules, ensure_headroom
@@ -93,7 +93,9 @@ class _Run:
     def __init__(self, sim: SimulatorServer, clock: SimClock, queue_latency_s: float) -> None:
         self.sim, self.clock = sim, clock
         self.client = SemrushClient(
-            sim.origin, StaticTokenProvider(BENCH_TOKEN), max_retries=0, sleep=clock.advance
+            sim.origin,
+            StaticTokenProvider(BENCH_TOKEN),
+            config=SemrushClientConfig(max_retries=0, sleep=clock.advance),
         )
         self.allocator = InProcessAllocator(
             self.client, clock, clock.advance, latency_s=queue_latency_s

@@ -20,7 +20,7 @@ import httpx
 
 from serenity_allocator.adapters.ims_client import ExchangedTokens, ImsClient, ImsClientPair
 from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher
-from serenity_allocator.adapters.semrush_client import SemrushClient
+from serenity_allocator.adapters.semrush_client import SemrushClient, SemrushClientConfig
 from serenity_allocator.domain.sweep_run_claim import run_token_context
 from serenity_allocator.handlers.settings import SweepSettings
 from serenity_allocator.handlers.sweep import build_sweep_runtime, lambda_handler
@@ -205,9 +205,11 @@ def ims_sweep_stack(
     runtime.gateway = SemrushClient(
         settings.semrush.base_url,
         runtime.credentials.holder,
-        timeout_s=settings.semrush.timeout_s,
-        max_retries=settings.semrush.max_retries,
-        sleep=client_sleeps,
+        config=SemrushClientConfig(
+            timeout_s=settings.semrush.timeout_s,
+            max_retries=settings.semrush.max_retries,
+            sleep=client_sleeps,
+        ),
     )
     clients = sim.ims_clients()
     spy = ImsSpy(

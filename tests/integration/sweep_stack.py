@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from serenity_allocator.adapters.semrush_client import SemrushClient
+from serenity_allocator.adapters.semrush_client import SemrushClient, SemrushClientConfig
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_allocator.domain.sweep_model import checkpoint_name
 from serenity_allocator.handlers.settings import SweepSettings
@@ -195,9 +195,11 @@ def make_stack(
     runtime.gateway = SemrushClient(
         settings.semrush.base_url,
         StaticTokenProvider(settings.semrush.token),
-        timeout_s=settings.semrush.timeout_s,
-        max_retries=settings.semrush.max_retries,
-        sleep=client_sleeps,
+        config=SemrushClientConfig(
+            timeout_s=settings.semrush.timeout_s,
+            max_retries=settings.semrush.max_retries,
+            sleep=client_sleeps,
+        ),
     )
     sleeps = RecordingSleep()
     wall = WallClock()

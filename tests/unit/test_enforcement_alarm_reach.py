@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from serenity_allocator.adapters.semrush_client import SemrushClient
+from serenity_allocator.adapters.semrush_client import SemrushClient, SemrushClientConfig
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_allocator.producer import EmfQuotaRetryRecorder, WriteGuard
 from serenity_tools.standins.invoke import IntrinsicResolver, parameter_values
@@ -116,7 +116,9 @@ def test_a_python_guarded_write_into_the_disguised_405_reaches_both_alarms(
 
     # When a guarded write meets the disguised 405 (over HTTP) and recovers after the lag
     with (
-        SemrushClient(sim.origin, StaticTokenProvider("tok"), max_retries=0) as client,
+        SemrushClient(
+            sim.origin, StaticTokenProvider("tok"), config=SemrushClientConfig(max_retries=0)
+        ) as client,
         httpx.Client(
             base_url=sim.write_url, headers={"Authorization": "Bearer tok"}, trust_env=False
         ) as http,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from serenity_allocator.adapters.semrush_client import SemrushClient
+from serenity_allocator.adapters.semrush_client import SemrushClient, SemrushClientConfig
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_allocator.domain.classify import is_pool_exhausted
 from serenity_allocator.domain.errors import OrgPoolExhaustedError, UpstreamError
@@ -32,7 +32,9 @@ FAMILY = [
 @pytest.fixture
 def client(sim: SimulatorServer) -> SemrushClient:
     sim.seed(FAMILY)
-    return SemrushClient(sim.origin, StaticTokenProvider(SHORT_TOKEN), max_retries=0)
+    return SemrushClient(
+        sim.origin, StaticTokenProvider(SHORT_TOKEN), config=SemrushClientConfig(max_retries=0)
+    )
 
 
 def test_semrush_client_error_keeps_the_raw_body_for_classification_with_a_short_token(

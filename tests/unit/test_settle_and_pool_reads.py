@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from serenity_allocator.adapters.semrush_client import SemrushClient
+from serenity_allocator.adapters.semrush_client import SemrushClient, SemrushClientConfig
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_allocator.domain.allocation import EnsureAsk, EnsureRules, ensure_headroom
 from serenity_allocator.domain.errors import SettleTimeoutError
@@ -52,7 +52,9 @@ def slow_settling(clock: FakeClock) -> Iterator[SimulatorServer]:
 
 
 def release(server: SimulatorServer, clock: FakeClock, **policy: float) -> object:
-    with SemrushClient(server.origin, StaticTokenProvider("tok"), timeout_s=5.0) as client:
+    with SemrushClient(
+        server.origin, StaticTokenProvider("tok"), config=SemrushClientConfig(timeout_s=5.0)
+    ) as client:
         return release_surplus(
             client,
             ReleaseAsk(CHILD),
@@ -108,7 +110,9 @@ def test_the_pool_is_read_from_the_masters_own_resources_never_parent_resources(
     sim.clear_calls()
 
     # When an ensure tops it up
-    with SemrushClient(sim.origin, StaticTokenProvider("tok"), timeout_s=5.0) as client:
+    with SemrushClient(
+        sim.origin, StaticTokenProvider("tok"), config=SemrushClientConfig(timeout_s=5.0)
+    ) as client:
         ensure_headroom(
             client,
             EnsureAsk(CHILD, MASTER, Totals(prompts=1), include_drafted=False),

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from serenity_allocator.adapters.semrush_client import SemrushClient
+from serenity_allocator.adapters.semrush_client import SemrushClient, SemrushClientConfig
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_allocator.domain.allocation import (
     EnsureAsk,
@@ -66,7 +66,9 @@ def family(sim: SimulatorServer) -> SimulatorServer:
 
 @pytest.fixture
 def client(family: SimulatorServer) -> Iterator[SemrushClient]:
-    with SemrushClient(family.origin, StaticTokenProvider(TOKEN), timeout_s=5.0) as built:
+    with SemrushClient(
+        family.origin, StaticTokenProvider(TOKEN), config=SemrushClientConfig(timeout_s=5.0)
+    ) as built:
         yield built
 
 
@@ -163,7 +165,9 @@ def test_client_refuses_a_body_with_neither_shape(
     # When it is read / Then it is malformed, naming the missing field
     pattern = named.replace(".", r"\.") + " is missing"
     with (
-        SemrushClient(sim.origin, StaticTokenProvider(TOKEN), timeout_s=5.0) as client,
+        SemrushClient(
+            sim.origin, StaticTokenProvider(TOKEN), config=SemrushClientConfig(timeout_s=5.0)
+        ) as client,
         pytest.raises(MalformedResponseError, match=pattern),
     ):
         client.read_resources(MASTER)
@@ -296,7 +300,9 @@ def test_release_on_a_tiered_child_lowers_projects_only(
     observer = RecordingObserver()
 
     # When its surplus is released
-    with SemrushClient(sim.origin, StaticTokenProvider(TOKEN), timeout_s=5.0) as client:
+    with SemrushClient(
+        sim.origin, StaticTokenProvider(TOKEN), config=SemrushClientConfig(timeout_s=5.0)
+    ) as client:
         result = release_surplus(
             client,
             ReleaseAsk("tiered"),

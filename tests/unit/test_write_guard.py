@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from serenity_allocator.adapters.semrush_client import SemrushClient
+from serenity_allocator.adapters.semrush_client import SemrushClient, SemrushClientConfig
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_allocator.domain.allocation import EnsureAsk, EnsureRules, ensure_headroom
 from serenity_allocator.domain.errors import AllocationError
@@ -104,7 +104,9 @@ def sim(clock: FakeClock) -> Iterator[SimulatorServer]:
 
 @pytest.fixture
 def allocator(sim: SimulatorServer, clock: FakeClock) -> Iterator[InstantAllocator]:
-    with SemrushClient(sim.origin, StaticTokenProvider("tok"), max_retries=0) as client:
+    with SemrushClient(
+        sim.origin, StaticTokenProvider("tok"), config=SemrushClientConfig(max_retries=0)
+    ) as client:
         yield InstantAllocator(client, clock)
 
 

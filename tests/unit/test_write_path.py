@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from serenity_allocator.adapters.semrush_client import SemrushClient
+from serenity_allocator.adapters.semrush_client import SemrushClient, SemrushClientConfig
 from serenity_allocator.adapters.sqs_requests import build_ensure
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_tools.standins.simulator import SimulatorServer, SimulatorState, start_simulator
@@ -40,7 +40,9 @@ def sim(clock: FakeClock) -> Iterator[SimulatorServer]:
 
 @pytest.fixture
 def allocator(sim: SimulatorServer, clock: FakeClock) -> Iterator[InProcessAllocator]:
-    with SemrushClient(sim.origin, StaticTokenProvider("tok"), max_retries=0) as client:
+    with SemrushClient(
+        sim.origin, StaticTokenProvider("tok"), config=SemrushClientConfig(max_retries=0)
+    ) as client:
         yield InProcessAllocator(client, clock, clock.advance)
 
 

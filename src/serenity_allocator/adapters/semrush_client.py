@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -60,12 +61,34 @@ __all__ = [
     "MAX_RETRY_AFTER_S",
     "ConfigurationError",
     "SemrushClient",
+    "SemrushClientConfig",
 ]
 
 
 def _ai_body(totals: Totals) -> dict[str, Any]:
     # Both dimensions, always: a partial body would leave the other dimension to the upstream.
     return {"ai": {"projects": totals.projects, "prompts": totals.prompts}}
+
+
+@dataclass(frozen=True)
+class SemrushClientConfig:
+    """How a :class:`SemrushClient` calls: its timeout, its retries and the time it runs on.
+
+    ``timeout_s``: per-request timeout (connect, read, write and pool each). ``max_retries``:
+    retries after the first attempt for a retryable failure. ``backoff_s``: base of the
+    exponential backoff. ``sleep`` sleeps between attempts and ``clock`` reads monotonic
+    seconds for the deadline (both injected so tests never wait).
+    """
+
+    timeout_s: float = CALL_BUDGET_S
+    max_retries: int = MAX_RETRIES
+    backoff_s: float = 0.5
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+
+
+SEMRUSH_DEFAULTS = SemrushClientConfig()
+"""A 15 s timeout, the default retries, real time."""
 
 
 class SemrushClient(OwnedHttpClient):
@@ -93,10 +116,7 @@ class SemrushClient(OwnedHttpClient):
         token_provider: Supplies the bearer token, refreshed once after a 401.
         http: An optional ready client (tests, custom transports); absolute URLs are used, so
             its own ``base_url`` does not matter.
-        timeout_s: Per-request timeout (connect, read, write and pool each).
-        max_retries: Retries after the first attempt for a retryable failure.
-        backoff_s: Base of the exponential backoff.
-        sleep: Sleeps between attempts; injected so tests never wait.
+        config: Timeout, retries and the injected time (:class:`SemrushClientConfig`).
 
     Raises:
         ConfigurationError: A bad base URL or negative retry settings.
@@ -108,12 +128,10 @@ class SemrushClient(OwnedHttpClient):
         token_provider: TokenProvider,
         http: httpx.Client | None = None,
         *,
-        timeout_s: float = CALL_BUDGET_S,
-        max_retries: int = MAX_RETRIES,
-        backoff_s: float = 0.5,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
+        config: SemrushClientConfig = SEMRUSH_DEFAULTS,
     ) -> None:
+        timeout_s, max_retries, backoff_s = config.timeout_s, config.max_retries, config.backoff_s
+        sleep, clock = config.sleep, config.clock
         if timeout_s <= 0:
             raise ConfigurationError("Semrush timeout must be positive")
         if max_retries < 0 or backoff_s < 0:

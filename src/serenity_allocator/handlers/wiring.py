@@ -36,7 +36,7 @@ def build_semrush_client(
 
     In IMS mode the caller passes the holder of the current request's access token.
     """
-    from ..adapters.semrush_client import SemrushClient
+    from ..adapters.semrush_client import SemrushClient, SemrushClientConfig
     from ..adapters.token_provider import StaticTokenProvider
 
     if tokens is None:
@@ -44,7 +44,9 @@ def build_semrush_client(
             raise ValueError("no Semrush token source: IMS mode needs the request token holder")
         tokens = StaticTokenProvider(semrush.token)
     return SemrushClient(
-        semrush.base_url, tokens, timeout_s=semrush.timeout_s, max_retries=semrush.max_retries
+        semrush.base_url,
+        tokens,
+        config=SemrushClientConfig(timeout_s=semrush.timeout_s, max_retries=semrush.max_retries),
     )
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from serenity_allocator.adapters.semrush_client import SemrushClient
+from serenity_allocator.adapters.semrush_client import SemrushClient, SemrushClientConfig
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_tools.standins.simulator import SimulatorServer
 from tests.unit.semrush_client.helpers import FAMILY, SECRET_TOKEN, RecordingSleep
@@ -26,6 +26,10 @@ def sleeps() -> RecordingSleep:
     return RecordingSleep()
 
 
+_CONFIG_FIELDS = ("timeout_s", "max_retries", "backoff_s", "sleep", "clock")
+"""The keywords a test may override that belong to the client's config."""
+
+
 @pytest.fixture
 def make_client(
     sim: SimulatorServer, sleeps: RecordingSleep
@@ -42,7 +46,8 @@ def make_client(
             "sleep": sleeps,
         }
         options.update(overrides)
-        client = SemrushClient(**options)
+        config = {k: options.pop(k) for k in _CONFIG_FIELDS if k in options}
+        client = SemrushClient(**options, config=SemrushClientConfig(**config))
         built.append(client)
         return client
 

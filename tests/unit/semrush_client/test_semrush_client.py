@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from serenity_allocator.adapters.semrush_client import SemrushClient
+from serenity_allocator.adapters.semrush_client import SemrushClient, SemrushClientConfig
 from serenity_allocator.adapters.semrush_origin import API_PATH, ConfigurationError
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_allocator.domain.errors import MalformedResponseError, UpstreamError, WiringError
@@ -320,7 +320,12 @@ def test_semrush_client_uses_the_injected_client_and_leaves_it_open(
     http = httpx.Client(event_hooks={"request": [lambda request: seen.append(request.method)]})
 
     # When several operations run inside the client's context
-    with SemrushClient(sim.origin, StaticTokenProvider(SECRET_TOKEN), http, sleep=sleeps) as c:
+    with SemrushClient(
+        sim.origin,
+        StaticTokenProvider(SECRET_TOKEN),
+        http,
+        config=SemrushClientConfig(sleep=sleeps),
+    ) as c:
         c.read_resources("c1")
         c.read_status("c1")
         c.list_family("m1")

@@ -12,7 +12,11 @@ from typing import Any
 import httpx
 import pytest
 
-from serenity_allocator.adapters.semrush_client import MAX_RETRY_AFTER_S, SemrushClient
+from serenity_allocator.adapters.semrush_client import (
+    MAX_RETRY_AFTER_S,
+    SemrushClient,
+    SemrushClientConfig,
+)
 from serenity_allocator.adapters.semrush_origin import ConfigurationError
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_allocator.domain.errors import OutOfTimeError, UpstreamError, UpstreamUnavailableError
@@ -263,7 +267,9 @@ def test_semrush_client_connection_refused_is_retried_then_unavailable(
     # Given nothing listening at the origin (a refused connect never reached any server, so
     # even the creation may retry it)
     client = SemrushClient(
-        closed_port_origin(), StaticTokenProvider(SECRET_TOKEN), max_retries=2, sleep=sleeps
+        closed_port_origin(),
+        StaticTokenProvider(SECRET_TOKEN),
+        config=SemrushClientConfig(max_retries=2, sleep=sleeps),
     )
 
     # When the operation runs
@@ -285,7 +291,11 @@ def test_semrush_client_rejects_impossible_retry_settings(settings: dict[str, An
     # When a client is built
     # Then it is a configuration error
     with pytest.raises(ConfigurationError):
-        SemrushClient("https://www.semrush.com", StaticTokenProvider(SECRET_TOKEN), **settings)
+        SemrushClient(
+            "https://www.semrush.com",
+            StaticTokenProvider(SECRET_TOKEN),
+            config=SemrushClientConfig(**settings),
+        )
 
 
 # -- the bound of one call ----------------------------------------------------------------------
