@@ -18,7 +18,12 @@ from typing import Any
 
 import httpx
 
-from serenity_allocator.adapters.ims_client import ExchangedTokens, ImsClient, ImsClientPair
+from serenity_allocator.adapters.ims_client import (
+    ExchangedTokens,
+    ImsClient,
+    ImsClientConfig,
+    ImsClientPair,
+)
 from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher
 from serenity_allocator.adapters.semrush_client import SemrushClient, SemrushClientConfig
 from serenity_allocator.domain.sweep_run_claim import run_token_context
@@ -216,8 +221,7 @@ def ims_sweep_stack(
         ImsClient(
             sim.origin,
             consumer=ImsClientPair(**clients["consumer"]),
-            sleep=ims_sleeps,
-            jitter=no_jitter,
+            config=ImsClientConfig(sleep=ims_sleeps, jitter=no_jitter),
         )
     )
     runtime.credentials.ims = spy

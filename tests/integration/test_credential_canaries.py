@@ -30,6 +30,7 @@ from serenity_allocator.adapters.dynamodb_credential_store import CredentialStor
 from serenity_allocator.adapters.ims_client import (
     ExchangedTokens,
     ImsClient,
+    ImsClientConfig,
     ImsClientPair,
     ImsRequestError,
 )
@@ -112,7 +113,7 @@ def _ims(sim: SimulatorServer) -> ImsClient:
         emitter=emitter,
         consumer=consumer,
         http=httpx.Client(trust_env=False),
-        sleep=lambda _s: None,  # the retries' pauses, never slept for real
+        config=ImsClientConfig(sleep=lambda _s: None),
     )
 
 

@@ -12,6 +12,7 @@ from serenity_allocator.adapters.ims_client import (
     DEFAULT_TIMEOUT_S,
     ExchangedTokens,
     ImsClient,
+    ImsClientConfig,
     ImsClientPair,
     ImsRequestError,
     MintedPromise,
@@ -71,7 +72,10 @@ def sleeps(clock: Clock) -> Sleeps:
 def ims(sim: SimulatorServer, clock: Clock, sleeps: Sleeps) -> Iterator[ImsClient]:
     emitter, consumer = pairs(sim)
     with ImsClient(
-        sim.origin, emitter=emitter, consumer=consumer, sleep=sleeps, clock=clock, jitter=no_jitter
+        sim.origin,
+        emitter=emitter,
+        consumer=consumer,
+        config=ImsClientConfig(sleep=sleeps, clock=clock, jitter=no_jitter),
     ) as client:
         yield client
 
@@ -187,7 +191,10 @@ def test_ims_client_transport_failure_is_unavailable(sim: SimulatorServer, sleep
 
     with httpx.Client(transport=httpx.MockTransport(refuse)) as http:
         client = ImsClient(
-            "http://127.0.0.1:9", emitter=emitter, http=http, sleep=sleeps, jitter=no_jitter
+            "http://127.0.0.1:9",
+            emitter=emitter,
+            http=http,
+            config=ImsClientConfig(sleep=sleeps, jitter=no_jitter),
         )
         with pytest.raises(ImsUnavailableError):
             client.mint("sim-ims-at-x")
@@ -200,7 +207,12 @@ def test_ims_client_a_refused_pair_is_configuration_and_a_dead_user_token_needs_
     # Given a consumer pair with a wrong (rotated) secret
     emitter, consumer = pairs(sim)
     wrong = ImsClientPair(consumer.client_id, "wrong-secret")
-    client = ImsClient(sim.origin, emitter=emitter, consumer=wrong, sleep=sleeps, clock=clock)
+    client = ImsClient(
+        sim.origin,
+        emitter=emitter,
+        consumer=wrong,
+        config=ImsClientConfig(sleep=sleeps, clock=clock),
+    )
     minted = client.mint(sim.ims_user("u1", ["c1"]))
     assert client.pair_refused is False
     # When it exchanges: IMS's invalid_client is the deployment's fault, never the user's
@@ -260,9 +272,7 @@ def test_ims_client_429_waits_retry_after_or_the_jittered_backoff(
         sim.origin,
         emitter=emitter,
         consumer=consumer,
-        sleep=sleeps,
-        clock=clock,
-        jitter=lambda: pending.pop(0),
+        config=ImsClientConfig(sleep=sleeps, clock=clock, jitter=lambda: pending.pop(0)),
     )
     minted = client.mint(sim.ims_user("u1", ["c1"]))
     rule: dict[str, object] = {"op": "ims_exchange", "status": 429, "count": 2}
@@ -459,7 +469,10 @@ def test_ims_client_an_exchange_waits_for_a_late_answer_as_long_as_the_time_allo
     ims = SlowIms(answer_after_s=0.0)
     with httpx.Client(transport=httpx.MockTransport(ims)) as http:
         client = ImsClient(
-            "https://ims.example.com", consumer=ImsClientPair("c", "s"), http=http, clock=clock
+            "https://ims.example.com",
+            consumer=ImsClientPair("c", "s"),
+            http=http,
+            config=ImsClientConfig(clock=clock),
         )
         client.keep_after_answer(after_answer_s)
         client.limit_time(left_s)
@@ -477,9 +490,7 @@ def test_ims_client_a_slow_exchange_answer_does_not_spend_the_promise(
             "https://ims.example.com",
             consumer=ImsClientPair("c", "s"),
             http=http,
-            clock=clock,
-            sleep=sleeps,
-            jitter=no_jitter,
+            config=ImsClientConfig(clock=clock, sleep=sleeps, jitter=no_jitter),
         )
         client.keep_after_answer(1.0)
         client.limit_time(30.0)

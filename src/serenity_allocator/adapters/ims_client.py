@@ -169,6 +169,26 @@ def _origin_parts(text: str) -> SplitResult:
     return parts
 
 
+@dataclass(frozen=True)
+class ImsClientConfig:
+    """How an :class:`ImsClient` calls: its timeout and the time it runs on.
+
+    ``timeout_s``: per-request timeout, shortened to the time left before the deadline (never
+    for an exchange: one starts only when the whole timeout fits). ``sleep`` sleeps between
+    attempts, ``clock`` reads monotonic seconds for the deadline, ``jitter`` draws uniformly
+    in [0, 1) for the retry jitter (all injected so tests never wait and are exact).
+    """
+
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+    jitter: Callable[[], float] = random.random
+
+
+IMS_DEFAULTS = ImsClientConfig()
+"""The default timeout, real time, real jitter."""
+
+
 class ImsClient(OwnedHttpClient):
     """Mint, exchange and invalidate promise tokens, with timeouts, retries and a deadline.
 
@@ -180,11 +200,7 @@ class ImsClient(OwnedHttpClient):
         emitter: The pair that mints (a service holding the user's request); None if unused.
         consumer: The pair that exchanges and invalidates (the worker); None if unused.
         http: An optional ready client (tests point it at the simulator).
-        timeout_s: Per-request timeout, shortened to the time left before the deadline (never
-            for an exchange: one starts only when the whole timeout fits).
-        sleep: Sleeps between attempts (injected so tests never wait).
-        clock: Monotonic seconds, for the deadline.
-        jitter: Uniform draws in [0, 1) for the retry jitter (injected so tests are exact).
+        config: The timeout and the injected time (:class:`ImsClientConfig`).
     """
 
     def __init__(
@@ -194,11 +210,9 @@ class ImsClient(OwnedHttpClient):
         emitter: ImsClientPair | None = None,
         consumer: ImsClientPair | None = None,
         http: httpx.Client | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
-        jitter: Callable[[], float] = random.random,
+        config: ImsClientConfig = IMS_DEFAULTS,
     ) -> None:
+        timeout_s = config.timeout_s
         if timeout_s <= 0:
             raise ConfigurationError("IMS timeout must be positive")
         if emitter is not None and emitter.promise_definition_id is None:
@@ -207,9 +221,9 @@ class ImsClient(OwnedHttpClient):
         self._emitter = emitter
         self._consumer = consumer
         self._timeout_s = timeout_s
-        self._sleep = sleep
-        self._clock = clock
-        self._jitter = jitter
+        self._sleep = config.sleep
+        self._clock = config.clock
+        self._jitter = config.jitter
         self._deadline: float | None = None
         self._after_answer_s = 0.0
         self.pair_refused = False

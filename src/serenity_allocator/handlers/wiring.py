@@ -61,7 +61,7 @@ def build_ims_consumer(
 
     ``sleep`` and ``jitter`` replace the client's pauses and its retry jitter's draws.
     """
-    from ..adapters.ims_client import ImsClient, ImsClientPair
+    from ..adapters.ims_client import ImsClient, ImsClientConfig, ImsClientPair
     from ..adapters.ims_pair_secret import read_ims_pair
 
     if ims.consumer_secret_id is not None:
@@ -74,7 +74,9 @@ def build_ims_consumer(
     else:
         pair = ImsClientPair(ims.consumer_client_id or "", ims.consumer_client_secret or "")
     return ImsClient(
-        ims.host, consumer=pair, sleep=sleep or time.sleep, jitter=jitter or random.random
+        ims.host,
+        consumer=pair,
+        config=ImsClientConfig(sleep=sleep or time.sleep, jitter=jitter or random.random),
     )
 
 
