@@ -6,7 +6,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from serenity_allocator.adapters.dynamodb_credential_store import DynamoDbCredentialStore
+from serenity_allocator.adapters.dynamodb_credential_store import (
+    CredentialStoreConfig,
+    DynamoDbCredentialStore,
+)
 from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher
 from serenity_tools.standins.moto_server import MotoServer
 from serenity_tools.standins.resources import local_client
@@ -24,8 +27,12 @@ class CredentialsStack:
     def store(self, clock: Any = None, ttl_s: int = 3600) -> DynamoDbCredentialStore:
         cipher = KmsTokenCipher(self.key_id)
         if clock is None:
-            return DynamoDbCredentialStore(self.table_name, cipher, ttl_s=ttl_s)
-        return DynamoDbCredentialStore(self.table_name, cipher, ttl_s=ttl_s, wall_clock=clock)
+            return DynamoDbCredentialStore(
+                self.table_name, cipher, config=CredentialStoreConfig(ttl_s=ttl_s)
+            )
+        return DynamoDbCredentialStore(
+            self.table_name, cipher, config=CredentialStoreConfig(ttl_s=ttl_s, wall_clock=clock)
+        )
 
     def raw_item(self, request_id: str) -> dict[str, Any] | None:
         item: dict[str, Any] | None = self.dynamodb.get_item(

@@ -10,7 +10,10 @@ from typing import Any
 
 import pytest
 
-from serenity_allocator.adapters.dynamodb_request_ledger import DynamoDbRequestLedger
+from serenity_allocator.adapters.dynamodb_request_ledger import (
+    DynamoDbRequestLedger,
+    RequestLedgerConfig,
+)
 from serenity_allocator.adapters.eventbridge_outcomes import OutcomePublisher
 from serenity_allocator.application.audit_dead_letters import audit_dead_letters
 from serenity_allocator.domain.ledger import PROVISIONAL_GRACE_S, ReleaseIntent
@@ -362,7 +365,7 @@ def _ledger(resources: LocalResources, now: float) -> DynamoDbRequestLedger:
     return DynamoDbRequestLedger(
         resources.ledger_table,
         local_client("dynamodb", resources.endpoint_url),
-        wall_clock=lambda: now,
+        config=RequestLedgerConfig(wall_clock=lambda: now),
     )
 
 

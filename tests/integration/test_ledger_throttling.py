@@ -16,6 +16,7 @@ import pytest
 from serenity_allocator.adapters.dynamodb_request_ledger import (
     MAX_UNPROCESSED_RETRIES,
     DynamoDbRequestLedger,
+    RequestLedgerConfig,
 )
 from serenity_allocator.domain.ledger import (
     CallDeadline,
@@ -62,7 +63,9 @@ def _outcome(request_id: str = "req-1", **fields: Any) -> AllocationOutcome:
 def direct(local_resources: LocalResources) -> DynamoDbRequestLedger:
     """The ledger straight on moto (to seed records)."""
     client = local_client("dynamodb", local_resources.endpoint_url)
-    return DynamoDbRequestLedger(local_resources.ledger_table, client, wall_clock=lambda: NOW)
+    return DynamoDbRequestLedger(
+        local_resources.ledger_table, client, config=RequestLedgerConfig(wall_clock=lambda: NOW)
+    )
 
 
 def _through(local_resources: LocalResources, url: str, clock: StepClock) -> DynamoDbRequestLedger:
@@ -70,9 +73,9 @@ def _through(local_resources: LocalResources, url: str, clock: StepClock) -> Dyn
     return DynamoDbRequestLedger(
         local_resources.ledger_table,
         client,
-        wall_clock=lambda: NOW,
-        jitter=lambda ceiling: ceiling,  # the top of each jitter range: exact waits
-        sleep=clock.sleep,
+        config=RequestLedgerConfig(
+            wall_clock=lambda: NOW, jitter=lambda ceiling: ceiling, sleep=clock.sleep
+        ),
     )
 
 

@@ -6,7 +6,10 @@ from typing import Any
 
 import pytest
 
-from serenity_allocator.adapters.dynamodb_request_ledger import DynamoDbRequestLedger
+from serenity_allocator.adapters.dynamodb_request_ledger import (
+    DynamoDbRequestLedger,
+    RequestLedgerConfig,
+)
 from serenity_allocator.domain.ledger import ReleaseIntent
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals
@@ -56,7 +59,9 @@ def dynamodb(local_resources: LocalResources) -> Any:
 @pytest.fixture
 def writer(local_resources: LocalResources, dynamodb: Any) -> DynamoDbRequestLedger:
     return DynamoDbRequestLedger(
-        local_resources.ledger_table, dynamodb, wall_clock=lambda: WRITTEN_AT
+        local_resources.ledger_table,
+        dynamodb,
+        config=RequestLedgerConfig(wall_clock=lambda: WRITTEN_AT),
     )
 
 

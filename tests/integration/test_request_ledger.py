@@ -8,7 +8,10 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from serenity_allocator.adapters.dynamodb_request_ledger import DynamoDbRequestLedger
+from serenity_allocator.adapters.dynamodb_request_ledger import (
+    DynamoDbRequestLedger,
+    RequestLedgerConfig,
+)
 from serenity_allocator.domain.ledger import (
     LedgerConflictError,
     LedgerUnavailableError,
@@ -44,7 +47,9 @@ def dynamodb(local_resources: LocalResources) -> Any:
 @pytest.fixture
 def ledger(local_resources: LocalResources, dynamodb: Any) -> DynamoDbRequestLedger:
     return DynamoDbRequestLedger(
-        local_resources.ledger_table, dynamodb, ttl_s=3600, wall_clock=lambda: NOW
+        local_resources.ledger_table,
+        dynamodb,
+        config=RequestLedgerConfig(ttl_s=3600, wall_clock=lambda: NOW),
     )
 
 

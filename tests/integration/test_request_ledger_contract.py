@@ -11,7 +11,10 @@ from typing import Any
 
 import pytest
 
-from serenity_allocator.adapters.dynamodb_request_ledger import DynamoDbRequestLedger
+from serenity_allocator.adapters.dynamodb_request_ledger import (
+    DynamoDbRequestLedger,
+    RequestLedgerConfig,
+)
 from serenity_allocator.domain.ledger import (
     LEDGER_SCHEMA_VERSION,
     LedgerConflictError,
@@ -55,7 +58,9 @@ def ledger(request: pytest.FixtureRequest) -> RequestLedger:
         return InMemoryRequestLedger(now=NOW)
     resources = request.getfixturevalue("local_resources")
     client = local_client("dynamodb", resources.endpoint_url)
-    return DynamoDbRequestLedger(resources.ledger_table, client, wall_clock=lambda: NOW)
+    return DynamoDbRequestLedger(
+        resources.ledger_table, client, config=RequestLedgerConfig(wall_clock=lambda: NOW)
+    )
 
 
 def _state(

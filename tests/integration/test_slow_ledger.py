@@ -14,7 +14,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from serenity_allocator.adapters.dynamodb_request_ledger import DynamoDbRequestLedger
+from serenity_allocator.adapters.dynamodb_request_ledger import (
+    DynamoDbRequestLedger,
+    RequestLedgerConfig,
+)
 from serenity_allocator.handlers import allocator
 from serenity_tools.standins.resources import LocalResources
 from serenity_tools.standins.simulator import SimulatorServer
@@ -128,8 +131,7 @@ def test_a_throttled_ledger_lookup_backs_off_then_fails_the_records_before_the_t
     worker.runtime.sleep = function_clock.charge
     worker.runtime.ledger = DynamoDbRequestLedger(
         worker.resources.ledger_table,
-        call_budget_s=CALL_BUDGET_S,
-        jitter=lambda ceiling: ceiling,
+        config=RequestLedgerConfig(call_budget_s=CALL_BUDGET_S, jitter=lambda ceiling: ceiling),
     )
 
     # When the batch runs

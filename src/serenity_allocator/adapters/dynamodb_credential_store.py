@@ -105,6 +105,24 @@ class StoredCredential:
     expires_at: int
 
 
+@dataclass(frozen=True)
+class CredentialStoreConfig:
+    """How a :class:`DynamoDbCredentialStore` keeps records and calls DynamoDB.
+
+    ``call_budget_s``: the longest one call may take, retries included. ``ttl_s``: how long a
+    record lives after its last write or roll. ``wall_clock``: epoch seconds (injected so
+    tests control expiry).
+    """
+
+    call_budget_s: float = AWS_CALL_BUDGET_S
+    ttl_s: int = DEFAULT_TTL_S
+    wall_clock: Callable[[], float] = time.time
+
+
+CREDENTIAL_STORE_DEFAULTS = CredentialStoreConfig()
+"""The AWS call budget; records live a day; real time."""
+
+
 class DynamoDbCredentialStore:
     """The credentials table over boto3, the token encrypted by ``cipher``.
 
@@ -112,9 +130,8 @@ class DynamoDbCredentialStore:
         table_name: The credentials table (``CREDENTIALS_TABLE``).
         cipher: Encrypts tokens (a :class:`~.kms_token_cipher.KmsTokenCipher`).
         client: An optional ready DynamoDB client; otherwise one is built on first use.
-        call_budget_s: The longest one call may take, retries included.
-        ttl_s: How long a record lives after its last write or roll.
-        wall_clock: Epoch seconds (injected so tests control expiry).
+        config: The call budget, the records' lifetime and the injected time
+            (:class:`CredentialStoreConfig`).
     """
 
     def __init__(
@@ -123,19 +140,17 @@ class DynamoDbCredentialStore:
         cipher: TokenCipher,
         client: DynamoDBClient | None = None,
         *,
-        call_budget_s: float = AWS_CALL_BUDGET_S,
-        ttl_s: int = DEFAULT_TTL_S,
-        wall_clock: Callable[[], float] = time.time,
+        config: CredentialStoreConfig = CREDENTIAL_STORE_DEFAULTS,
     ) -> None:
         if not table_name.strip():
             raise ValueError("the credentials table name is blank")
-        if ttl_s <= 0:
+        if config.ttl_s <= 0:
             raise ValueError("the credential TTL must be positive")
         self._table = table_name
         self._cipher = cipher
-        self._dynamodb = LazyClient(lambda: dynamodb_client(call_budget_s), client)
-        self._ttl_s = ttl_s
-        self._clock = wall_clock
+        self._dynamodb = LazyClient(lambda: dynamodb_client(config.call_budget_s), client)
+        self._ttl_s = config.ttl_s
+        self._clock = config.wall_clock
 
     def put(
         self, request_id: str, workspace_id: str, promise_token: str

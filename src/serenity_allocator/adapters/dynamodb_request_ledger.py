@@ -36,6 +36,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -103,6 +104,28 @@ def full_jitter(ceiling_s: float) -> float:
     return random.uniform(0.0, ceiling_s)  # noqa: S311 - spreading retries, not a secret
 
 
+@dataclass(frozen=True)
+class RequestLedgerConfig:
+    """How a :class:`DynamoDbRequestLedger` keeps records and calls DynamoDB.
+
+    ``ttl_s``: how long a record lives after its last write. ``call_budget_s``: the longest one
+    call may take, retries included (sizes the client). ``wall_clock``: epoch seconds
+    (injected so tests control expiry). ``jitter``: draws a backoff wait below its argument
+    (injected so tests are exact). ``sleep``: sleeps between retries of unprocessed keys when
+    the caller gives no deadline.
+    """
+
+    ttl_s: int = DEFAULT_TTL_S
+    wall_clock: Callable[[], float] = time.time
+    call_budget_s: float = AWS_CALL_BUDGET_S
+    jitter: Callable[[float], float] = full_jitter
+    sleep: Callable[[float], None] = time.sleep
+
+
+LEDGER_DEFAULTS = RequestLedgerConfig()
+"""Records live 30 days; the AWS call budget; real time."""
+
+
 class DynamoDbRequestLedger:
     """The :class:`~serenity_allocator.domain.ledger.RequestLedger` port over boto3.
 
@@ -111,11 +134,8 @@ class DynamoDbRequestLedger:
         client: An optional ready DynamoDB client; otherwise one is built on first use with
             bounded timeouts and retries (:func:`.aws_clients.dynamodb_client`), honouring
             ``AWS_ENDPOINT_URL``.
-        call_budget_s: The longest one call may take, retries included (sizes the client).
-        ttl_s: How long a record lives after its last write.
-        wall_clock: Epoch seconds (injected so tests control expiry).
-        jitter: Draws a backoff wait below its argument (injected so tests are exact).
-        sleep: Sleeps between retries of unprocessed keys when the caller gives no deadline.
+        config: The records' lifetime, the call budget and the injected time
+            (:class:`RequestLedgerConfig`).
     """
 
     def __init__(
@@ -123,20 +143,16 @@ class DynamoDbRequestLedger:
         table_name: str,
         client: DynamoDBClient | None = None,
         *,
-        ttl_s: int = DEFAULT_TTL_S,
-        wall_clock: Callable[[], float] = time.time,
-        call_budget_s: float = AWS_CALL_BUDGET_S,
-        jitter: Callable[[float], float] = full_jitter,
-        sleep: Callable[[float], None] = time.sleep,
+        config: RequestLedgerConfig = LEDGER_DEFAULTS,
     ) -> None:
         if not table_name.strip():
             raise ValueError("the request ledger table name is blank")
         self._table = table_name
-        self._dynamodb = LazyClient(lambda: dynamodb_client(call_budget_s), client)
-        self._ttl_s = ttl_s
-        self._wall_clock = wall_clock
-        self._jitter = jitter
-        self._sleep = sleep
+        self._dynamodb = LazyClient(lambda: dynamodb_client(config.call_budget_s), client)
+        self._ttl_s = config.ttl_s
+        self._wall_clock = config.wall_clock
+        self._jitter = config.jitter
+        self._sleep = config.sleep
 
     @property
     def table_name(self) -> str:

@@ -223,12 +223,13 @@ def build_runtime(settings: AllocatorSettings) -> AllocatorRuntime:
 
         runtime.producer = AllocationProducer(settings.queue_url, call_budget_s=aws_budget_s)
     if settings.request_ledger_table:
-        from ..adapters.dynamodb_request_ledger import DynamoDbRequestLedger
+        from ..adapters.dynamodb_request_ledger import DynamoDbRequestLedger, RequestLedgerConfig
 
         runtime.ledger = DynamoDbRequestLedger(
             settings.request_ledger_table,
-            ttl_s=settings.request_ledger_ttl_days * 86400,
-            call_budget_s=aws_budget_s,
+            config=RequestLedgerConfig(
+                ttl_s=settings.request_ledger_ttl_days * 86400, call_budget_s=aws_budget_s
+            ),
         )
     return runtime
 
@@ -237,7 +238,7 @@ def _ims_runtime(
     settings: AllocatorSettings, ims_settings: ImsSettings, aws_budget_s: float
 ) -> AllocatorRuntime:
     """IMS mode: the Semrush client reads the current request's token from the holder."""
-    from ..adapters.dynamodb_credential_store import DynamoDbCredentialStore
+    from ..adapters.dynamodb_credential_store import CredentialStoreConfig, DynamoDbCredentialStore
     from ..adapters.kms_token_cipher import KmsTokenCipher
     from ..adapters.request_authority import ImsCredentialBroker, RequestTokenHolder
 
@@ -255,7 +256,7 @@ def _ims_runtime(
     store = DynamoDbCredentialStore(
         ims_settings.credentials_table or "",
         KmsTokenCipher(ims_settings.credentials_key_arn or "", call_budget_s=aws_budget_s),
-        call_budget_s=aws_budget_s,
+        config=CredentialStoreConfig(call_budget_s=aws_budget_s),
     )
     # An access token is judged on the runtime's clock (late-bound: tests replace it), against
     # the longest Semrush attempt that would present it.
