@@ -10,6 +10,7 @@ exponential backoff until the outcome is there or the caller's timeout runs out
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..domain.ledger import PROVISIONAL_GRACE_S, LedgerEntry, RequestIdConflictError, RequestKind
@@ -32,6 +33,21 @@ class OutcomeWaitTimeoutError(TimeoutError):
         super().__init__(f"no outcome for request {request_id} within {timeout_s:g} s")
         self.request_id = request_id
         self.timeout_s = timeout_s
+
+
+@dataclass(frozen=True)
+class PollDelays:
+    """How :meth:`OutcomeReader.wait_for_outcome` spaces its polls.
+
+    The first delay, doubled up to the longest.
+    """
+
+    first_s: float = 0.2
+    max_s: float = 2.0
+
+
+POLL_DELAYS = PollDelays()
+"""0.2 s, doubling up to 2 s."""
 
 
 class OutcomeReader:
@@ -100,14 +116,13 @@ class OutcomeReader:
         request_id: str,
         timeout_s: float,
         *,
-        first_delay_s: float = 0.2,
-        max_delay_s: float = 2.0,
+        delays: PollDelays = POLL_DELAYS,
         workspace_id: str | None = None,
         kind: RequestKind | None = None,
     ) -> AllocationOutcome:
         """Poll until the request has a terminal outcome; never sleeps past ``timeout_s``.
 
-        Delays double from ``first_delay_s`` up to ``max_delay_s``. The last poll happens at
+        Delays double from ``delays.first_s`` up to ``delays.max_s``. The last poll happens at
         the deadline, so an outcome written just before it is still seen. ``workspace_id`` and
         ``kind``: as :meth:`get_outcome` (a reused id answers ``requestIdConflict`` at once).
 
@@ -118,7 +133,7 @@ class OutcomeReader:
         if timeout_s < 0:
             raise ValueError("timeout_s must not be negative")
         deadline = self._clock() + timeout_s
-        delay = first_delay_s
+        delay = delays.first_s
         while True:
             outcome = self.get_outcome(request_id, workspace_id=workspace_id, kind=kind)
             if outcome is not None:
@@ -127,7 +142,7 @@ class OutcomeReader:
             if left <= 0:
                 raise OutcomeWaitTimeoutError(request_id, timeout_s)
             self._sleep(min(delay, left))
-            delay = min(delay * 2, max_delay_s)
+            delay = min(delay * 2, delays.max_s)
 
     def _is_settled(self, entry: LedgerEntry) -> bool:
         if not entry.is_terminal or entry.outcome is None:
