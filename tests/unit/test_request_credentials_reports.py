@@ -11,7 +11,7 @@ import pytest
 
 from serenity_allocator.application.batch_plan import BatchMessage, InboundMessage
 from serenity_allocator.application.credential_ports import CredentialEnd
-from serenity_allocator.application.dead_letter import dead_letter_failed
+from serenity_allocator.application.dead_letter import DeadLetterRoute, dead_letter_failed
 from serenity_allocator.application.final_receive import Failure, failure_of
 from serenity_allocator.domain.coalescing import EnsureRun
 from serenity_allocator.domain.errors import (
@@ -247,9 +247,7 @@ def test_a_refused_request_is_dead_lettered_as_it_came(
         message,
         refused,
         invalid_reason=None,
-        sink=sink,
-        deadlines=deadlines,
-        observer=RecordingObserver(),
+        route=DeadLetterRoute(sink, deadlines, RecordingObserver()),
     )
 
     assert sent.dead_lettered is True

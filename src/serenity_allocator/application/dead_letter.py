@@ -5,7 +5,7 @@ Either can never succeed as it stands, so it leaves its group at once, with its 
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..domain.errors import OutOfTimeError
 from ..domain.messages import AllocationOutcome
@@ -40,14 +40,25 @@ def dead_letter(
     _send(message, reason, sink, deadlines)
 
 
+@dataclass(frozen=True)
+class DeadLetterRoute:
+    """Where a dead letter goes, and under what.
+
+    ``sink``: the DLQ (None: none wired); ``deadlines``: the batch's, the send must fit them;
+    ``observer``: hears of an invalid message.
+    """
+
+    sink: DeadLetterSink | None
+    deadlines: Deadlines
+    observer: WorkerObserver
+
+
 def dead_letter_failed(
     message: BatchMessage,
     outcome: AllocationOutcome,
     *,
     invalid_reason: str | None,
-    sink: DeadLetterSink | None,
-    deadlines: Deadlines,
-    observer: WorkerObserver,
+    route: DeadLetterRoute,
 ) -> AllocationOutcome:
     """Send a request that failed for good to the DLQ as its outcome says; the outcome to record.
 
@@ -64,16 +75,16 @@ def dead_letter_failed(
     if invalid_reason is not None:
         dead_letter(
             replace(message, invalid_reason=invalid_reason),
-            sink=sink,
-            deadlines=deadlines,
-            observer=observer,
+            sink=route.sink,
+            deadlines=route.deadlines,
+            observer=route.observer,
         )
         return outcome
     if not outcome.dead_lettered:
         return outcome
-    if sink is None:
+    if route.sink is None:
         return outcome.model_copy(update={"dead_lettered": False})  # no DLQ wired
-    _send(message, outcome.error_code or "", sink, deadlines)
+    _send(message, outcome.error_code or "", route.sink, route.deadlines)
     return outcome
 
 

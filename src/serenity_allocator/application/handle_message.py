@@ -66,7 +66,7 @@ from ..domain.worker_events import (
 from .apply_ensure import apply_ensure
 from .apply_release import ReleaseCall, apply_release
 from .batch_plan import BatchMessage
-from .dead_letter import dead_letter, dead_letter_failed
+from .dead_letter import DeadLetterRoute, dead_letter, dead_letter_failed
 from .final_receive import failure_of
 from .invocation import EnsureBatch, Invocation
 from .outcomes import ReleaseIncompleteError
@@ -200,9 +200,7 @@ def _terminal_or_raise(
             message,
             outcome,
             invalid_reason=failure.invalid_reason,
-            sink=inv.ports.dead_letters,
-            deadlines=inv.deadlines,
-            observer=inv.observer,
+            route=DeadLetterRoute(inv.ports.dead_letters, inv.deadlines, inv.observer),
         )
         metric = _REFUSALS.get(outcome.error_code or "")
         if metric is not None:
