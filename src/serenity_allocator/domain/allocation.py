@@ -221,6 +221,22 @@ class _Sizing:
         return 1 if family is None else family.children_of(self.ask.parent_id)
 
 
+@dataclass(frozen=True)
+class _Change:
+    """A child's totals before a transfer, and the totals the transfer sets."""
+
+    before: Totals
+    target: Totals
+
+
+@dataclass(frozen=True)
+class _PoolRead:
+    """The pool as this ensure read it, and whether prompts move too (a flat pair)."""
+
+    resources: AiResources
+    with_prompts: bool
+
+
 def _sized(
     gateway: WorkspaceGateway, run: _Sizing, child: AiResources, required: Totals, short: bool
 ) -> EnsureResult:
@@ -250,14 +266,16 @@ def _sized(
         ctx.observer.record(HeadroomChecked("hot-path"))
         return EnsureResult(outcome="hot-path", before=before, after=before)
     if short:
-        return _top_up(gateway, run, (before, required, target), pool, with_prompts)
-    return _ahead(gateway, run, (before, target), plan.sizing, with_prompts)
+        return _top_up(
+            gateway, run, _Change(before, target), required, _PoolRead(pool, with_prompts)
+        )
+    return _ahead(gateway, run, _Change(before, target), plan.sizing, with_prompts)
 
 
 def _ahead(
     gateway: WorkspaceGateway,
     run: _Sizing,
-    change: tuple[Totals, Totals],
+    change: _Change,
     sizing: Sizing,
     with_prompts: bool,
 ) -> EnsureResult:
@@ -266,7 +284,7 @@ def _ahead(
     Refused by the pool (it drained since the read) or by a busy child, it leaves the child
     as it was: the request still has its room, so it ends on the hot path.
     """
-    before, target = change
+    before, target = change.before, change.target
     outcome: EnsureOutcome = "rightsized" if sizing == "rightsized" else "topped-up"
     ctx = run.ctx
     run.hooks.before_transfer(before, target)
@@ -287,12 +305,12 @@ def _ahead(
 def _top_up(
     gateway: WorkspaceGateway,
     run: _Sizing,
-    sizes: tuple[Totals, Totals, Totals],
-    pool: AiResources,
-    with_prompts: bool,
+    change: _Change,
+    required: Totals,
+    pool: _PoolRead,
 ) -> EnsureResult:
-    """Transfer the sized ``target`` to a short child (``sizes``: before, required, target)."""
-    before, required, planned = sizes
+    """Transfer the sized ``change.target`` to a short child that needs ``required``."""
+    before, planned = change.before, change.target
     ctx, rules, announce = run.ctx, run.rules, run.hooks.before_transfer
     # Counted when attempted, not when it succeeds: the hot-path ratio must show the top-ups
     # a dry pool refuses.
@@ -301,14 +319,14 @@ def _top_up(
     try:
         announce(before, planned)
         attempts = _transfer_recording_rejections(
-            gateway, child_id, planned, (rules.policy, ctx), with_prompts
+            gateway, run, TransferTarget(child_id, planned, include_prompts=pool.with_prompts)
         )
     except OrgPoolExhaustedError:
         exact = _exact_totals(before, required)
         if not rules.exact_fallback or exact == planned:
             ctx.observer.record(Rejected(OrgPoolExhaustedError.code))
             raise
-        attempts = _exact_fallback(gateway, run, pool, (before, exact), with_prompts)
+        attempts = _exact_fallback(gateway, run, pool, _Change(before, exact))
         return EnsureResult(
             outcome="topped-up",
             before=before,
@@ -322,26 +340,25 @@ def _top_up(
 def _exact_fallback(
     gateway: WorkspaceGateway,
     run: _Sizing,
-    pool: AiResources,
-    change: tuple[Totals, Totals],
-    with_prompts: bool,
+    pool: _PoolRead,
+    change: _Change,
 ) -> int:
     """Retry a refused sized top-up once with the exact totals; re-raise if refused.
 
     A sized raise of one dimension never exceeds what the pool read showed free, so mostly a
     pool drained since the read refused it and the exact totals may still fit.
     """
-    before, exact = change
+    before, exact = change.before, change.target
     ctx = run.ctx
     try:
-        if not _fits(pool, before, exact):
+        if not _fits(pool.resources, before, exact):
             # The pool read moments ago cannot cover even the exact raise (the sized target
             # was bigger only by a refill of another dimension): skip a transfer that is all
             # but sure to be refused (the read never blocks the first attempt).
             raise OrgPoolExhaustedError()
         run.hooks.before_transfer(before, exact)
         attempts = _transfer_recording_rejections(
-            gateway, run.ask.child_id, exact, (run.rules.policy, ctx), with_prompts
+            gateway, run, TransferTarget(run.ask.child_id, exact, include_prompts=pool.with_prompts)
         )
     except OrgPoolExhaustedError:
         ctx.observer.record(TightPoolFallback("rejected"))
@@ -360,17 +377,11 @@ def _exact_totals(before: Totals, required: Totals) -> Totals:
 
 
 def _transfer_recording_rejections(
-    gateway: WorkspaceGateway,
-    child_id: str,
-    totals: Totals,
-    how: tuple[TransferPolicy, TransferContext],
-    with_prompts: bool,
+    gateway: WorkspaceGateway, run: _Sizing, target: TransferTarget
 ) -> int:
-    policy, ctx = how
+    ctx = run.ctx
     try:
-        return apply_transfer(
-            gateway, TransferTarget(child_id, totals, include_prompts=with_prompts), policy, ctx
-        )
+        return apply_transfer(gateway, target, run.rules.policy, ctx)
     except WorkspaceBusyError:
         ctx.observer.record(Rejected(WorkspaceBusyError.code))
         raise
