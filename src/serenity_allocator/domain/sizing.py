@@ -152,7 +152,8 @@ def plan_sizing(
         usage = child.get(dim)
         total, need = usage.total, required.get(dim)
         demand = demand_of(usage, need)
-        value, sizing = _size_one((total, need, demand), (blocks, dim), share)
+        sized = _size_one(_Holding(total, need, demand), blocks, dim, share)
+        value, sizing = sized.total, sized.sizing
         if dim not in movable:
             value, sizing = total, "hot-path"
         target[dim.value] = value
@@ -163,22 +164,36 @@ def plan_sizing(
     return Plan(Totals(**target), "hot-path")
 
 
-def _size_one(
-    sizes: tuple[int, int, int], rule: tuple[Blocks, Dimension], share: PoolShare
-) -> tuple[int, Sizing]:
-    total, need, demand = sizes
-    blocks, dim = rule
+@dataclass(frozen=True)
+class _Holding:
+    """One dimension of the child: what it holds, what it must hold, and its recent demand."""
+
+    total: int
+    need: int
+    demand: int
+
+
+@dataclass(frozen=True)
+class _Sized:
+    """One dimension's planned total, and which sizing set it."""
+
+    total: int
+    sizing: Sizing
+
+
+def _size_one(holding: _Holding, blocks: Blocks, dim: Dimension, share: PoolShare) -> _Sized:
+    total, need, demand = holding.total, holding.need, holding.demand
     lack = max(0, need - total)
     rounded = round_up_to_block(need + low_water(blocks, dim), blocks.get(dim)) - need
     desired = max(rounded, demand)
     headroom = min(desired, fair_headroom(share, lack, dim, blocks))
     left = total - need
     if left < 0:
-        return need + headroom, "topped-up"
+        return _Sized(need + headroom, "topped-up")
     tight = is_tight(share, lack, dim, blocks)
     if left < max(low_water(blocks, dim), demand) and not tight and need + headroom > total:
-        return need + headroom, "refilled"
+        return _Sized(need + headroom, "refilled")
     # A 0 is never sent: the gateway ignores it (semrush-user-manager.md).
     if left > high_water(blocks, dim) and tight and 0 < need + headroom < total:
-        return need + headroom, "rightsized"
-    return max(0, total), "hot-path"
+        return _Sized(need + headroom, "rightsized")
+    return _Sized(max(0, total), "hot-path")
