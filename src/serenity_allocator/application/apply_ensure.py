@@ -48,7 +48,7 @@ def apply_ensure(
     stands alone). With a request ledger, the top-up's intent (totals before, target) is
     recorded for every request it serves just before its transfer; a redelivery whose recorded
     top-up landed (:meth:`.LedgerView.landed`) reports it (made before a store failed or the
-    function died), never ``hot-path``. In IMS mode (``credentials``) a run's leader first
+    function died), never ``hot-path``. In IMS mode (``batch.credentials``) a run's leader first
     admits only the members whose own users can read the child; one that left is applied alone.
     The outcome is built in one place, at the end.
     """
