@@ -22,9 +22,10 @@ from serenity_allocator.adapters.semrush_client import SemrushClient
 from serenity_allocator.adapters.sqs_producer import AllocationProducer
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.domain.sweep_model import StoredCheckpoint
+from serenity_allocator.domain.sweep.model import StoredCheckpoint
 from serenity_allocator.handlers.settings import SweepSettings
-from serenity_allocator.handlers.sweep import SweepRuntime, lambda_handler
+from serenity_allocator.handlers.sweep import lambda_handler
+from serenity_allocator.handlers.sweep_runtime import SweepRuntime
 from serenity_tools.standins.lambda_context import LocalLambdaContext
 from serenity_tools.standins.moto_server import start_moto_server
 from serenity_tools.standins.resources import (

@@ -29,12 +29,12 @@ from serenity_allocator.domain.model import (
     WorkspaceStatus,
 )
 from serenity_allocator.domain.observations import AllocationEvent
-from serenity_allocator.domain.sweep_errors import StaleCheckpointError
-from serenity_allocator.domain.sweep_model import StoredCheckpoint
+from serenity_allocator.domain.sweep.errors import StaleCheckpointError
+from serenity_allocator.domain.sweep.model import StoredCheckpoint
 from serenity_allocator.domain.transfer import TransferContext
 
 if TYPE_CHECKING:
-    from serenity_allocator.application.sweep_ports import CheckpointStore, SurplusReleaseQueue
+    from serenity_allocator.application.sweep.ports import CheckpointStore, SurplusReleaseQueue
     from serenity_allocator.domain.ports import AllocationObserver, WorkspaceGateway
 
 POOL_EXHAUSTED_BODY = '{"message": "insufficient available units in subscription"}'

@@ -83,7 +83,9 @@ def test_harness_concurrency_keeps_every_invariant_with_the_allocation_features_
     # And the features were exercised, not just switched on
     numbers = result.numbers
     assert numbers["HeadroomCheck{unmetered}"] > 0
-    assert numbers["TightPoolFallback{saved}"] + numbers["TightPoolFallback{rejected}"] > 0
+    # (top-ups sized by the pool: refilled ahead where it has room, exact where it is tight; the
+    # exact fallback serves only a pool drained between its read and the transfer)
+    assert numbers["HeadroomCheck{refilled}"] > 0
     assert numbers["serenity.pool.low events"] >= 1
     assert numbers["CoalescedEnsures"] > 0
     user_tokens = next(c for c in result.checks if c.name.startswith("7 "))

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from serenity_allocator.domain.sweep_model import SweepResult
+from serenity_allocator.domain.sweep.model import SweepResult
 from tests.infrastructure._template import RUNBOOKS_DIR, load_template
 
 STATE_MACHINE = "SweepStateMachine"

@@ -26,9 +26,10 @@ from serenity_allocator.adapters.ims_client import (
 )
 from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher
 from serenity_allocator.adapters.semrush_client import SemrushClient, SemrushClientConfig
-from serenity_allocator.domain.sweep_run_claim import run_token_context
+from serenity_allocator.domain.sweep.run_claim import run_token_context
 from serenity_allocator.handlers.settings import SweepSettings
-from serenity_allocator.handlers.sweep import build_sweep_runtime, lambda_handler
+from serenity_allocator.handlers.sweep import lambda_handler
+from serenity_allocator.handlers.sweep_runtime import build_sweep_runtime
 from serenity_tools.operator import sweep_cli
 from serenity_tools.operator.sweep_invokers import LocalInvoker
 from serenity_tools.standins.moto_server import MotoServer

@@ -18,13 +18,10 @@ import pytest
 
 from serenity_allocator.adapters.semrush_client import SemrushClient, SemrushClientConfig
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
-from serenity_allocator.domain.sweep_model import checkpoint_name
+from serenity_allocator.domain.sweep.model import checkpoint_name
 from serenity_allocator.handlers.settings import SweepSettings
-from serenity_allocator.handlers.sweep import (
-    SweepRuntime,
-    build_sweep_runtime,
-    lambda_handler,
-)
+from serenity_allocator.handlers.sweep import lambda_handler
+from serenity_allocator.handlers.sweep_runtime import SweepRuntime, build_sweep_runtime
 from serenity_tools.standins.lambda_context import LocalLambdaContext
 from serenity_tools.standins.resources import LocalResources, local_client
 from tests.integration.allocator_harness import (

@@ -21,7 +21,7 @@ from serenity_allocator.adapters.credential_handover import CredentialHandover, 
 from serenity_allocator.adapters.ims_client import ImsClient, ImsClientPair
 from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher
 from serenity_allocator.adapters.s3_checkpoint_store import S3CheckpointStore
-from serenity_allocator.application.sweep_run_tokens import hand_over_run_token
+from serenity_allocator.application.sweep.run_tokens import hand_over_run_token
 from serenity_allocator.producer import AllocationProducer
 from serenity_tools.standins.moto_server import MotoServer
 from serenity_tools.standins.resources import LocalResources

@@ -11,7 +11,7 @@ from serenity_allocator.adapters.s3_checkpoint_store import (
     S3PreconditionFailedError,
     StoredCheckpoint,
 )
-from serenity_allocator.domain.sweep_errors import StaleCheckpointError
+from serenity_allocator.domain.sweep.errors import StaleCheckpointError
 from serenity_tools.standins.resources import LocalResources
 
 # ---------------------------------------------------------------- checkpoints

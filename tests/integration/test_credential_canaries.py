@@ -38,7 +38,7 @@ from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher, TokenCi
 from serenity_allocator.adapters.observability import logger
 from serenity_allocator.adapters.s3_checkpoint_store import S3CheckpointStore
 from serenity_allocator.adapters.secret_redaction import redact_secret
-from serenity_allocator.application.sweep_run_tokens import hand_over_run_token
+from serenity_allocator.application.sweep.run_tokens import hand_over_run_token
 from serenity_allocator.domain.errors import (
     ImsUnavailableError,
     MalformedResponseError,

@@ -15,7 +15,7 @@ from serenity_allocator.adapters.dynamodb_request_ledger import (
     RequestLedgerConfig,
 )
 from serenity_allocator.adapters.eventbridge_outcomes import OutcomePublisher
-from serenity_allocator.application.audit_dead_letters import audit_dead_letters
+from serenity_allocator.application.allocator.audit_dead_letters import audit_dead_letters
 from serenity_allocator.domain.ledger import PROVISIONAL_GRACE_S, ReleaseIntent
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals

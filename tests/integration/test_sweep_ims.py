@@ -19,9 +19,9 @@ import pytest
 from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher
 from serenity_allocator.adapters.s3_checkpoint_store import S3CheckpointStore
 from serenity_allocator.adapters.secret_redaction import redact_secret
-from serenity_allocator.application.sweep_run_tokens import hand_over_run_token
+from serenity_allocator.application.sweep.run_tokens import hand_over_run_token
 from serenity_allocator.domain.errors import NeedsReauthError
-from serenity_allocator.domain.sweep_errors import (
+from serenity_allocator.domain.sweep.errors import (
     SweepImsUnavailableError,
     SweepNeedsReauthError,
     SweepReleaseCredentialError,

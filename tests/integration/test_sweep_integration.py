@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from serenity_allocator.application.sweep_ports import CheckpointStore, SurplusReleaseQueue
+from serenity_allocator.application.sweep.ports import CheckpointStore, SurplusReleaseQueue
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.domain.sweep_errors import RunInProgressError, SweepRefusedError
-from serenity_allocator.domain.sweep_model import StoredCheckpoint
+from serenity_allocator.domain.sweep.errors import RunInProgressError, SweepRefusedError
+from serenity_allocator.domain.sweep.model import StoredCheckpoint
 from serenity_allocator.handlers.sweep import (
     SweepPayloadError,
     parse_sweep_request,

@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 import pytest
 
-from serenity_allocator.domain.sweep_errors import SweepRefusedError
+from serenity_allocator.domain.sweep.errors import SweepRefusedError
 from serenity_allocator.handlers.sweep import SweepPayloadError, SweepUpstreamError
 from serenity_tools.standins.resources import LocalResources
 from serenity_tools.standins.simulator import SimulatorServer

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from serenity_allocator.handlers import sweep as sweep_handler
+from serenity_allocator.handlers import sweep_runtime
 from serenity_tools.operator import sweep_cli
 from serenity_tools.standins.resources import LocalResources
 from tests.infrastructure._template import load_template
@@ -159,7 +159,7 @@ def test_sweep_cli_local_dry_run_then_real_run_against_the_local_stack(
     seed_fleet(sim)
     for name, value in sweep_env(local_resources, sim).items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(sweep_handler, "_runtime", None)
+    monkeypatch.setattr(sweep_runtime, "_runtime", None)
     common = ["--local", "--parent", MASTER, "--batch-size", "2", "--rate-limit-ms", "0"]
 
     # When the operator previews with a JSON report

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from serenity_allocator.domain.sweep_errors import (
+from serenity_allocator.domain.sweep.errors import (
     CheckpointCorruptError,
     ParentClaimUnreadableError,
     ParentHolderUnreadableError,

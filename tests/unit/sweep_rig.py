@@ -6,10 +6,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from serenity_allocator.application.run_sweep_batch import run_sweep_batch
-from serenity_allocator.application.sweep_ports import SweepEnvironment
+from serenity_allocator.application.sweep.ports import SweepEnvironment
+from serenity_allocator.application.sweep.run_batch import run_sweep_batch
 from serenity_allocator.domain.model import Blocks, Totals
-from serenity_allocator.domain.sweep_model import SweepItem, SweepRequest, SweepResult
+from serenity_allocator.domain.sweep.model import SweepItem, SweepRequest, SweepResult
 from tests.fakes import (
     FakeClock,
     InMemoryCheckpointStore,

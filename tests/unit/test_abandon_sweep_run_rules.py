@@ -10,13 +10,13 @@ from typing import Any, Literal
 
 import pytest
 
-from serenity_allocator.application.abandon_sweep_run import abandon_sweep_run
-from serenity_allocator.domain.sweep_errors import (
+from serenity_allocator.application.sweep.abandon_run import abandon_sweep_run
+from serenity_allocator.domain.sweep.errors import (
     CheckpointCorruptError,
     RunInProgressError,
     SweepRefusedError,
 )
-from serenity_allocator.domain.sweep_model import (
+from serenity_allocator.domain.sweep.model import (
     StoredCheckpoint,
     SweepAbandonRequest,
     SweepAbandonResult,

@@ -13,21 +13,21 @@ from dataclasses import dataclass
 
 import pytest
 
-from serenity_allocator.application import (
+from serenity_allocator.application.allocator import (
     InboundMessage,
     WorkerConfig,
     WorkerPorts,
     finish_batch,
     start_batch,
 )
-from serenity_allocator.application.attempt_observer import AttemptObserver
-from serenity_allocator.application.deadlines import Deadlines
-from serenity_allocator.application.final_receive import (
+from serenity_allocator.application.allocator.attempt_observer import AttemptObserver
+from serenity_allocator.application.allocator.final_receive import (
     Failure,
     failure_of,
     skipped_final_receives,
 )
-from serenity_allocator.application.invocation import Invocation
+from serenity_allocator.application.allocator.invocation import Invocation
+from serenity_allocator.application.deadlines import Deadlines
 from serenity_allocator.domain.errors import (
     AccessDeniedError,
     NeedsReauthError,

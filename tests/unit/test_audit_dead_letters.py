@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from serenity_allocator.application.audit_dead_letters import (
+from serenity_allocator.application.allocator.audit_dead_letters import (
     RECEIVES_EXHAUSTED,
     DeadLetterAudit,
     DeadLetterCopy,
     audit_dead_letters,
 )
-from serenity_allocator.application.request_ledger import FINAL_RECEIVE_UNFINISHED
+from serenity_allocator.application.allocator.request_ledger import FINAL_RECEIVE_UNFINISHED
 from serenity_allocator.domain.ledger import (
     CallDeadline,
     LedgerEntry,

@@ -9,14 +9,14 @@ from pydantic import ValidationError
 
 from serenity_allocator.domain.model import Totals
 from serenity_allocator.domain.release import plan_release
-from serenity_allocator.domain.sweep_errors import RunInProgressError, SweepRefusedError
-from serenity_allocator.domain.sweep_model import (
+from serenity_allocator.domain.sweep.errors import RunInProgressError, SweepRefusedError
+from serenity_allocator.domain.sweep.model import (
     StoredCheckpoint,
     SweepItem,
     SweepRequest,
     checkpoint_name,
 )
-from serenity_allocator.domain.sweep_runs import release_request_id
+from serenity_allocator.domain.sweep.runs import release_request_id
 from tests.fakes import (
     LIST_FAMILY,
     READ_RESOURCES,

@@ -4,8 +4,8 @@ error toward the streak, and a run whose every target so far was denied aborts."
 from __future__ import annotations
 
 from serenity_allocator.domain.errors import RateLimitedError, UpstreamError
-from serenity_allocator.domain.sweep_failures import backoff_delay, record_success
-from serenity_allocator.domain.sweep_model import SweepCheckpoint, SweepRequest
+from serenity_allocator.domain.sweep.failures import backoff_delay, record_success
+from serenity_allocator.domain.sweep.model import SweepCheckpoint, SweepRequest
 from tests.fakes import READ_STATUS
 from tests.unit.sweep_rig import MASTER, RUN, Rig, surplus_family, sweep_request
 

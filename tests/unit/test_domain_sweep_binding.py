@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 
-from serenity_allocator.application.abandon_sweep_run import abandon_sweep_run
+from serenity_allocator.application.sweep.abandon_run import abandon_sweep_run
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.domain.sweep_errors import (
+from serenity_allocator.domain.sweep.errors import (
     CheckpointCorruptError,
     ParentHeldError,
     RunInProgressError,
     SweepRefusedError,
 )
-from serenity_allocator.domain.sweep_model import (
+from serenity_allocator.domain.sweep.model import (
     SweepAbandonRequest,
     checkpoint_name,
     parent_claim_name,

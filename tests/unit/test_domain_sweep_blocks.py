@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from serenity_allocator.application.run_sweep_batch import run_sweep_batch
+from serenity_allocator.application.sweep.run_batch import run_sweep_batch
 from serenity_allocator.domain.model import Blocks, Totals
 from tests.fakes import EnqueuedRelease, InMemoryGateway
 from tests.unit.sweep_rig import MASTER, POOL, RUN, Rig, sweep_request

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from serenity_allocator.domain.sweep_errors import (
+from serenity_allocator.domain.sweep.errors import (
     CheckpointCorruptError,
     RunInProgressError,
     SweepRefusedError,
 )
-from serenity_allocator.domain.sweep_model import (
+from serenity_allocator.domain.sweep.model import (
     MAX_FAILED_LISTED,
     SweepCheckpoint,
     SweepCounts,
@@ -23,7 +23,7 @@ from serenity_allocator.domain.sweep_model import (
     parse_checkpoint,
     payload_sha256,
 )
-from serenity_allocator.domain.sweep_runs import (
+from serenity_allocator.domain.sweep.runs import (
     MAX_LEASE_S,
     ResumingInvocation,
     check_resumable,

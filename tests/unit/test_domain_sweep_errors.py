@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serenity_allocator.domain.sweep_errors import (
+from serenity_allocator.domain.sweep.errors import (
     RESUME_WITH_TOKEN,
     CheckpointCorruptError,
     ParentClaimUnreadableError,

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from serenity_allocator.application.abandon_sweep_run import abandon_sweep_run
-from serenity_allocator.domain.sweep_errors import ParentClaimUnreadableError, SweepRefusedError
-from serenity_allocator.domain.sweep_model import (
+from serenity_allocator.application.sweep.abandon_run import abandon_sweep_run
+from serenity_allocator.domain.sweep.errors import ParentClaimUnreadableError, SweepRefusedError
+from serenity_allocator.domain.sweep.model import (
     SweepAbandonRequest,
     SweepParentAbandonRequest,
     parent_claim_name,

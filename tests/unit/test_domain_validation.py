@@ -74,7 +74,7 @@ def test_describe_validation_error_drops_the_union_tag_from_the_path() -> None:
 @pytest.mark.parametrize("run_id", [".", "..", " .. "])
 def test_a_dot_segment_run_id_is_a_validation_error_naming_the_field(run_id: str) -> None:
     # Given a sweep run id that would be a directory step in its checkpoint's key
-    from serenity_allocator.domain.sweep_model import SweepAbandonRequest, SweepRequest
+    from serenity_allocator.domain.sweep.model import SweepAbandonRequest, SweepRequest
 
     # When a sweep or an abandon names it / Then pydantic refuses it, naming run_id
     for model, payload in (

@@ -11,17 +11,17 @@ from collections.abc import Sequence
 
 import pytest
 
-from serenity_allocator.application import (
+from serenity_allocator.application.allocator import (
     InboundMessage,
     WorkerConfig,
     WorkerPorts,
     handle_message,
     start_batch,
 )
-from serenity_allocator.application.batch_plan import BatchMessage
-from serenity_allocator.application.dead_letter import InvalidMessageError, dead_letter
+from serenity_allocator.application.allocator.batch_plan import BatchMessage
+from serenity_allocator.application.allocator.dead_letter import InvalidMessageError, dead_letter
+from serenity_allocator.application.allocator.invocation import Invocation
 from serenity_allocator.application.deadlines import Deadlines
-from serenity_allocator.application.invocation import Invocation
 from serenity_allocator.domain.errors import (
     AccessDeniedError,
     ImsUnavailableError,

@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 
 from serenity_allocator.adapters.request_authority import UnboundTokenError
-from serenity_allocator.application.audit_dead_letters import RECEIVES_EXHAUSTED
-from serenity_allocator.application.batch_plan import INVALID_MESSAGE_CODE
-from serenity_allocator.application.final_receive import TERMINAL_UPSTREAM_STATUSES
-from serenity_allocator.application.request_credentials import DEAD_LETTERED_REFUSALS
-from serenity_allocator.application.request_ledger import (
+from serenity_allocator.application.allocator.audit_dead_letters import RECEIVES_EXHAUSTED
+from serenity_allocator.application.allocator.batch_plan import INVALID_MESSAGE_CODE
+from serenity_allocator.application.allocator.final_receive import TERMINAL_UPSTREAM_STATUSES
+from serenity_allocator.application.allocator.request_ledger import (
     FINAL_RECEIVE_UNFINISHED,
     REQUEST_ID_CONFLICT,
 )
+from serenity_allocator.application.credentials.request_credentials import DEAD_LETTERED_REFUSALS
 from serenity_allocator.contract.outcome_table import outcome_table, parse_table
 from serenity_allocator.domain import errors
 from serenity_allocator.domain.ledger import (

@@ -6,10 +6,9 @@ from typing import Any
 
 import pytest
 
-from serenity_allocator.application.apply_release import ReleaseCall, apply_release
-from serenity_allocator.application.invocation import WorkerConfig
-from serenity_allocator.application.ledger_deadlines import LedgerDeadlines
-from serenity_allocator.application.request_ledger import (
+from serenity_allocator.application.allocator.apply_release import ReleaseCall, apply_release
+from serenity_allocator.application.allocator.invocation import WorkerConfig
+from serenity_allocator.application.allocator.request_ledger import (
     FINAL_RECEIVE_UNFINISHED,
     LedgerView,
     Replay,
@@ -18,6 +17,7 @@ from serenity_allocator.application.request_ledger import (
     record_transfer_intent,
     store_terminal,
 )
+from serenity_allocator.application.ledger_deadlines import LedgerDeadlines
 from serenity_allocator.domain.errors import OutOfTimeError
 from serenity_allocator.domain.ledger import (
     LedgerConflictError,

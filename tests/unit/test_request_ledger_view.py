@@ -6,9 +6,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from serenity_allocator.application.ledger_deadlines import LedgerDeadlines
-from serenity_allocator.application.outcomes import OutcomeBook
-from serenity_allocator.application.request_ledger import (
+from serenity_allocator.application.allocator.outcomes import OutcomeBook
+from serenity_allocator.application.allocator.request_ledger import (
     Apply,
     LedgerDecision,
     LedgerView,
@@ -19,6 +18,7 @@ from serenity_allocator.application.request_ledger import (
     replay_invalid,
     store_terminal,
 )
+from serenity_allocator.application.ledger_deadlines import LedgerDeadlines
 from serenity_allocator.domain.errors import OutOfTimeError
 from serenity_allocator.domain.ledger import (
     CallDeadline,

@@ -10,16 +10,16 @@ from typing import Any, Literal
 
 import pytest
 
-from serenity_allocator.application.run_sweep_batch import run_sweep_batch
+from serenity_allocator.application.sweep.run_batch import run_sweep_batch
 from serenity_allocator.domain.errors import UpstreamError
-from serenity_allocator.domain.sweep_errors import (
+from serenity_allocator.domain.sweep.errors import (
     CheckpointCorruptError,
     ParentClaimUnreadableError,
     RunInProgressError,
     SweepImsUnavailableError,
     SweepRefusedError,
 )
-from serenity_allocator.domain.sweep_model import SweepResult, parent_claim_name
+from serenity_allocator.domain.sweep.model import SweepResult, parent_claim_name
 from tests.fakes import READ_STATUS, InMemoryCheckpointStore, InMemoryGateway
 from tests.unit.sweep_rig import MASTER, POOL, RUN, Rig, surplus_family, sweep_request
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.domain.sweep_model import SweepCounts, SweepItem, SweepResult
+from serenity_allocator.domain.sweep.model import SweepCounts, SweepItem, SweepResult
 from serenity_tools import cli
 from serenity_tools.operator import sweep_cli
 from serenity_tools.operator.sweep_cli import (

@@ -12,8 +12,8 @@ import pytest
 
 from serenity_allocator.domain.errors import UpstreamError
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.domain.sweep_errors import RunInProgressError, SweepRefusedError
-from serenity_allocator.domain.sweep_model import SweepAbandonRequest, SweepRequest
+from serenity_allocator.domain.sweep.errors import RunInProgressError, SweepRefusedError
+from serenity_allocator.domain.sweep.model import SweepAbandonRequest, SweepRequest
 from serenity_allocator.handlers.settings import SweepSettings
 from serenity_allocator.handlers.sweep import (
     SweepPayloadError,

@@ -8,20 +8,20 @@ from typing import Any
 
 import pytest
 
-from serenity_allocator.application.sweep_parent_claims import (
+from serenity_allocator.application.sweep.parent_claims import (
     ClaimRead,
     claim_parents,
     clear_unreadable_claim,
     read_claim,
     release_parents,
 )
-from serenity_allocator.domain.sweep_errors import (
+from serenity_allocator.domain.sweep.errors import (
     CheckpointCorruptError,
     ParentClaimUnreadableError,
     ParentHeldError,
     ParentHolderUnreadableError,
 )
-from serenity_allocator.domain.sweep_model import (
+from serenity_allocator.domain.sweep.model import (
     StoredCheckpoint,
     SweepCheckpoint,
     parent_claim_name,

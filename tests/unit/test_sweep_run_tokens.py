@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from serenity_allocator.application.sweep_ports import StoredCheckpoint
-from serenity_allocator.application.sweep_run_tokens import RunTokens, hand_over_run_token
+from serenity_allocator.application.sweep.ports import StoredCheckpoint
+from serenity_allocator.application.sweep.run_tokens import RunTokens, hand_over_run_token
 from serenity_allocator.domain.credentials import TokenFreshness
 from serenity_allocator.domain.errors import (
     ImsUnavailableError,
@@ -22,14 +22,14 @@ from serenity_allocator.domain.errors import (
     SemrushScopeMissingError,
 )
 from serenity_allocator.domain.observations import CredentialOutcome
-from serenity_allocator.domain.sweep_errors import (
+from serenity_allocator.domain.sweep.errors import (
     CheckpointCorruptError,
     RunInProgressError,
     SweepImsUnavailableError,
     SweepNeedsReauthError,
     SweepNoCredentialError,
 )
-from serenity_allocator.domain.sweep_run_claim import run_claim_name
+from serenity_allocator.domain.sweep.run_claim import run_claim_name
 from tests.fakes import FakeClock, InMemoryCheckpointStore, RecordingObserver
 
 RUN = "rs-unit-1"

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Literal
 
 from ..domain.model import Totals
-from ..domain.sweep_errors import SweepReleaseCredentialError
+from ..domain.sweep.errors import SweepReleaseCredentialError
 from .credential_handover import UserCredential
 from .ims_client import ImsClient
 from .sqs_producer import AllocationProducer

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..domain.sweep_errors import CheckpointCorruptError, StaleCheckpointError
-from ..domain.sweep_model import StoredCheckpoint
+from ..domain.sweep.errors import CheckpointCorruptError, StaleCheckpointError
+from ..domain.sweep.model import StoredCheckpoint
 from .aws_clients import LazyClient, aws_error_code, s3_client
 
 if TYPE_CHECKING:

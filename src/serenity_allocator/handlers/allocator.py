@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 
 from ..adapters.observability import logger, metrics, pin_wire_loggers
-from ..application import finish_batch, handle_message
+from ..application.allocator import finish_batch, handle_message
 from .allocator_runtime import AllocatorRuntime, build_runtime
 from .settings import AllocatorSettings
 from .sqs_event_shape import read_sqs_records

@@ -16,17 +16,15 @@ from typing import TYPE_CHECKING
 
 from ..adapters.aws_clients import AWS_CALL_BUDGET_S
 from ..adapters.observability import MetricsObserver, MetricsRecorder, logger
-from ..application import (
-    CredentialBroker,
-    DeadLetterSink,
+from ..application.allocator import (
     InboundMessage,
     Invocation,
-    OutcomeSink,
-    ReleaseEnqueuer,
     WorkerConfig,
     WorkerPorts,
     start_batch,
 )
+from ..application.credentials.ports import CredentialBroker
+from ..application.ports import DeadLetterSink, OutcomeSink, ReleaseEnqueuer
 from ..domain.credentials import TokenFreshness
 from ..domain.ledger import RequestLedger
 from ..domain.metering import ParentMeteringCache

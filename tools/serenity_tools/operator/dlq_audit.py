@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
-from serenity_allocator.application.audit_dead_letters import (
+from serenity_allocator.application.allocator.audit_dead_letters import (
     DeadLetterAudit,
     DeadLetterCopy,
     audit_dead_letters,

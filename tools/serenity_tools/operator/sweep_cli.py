@@ -302,7 +302,7 @@ def _hand_over_token(
     if token is None:
         return
     if "run_id" not in payload:
-        from serenity_allocator.handlers.sweep import new_run_id
+        from serenity_allocator.handlers.sweep_runtime import new_run_id
 
         # The claim is written before the first invocation, so the run id is chosen here.
         payload["run_id"] = new_run_id()

@@ -124,8 +124,8 @@ def hand_over(
         CheckpointStoreError,
         S3CheckpointStore,
     )
-    from serenity_allocator.application.sweep_run_tokens import hand_over_run_token
-    from serenity_allocator.domain.sweep_errors import RunInProgressError
+    from serenity_allocator.application.sweep.run_tokens import hand_over_run_token
+    from serenity_allocator.domain.sweep.errors import RunInProgressError
 
     bucket = args.sweep_bucket or env.get("SWEEP_BUCKET", "")
     key = args.credentials_key_arn or env.get("CREDENTIALS_KEY_ARN", "")

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from serenity_allocator.domain.sweep_model import (
+from serenity_allocator.domain.sweep.model import (
     SweepAbandonRequest,
     SweepParentAbandonRequest,
     SweepRequest,

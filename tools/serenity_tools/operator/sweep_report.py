@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from serenity_allocator.domain.sweep_model import SweepCounts
+from serenity_allocator.domain.sweep.model import SweepCounts
 
 FAILED_SHOWN = 20
 """Failed targets the summary names one by one (the report lists them all)."""

@@ -123,7 +123,7 @@ def _send_back(
         BODY_ENCODING_ATTRIBUTE,
         decode_dead_letter_body,
     )
-    from serenity_tools.standins.stack import body_field
+    from serenity_tools.standins.message_bodies import body_field
 
     attributes: Mapping[str, Any] = message.get("MessageAttributes", {})
     encoding = attributes.get(BODY_ENCODING_ATTRIBUTE, {}).get("StringValue")

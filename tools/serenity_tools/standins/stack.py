@@ -64,6 +64,7 @@ from serenity_tools.standins.aws_endpoints import (
 )
 from serenity_tools.standins.consumer import DEFAULT_HANDLER, CrashPlan
 from serenity_tools.standins.consumer_pool import ConsumerPool, QueueDepth, queue_depth
+from serenity_tools.standins.message_bodies import body_field
 from serenity_tools.standins.outcome_capture import OutcomeCapture, create_outcome_capture
 from serenity_tools.standins.resources import (
     LOCAL_REGION,
@@ -589,18 +590,6 @@ def _started(part: _T | None) -> _T:
     if part is None:
         raise RuntimeError("the local stack is not started")
     return part
-
-
-def body_field(body: str, name: str) -> str | None:
-    """The string field ``name`` of a JSON object body; None if absent or not JSON."""
-    import json
-
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        return None
-    value = parsed.get(name) if isinstance(parsed, dict) else None
-    return value if isinstance(value, str) else None
 
 
 # -- CLI: serenity-allocator local up ----------------------------------------------------------

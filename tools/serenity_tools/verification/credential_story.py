@@ -238,7 +238,7 @@ def hand_run_token(identities: LocalIdentities, store: Any, cipher: Any, run_id:
 
     It mints the operator's promise token and puts it, KMS-encrypted, on the run's claim.
     """
-    from serenity_allocator.application.sweep_run_tokens import hand_over_run_token
+    from serenity_allocator.application.sweep.run_tokens import hand_over_run_token
 
     with identities.ims() as ims:
         promise = ims.mint(identities.user(OPERATOR).access_token).promise_token
@@ -247,7 +247,7 @@ def hand_run_token(identities: LocalIdentities, store: Any, cipher: Any, run_id:
 
 def run_claim(store: Any, run_id: str) -> dict[str, Any] | None:
     """The run's claim document as stored (ciphertexts only), or None."""
-    from serenity_allocator.domain.sweep_run_claim import run_claim_name
+    from serenity_allocator.domain.sweep.run_claim import run_claim_name
 
     stored = store.load(run_claim_name(run_id))
     return None if stored is None else dict(stored.body)

@@ -349,7 +349,8 @@ def run_sweep(
     """
     from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher
     from serenity_allocator.handlers.settings import SweepSettings
-    from serenity_allocator.handlers.sweep import build_sweep_runtime, lambda_handler, new_run_id
+    from serenity_allocator.handlers.sweep import lambda_handler
+    from serenity_allocator.handlers.sweep_runtime import build_sweep_runtime, new_run_id
 
     results: list[dict[str, Any]] = []
     run_id = new_run_id()

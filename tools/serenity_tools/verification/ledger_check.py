@@ -51,7 +51,7 @@ def audit_local_dead_letters(resources: LocalResources) -> dict[str, int]:
     """
     from serenity_allocator.adapters.dynamodb_request_ledger import DynamoDbRequestLedger
     from serenity_allocator.adapters.eventbridge_outcomes import OutcomePublisher
-    from serenity_allocator.application.audit_dead_letters import audit_dead_letters
+    from serenity_allocator.application.allocator.audit_dead_letters import audit_dead_letters
     from serenity_tools.operator.dlq_audit import peek_dead_letters
 
     read = peek_dead_letters(

@@ -251,6 +251,8 @@ def percentile(values: Sequence[float], fraction: float) -> float:
 
 _FEATURE_METRICS: tuple[tuple[str, str | None], ...] = (
     ("HeadroomCheck", "unmetered"),
+    ("HeadroomCheck", "refilled"),
+    ("HeadroomCheck", "rightsized"),
     ("TightPoolFallback", "saved"),
     ("TightPoolFallback", "rejected"),
     ("SiblingReclaim", "enqueued"),

@@ -10,7 +10,7 @@ from typing import Any
 
 from serenity_allocator.adapters.eventbridge_outcomes import OutcomePublisher
 from serenity_allocator.domain.messages import AllocationOutcome
-from serenity_tools.standins.stack import body_field
+from serenity_tools.standins.message_bodies import body_field
 
 TRUSTING_HANDLER = f"{__name__}:trusting_standard_queue_handler"
 PUBLISH_CRASH_HANDLER = f"{__name__}:crash_while_publishing_handler"

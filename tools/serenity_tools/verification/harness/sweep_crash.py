@@ -122,7 +122,7 @@ class ManualWallClock:
 
 
 def _checkpoint_problems(store: Any, run_id: str) -> list[str]:
-    from serenity_allocator.domain.sweep_model import SweepCheckpoint
+    from serenity_allocator.domain.sweep.model import SweepCheckpoint
 
     try:
         stored = store.load(run_id)
@@ -262,7 +262,8 @@ def run_sweep_crash(config: HarnessConfig) -> ScenarioResult:
     from functools import partial
 
     from serenity_allocator.handlers.settings import SweepSettings
-    from serenity_allocator.handlers.sweep import build_sweep_runtime, lambda_handler
+    from serenity_allocator.handlers.sweep import lambda_handler
+    from serenity_allocator.handlers.sweep_runtime import build_sweep_runtime
     from serenity_tools.operator.sweep_cli import LocalInvoker
 
     started = time.monotonic()

@@ -1,0 +1,285 @@
+"""Apply an ensure: alone, or as one combined top-up for a run of consecutive ensures.
+
+A run's leader makes the combined call; the members behind it share its result (the run keeps
+it: :class:`~serenity_allocator.domain.coalescing.EnsureRun`). When the sum does not fit
+(brand limit, pool exhausted) the run splits and each request is applied on its own, in order.
+A refusal is a returned ``rejected`` outcome, a park for sibling reclaim a returned
+:class:`.Parked`; anything a retry could fix raises.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from ...domain.allocation import (
+    EnsureAsk,
+    EnsureHooks,
+    EnsureResult,
+    EnsureRules,
+    ensure_headroom,
+)
+from ...domain.ceiling import Ceiling, combine_ceilings
+from ...domain.coalescing import EnsureRun
+from ...domain.errors import (
+    BrandAiLimitError,
+    OrgPoolExhaustedError,
+    OutOfTimeError,
+    TieredPromptsError,
+)
+from ...domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus
+from ...domain.model import Dimension, Totals
+from ...domain.outcomes import ServingCall, build_outcome
+from ...domain.transfer import TransferContext
+from ...domain.worker_events import Coalesced, DisabledNoop, Reclaim
+from .attempt_observer import AttemptObserver
+from .batch_plan import BatchMessage
+from .invocation import EnsureBatch
+from .reclaim import Parked, park_for_reclaim
+from .request_ledger import record_transfer_intent
+
+
+def apply_ensure(
+    message: BatchMessage, request: EnsureRequest, run: EnsureRun | None, batch: EnsureBatch
+) -> AllocationOutcome | Parked:
+    """The terminal outcome of one ensure, or :class:`.Parked`; raises when a retry could succeed.
+
+    ``request`` is the message's request; ``run`` the coalesced run it belongs to (None: it
+    stands alone). With a request ledger, the top-up's intent (totals before, target) is
+    recorded for every request it serves just before its transfer; a redelivery whose recorded
+    top-up landed (:meth:`.LedgerView.landed`) reports it (made before a store failed or the
+    function died), never ``hot-path``. In IMS mode (``batch.credentials``) a run's leader first
+    admits only the members whose own users can read the child; one that left is applied alone.
+    The outcome is built in one place, at the end.
+    """
+    receive_count = message.receive_count
+    ports, observer = batch.ports, batch.observer
+    if batch.config.dynamic_allocation:
+        ensurer = _Ensurer(batch, receive_count)
+        ended = ensurer.ensure(message.message_id, request, run)
+    else:
+        observer.record(DisabledNoop())
+        ended = _Ended("disabled")
+    if isinstance(ended, Parked):
+        return ended
+    status, result = ended.status, ended.result
+    if result is not None and result.topped_up and request.request_id in ports.parked:
+        observer.record(Reclaim("served"))
+        status = "topped-up-after-reclaim"
+    return build_outcome(
+        request,
+        status,
+        receive_count,
+        error_code=ended.error_code,
+        served=ServingCall(result.before, result.after, ended.coalesced)
+        if result is not None
+        else None,
+    )
+
+
+class _Asked(Protocol):
+    """What one ensure call asks for: one request's, or a coalesced run's combined, ask."""
+
+    @property
+    def need(self) -> Totals: ...
+
+    @property
+    def ceiling(self) -> Ceiling | None: ...
+
+    @property
+    def include_drafted(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class _Ended:
+    """How one ensure ended, short of its outcome: a status, with what served it, if anything."""
+
+    status: OutcomeStatus
+    error_code: str | None = None
+    result: EnsureResult | None = None
+    coalesced: int = 1
+    """Requests the call that served this one covered (1: its own call)."""
+
+
+def _combined_run(run: EnsureRun | None, message_id: str) -> EnsureRun | None:
+    """The run whose one combined call serves this message, or None (it stands alone)."""
+    if run is not None and run.combined and run.includes(message_id):
+        return run
+    return None
+
+
+def _served_by_leader(run: EnsureRun | None) -> bool:
+    """True for a run whose leader's combined call already stood (its members share it)."""
+    return run is not None and run.result is not None
+
+
+@dataclass
+class _Ensurer:
+    """One ensure message's attempt(s), over what the use case was handed."""
+
+    batch: EnsureBatch
+    receive_count: int
+
+    def ensure(
+        self, message_id: str, request: EnsureRequest, run: EnsureRun | None
+    ) -> _Ended | Parked:
+        """How the ensure of ``request`` (in ``run``, if coalesced) ended, or :class:`.Parked`."""
+        combined = _combined_run(run, message_id)
+        # A member behind a leader that stood is served by it; the intent the leader just
+        # recorded for it is that same top-up, not an earlier delivery's.
+        landed = (
+            None
+            if _served_by_leader(combined)
+            else self.batch.ledger.landed(request, self.batch.ports.gateway)
+        )
+        if landed is not None:
+            # Not counted again in HeadroomCheck: the delivery that transferred counted it.
+            raised = any(landed.target.get(d) > landed.before.get(d) for d in Dimension)
+            served = EnsureResult(
+                outcome="topped-up" if raised else "rightsized",
+                before=landed.before,
+                after=landed.target,
+            )
+            return _Ended(served.outcome, result=served)
+        try:
+            result = self._apply(combined, message_id, request)
+        except (BrandAiLimitError, OrgPoolExhaustedError, TieredPromptsError) as exc:
+            return _Ended("rejected", error_code=exc.code)
+        if isinstance(result, Parked):
+            return result
+        # Re-read split: a leader whose combined call was refused was served on its own.
+        coalesced = len(combined.members) if combined is not None and combined.combined else 1
+        return _Ended(result.outcome, result=result, coalesced=coalesced)
+
+    def _apply(
+        self, run: EnsureRun | None, message_id: str, request: EnsureRequest
+    ) -> EnsureResult | Parked:
+        if run is not None:
+            if message_id != run.leader:
+                # The leader's combined call already covered this request (a failed leader
+                # fails the rest of its group before we get here: skip_group_on_error).
+                if run.result is None:
+                    raise AssertionError("a run member was handled before its leader's result")
+                return run.result
+            combined = self._apply_combined(run, request)
+            if combined is not None:
+                return combined
+        return self.apply_one(request)
+
+    def _apply_combined(self, run: EnsureRun, request: EnsureRequest) -> EnsureResult | None:
+        """The leader's one call for the whole run; None when the run split (apply it alone)."""
+        if self.batch.credentials is not None:
+            # Each member's own user must reach the child before it joins the combined call.
+            self.batch.credentials.admit(run, self.batch.ports.gateway)
+            if not run.combined:
+                return None
+        attempt = self._attempt_observer()
+        try:
+            result = self._call(
+                request,
+                run,
+                attempt,
+                served=list(run.requests),
+            )
+        except (BrandAiLimitError, OrgPoolExhaustedError, TieredPromptsError):
+            # The sum does not fit (a tiered child's tiers may cover each need alone, never
+            # the sum); each request may on its own. No request received this refusal.
+            attempt.discard()
+            run.split_up()
+            return None
+        except Exception:
+            # Any other failure is the members' too: keep what it recorded (a busy rejection is
+            # real), and if it completes the leader (a terminal upstream answer), let the
+            # members behind it make their own call instead of reading a result never stored.
+            attempt.commit()
+            run.split_up()
+            raise
+        attempt.commit()
+        self.batch.observer.record(Coalesced(len(run.members) - 1))
+        run.served(result)
+        return result
+
+    def apply_one(self, request: EnsureRequest) -> EnsureResult | Parked:
+        attempt = self._attempt_observer()
+        try:
+            result = self._call(
+                request,
+                request,
+                attempt,
+                served=[request],
+            )
+        except OrgPoolExhaustedError:
+            parked = self._park(request, attempt)
+            if parked is not None:
+                return parked
+            attempt.commit()
+            raise
+        except Exception:
+            attempt.commit()
+            raise
+        attempt.commit()
+        return result
+
+    def _park(self, request: EnsureRequest, attempt: AttemptObserver) -> Parked | None:
+        # Parked (or about to be) is waiting, not rejected, unless this receive is its last.
+        try:
+            parked = park_for_reclaim(request, self.receive_count, self.batch)
+        except OutOfTimeError:
+            self._settle(attempt)
+            raise
+        if parked is not None:
+            self._settle(attempt)
+        return parked
+
+    def _settle(self, attempt: AttemptObserver) -> None:
+        if self.batch.config.is_final_receive(self.receive_count):
+            attempt.commit()
+        else:
+            attempt.discard()
+
+    def _attempt_observer(self) -> AttemptObserver:
+        return AttemptObserver(
+            self.batch.observer, self.batch.ports.pool_watch, self.batch.pool_warnings
+        )
+
+    def _call(
+        self,
+        request: EnsureRequest,
+        asked: _Asked,
+        attempt: AttemptObserver,
+        *,
+        served: list[EnsureRequest],
+    ) -> EnsureResult:
+        """One ensure call for what ``asked`` asks (one request or a run), serving ``served``."""
+        config, ports = self.batch.config, self.batch.ports
+        ledger = self.batch.ledger
+
+        def record_intent(before: Totals, target: Totals) -> None:
+            for member in served:
+                record_transfer_intent(ledger, member, before, target)
+
+        ask = EnsureAsk(
+            child_id=request.workspace_id,
+            parent_id=request.parent_workspace_id,
+            need=asked.need,
+            include_drafted=asked.include_drafted,
+            ceiling=combine_ceilings(asked.ceiling, config.ceiling_backstop),
+        )
+        rules = EnsureRules(
+            policy=config.ensure_policy,
+            blocks=config.blocks,
+            exact_fallback=config.tight_pool_fallback,
+        )
+        ctx = TransferContext(
+            clock=ports.clock,
+            sleep=ports.sleep,
+            deadline=self.batch.deadlines.applying,
+            observer=attempt,
+        )
+        hooks = EnsureHooks(
+            is_unmetered=ports.is_unmetered,
+            family=ports.parent_links,
+            last_pool_free=watch.last_free if (watch := ports.pool_watch) else None,
+            before_transfer=record_intent,
+        )
+        return ensure_headroom(ports.gateway, ask, rules, ctx, hooks)

@@ -1,0 +1,264 @@
+"""What the use cases share: the worker's configuration, its ports, and one invocation's state."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+
+from ...domain.ceiling import NO_CEILING, Ceiling
+from ...domain.ledger import RequestLedger
+from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
+from ...domain.model import Blocks
+from ...domain.parent_links import ParentLinks
+from ...domain.pool_watch import PoolLowWarning, PoolWatch
+from ...domain.ports import Clock, Sleeper, WorkspaceGateway
+from ...domain.transfer import TransferPolicy
+from ..credentials.ports import CredentialBroker
+from ..credentials.request_credentials import RequestCredentials
+from ..deadlines import Deadlines
+from ..ledger_deadlines import LedgerDeadlines
+from ..ports import DeadLetterSink, OutcomeSink, ReleaseEnqueuer, WorkerObserver
+from .batch_plan import BatchPlan, InboundMessage, plan_batch
+from .outcomes import OutcomeBook
+from .request_ledger import LedgerView, read_ledger, replay_invalid
+
+PUBLISH_CHUNK = 10
+"""Outcomes per publish call (PutEvents takes at most 10 entries)."""
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """The rules' knobs, taken from the validated settings at the edge."""
+
+    dynamic_allocation: bool
+    blocks: Blocks
+    max_receive_count: int
+    """The redrive policy's maxReceiveCount: the receive after which SQS dead-letters."""
+    ensure_policy: TransferPolicy
+    release_policy: TransferPolicy
+    tight_pool_fallback: bool = True
+    sibling_reclaim: bool = False
+    sibling_reclaim_max_parks: int = 2
+    sibling_reclaim_max_siblings: int = 3
+    ceiling_backstop: Ceiling = NO_CEILING
+    """The environment's per-brand ceiling; the stricter of it and a message's ceiling applies."""
+    aws_call_budget_s: float = 0.0
+    """The longest one AWS call (publish, DLQ send, ledger write, enqueue) can take, retries
+    included (the invocation's :class:`.Deadlines` reserve it)."""
+    ims_call_budget_s: float = 0.0
+    """The longest one IMS exchange can take (IMS mode): an exchange starts only when it fits."""
+
+    def is_final_receive(self, receive_count: int) -> bool:
+        """True when SQS moves the message to the DLQ if this receive fails too."""
+        return receive_count >= self.max_receive_count
+
+
+@dataclass
+class WorkerPorts:
+    """The outside world, built once per container (``None``: that feature is not wired)."""
+
+    gateway: WorkspaceGateway
+    clock: Clock
+    sleep: Sleeper
+    wall_clock_ms: Callable[[], float]
+    dead_letters: DeadLetterSink | None = None
+    outcomes: OutcomeSink | None = None
+    enqueuer: ReleaseEnqueuer | None = None
+    is_unmetered: Callable[[str], bool] | None = None
+    pool_watch: PoolWatch | None = None
+    parked: set[str] = field(default_factory=set)
+    """Request ids this container parked for sibling reclaim (labels the later outcome)."""
+    ledger: RequestLedger | None = None
+    """The request ledger (None: replays are applied again, as before the ledger)."""
+    parent_links: ParentLinks | None = None
+    """Verifies an ensure's parent against the upstream (None: the message is trusted)."""
+    credentials: CredentialBroker | None = None
+    """IMS mode: every request runs as its user (None: static mode, local tools only)."""
+    credential_workers: Executor | None = None
+    """IMS mode: the bounded pool that opens and ends a batch's sessions concurrently (None:
+    one after another, in the record's turn)."""
+
+
+@dataclass(frozen=True)
+class EnsureBatch:
+    """What a batch applies each of its ensures with.
+
+    The container's ``config`` and ``ports``; the batch's ``observer``, ``deadlines``, ledger
+    records (``ledger``) and the pool warnings it collects (``pool_warnings``, appended to);
+    in IMS mode its request sessions (``credentials``; None: static mode).
+    """
+
+    config: WorkerConfig
+    ports: WorkerPorts
+    observer: WorkerObserver
+    deadlines: Deadlines
+    ledger: LedgerView
+    pool_warnings: list[PoolLowWarning]
+    credentials: RequestCredentials | None = None
+
+
+@dataclass
+class BatchState:
+    """What one batch produced so far (the coalesced runs carry their own progress)."""
+
+    ledger: LedgerView
+    """The batch's ledger records, read once before applying."""
+    book: OutcomeBook
+    """The terminal outcomes, in the order they were reached (stored in ``ledger`` first)."""
+    pool_warnings: list[PoolLowWarning] = field(default_factory=list)
+    handled: set[str] = field(default_factory=set)
+    """Message ids Powertools handed over (the others were skipped behind a failed group)."""
+    failure_reasons: dict[str, str] = field(default_factory=dict)
+    """Why each record this invocation failed did fail (an error code), by message id."""
+    credentials: RequestCredentials | None = None
+    """IMS mode: the batch's request sessions (None: static mode)."""
+    invalid_replays: dict[str, AllocationOutcome] = field(default_factory=dict)
+    """Message id -> the stored outcome of an invalid message that this very message
+    dead-lettered before (a redelivery after a crash, ADR 0020): replayed, not sent again."""
+
+
+@dataclass
+class Invocation:
+    """One batch: the configuration, the ports, the plan, the deadlines and the batch's state.
+
+    Only the two entry points (:func:`.handle_message`, :func:`.finish_batch`) take it whole;
+    each use case they call is handed what it needs.
+    """
+
+    config: WorkerConfig
+    ports: WorkerPorts
+    observer: WorkerObserver
+    plan: BatchPlan
+    deadlines: Deadlines
+    state: BatchState
+
+
+def start_batch(
+    config: WorkerConfig,
+    ports: WorkerPorts,
+    observer: WorkerObserver,
+    inbound: Sequence[InboundMessage],
+    *,
+    finish_deadline: float,
+) -> Invocation:
+    """Validate and plan the batch; the returned invocation then handles it record by record.
+
+    Applying ends early enough to leave the time publishing this batch's outcomes may take
+    (one AWS call per chunk), so the outcomes of applied requests can always be announced.
+    """
+    plan = plan_batch(inbound, dynamic_allocation=config.dynamic_allocation)
+    deadlines = Deadlines.for_batch(
+        ports.clock,
+        finish_by=finish_deadline,
+        publish_calls=-(-len(plan.order) // PUBLISH_CHUNK) if ports.outcomes is not None else 0,
+        aws_call_s=config.aws_call_budget_s,
+        ims_call_s=config.ims_call_budget_s,
+    )
+    requests = [m.request for m in plan.messages.values() if m.request is not None]
+    # The lookup and every later ledger write are bounded by the applying deadline (a dead
+    # letter, written as a record fails, only by the function's own).
+    ledger = read_ledger(
+        ports.ledger,
+        _looked_up_ids(plan),
+        LedgerDeadlines(
+            clock=ports.clock,
+            sleep=ports.sleep,
+            apply_by=deadlines.applying,
+            finish_by=deadlines.finishing,
+            call_budget_s=config.aws_call_budget_s,
+        ),
+    )
+    standalone = _standalone(ledger, requests)
+    if standalone:
+        plan = plan_batch(
+            inbound, dynamic_allocation=config.dynamic_allocation, standalone=standalone
+        )
+    credentials = (
+        RequestCredentials(ports.credentials, observer, deadlines, ports.credential_workers)
+        if ports.credentials is not None
+        else None
+    )
+    if credentials is not None:
+        credentials.open_ahead(_acting(plan, ledger, config))
+    return Invocation(
+        config=config,
+        ports=ports,
+        observer=observer,
+        plan=plan,
+        deadlines=deadlines,
+        state=BatchState(
+            ledger=ledger,
+            book=OutcomeBook(ledger=ledger, sequence_numbers=_sequence_numbers(plan)),
+            credentials=credentials,
+            invalid_replays=_invalid_replays(ledger, plan),
+        ),
+    )
+
+
+def _acting(
+    plan: BatchPlan, ledger: LedgerView, config: WorkerConfig
+) -> list[EnsureRequest | ReleaseRequest]:
+    """The requests that will act as their users, to open ahead.
+
+    Valid, first of their id, not settled by the ledger (a replay or a refusal opens nothing),
+    and making Semrush calls.
+    """
+    requests = [
+        m.request
+        for m in plan.messages.values()
+        if m.request is not None and m.duplicate_of is None
+    ]
+    settled = ledger.settled(requests)
+    return [
+        r
+        for r in requests
+        if r.request_id not in settled
+        and (config.dynamic_allocation or isinstance(r, ReleaseRequest))
+    ]
+
+
+def _looked_up_ids(plan: BatchPlan) -> list[str]:
+    """The ids the ledger is asked for: every valid request's, an invalid message's readable one.
+
+    The latter because an invalid message's own dead letter, delivered again, is replayed.
+    """
+    return [
+        read.request_id
+        for m in plan.messages.values()
+        if (read := m.request or m.invalid_outcome) is not None
+    ]
+
+
+def _invalid_replays(ledger: LedgerView, plan: BatchPlan) -> dict[str, AllocationOutcome]:
+    """The invalid messages whose own dead letter the ledger holds, with its stored outcome."""
+    return {
+        mid: replayed
+        for mid, m in plan.messages.items()
+        if m.request is None
+        and (replayed := replay_invalid(ledger, m.invalid_outcome, mid)) is not None
+    }
+
+
+def _standalone(
+    ledger: LedgerView, requests: Sequence[EnsureRequest | ReleaseRequest]
+) -> frozenset[str]:
+    """Ids that join no coalesced run: each is settled on its own.
+
+    Replayed, refused or unreadable requests, those an earlier delivery may have applied (a
+    recorded intent), and dead letters a delivery sent itself (replayed for that message).
+    """
+    return ledger.settled(requests) | {
+        rid
+        for rid, entry in ledger.entries.items()
+        if entry.intent is not None or entry.source_message_id is not None
+    }
+
+
+def _sequence_numbers(plan: BatchPlan) -> dict[str, str]:
+    """Message id -> SQS SequenceNumber, for the records that carry one."""
+    return {
+        mid: m.inbound.sequence_number
+        for mid, m in plan.messages.items()
+        if m.inbound.sequence_number is not None
+    }
