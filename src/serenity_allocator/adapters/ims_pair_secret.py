@@ -66,19 +66,7 @@ def read_ims_pair(
 
 
 def _pair_from(value: object, keys: tuple[str, ...], what: str, pair_name: str) -> ImsClientPair:
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", errors="replace")
-    try:
-        document = json.loads(value) if isinstance(value, str) else None
-    except json.JSONDecodeError:
-        # from None: the decode error quotes the document, which is the secret.
-        raise ImsPairSecretError(f"{what} is not JSON") from None
-    if isinstance(document, dict) and "client_id" not in document:
-        # Pairs by name: the deployment's is the one its promise definition gives semrush.
-        if pair_name not in document:
-            raise ImsPairSecretError(f"{what} holds no pair named {pair_name!r} (IMS_PAIR_NAME)")
-        document = document[pair_name]
-        what = f"{what} pair {pair_name!r}"
+    document, what = _named_pair(_json_of(value, what), what, pair_name)
     if not isinstance(document, dict) or not all(
         isinstance(document.get(key), str) and document[key].strip() for key in keys
     ):
@@ -86,3 +74,27 @@ def _pair_from(value: object, keys: tuple[str, ...], what: str, pair_name: str) 
             f"{what} must be a JSON object with non-blank string " + ", ".join(keys)
         )
     return ImsClientPair(*(document[key].strip() for key in keys))
+
+
+def _json_of(value: object, what: str) -> object:
+    """The secret's JSON document (None when it is not a string at all)."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", errors="replace")
+    try:
+        return json.loads(value) if isinstance(value, str) else None
+    except json.JSONDecodeError:
+        # from None: the decode error quotes the document, which is the secret.
+        raise ImsPairSecretError(f"{what} is not JSON") from None
+
+
+def _named_pair(document: object, what: str, pair_name: str) -> tuple[object, str]:
+    """The deployment's pair of a secret of pairs by name, ``what`` then naming it.
+
+    The deployment's is the one whose promise definition gives semrush; a secret of one pair
+    is that pair.
+    """
+    if not isinstance(document, dict) or "client_id" in document:
+        return document, what
+    if pair_name not in document:
+        raise ImsPairSecretError(f"{what} holds no pair named {pair_name!r} (IMS_PAIR_NAME)")
+    return document[pair_name], f"{what} pair {pair_name!r}"

@@ -46,7 +46,7 @@ from ...domain.sweep.errors import (
     SweepNoCredentialError,
 )
 from ...domain.sweep.run_claim import RunClaim, RunClaimEnd, run_claim_name, run_token_context
-from .ports import CheckpointStore, PromiseExchange, RunTokenCipher
+from .ports import CheckpointStore, ExchangedTokens, PromiseExchange, RunTokenCipher
 
 SEMRUSH_SCOPE = "semrush"
 """The scope the run's access token needs on the Semrush routes."""
@@ -175,10 +175,27 @@ class RunTokens:
         if read.claim is None or sealed is None:
             self._observer.record(CredentialOutcome("noCredential"))
             raise SweepNoCredentialError(run_id, read.why_empty())
-        token = _open(self._cipher, run_id, sealed)
         sent_at = self.freshness.clock()
+        tokens = self._exchanged(run_id, read, sealed)
+        self._roll(run_id, read, tokens.promise_token)
+        if tokens.lacks_scope(SEMRUSH_SCOPE):
+            # The wrong pair, not the operator: the claim keeps the rolled token (configuration).
+            self._observer.record(CredentialOutcome("semrushScopeMissing"))
+            raise SemrushScopeMissingError()
+        self._observer.record(CredentialOutcome("exchanged"))
+        superseded = read.claim.promise_token if read.claim.handover else None
+        if superseded is not None:
+            # The operator handed over a new token: the old chain must not stay alive.
+            self._invalidate(run_id, superseded)
+        return tokens.access_token, self.freshness.lifetime_of(sent_at, tokens.expires_in)
+
+    def _exchanged(self, run_id: str, read: _ClaimRead, sealed: str) -> ExchangedTokens:
+        """IMS's answer to exchanging the claim's ``sealed`` token.
+
+        A refusal is raised as what it means for the run (see :meth:`exchange`).
+        """
         try:
-            tokens = self._ims.exchange(token)
+            return self._ims.exchange(_open(self._cipher, run_id, sealed))
         except NeedsReauthError:
             self._dead(run_id, read, sealed)
         except (ImsUnavailableError, OutOfTimeError):
@@ -194,17 +211,6 @@ class RunTokens:
             self._roll(run_id, read, exc.rolled)
             self._observer.record(CredentialOutcome("imsUnavailable"))
             raise SweepImsUnavailableError(run_id) from None
-        self._roll(run_id, read, tokens.promise_token)
-        if tokens.lacks_scope(SEMRUSH_SCOPE):
-            # The wrong pair, not the operator: the claim keeps the rolled token (configuration).
-            self._observer.record(CredentialOutcome("semrushScopeMissing"))
-            raise SemrushScopeMissingError()
-        self._observer.record(CredentialOutcome("exchanged"))
-        superseded = read.claim.promise_token if read.claim.handover else None
-        if superseded is not None:
-            # The operator handed over a new token: the old chain must not stay alive.
-            self._invalidate(run_id, superseded)
-        return tokens.access_token, self.freshness.lifetime_of(sent_at, tokens.expires_in)
 
     def _roll(self, run_id: str, read: _ClaimRead, rolled: str) -> None:
         claim = RunClaim(run_id=run_id, promise_token=_seal(self._cipher, run_id, rolled))
