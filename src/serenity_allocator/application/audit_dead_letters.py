@@ -248,7 +248,20 @@ def _dead_letter_outcome(entry: LedgerEntry | None, letter: _Letter) -> Allocati
         code = RECEIVES_EXHAUSTED
     return build_outcome(
         letter.request, "failed", letter.receive_count, error_code=code
-    ).model_copy(update={"dead_lettered": True})
+    ).model_copy(update={"dead_lettered": True, "sequence_number": _order_key(entry)})
+
+
+def _order_key(entry: LedgerEntry | None) -> str | None:
+    """The source message's SQS SequenceNumber as a receive of it recorded it (ADR 0018).
+
+    Never the DLQ copy's own ``SequenceNumber``: SQS does not document that a message moved
+    by the redrive policy keeps its source queue's number (a FIFO DLQ enqueues it anew; the
+    stack's moto numbers it in the DLQ's own sequence), and numbers of two queues do not
+    compare. None when no receive of the message reached the ledger.
+    """
+    if entry is None or entry.outcome is None:
+        return None
+    return entry.outcome.sequence_number
 
 
 def _request(body: str) -> Request | None:

@@ -161,8 +161,10 @@ class AllocatorRuntime:
             MetricsRecorder(settings.environment), pool_low_ratio=settings.pool_low_ratio
         )
         if self.ims is not None:
-            # Sessions open while the batch is planned: a warm container's limit from the last
-            # invocation must not refuse them (each checks the applying deadline itself).
+            # The invocation's own deadline, set before the sessions open as the batch is
+            # planned (a warm container's limit from the last invocation must not refuse
+            # them): an exchange starts only when a whole one still fits before it
+            # (Deadlines.fits_ims_exchange), so none is cut short; invalidations too.
             limit_gateway_time(self.ims, budget_s)
         invocation = start_batch(
             self.worker_config(),
@@ -175,8 +177,6 @@ class AllocatorRuntime:
         # planning read the request ledger, which took time of its own).
         applying_s = invocation.deadlines.applying - self.clock()
         limit_gateway_time(self.gateway, applying_s)
-        if self.ims is not None:
-            limit_gateway_time(self.ims, applying_s)  # exchanges and invalidations too
         return invocation
 
 
