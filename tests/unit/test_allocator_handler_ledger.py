@@ -86,9 +86,11 @@ def _later_receive(receive_count: int) -> dict[str, Any]:
 def test_lambda_handler_store_failing_after_the_transfer_is_logged_and_later_told_truthfully(
     receive_count: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given a full child and a ledger whose terminal store fails once
+    # Given a full child and a ledger whose terminal store fails (on a final receive, at its
+    # second try too)
     worker = new_worker(family_gateway(("c1", FULL, FULL)))
     ledger = StoreFailsOnce()
+    ledger.failing_stores = 2 if receive_count == MAX_RECEIVE_COUNT else 1
     worker.runtime.ledger = ledger
     logs = io.StringIO()
     monkeypatch.setattr(logger.registered_handler, "stream", logs)
@@ -126,6 +128,30 @@ def test_lambda_handler_store_failing_after_the_transfer_is_logged_and_later_tol
     assert outcome.supersedes == ("deadLettered" if receive_count == MAX_RECEIVE_COUNT else None)
     assert ledger.entries["req-m1"].state == "final"
     assert ledger.entries["req-m1"].outcome == outcome
+
+
+def test_lambda_handler_final_receive_whose_store_fails_once_is_stored_again_and_reported() -> None:
+    # Given a full child and a ledger whose terminal store fails once (throttled)
+    worker = new_worker(family_gateway(("c1", FULL, FULL)))
+    ledger = StoreFailsOnce()
+    worker.runtime.ledger = ledger
+
+    # When an ensure tops the child up on its final receive
+    answer = worker.invoke(ensure_record("m1", "c1", 100, receive_count=MAX_RECEIVE_COUNT))
+
+    # Then its outcome is stored at the second try: the record completes (no DLQ), and what
+    # was applied is announced, never a failure or nothing
+    assert failed_ids(answer) == []
+    assert worker.gateway.transfers == [("c1", Totals(projects=1, prompts=200))]
+    outcome = worker.outcome("req-m1")
+    assert (outcome.status, outcome.totals_before, outcome.totals_after, outcome.dead_lettered) == (
+        "topped-up",
+        FULL,
+        Totals(projects=1, prompts=200),
+        None,
+    )
+    entry = ledger.entries["req-m1"]
+    assert (entry.state, entry.provisional, entry.outcome) == ("final", False, outcome)
 
 
 def test_lambda_handler_coalesced_run_records_every_members_intent_before_its_transfer() -> None:

@@ -302,7 +302,7 @@ def _finish(
 
     ``completed=False`` for a final receive's outcome as its record fails (not ``Completed``).
     """
-    held = inv.state.book.record(message.message_id, outcome, completes=completed)
+    held = _stored(inv, message, outcome, completed)
     # Any terminal outcome ends a park, not only a served one: otherwise a warm container keeps
     # every rejected id forever (and would label a later request reusing that idempotency key
     # as served after reclaim).
@@ -319,3 +319,26 @@ def _finish(
         # for an unreadable message: the id it names may be another request's (its record stays
         # to that request, or to its TTL).
         inv.state.credentials.end(held or outcome)
+
+
+def _stored(
+    inv: Invocation, message: BatchMessage, outcome: AllocationOutcome, completed: bool
+) -> AllocationOutcome | None:
+    """The outcome the book holds once stored (None: a dead letter the ledger did not take).
+
+    A final receive's store that fails is tried once more, from the time kept for publishing:
+    no redelivery will read the child against the intent for it, so without this an applied
+    transfer whose store was throttled ends in the DLQ unreported (issue 36 item 5). A store
+    whose answer was lost but which landed is read back as the ledger's own outcome.
+
+    Raises:
+        LedgerUnavailableError: the store failed (twice on a final receive); the record fails.
+    """
+    book = inv.state.book
+    try:
+        return book.record(message.message_id, outcome, completes=completed)
+    except LedgerUnavailableError:
+        final_receive = inv.config.is_final_receive(message.receive_count)
+        if not (completed and final_receive and inv.deadlines.fits_aws_call(finishing=True)):
+            raise
+        return book.record(message.message_id, outcome, completes=completed, finishing=True)

@@ -193,10 +193,14 @@ class LedgerView:
         return frozenset(kept)
 
     def store(
-        self, outcome: AllocationOutcome, completing_message_id: str | None = None
+        self,
+        outcome: AllocationOutcome,
+        completing_message_id: str | None = None,
+        *,
+        finishing: bool = False,
     ) -> AllocationOutcome | None:
         """Store a terminal outcome once (see :func:`store_terminal`)."""
-        return store_terminal(self, outcome, completing_message_id)
+        return store_terminal(self, outcome, completing_message_id, finishing=finishing)
 
     def check(self, request_id: str) -> None:
         """Raise why this request cannot be applied now, if its record was not read.
@@ -239,12 +243,18 @@ def read_ledger(
 
 
 def store_terminal(
-    view: LedgerView, outcome: AllocationOutcome, completing_message_id: str | None = None
+    view: LedgerView,
+    outcome: AllocationOutcome,
+    completing_message_id: str | None = None,
+    *,
+    finishing: bool = False,
 ) -> AllocationOutcome | None:
     """Store ``outcome`` once; return the outcome to publish (the ledger's, if one existed).
 
     ``completing_message_id``: the message whose record completes with ``outcome``; a dead
     letter is then one the worker sent itself, and is bound to that message (ADR 0020).
+    ``finishing``: the write may use the time up to the finishing deadline (a final receive's
+    second try, which no redelivery could make for it).
 
     Called through :meth:`LedgerView.store` (by :meth:`.OutcomeBook.record`). Nothing is ever
     published that the ledger does not hold: a dead-lettered outcome the ledger cannot take
@@ -261,7 +271,7 @@ def store_terminal(
     if view.ledger is None:
         return outcome
     dead = bool(outcome.dead_lettered)
-    if not view.has_time(dead):
+    if not view.has_time(dead or finishing):
         # Never let a write outlive the function (a timeout would replay the whole batch).
         if dead:
             return None
