@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from ..domain.errors import (
     AllocationError,
+    CredentialNotOwnedError,
     ParkedForReclaimError,
     UpstreamError,
     error_code_of,
@@ -55,6 +56,7 @@ from ..domain.ledger import (
 )
 from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from ..domain.observations import CredentialOutcome, CredentialOutcomeName
+from ..domain.outcomes import build_outcome
 from ..domain.transfer import TransferContext
 from ..domain.worker_events import (
     Completed,
@@ -138,7 +140,14 @@ def _terminal_outcome(inv: Invocation, message: BatchMessage) -> AllocationOutco
     except Exception as exc:
         if inv.state.credentials is not None:
             exc = without_echo(exc)
-        return _terminal_or_raise(inv, message, request, exc)
+        if isinstance(exc, CredentialNotOwnedError):
+            # The credential record under this id is another child's: refused like an id the
+            # ledger binds elsewhere (not stored, that request's credential not ended).
+            decision = Refuse(
+                build_outcome(request, "rejected", message.receive_count, error_code=exc.code)
+            )
+        else:
+            return _terminal_or_raise(inv, message, request, exc)
     _settle(inv, message, decision)
     return None
 

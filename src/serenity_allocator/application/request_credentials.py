@@ -17,8 +17,10 @@ turn, before the combined transfer; a member that fails leaves the run and, at i
 ends alone with what refused it, fails again with what kept its session from opening (its
 record comes back), or tries alone with the session opened at admission (a transient read).
 
-Refusals: ``noCredential`` and ``needsReauth`` end ``failed`` and dead-lettered with that
-reason; Semrush 403 ends ``rejected / accessDenied``. A 401 after one re-exchange is transient
+Refusals: ``noCredential``, ``needsReauth`` and ``credentialUnreadable`` (a record the worker
+cannot read) end ``failed`` and dead-lettered with that reason; Semrush 403 ends ``rejected /
+accessDenied``; a record written for another child ends ``rejected / requestIdConflict`` and is
+left to its own request. A 401 after one re-exchange is transient
 (counted ``unauthorized``, alarmed) until the final receive, which ends it ``accessDenied``.
 """
 
@@ -33,6 +35,8 @@ from ..domain.coalescing import EnsureRun
 from ..domain.errors import (
     AccessDeniedError,
     AllocationError,
+    CredentialNotOwnedError,
+    CredentialUnreadableError,
     ImsUnavailableError,
     NeedsReauthError,
     NoCredentialError,
@@ -56,8 +60,11 @@ UNAUTHORIZED_STATUS = 401
 credential incident of ours or IMS's (the fresh token not taken), not a non-member. Transient:
 the record comes back with its rolled token, counted (``unauthorized``, alarmed), and only the
 final receive ends it ``rejected / accessDenied``."""
-DEAD_LETTERED_REFUSALS = frozenset({NoCredentialError.code, NeedsReauthError.code})
-"""Refusals that go to the DLQ with their reason: a human re-mints, then redrives."""
+DEAD_LETTERED_REFUSALS = frozenset(
+    {NoCredentialError.code, NeedsReauthError.code, CredentialUnreadableError.code}
+)
+"""Refusals that go to the DLQ with their reason: a human re-mints, then redrives. Their
+records are scrubbed, never invalidated (the promise is dead, absent or unreadable)."""
 
 
 @dataclass
@@ -305,7 +312,14 @@ def credential_refusal(exc: Exception) -> AllocationError | None:
     Its outcome (:func:`.failure_of`): ``noCredential``/``needsReauth`` end ``failed`` and
     dead-lettered (:data:`DEAD_LETTERED_REFUSALS`), ``accessDenied`` ends ``rejected``.
     """
-    if isinstance(exc, NoCredentialError | NeedsReauthError | AccessDeniedError):
+    if isinstance(
+        exc,
+        NoCredentialError
+        | NeedsReauthError
+        | AccessDeniedError
+        | CredentialUnreadableError
+        | CredentialNotOwnedError,
+    ):
         return exc
     if isinstance(exc, UpstreamError) and exc.status in REFUSED_UPSTREAM_STATUSES:
         return AccessDeniedError()
