@@ -224,6 +224,37 @@ def test_lambda_handler_logs_each_failed_record_with_its_request_id_and_reason(
     ]
 
 
+def test_lambda_handler_failure_lines_carry_each_records_own_workspace_and_receive_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given c1 whose read fails on its third receive, then c2's ensure on its first that
+    # succeeds, so c2 is the last record the logger saw when the failures are reported
+    worker = new_worker(family_gateway(("c1", FULL, FULL), ("c2", FULL, FULL)))
+    worker.gateway.script_errors(READ_RESOURCES, "c1", [UpstreamError(503, "busy", "read")])
+    logs = io.StringIO()
+    monkeypatch.setattr(logger.registered_handler, "stream", logs)
+
+    # When one batch holds both
+    response = worker.invoke(
+        ensure_record("m1", "c1", 100, receive_count=3), ensure_record("m2", "c2", 100)
+    )
+
+    # Then c1's failure line names c1 and its third receive, not c2's keys (issue 34 item 4)
+    assert failed_ids(response) == ["m1"]
+    [line] = [
+        line
+        for line in map(json.loads, logs.getvalue().splitlines())
+        if line["message"] == "record failed; SQS will redeliver it"
+    ]
+    assert (line["message_id"], line["workspace_id"], line["request_id"], line["kind"]) == (
+        "m1",
+        "c1",
+        "req-m1",
+        "ensure",
+    )
+    assert line["receive_count"] == 3
+
+
 def test_lambda_handler_logs_an_invalid_record_without_a_request_id() -> None:
     # Given no DLQ (an invalid record then fails so the redrive policy moves it)
     worker = new_worker(family_gateway(("c1", FULL, FULL)), dlq=False)

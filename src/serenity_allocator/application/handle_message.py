@@ -61,13 +61,12 @@ from ..domain.transfer import TransferContext
 from ..domain.worker_events import (
     Completed,
     LedgerEvent,
-    MessageStarted,
     QueueLag,
     WillRetry,
 )
 from .apply_ensure import apply_ensure
 from .apply_release import apply_release
-from .batch_plan import BatchMessage
+from .batch_plan import BatchMessage, message_keys
 from .dead_letter import dead_letter, dead_letter_failed
 from .final_receive import failure_of
 from .invocation import Invocation
@@ -235,16 +234,7 @@ def _terminal_or_raise(
 
 
 def _report_start(inv: Invocation, message: BatchMessage) -> None:
-    request = message.request
-    inv.observer.record(
-        MessageStarted(
-            message.message_id,
-            request.workspace_id if request else message.group_id,
-            request.request_id if request else None,
-            request.kind if request else None,
-            message.receive_count,
-        )
-    )
+    inv.observer.record(message_keys(message))
     sent = message.inbound.sent_timestamp_ms
     if sent:
         inv.observer.record(QueueLag(max(0.0, inv.ports.wall_clock_ms() - sent)))
