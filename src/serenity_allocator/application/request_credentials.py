@@ -8,8 +8,8 @@ scrubbed); a retryable failure keeps the rolled token on the record for the next
 Sessions are opened ahead, concurrently, at the batch's start (with the container's bounded
 pool), so every exchange has the applying phase before it, not what the records ahead of it
 left. An exchange starts only when a whole IMS call (and the store of the rolled token) fits
-before the applying deadline (``Deadlines.fits_ims_exchange``); otherwise the record fails out
-of time with its still-valid token and comes back. Ends (invalidate and scrub) run beside the
+before the invocation's own deadline (``Deadlines.fits_ims_exchange``); otherwise the record
+fails out of time with its still-valid token and comes back. Ends (invalidate and scrub) run beside the
 rest of the batch and are waited for before the invocation returns.
 
 A coalesced run admits a member only when its own token can read the child, at the leader's
