@@ -13,8 +13,11 @@
    redelivery after a crash, ADR 0020; an invalid message's too), is replayed (its stored
    outcome published again, identical) and not applied or dead-lettered again; one whose
    record could not be read (unreadable, or unanswered under throttling) fails alone.
-5. On a final receive, a provisional dead letter goes to the ledger first (in that same
-   call), so a crash from here on still leaves the request a terminal record.
+5. On a final receive, a provisional dead letter is in the ledger first, with the message's
+   order key (written as the batch starts, :func:`.mark_final_receives_ahead`; in that same
+   call if that write failed), so a crash from there on still leaves the request a terminal
+   record. A final receive's terminal store that fails is tried once more (no redelivery
+   would read the child against its intent).
 6. Apply: an ensure (:mod:`.apply_ensure`) or a release (:mod:`.apply_release`). An ensure
    that needs a top-up first checks its parent against the upstream (:class:`.ParentLinks`):
    a parent that is not the child's real parent makes the message invalid (to the DLQ with

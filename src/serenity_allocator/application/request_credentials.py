@@ -9,8 +9,8 @@ Sessions are opened ahead, concurrently, at the batch's start (with the containe
 pool), so every exchange has the applying phase before it, not what the records ahead of it
 left. An exchange starts only when a whole IMS call (and the store of the rolled token) fits
 before the invocation's own deadline (``Deadlines.fits_ims_exchange``); otherwise the record
-fails out of time with its still-valid token and comes back. Ends (invalidate and scrub) run beside the
-rest of the batch and are waited for before the invocation returns.
+fails out of time with its still-valid token and comes back. Ends (invalidate and scrub) run
+beside the rest of the batch and are waited for before the invocation returns.
 
 A coalesced run admits a member only when its own token can read the child, at the leader's
 turn, before the combined transfer; a member that fails leaves the run and, at its own turn,
