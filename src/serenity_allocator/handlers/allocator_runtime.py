@@ -161,11 +161,12 @@ class AllocatorRuntime:
             MetricsRecorder(settings.environment), pool_low_ratio=settings.pool_low_ratio
         )
         if self.ims is not None:
-            # The invocation's own deadline, set before the sessions open as the batch is
-            # planned (a warm container's limit from the last invocation must not refuse
-            # them): an exchange starts only when a whole one still fits before it
-            # (Deadlines.fits_ims_exchange), so none is cut short; invalidations too.
-            limit_gateway_time(self.ims, budget_s)
+            # The invocation's own deadline less one AWS call (the store of an exchange's
+            # rolled token, or an invalidation's scrub, comes after it), set before the
+            # sessions open as the batch is planned (a warm container's limit from the last
+            # invocation must not refuse them): an exchange starts only when a whole one still
+            # fits (Deadlines.fits_ims_exchange), so none is cut short, nor is its roll.
+            limit_gateway_time(self.ims, budget_s - self.aws_call_budget_s)
         invocation = start_batch(
             self.worker_config(),
             self.worker_ports(),
