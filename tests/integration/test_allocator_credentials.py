@@ -8,6 +8,8 @@ access token (it mints the promise token and writes the record), handled by the 
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import uuid
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ from serenity_allocator.adapters.credential_handover import CredentialHandover, 
 from serenity_allocator.adapters.dynamodb_request_ledger import DynamoDbRequestLedger
 from serenity_allocator.adapters.ims_client import ExchangedTokens, ImsClient, ImsClientPair
 from serenity_allocator.adapters.ims_pair_secret import ImsPairSecretError
+from serenity_allocator.adapters.observability import logger
 from serenity_allocator.adapters.request_authority import RequestTokenHolder
 from serenity_allocator.adapters.secret_redaction import redact_secret
 from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
@@ -722,6 +725,109 @@ def test_ims_worker_invalid_message_naming_another_requests_id_leaves_its_record
     assert api_calls(sim) == []
     assert [c["op"] for c in sim.ims_calls() if c["op"] != "ims_mint"] == []
     assert not _is_dead(sim, promise)
+
+
+def _rewrite_record(stack: CredentialsStack, request_id: str, **attributes: Any) -> None:
+    item = stack.raw_item(request_id)
+    assert item is not None
+    stack.dynamodb.put_item(TableName=stack.table_name, Item={**item, **attributes})
+
+
+def _log_lines(stdout: str, message: str) -> list[dict[str, Any]]:
+    lines = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    return [line for line in lines if line.get("message") == message]
+
+
+def test_ims_worker_record_it_cannot_read_ends_at_once_with_its_own_code_and_is_scrubbed(
+    ims_worker: tuple[AllocatorHarness, AllocationProducer],
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    worker, producer = ims_worker
+    _seed(sim)
+    logs = io.StringIO()
+    monkeypatch.setattr(logger.registered_handler, "stream", logs)
+    # Given a request whose record holds its ciphertext base64-encoded once more (what an
+    # AWS CLI v1 recipe writes), behind a request of the same child with a good record
+    good = _ensure_with(producer, UserCredential(promise_token=_u1_promise(sim)))
+    bad = _ensure_with(producer, UserCredential(promise_token=_u1_promise(sim)))
+    item = stack.raw_item(bad)
+    assert item is not None
+    _rewrite_record(
+        stack, bad, promise_token={"B": base64.b64encode(bytes(item["promise_token"]["B"]))}
+    )
+
+    # When the worker handles the batch (both on their first receive)
+    invocation = worker.invoke()
+
+    # Then the unreadable one ends at once: failed/credentialUnreadable, dead-lettered with
+    # that reason, its record scrubbed, nothing exchanged for it; the good one is applied
+    assert invocation.failed == []
+    outcomes = {o["request_id"]: o for o in outcome_capture.outcomes()}
+    assert (outcomes[good]["status"], outcomes[good].get("error_code")) == ("topped-up", None)
+    fields = ("status", "error_code", "dead_lettered", "receive_count")
+    assert [outcomes[bad][key] for key in fields] == ["failed", "credentialUnreadable", True, 1]
+    [(body, reason)] = _dlq_reasons(worker)
+    assert (json.loads(body)["request_id"], reason) == (bad, "credentialUnreadable")
+    assert _scrubbed(stack, bad)
+    assert len([c for c in sim.ims_calls() if c["op"] == "ims_exchange"]) == 1
+    # And its log line names that record, not the one before it
+    [line] = [
+        line
+        for line in _log_lines(logs.getvalue(), "allocation outcome")
+        if line["request_id"] == bad
+    ]
+    assert (line["workspace_id"], line["receive_count"], line["error_code"]) == (
+        CHILD,
+        1,
+        "credentialUnreadable",
+    )
+    assert worker.receive() == []
+
+
+def test_ims_worker_refuses_a_record_written_for_another_child_and_leaves_it_alone(
+    ims_worker: tuple[AllocatorHarness, AllocationProducer],
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+) -> None:
+    worker, _ = ims_worker
+    _seed(sim)
+    # Given another child's live record under a request id (the victim's message not yet
+    # delivered), and a message of this child reusing that id
+    promise = _u1_promise(sim)
+    assert stack.store().put("r-reused-1", "ws-child-other", promise) is not None
+    body = {
+        "version": 1,
+        "kind": "ensure",
+        "request_id": "r-reused-1",
+        "workspace_id": CHILD,
+        "parent_workspace_id": MASTER,
+        "need": {"projects": 0, "prompts": 5},
+    }
+    worker.send_raw(json.dumps(body), group_id=CHILD, dedup_id="d-reused-1")
+
+    # When the worker handles it
+    invocation = worker.invoke()
+
+    # Then it is refused as a request id conflict at once (not noCredential, not retried),
+    # nothing applied or stored under the id, and the other child's record and promise stay
+    assert invocation.failed == []
+    [outcome] = outcome_capture.outcomes()
+    assert (outcome["request_id"], outcome["status"], outcome["error_code"]) == (
+        "r-reused-1",
+        "rejected",
+        "requestIdConflict",
+    )
+    assert worker.drain_dlq() == []
+    assert api_calls(sim) == []
+    assert [c["op"] for c in sim.ims_calls() if c["op"] != "ims_mint"] == []
+    stored = stack.store().read("r-reused-1", "ws-child-other")
+    assert stored is not None and stored.promise_token == promise
+    assert not _is_dead(sim, promise)
+    assert worker.receive() == []
 
 
 # ---------------------------------------------------------------- the consumer pair's secret

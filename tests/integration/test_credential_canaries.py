@@ -26,7 +26,11 @@ import httpx
 import pytest
 
 from serenity_allocator.adapters.credential_handover import CredentialHandover, UserCredential
-from serenity_allocator.adapters.dynamodb_credential_store import CredentialStoreError
+from serenity_allocator.adapters.dynamodb_credential_store import (
+    CredentialRecordNotOwnedError,
+    CredentialRecordUnreadableError,
+    CredentialStoreError,
+)
 from serenity_allocator.adapters.ims_client import (
     ExchangedTokens,
     ImsClient,
@@ -34,7 +38,7 @@ from serenity_allocator.adapters.ims_client import (
     ImsClientPair,
     ImsRequestError,
 )
-from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher, TokenCipherError
+from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher
 from serenity_allocator.adapters.observability import logger
 from serenity_allocator.adapters.s3_checkpoint_store import S3CheckpointStore
 from serenity_allocator.adapters.secret_redaction import redact_secret
@@ -217,9 +221,19 @@ def test_canary_credential_store_keeps_only_ciphertext_and_never_shows_a_token(
     at_rest = [json.dumps(stack.raw_item("r-1"), default=repr)]
     store.roll("r-1", "c1", rolled)
     at_rest.append(json.dumps(stack.raw_item("r-1"), default=repr))
-    with pytest.raises(TokenCipherError) as other_child:
+    with pytest.raises(CredentialRecordNotOwnedError) as other_child:
         store.read("r-1", "c2")
     errors.append(other_child.value)
+    item = stack.raw_item("r-1")
+    assert item is not None
+    stack.dynamodb.put_item(
+        TableName=stack.table_name,
+        Item={**item, "promise_token": {"B": base64.b64encode(bytes(item["promise_token"]["B"]))}},
+    )
+    with pytest.raises(CredentialRecordUnreadableError) as encoded_twice:
+        store.read("r-1", "c1")
+    errors.append(encoded_twice.value)
+    stack.dynamodb.put_item(TableName=stack.table_name, Item=item)
     store.scrub("r-1")
     scrubbed = stack.raw_item("r-1")
     assert scrubbed is not None and "promise_token" not in scrubbed

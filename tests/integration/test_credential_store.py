@@ -9,6 +9,8 @@ import pytest
 from serenity_allocator.adapters.dynamodb_credential_store import (
     CredentialGoneError,
     CredentialReceipt,
+    CredentialRecordNotOwnedError,
+    CredentialRecordUnreadableError,
     CredentialStoreError,
     DynamoDbCredentialStore,
     StoredCredential,
@@ -66,13 +68,72 @@ def test_credential_store_put_then_read_round_trips_encrypted(
     assert store.read("r1", "c1") == StoredCredential("r1", "c1", TOKEN, 1_800_003_600)
 
 
-def test_credential_store_read_for_another_child_does_not_decrypt(
-    store: DynamoDbCredentialStore,
+def test_credential_store_read_for_another_child_is_refused_before_any_decrypt(
+    stack: CredentialsStack, store: DynamoDbCredentialStore
 ) -> None:
+    # Given c1's record under r1 (and, for the KMS context, the same ciphertext labelled c2)
     store.put("r1", "c1", TOKEN)
-    with pytest.raises(TokenCipherError) as caught:
+
+    # When a message of c2 reads r1 / Then the record is another request's, not decrypted
+    with pytest.raises(CredentialRecordNotOwnedError) as caught:
         store.read("r1", "c2")
-    assert caught.value.reason == "InvalidCiphertextException"
+    assert caught.value.request_id == "r1"
+    assert TOKEN not in str(caught.value)
+    # And a ciphertext relabelled for c2 still does not decrypt for it (the context binds it)
+    item = stack.raw_item("r1")
+    assert item is not None
+    stack.dynamodb.put_item(TableName=stack.table_name, Item={**item, "workspace_id": {"S": "c2"}})
+    with pytest.raises(TokenCipherError) as kms_refused:
+        store.read("r1", "c2")
+    assert kms_refused.value.reason == "InvalidCiphertextException"
+
+
+def _rewrite(stack: CredentialsStack, request_id: str, **attributes: dict[str, object]) -> None:
+    item = stack.raw_item(request_id)
+    assert item is not None
+    stack.dynamodb.put_item(TableName=stack.table_name, Item={**item, **attributes})
+
+
+def test_credential_store_names_a_ciphertext_base64_encoded_twice_unreadable(
+    stack: CredentialsStack, store: DynamoDbCredentialStore
+) -> None:
+    # Given a record whose ciphertext went through base64 once more (an AWS CLI v1 recipe
+    # passing `base64 ciphertext` as a B value stores the base64 text's bytes)
+    store.put("r1", "c1", TOKEN)
+    item = stack.raw_item("r1")
+    assert item is not None
+    _rewrite(stack, "r1", promise_token={"B": base64.b64encode(bytes(item["promise_token"]["B"]))})
+
+    # When the worker reads it / Then it is unreadable, naming the field (moto's KMS answers
+    # such a blob AccessDeniedException, which alone would be a transient outage)
+    with pytest.raises(CredentialRecordUnreadableError) as caught:
+        store.read("r1", "c1")
+    assert (caught.value.request_id, caught.value.field_name) == ("r1", "promise_token")
+
+
+@pytest.mark.parametrize(
+    ("attribute", "value"),
+    [
+        ("expires_at", {"S": "tomorrow"}),
+        ("expires_at", {"N": "1.5"}),
+        ("promise_token", {"S": "not-binary"}),
+    ],
+    ids=["expiry-text", "expiry-fraction", "token-as-text"],
+)
+def test_credential_store_names_a_malformed_attribute_unreadable(
+    stack: CredentialsStack,
+    store: DynamoDbCredentialStore,
+    attribute: str,
+    value: dict[str, object],
+) -> None:
+    # Given a record with one attribute of the wrong shape
+    store.put("r1", "c1", TOKEN)
+    _rewrite(stack, "r1", **{attribute: value})
+
+    # When the worker reads it / Then the field is named, no traceback, no token
+    with pytest.raises(CredentialRecordUnreadableError) as caught:
+        store.read("r1", "c1")
+    assert caught.value.field_name == attribute
     assert TOKEN not in str(caught.value)
 
 

@@ -492,6 +492,12 @@ def test_final_receive_whose_outcome_store_failed_is_never_reported_failed(
         [],
         False,
     )
+    assert summary["unconfirmed_intents"] == {
+        request_id: {
+            "before": {"projects": 0, "prompts": 150},
+            "target": {"projects": 0, "prompts": 380},
+        }
+    }
     assert outcome_capture.outcomes() == []
     assert reader.get_outcome(request_id, workspace_id=CHILD, kind="ensure") is None
     entry = ledger.get(request_id)

@@ -756,9 +756,12 @@ def test_worker_ensure_whose_store_failed_after_its_transfer_is_later_reported_t
     sim.faults(stuck=[])
 
     # When this receive tops the child up (380 + 230 = 610, the used project refilled ahead to
-    # 2) and then cannot store the outcome
+    # 2) and then cannot store the outcome (a final receive stores it a second time: that
+    # fails too here)
     real_ledger = worker.runtime.ledger
-    worker.runtime.ledger = StoreFailsOnce(ledger)  # type: ignore[assignment]
+    failing = StoreFailsOnce(ledger)
+    failing.failing_stores = 2 if final else 1
+    worker.runtime.ledger = failing  # type: ignore[assignment]
     applied = worker.invoke()
     worker.runtime.ledger = real_ledger
 

@@ -87,9 +87,11 @@ def _later_receive(receive_count: int) -> dict[str, Any]:
 def test_lambda_handler_store_failing_after_the_transfer_is_logged_and_later_told_truthfully(
     receive_count: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given a full child and a ledger whose terminal store fails once
+    # Given a full child and a ledger whose terminal store fails (on a final receive, at its
+    # second try too)
     worker = new_worker(family_gateway(("c1", FULL, FULL)))
     ledger = StoreFailsOnce()
+    ledger.failing_stores = 2 if receive_count == MAX_RECEIVE_COUNT else 1
     worker.runtime.ledger = ledger
     logs = io.StringIO()
     monkeypatch.setattr(logger.registered_handler, "stream", logs)
@@ -128,6 +130,30 @@ def test_lambda_handler_store_failing_after_the_transfer_is_logged_and_later_tol
     assert outcome.supersedes == ("deadLettered" if receive_count == MAX_RECEIVE_COUNT else None)
     assert ledger.entries["req-m1"].state == "final"
     assert ledger.entries["req-m1"].outcome == outcome
+
+
+def test_lambda_handler_final_receive_whose_store_fails_once_is_stored_again_and_reported() -> None:
+    # Given a full child and a ledger whose terminal store fails once (throttled)
+    worker = new_worker(family_gateway(("c1", FULL, FULL)))
+    ledger = StoreFailsOnce()
+    worker.runtime.ledger = ledger
+
+    # When an ensure tops the child up on its final receive
+    answer = worker.invoke(ensure_record("m1", "c1", 100, receive_count=MAX_RECEIVE_COUNT))
+
+    # Then its outcome is stored at the second try: the record completes (no DLQ), and what
+    # was applied is announced, never a failure or nothing
+    assert failed_ids(answer) == []
+    assert worker.gateway.transfers == [("c1", Totals(projects=1, prompts=200))]
+    outcome = worker.outcome("req-m1")
+    assert (outcome.status, outcome.totals_before, outcome.totals_after, outcome.dead_lettered) == (
+        "topped-up",
+        FULL,
+        Totals(projects=1, prompts=200),
+        None,
+    )
+    entry = ledger.entries["req-m1"]
+    assert (entry.state, entry.provisional, entry.outcome) == ("final", False, outcome)
 
 
 def test_lambda_handler_coalesced_run_records_every_members_intent_before_its_transfer() -> None:
@@ -199,6 +225,37 @@ def test_lambda_handler_logs_each_failed_record_with_its_request_id_and_reason(
         ("m2", "req-m2", "skippedBehindFailedGroup"),
         ("m3", "req-m3", "outcomeNotPublished"),
     ]
+
+
+def test_lambda_handler_failure_lines_carry_each_records_own_workspace_and_receive_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given c1 whose read fails on its third receive, then c2's ensure on its first that
+    # succeeds, so c2 is the last record the logger saw when the failures are reported
+    worker = new_worker(family_gateway(("c1", FULL, FULL), ("c2", FULL, FULL)))
+    worker.gateway.script_errors(READ_RESOURCES, "c1", [UpstreamError(503, "busy", "read")])
+    logs = io.StringIO()
+    monkeypatch.setattr(logger.registered_handler, "stream", logs)
+
+    # When one batch holds both
+    response = worker.invoke(
+        ensure_record("m1", "c1", 100, receive_count=3), ensure_record("m2", "c2", 100)
+    )
+
+    # Then c1's failure line names c1 and its third receive, not c2's keys (issue 34 item 4)
+    assert failed_ids(response) == ["m1"]
+    [line] = [
+        line
+        for line in map(json.loads, logs.getvalue().splitlines())
+        if line["message"] == "record failed; SQS will redeliver it"
+    ]
+    assert (line["message_id"], line["workspace_id"], line["request_id"], line["kind"]) == (
+        "m1",
+        "c1",
+        "req-m1",
+        "ensure",
+    )
+    assert line["receive_count"] == 3
 
 
 def test_lambda_handler_logs_an_invalid_record_without_a_request_id() -> None:

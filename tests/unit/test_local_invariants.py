@@ -345,6 +345,42 @@ def test_check_order_detects_outcomes_out_of_enqueue_order_and_transfer_mismatch
     assert check_order([ensure, release], in_order, extra, before, strict_transfers=False).passed
 
 
+def test_check_order_places_no_keyless_dead_letter_and_still_orders_every_other_outcome() -> None:
+    # Given three ensures of one child: the middle one ran out of receives before any
+    # receive reached the ledger (the audit's letter carries no order key), the others applied
+    first, middle, last = (build_ensure("c", "m", {"prompts": n}) for n in (300, 400, 500))
+    before = workspaces_by_id([_ws("c", "m", (1, 1), (100, 100))])
+    keyed = [
+        _outcome(first.request_id, "c", "topped-up", (1, 100), (1, 400)).model_copy(
+            update={"sequence_number": "0001"}
+        ),
+        _outcome(last.request_id, "c", "topped-up", (1, 400), (1, 600)).model_copy(
+            update={"sequence_number": "0003"}
+        ),
+    ]
+    letter = _outcome(middle.request_id, "c", "failed", None, None).model_copy(
+        update={"dead_lettered": True, "error_code": "receivesExhausted"}
+    )
+    calls = [_transfer(1, "c", 1, 400), _transfer(2, "c", 1, 600)]
+
+    # When the order is checked / Then it passes, naming the letter it placed nowhere
+    result = check_order([first, middle, last], [*keyed, letter], calls, before)
+    assert result.passed, result.detail
+    assert "1 dead letter(s) without an order key, placed nowhere" in result.detail
+    assert middle.request_id in result.detail
+    # But a keyless outcome that applied something is still ordered (after the keyed ones)
+    applied = letter.model_copy(
+        update={
+            "status": "topped-up",
+            "dead_lettered": None,
+            "error_code": None,
+            "totals_before": Totals(projects=1, prompts=100),
+            "totals_after": Totals(projects=1, prompts=100),
+        }
+    )
+    assert not check_order([first, middle, last], [*keyed, applied], calls, before).passed
+
+
 def test_check_order_reports_an_outcome_on_a_child_its_request_was_not_enqueued_for() -> None:
     # Given a release enqueued for child c whose outcome names child d
     release = build_release("c")

@@ -118,11 +118,15 @@ def test_the_terminal_upstream_row_is_the_final_receives_list() -> None:
 
 
 def test_the_dead_lettered_refusals_are_the_users_authority_answers() -> None:
-    # Given the refusals the worker dead-letters / Then each is answered as its own code
+    # Given the refusals the worker dead-letters / Then each is answered as the user's
+    # authority: its own code, and a record the worker cannot read as "no usable credential"
+    # (the remedy is the same: hand the token over again, correctly)
     table = outcome_table()
-    assert {table.answer("failed", code) for code in DEAD_LETTERED_REFUSALS} == set(
-        DEAD_LETTERED_REFUSALS
-    )
+    assert {code: table.answer("failed", code) for code in DEAD_LETTERED_REFUSALS} == {
+        "needsReauth": "needsReauth",
+        "noCredential": "noCredential",
+        "credentialUnreadable": "noCredential",
+    }
 
 
 def test_every_refusing_answer_has_the_python_error_the_table_names() -> None:

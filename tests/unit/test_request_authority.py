@@ -13,11 +13,13 @@ import pytest
 
 from serenity_allocator.adapters.dynamodb_credential_store import (
     CredentialGoneError,
+    CredentialRecordNotOwnedError,
+    CredentialRecordUnreadableError,
     CredentialStoreError,
     StoredCredential,
 )
 from serenity_allocator.adapters.ims_client import ExchangedTokens
-from serenity_allocator.adapters.kms_token_cipher import TokenCipherError
+from serenity_allocator.adapters.kms_token_cipher import PLAINTEXT_NOT_TEXT, TokenCipherError
 from serenity_allocator.adapters.request_authority import (
     ImsCredentialBroker,
     RequestTokenHolder,
@@ -26,7 +28,9 @@ from serenity_allocator.adapters.request_authority import (
 )
 from serenity_allocator.domain.credentials import CredentialEnd, TokenFreshness
 from serenity_allocator.domain.errors import (
+    CredentialNotOwnedError,
     CredentialStoreUnavailableError,
+    CredentialUnreadableError,
     MalformedExchangeError,
     NoCredentialError,
 )
@@ -145,13 +149,44 @@ def test_open_exchanges_and_rolls_before_anything_is_bound() -> None:
     assert "at-" not in repr(session) and "pt-" not in repr(session) + repr(holder)
 
 
-def test_open_without_a_record_or_undecryptable_is_no_credential() -> None:
-    broker, store, ims, _ = _broker()
+def test_open_without_a_record_is_no_credential() -> None:
+    broker, _, ims, _ = _broker()
     with pytest.raises(NoCredentialError):
         broker.open("r-absent", "c1")
-    store.read_error = TokenCipherError("Decrypt", "InvalidCiphertextException")
-    with pytest.raises(NoCredentialError):
+    assert ims.exchanged == []
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        TokenCipherError("Decrypt", "InvalidCiphertextException"),
+        TokenCipherError("Decrypt", "IncorrectKeyException"),
+        TokenCipherError("Decrypt", PLAINTEXT_NOT_TEXT),
+        CredentialRecordUnreadableError("r-1", "expires_at"),
+    ],
+    ids=["invalid-ciphertext", "incorrect-key", "plaintext-not-text", "malformed-attribute"],
+)
+def test_open_of_a_record_that_cannot_be_read_is_credential_unreadable(error: Exception) -> None:
+    # Given a record the worker cannot read (issue 36 item 3: was noCredential, or retried
+    # five times as credentialStoreUnavailable, or a traceback)
+    broker, store, ims, _ = _broker()
+    store.read_error = error
+
+    # When its session opens / Then it is refused with its own terminal code, nothing exchanged
+    with pytest.raises(CredentialUnreadableError):
         broker.open("r-1", "c1")
+    assert ims.exchanged == []
+
+
+def test_open_of_another_childs_record_is_a_request_id_conflict() -> None:
+    # Given the record under this request id written for another child (the id reused)
+    broker, store, ims, _ = _broker()
+    store.read_error = CredentialRecordNotOwnedError("r-1")
+
+    # When its session opens / Then it is refused as the id's conflict, nothing exchanged
+    with pytest.raises(CredentialNotOwnedError) as refused:
+        broker.open("r-1", "c1")
+    assert refused.value.code == "requestIdConflict"
     assert ims.exchanged == []
 
 

@@ -118,17 +118,34 @@ def _credentials(
 
 
 def test_deadlines_fit_an_exchange_only_with_its_whole_timeout_and_the_roll() -> None:
+    # The invocation's own deadline (finishing) is what an exchange must end by.
     clock = FakeClock()
-    _, _, deadlines = _credentials(clock, IMS_CALL_S + AWS_CALL_S)
+    _, _, deadlines = _credentials(clock, IMS_CALL_S + AWS_CALL_S - 2 * AWS_CALL_S)
+    assert deadlines.finishing - clock() == IMS_CALL_S + AWS_CALL_S
     assert deadlines.fits_ims_exchange()
     clock.now += 0.01
     assert not deadlines.fits_ims_exchange()
 
 
-def test_an_exchange_that_would_not_fit_is_not_started() -> None:
-    # Given less time before the applying deadline than one IMS call and the roll's store
+def test_an_exchange_that_finishes_after_applying_but_before_the_end_is_started() -> None:
+    # Given too little time to apply for a whole exchange, but a whole exchange and the
+    # roll's store fitting before the invocation's deadline (issue 36 item 1: such exchanges
+    # were refused on busy machines)
     clock = FakeClock()
-    credentials, broker, _ = _credentials(clock, IMS_CALL_S + AWS_CALL_S - 0.1)
+    credentials, broker, deadlines = _credentials(clock, IMS_CALL_S)
+    assert deadlines.applying - clock() < IMS_CALL_S + AWS_CALL_S <= deadlines.finishing - clock()
+
+    # When the request is to act as its user
+    credentials.act_as(_ensure("r-1"))
+
+    # Then the exchange was sent: an exchange is refused only when it could not finish
+    assert broker.opened == ["r-1"]
+
+
+def test_an_exchange_that_would_not_fit_is_not_started() -> None:
+    # Given less time before the invocation's deadline than one IMS call and the roll's store
+    clock = FakeClock()
+    credentials, broker, _ = _credentials(clock, IMS_CALL_S + AWS_CALL_S - 2 * AWS_CALL_S - 0.1)
 
     # When the request is to act as its user, the record fails out of time
     with pytest.raises(OutOfTimeError):
@@ -142,7 +159,7 @@ def test_an_exchange_that_would_not_fit_is_not_started() -> None:
 def test_admission_near_the_deadline_opens_no_member_and_its_turn_opens_none_either() -> None:
     # Given a run of three whose leader opened its session while a whole exchange still fit
     clock = FakeClock()
-    credentials, broker, _ = _credentials(clock, IMS_CALL_S + AWS_CALL_S + 0.2)
+    credentials, broker, _ = _credentials(clock, IMS_CALL_S + AWS_CALL_S + 0.2 - 2 * AWS_CALL_S)
     run = EnsureRun(["m-1", "m-2", "m-3"], [_ensure("r-1"), _ensure("r-2"), _ensure("r-3")])
     credentials.act_as(run.requests[0])
     gateway = Readable()

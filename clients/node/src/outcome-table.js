@@ -295,6 +295,22 @@ export const OUTCOME_TABLE = freeze({
       "example": null
     },
     {
+      "code": "credentialUnreadable",
+      "pattern": null,
+      "statuses": [
+        "failed"
+      ],
+      "kinds": [
+        "ensure",
+        "release"
+      ],
+      "meaning": "The request's credential record cannot be read (its ciphertext is not one our key made for this request, e.g. base64-encoded twice, or an attribute is malformed): ended on its first receive, dead-lettered, the record scrubbed; a correct hand-over and a redrive run it.",
+      "applied": "no",
+      "retried": "no",
+      "answer": "noCredential",
+      "example": null
+    },
+    {
       "code": "workspaceBusy",
       "pattern": null,
       "statuses": [

@@ -23,7 +23,7 @@ const CHILD = 'c-cred';
 // The Python worker side's read of a record: DynamoDbCredentialStore over KmsTokenCipher.
 const PYTHON_READ = `
 import json, sys
-from serenity_allocator.adapters.dynamodb_credential_store import DynamoDbCredentialStore
+from serenity_allocator.adapters.dynamodb_credential_store import CredentialRecordNotOwnedError, DynamoDbCredentialStore
 from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher, TokenCipherError
 table, key, request_id, *children = sys.argv[1:]
 store = DynamoDbCredentialStore(table, KmsTokenCipher(key))
@@ -34,6 +34,8 @@ for child in children:
         out[child] = None if found is None else found.promise_token
     except TokenCipherError as exc:
         out[child] = exc.reason
+    except CredentialRecordNotOwnedError:
+        out[child] = "notOwned"
 print(json.dumps(out))
 `;
 
@@ -157,9 +159,9 @@ describe('the credential handover on the local stack (IMS mode)', () => {
     const failed = await rejection(producer({ queueUrl: `${stack.service.AWS_ENDPOINT_URL}/000000000000/missing.fifo` })
       .enqueueRelease(input, { credential: { promiseToken: 'pt-node-third' } }));
     assert.equal(failed.requestId, requestId);
-    // The Python worker side reads the first token; for another child the context differs and
-    // KMS refuses (the worker's noCredential).
-    assert.deepEqual(await pythonRead(requestId, CHILD, 'c-other'), { [CHILD]: 'pt-node-first', 'c-other': 'InvalidCiphertextException' });
+    // The Python worker side reads the first token; for another child the record is not that
+    // request's: refused before any decrypt (the worker's rejected / requestIdConflict).
+    assert.deepEqual(await pythonRead(requestId, CHILD, 'c-other'), { [CHILD]: 'pt-node-first', 'c-other': 'notOwned' });
   });
 
   it('a refused mint writes and sends nothing', async () => {

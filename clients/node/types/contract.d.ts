@@ -69,7 +69,7 @@ dead_lettered?: (true | null)
 /**
  * Why a rejected, failed or invalid request ended so (null otherwise); whether anything was applied or retried, and the customer answer: docs/outcomes.md, generated from src/serenity_allocator/contract/outcomes.json.
  */
-error_code?: ("orgPoolExhausted" | "brandAiLimit" | "tieredPrompts" | "accessDenied" | "needsReauth" | "noCredential" | "workspaceBusy" | "settleTimeout" | "outOfTime" | "rateLimited" | "upstreamUnavailable" | "imsUnavailable" | "imsClientRefused" | "semrushScopeMissing" | "credentialStoreUnavailable" | "noBoundCredential" | "ledgerUnavailable" | "ledgerConflict" | "ledgerRecordUnreadable" | "groupBlocked" | "finalReceiveUnfinished" | "receivesExhausted" | "requestIdConflict" | "parentMismatch" | "invalidMessage" | string | null)
+error_code?: ("orgPoolExhausted" | "brandAiLimit" | "tieredPrompts" | "accessDenied" | "needsReauth" | "noCredential" | "credentialUnreadable" | "workspaceBusy" | "settleTimeout" | "outOfTime" | "rateLimited" | "upstreamUnavailable" | "imsUnavailable" | "imsClientRefused" | "semrushScopeMissing" | "credentialStoreUnavailable" | "noBoundCredential" | "ledgerUnavailable" | "ledgerConflict" | "ledgerRecordUnreadable" | "groupBlocked" | "finalReceiveUnfinished" | "receivesExhausted" | "requestIdConflict" | "parentMismatch" | "invalidMessage" | string | null)
 kind: ("ensure" | "release" | "unknown")
 org_id?: (string | null)
 receive_count?: number
@@ -134,7 +134,7 @@ export type OutcomeStatus = "hot-path" | "topped-up" | "rightsized" | "topped-up
 export type CustomerAnswer = "proceed" | "wait" | "quotaExceeded" | "accessDenied" | "needsReauth" | "noCredential" | "deadlineExceeded" | "configurationFault"
 /** The exact error codes of the contract (the families upstream<status> and an unforeseen
  * failure's kind come on top: an outcome's error_code stays a string). */
-export type KnownErrorCode = "orgPoolExhausted" | "brandAiLimit" | "tieredPrompts" | "accessDenied" | "needsReauth" | "noCredential" | "workspaceBusy" | "settleTimeout" | "outOfTime" | "rateLimited" | "upstreamUnavailable" | "imsUnavailable" | "imsClientRefused" | "semrushScopeMissing" | "credentialStoreUnavailable" | "noBoundCredential" | "ledgerUnavailable" | "ledgerConflict" | "ledgerRecordUnreadable" | "groupBlocked" | "finalReceiveUnfinished" | "receivesExhausted" | "requestIdConflict" | "parentMismatch" | "invalidMessage"
+export type KnownErrorCode = "orgPoolExhausted" | "brandAiLimit" | "tieredPrompts" | "accessDenied" | "needsReauth" | "noCredential" | "credentialUnreadable" | "workspaceBusy" | "settleTimeout" | "outOfTime" | "rateLimited" | "upstreamUnavailable" | "imsUnavailable" | "imsClientRefused" | "semrushScopeMissing" | "credentialStoreUnavailable" | "noBoundCredential" | "ledgerUnavailable" | "ledgerConflict" | "ledgerRecordUnreadable" | "groupBlocked" | "finalReceiveUnfinished" | "receivesExhausted" | "requestIdConflict" | "parentMismatch" | "invalidMessage"
 /** "yes", "no" or "maybe": whether anything was applied, whether the worker retried it. */
 export type Applied = "yes" | "no" | "maybe"
 /** The callers' contract table (src/outcome-table.js). */

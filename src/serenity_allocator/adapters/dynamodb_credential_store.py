@@ -22,6 +22,7 @@ a read treats a record past ``expires_at`` as absent.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 from botocore.exceptions import BotoCoreError, ClientError
 
 from .aws_clients import AWS_CALL_BUDGET_S, LazyClient, aws_error_code, dynamodb_client
-from .kms_token_cipher import encryption_context
+from .kms_token_cipher import TokenCipherError, encryption_context
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -78,6 +79,23 @@ class CredentialStoreError(RuntimeError):
         self.reason = reason
         self.unanswered = unanswered
         super().__init__(f"credential {operation} for request {request_id} failed ({reason})")
+
+
+class CredentialRecordUnreadableError(RuntimeError):
+    """The record is there but malformed: names the request and the field, never a token."""
+
+    def __init__(self, request_id: str, field_name: str) -> None:
+        self.request_id = request_id
+        self.field_name = field_name
+        super().__init__(f"credential record of request {request_id}: unreadable {field_name}")
+
+
+class CredentialRecordNotOwnedError(RuntimeError):
+    """The record under this request id was written for another workspace (not this request's)."""
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+        super().__init__(f"credential record of request {request_id} belongs to another workspace")
 
 
 class CredentialGoneError(CredentialStoreError):
@@ -220,9 +238,14 @@ class DynamoDbCredentialStore:
         Consistent read: a worker right after the producer's write sees it.
 
         Raises:
+            CredentialRecordNotOwnedError: The record names another workspace: it is another
+                request's (the id reused), checked before anything is decrypted.
+            CredentialRecordUnreadableError: The record is malformed (its workspace, token or
+                expiry attribute missing or of the wrong type).
             CredentialStoreError: DynamoDB refused or could not be reached.
-            TokenCipherError: KMS refused: ``InvalidCiphertextException`` when the record was
-                written for another child (the encryption context differs) or not by us.
+            TokenCipherError: KMS refused: ``InvalidCiphertextException`` when the ciphertext
+                is not one our key made for this request (copied, corrupted, or base64-encoded
+                once more by a CLI recipe).
         """
         try:
             answer = self._dynamodb.get().get_item(
@@ -233,14 +256,33 @@ class DynamoDbCredentialStore:
         except (ClientError, BotoCoreError) as exc:
             raise CredentialStoreError("read", request_id, aws_error_code(exc)) from None
         item = answer.get("Item")
-        if item is None or "promise_token" not in item:
+        if item is None:
             return None
-        expires_at = int(_number(item, "expires_at"))
+        owner = item.get("workspace_id", {}).get("S")
+        if owner is not None and owner != workspace_id:
+            raise CredentialRecordNotOwnedError(request_id)
+        if "promise_token" not in item:
+            return None  # scrubbed
+        ciphertext = item["promise_token"].get("B")
+        if owner is None:
+            raise CredentialRecordUnreadableError(request_id, "workspace_id")
+        if not isinstance(ciphertext, bytes | bytearray) or not ciphertext:
+            raise CredentialRecordUnreadableError(request_id, "promise_token")
+        expires_at = _whole_number(item, "expires_at")
+        if expires_at is None:
+            raise CredentialRecordUnreadableError(request_id, "expires_at")
         if expires_at <= self._clock():
             return None
-        token = self._cipher.decrypt(
-            bytes(item["promise_token"]["B"]), encryption_context(request_id, workspace_id)
-        )
+        try:
+            token = self._cipher.decrypt(
+                bytes(ciphertext), encryption_context(request_id, workspace_id)
+            )
+        except TokenCipherError:
+            if is_base64_text(bytes(ciphertext)):
+                # Base64 text, not a ciphertext: a recipe encoded KMS's blob once more (the
+                # AWS CLI v1 reads a B value as base64). Unreadable whatever KMS answered.
+                raise CredentialRecordUnreadableError(request_id, "promise_token") from None
+            raise
         return StoredCredential(request_id, workspace_id, token, expires_at)
 
     def roll(self, request_id: str, workspace_id: str, promise_token: str) -> None:
@@ -301,6 +343,24 @@ class DynamoDbCredentialStore:
         return f"DynamoDbCredentialStore(table={self._table!r})"
 
 
-def _number(item: Mapping[str, AttributeValueTypeDef], name: str) -> float:
+_BASE64_TEXT: Final = re.compile(rb"[A-Za-z0-9+/]+={0,2}")
+
+
+def is_base64_text(blob: bytes) -> bool:
+    """True when ``blob`` is base64 text, not the binary ciphertext our producer stores.
+
+    What a record holds when KMS's blob was encoded once more.
+    """
+    return len(blob) % 4 == 0 and _BASE64_TEXT.fullmatch(blob) is not None
+
+
+def _whole_number(item: Mapping[str, AttributeValueTypeDef], name: str) -> int | None:
+    """The attribute as a whole number; None when absent, not a number, or not whole."""
     value = item.get(name, {}).get("N")
-    return float(value) if value is not None else 0.0
+    if not isinstance(value, str):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return int(number) if number.is_integer() else None

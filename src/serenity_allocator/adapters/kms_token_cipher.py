@@ -23,6 +23,8 @@ PURPOSE: Final = "serenity-allocator/promise-token"
 """The ``purpose`` of every encryption context: the key policy and IAM conditions name it."""
 MAX_PLAINTEXT_BYTES: Final = 4096
 """KMS Encrypt's plaintext limit."""
+PLAINTEXT_NOT_TEXT: Final = "PlaintextNotUtf8"
+"""The reason of a decrypt whose plaintext is not UTF-8: not a promise token we encrypted."""
 
 
 class KmsClient(Protocol):
@@ -122,7 +124,11 @@ class KmsTokenCipher:
             # from None: a botocore message never holds the plaintext, but the chain is not
             # needed and keeps tracebacks short.
             raise TokenCipherError("Decrypt", aws_error_code(exc)) from None
-        return bytes(answer["Plaintext"]).decode("utf-8")
+        try:
+            return bytes(answer["Plaintext"]).decode("utf-8")
+        except UnicodeDecodeError:
+            # Not a token we encrypted (ours are UTF-8 text): the record is unreadable.
+            raise TokenCipherError("Decrypt", PLAINTEXT_NOT_TEXT) from None
 
     def __repr__(self) -> str:
         return f"KmsTokenCipher(key_id={self._key_id!r})"

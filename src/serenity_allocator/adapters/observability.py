@@ -315,11 +315,15 @@ def _will_retry(event: WillRetry) -> None:
 
 def _record_failed(event: RecordFailed) -> None:
     # Said with the record's own ids: the failure may be reported after later records ran.
+    record = event.record
     logger.warning(
         "record failed; SQS will redeliver it",
         extra={
-            "message_id": event.message_id,
-            "request_id": event.request_id,
+            "message_id": record.message_id,
+            "workspace_id": record.workspace_id,
+            "request_id": record.request_id,
+            "kind": record.kind,
+            "receive_count": record.receive_count,
             "reason": event.reason,
         },
     )

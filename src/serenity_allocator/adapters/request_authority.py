@@ -26,18 +26,31 @@ from typing import Protocol
 
 from ..domain.credentials import AccessLifetime, CredentialEnd, TokenFreshness
 from ..domain.errors import (
+    CredentialNotOwnedError,
     CredentialStoreUnavailableError,
+    CredentialUnreadableError,
     MalformedExchangeError,
     NoCredentialError,
     SemrushScopeMissingError,
 )
-from .dynamodb_credential_store import CredentialGoneError, CredentialStoreError, StoredCredential
+from .dynamodb_credential_store import (
+    CredentialGoneError,
+    CredentialRecordNotOwnedError,
+    CredentialRecordUnreadableError,
+    CredentialStoreError,
+    StoredCredential,
+)
 from .ims_client import SEMRUSH_SCOPE, ExchangedTokens
-from .kms_token_cipher import TokenCipherError
+from .kms_token_cipher import PLAINTEXT_NOT_TEXT, TokenCipherError
 
 UNDECRYPTABLE = "InvalidCiphertextException"
-"""KMS's answer for a ciphertext made under another context (another request or child) or
-not by this key: the record is unusable for this request, so it has no credential."""
+"""KMS's answer for a ciphertext that is "corrupted, missing, or otherwise invalid" (the KMS
+Decrypt reference), its encryption context included: the record names this request and child,
+so it was not made by our producer for them (copied, or base64-encoded once more by a CLI
+recipe)."""
+UNREADABLE_CIPHERTEXT = frozenset({UNDECRYPTABLE, "IncorrectKeyException", PLAINTEXT_NOT_TEXT})
+"""Decrypt refusals that no retry changes: the record is unreadable (``credentialUnreadable``).
+Any other KMS error (throttling, an outage, our own role refused) is transient."""
 
 
 class CredentialStore(Protocol):
@@ -226,9 +239,13 @@ class ImsCredentialBroker:
     def _read(self, request_id: str, workspace_id: str) -> StoredCredential | None:
         try:
             return self._store.read(request_id, workspace_id)
+        except CredentialRecordNotOwnedError:
+            raise CredentialNotOwnedError() from None
+        except CredentialRecordUnreadableError:
+            raise CredentialUnreadableError() from None
         except TokenCipherError as exc:
-            if exc.reason == UNDECRYPTABLE:
-                return None
+            if exc.reason in UNREADABLE_CIPHERTEXT:
+                raise CredentialUnreadableError() from None
             raise CredentialStoreUnavailableError() from None
         except CredentialStoreError:
             raise CredentialStoreUnavailableError() from None
@@ -236,7 +253,12 @@ class ImsCredentialBroker:
     def _stored_token(self, request_id: str, workspace_id: str) -> str | None:
         try:
             stored = self._store.read(request_id, workspace_id)
-        except (TokenCipherError, CredentialStoreError):
+        except (
+            TokenCipherError,
+            CredentialStoreError,
+            CredentialRecordUnreadableError,
+            CredentialRecordNotOwnedError,
+        ):
             return None  # still scrubbed; the token dies with its IMS time to live
         return stored.promise_token if stored is not None else None
 

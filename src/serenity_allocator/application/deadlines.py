@@ -6,8 +6,12 @@ publish chunk in reserve; once every record was handed over, announcing the batc
 the ledger writes of skipped final receives) may use the time up to ``finishing``.
 
 An IMS exchange spends the promise token it is sent with, so one is started only when a whole
-exchange (and storing the rolled token) still fits before ``applying``: our own deadline never
-cuts an exchange short and loses its answer (ADR 0016).
+exchange (and storing the rolled token) still fits before ``finishing``: our own deadline never
+cuts an exchange short and loses its answer (ADR 0016). Not before ``applying``: an exchange
+takes milliseconds when IMS is well, and the Semrush calls after it check their own time, so a
+request whose calls then do not fit comes back with its rolled token (kept, not spent). Holding
+a whole IMS timeout plus the publish reserve before ``applying`` refused exchanges on healthy
+consumers that had most of their time left (issue 36 item 1).
 """
 
 from __future__ import annotations
@@ -63,11 +67,13 @@ class Deadlines:
         return self.clock() + self.aws_call_s <= limit
 
     def fits_ims_exchange(self) -> bool:
-        """True when a whole IMS exchange and the store of its rolled token fit before applying.
+        """True when a whole IMS exchange and the store of its rolled token fit the invocation.
 
-        Only applying exchanges; a full IMS timeout is kept, never a shortened one.
+        Before ``finishing``, the invocation's own deadline, which the sessions' threads are
+        waited for by: a full IMS timeout is kept, never a shortened one, and the exchange is
+        refused only when it really could not finish.
         """
-        return self.clock() + self.ims_call_s + self.aws_call_s <= self.applying
+        return self.clock() + self.ims_call_s + self.aws_call_s <= self.finishing
 
     def start_announcing(self) -> None:
         """Every record was handed over: from now on calls may use the finishing deadline."""

@@ -213,6 +213,31 @@ class NoCredentialError(AllocationError):
     message = "the request carries no usable user authorization"
 
 
+class CredentialUnreadableError(AllocationError):
+    """IMS mode: the request's credential record is there but the worker cannot read it.
+
+    Its ciphertext is not one our key made for this request and child (KMS: invalid, e.g. the
+    ciphertext base64-encoded twice by a CLI recipe), or an attribute is malformed. The
+    caller's error, not a store outage: terminal at once, dead-lettered with this reason and
+    the record scrubbed; a correct hand-over and a redrive run it.
+    """
+
+    code = "credentialUnreadable"
+    message = "the request's credential record cannot be read"
+
+
+class CredentialNotOwnedError(AllocationError):
+    """IMS mode: the credential record under this request id was written for another child.
+
+    Another request's record (the id reused across children): this request is refused as a
+    request id conflict, and the record is left to its own request (never exchanged, ended or
+    scrubbed for this one).
+    """
+
+    code = "requestIdConflict"
+    message = "the request id is bound to another request"
+
+
 class AccessDeniedError(AllocationError):
     """Semrush refused the request's own user with a freshly exchanged token.
 

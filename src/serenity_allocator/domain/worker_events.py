@@ -108,11 +108,24 @@ class WillRetry:
 
 @dataclass(frozen=True)
 class RecordFailed:
-    """A record is reported to SQS as failed (it comes back), with why: one log line each."""
+    """A record is reported to SQS as failed (it comes back), with why: one log line each.
 
-    message_id: str
-    request_id: str | None
+    ``record`` holds that record's own keys: the line is written after later records ran, so
+    the keys the logger holds then are another record's.
+    """
+
+    record: MessageStarted
     reason: str
+
+    @property
+    def message_id(self) -> str:
+        """The failed record's SQS message id."""
+        return self.record.message_id
+
+    @property
+    def request_id(self) -> str | None:
+        """The failed record's request id (None: its body has no readable one)."""
+        return self.record.request_id
 
 
 @dataclass(frozen=True)

@@ -174,9 +174,12 @@ class AllocatorRuntime:
         if self.ims is not None:
             # A pair IMS refused last time is read again: a warm container never keeps a bad one.
             renew_refused_pair(self.ims, self.ims_pair_source)
-            # Sessions open while the batch is planned: a warm container's limit from the last
-            # invocation must not refuse them (each checks the applying deadline itself).
-            limit_gateway_time(self.ims, budget_s)
+            # The invocation's own deadline less one AWS call (the store of an exchange's
+            # rolled token, or an invalidation's scrub, comes after it), set before the
+            # sessions open as the batch is planned (a warm container's limit from the last
+            # invocation must not refuse them): an exchange starts only when a whole one still
+            # fits (Deadlines.fits_ims_exchange), so none is cut short, nor is its roll.
+            limit_gateway_time(self.ims, budget_s - self.aws_call_budget_s)
         invocation = start_batch(
             self.worker_config(),
             self.worker_ports(),
@@ -188,8 +191,6 @@ class AllocatorRuntime:
         # planning read the request ledger, which took time of its own).
         applying_s = invocation.deadlines.applying - self.clock()
         limit_gateway_time(self.gateway, applying_s)
-        if self.ims is not None:
-            limit_gateway_time(self.ims, applying_s)  # exchanges and invalidations too
         return invocation
 
 

@@ -260,6 +260,12 @@ def audit_summary(read: DlqRead, report: DeadLetterAudit) -> dict[str, Any]:
         "unannounced": report.unannounced,
         "live": report.live,
         "transfer_unconfirmed": report.transfer_unconfirmed,
+        # What each one's final receive recorded it would transfer: the child holding the
+        # target totals now means it landed (a redrive's receive reads it and reports so).
+        "unconfirmed_intents": {
+            request_id: intent.model_dump(mode="json")
+            for request_id, intent in report.unconfirmed_intents.items()
+        },
         "complete": read.left_unread == 0 and not unsettled,
     }
 

@@ -382,20 +382,49 @@ def check_order(
         enqueued[request.workspace_id].append(request.request_id)
     known = {request.request_id for request in requests}
     applied: dict[str, list[AllocationOutcome]] = defaultdict(list)
+    unplaced: list[str] = []
     for outcome in in_child_order(outcomes):
-        if outcome.request_id in known:
-            applied[outcome.workspace_id].append(outcome)
+        if outcome.request_id not in known:
+            continue
+        if is_unplaced_dead_letter(outcome):
+            unplaced.append(outcome.request_id)
+            continue
+        applied[outcome.workspace_id].append(outcome)
     transfers = transfer_sequences(calls, before)
     violations: list[str] = []
     for child, outcome_list in applied.items():
         violations += _outcome_order(child, outcome_list, enqueued[child])
         strict = strict_transfers and child not in lenient_children
         violations += _transfer_order(child, outcome_list, transfers.get(child, []), strict)
+    placed_nowhere = (
+        f"; {len(unplaced)} dead letter(s) without an order key, placed nowhere (no receive "
+        f"reached the ledger; they applied nothing): {', '.join(unplaced[:5])}"
+        if unplaced
+        else ""
+    )
     return invariant_result(
         name,
         violations,
         f"{len(applied)} children: outcome order = enqueue order, reported totals = applied "
-        "transfers",
+        f"transfers{placed_nowhere}",
+    )
+
+
+def is_unplaced_dead_letter(outcome: AllocationOutcome) -> bool:
+    """True for a dead letter without an order key that applied nothing.
+
+    The DLQ audit's letter of a request no receive of which reached the ledger (every receive
+    died before its batch started): nobody knows its message's SQS sequence number (the DLQ
+    copy's own number is the DLQ's, ADR 0018), so no caller can place it, and as a ``failed``
+    outcome with no totals it changes nothing a later outcome reports. Any other outcome
+    without a key is ordered as before (after the keyed ones, in arrival order).
+    """
+    return (
+        outcome.sequence_number is None
+        and outcome.status == "failed"
+        and bool(outcome.dead_lettered)
+        and outcome.totals_before is None
+        and outcome.totals_after is None
     )
 
 

@@ -39,6 +39,7 @@ from ...domain.ledger import (
     LedgerEntry,
     LedgerRecordUnreadableError,
     LedgerUnavailableError,
+    ReleaseIntent,
     RequestIdConflictError,
     RequestLedger,
 )
@@ -102,6 +103,9 @@ class DeadLetterAudit:
     transfer_unconfirmed: list[str] = field(default_factory=list)
     """Request ids whose final receive recorded a transfer and no outcome: nothing confirmed
     (redrive: the receive reads the child against the intent)."""
+    unconfirmed_intents: dict[str, ReleaseIntent] = field(default_factory=dict)
+    """The recorded transfer of each of :attr:`transfer_unconfirmed`: the child's totals
+    before and the target (the child holding the target means it landed)."""
     announced: bool = False
     """True when every outcome to announce was published."""
 
@@ -168,8 +172,9 @@ def _left_open(entry: LedgerEntry, request: Request, now_s: float, audit: DeadLe
         audit.conflicts.append(request.request_id)
     elif entry.is_live(now_s):
         audit.live.append(request.request_id)
-    elif entry.may_have_transferred:
+    elif entry.may_have_transferred and entry.intent is not None:
         audit.transfer_unconfirmed.append(request.request_id)
+        audit.unconfirmed_intents[request.request_id] = entry.intent
     else:
         return False
     return True
@@ -248,7 +253,20 @@ def _dead_letter_outcome(entry: LedgerEntry | None, letter: _Letter) -> Allocati
         code = RECEIVES_EXHAUSTED
     return build_outcome(
         letter.request, "failed", letter.receive_count, error_code=code
-    ).model_copy(update={"dead_lettered": True})
+    ).model_copy(update={"dead_lettered": True, "sequence_number": _order_key(entry)})
+
+
+def _order_key(entry: LedgerEntry | None) -> str | None:
+    """The source message's SQS SequenceNumber as a receive of it recorded it (ADR 0018).
+
+    Never the DLQ copy's own ``SequenceNumber``: SQS does not document that a message moved
+    by the redrive policy keeps its source queue's number (a FIFO DLQ enqueues it anew; the
+    stack's moto numbers it in the DLQ's own sequence), and numbers of two queues do not
+    compare. None when no receive of the message reached the ledger.
+    """
+    if entry is None or entry.outcome is None:
+        return None
+    return entry.outcome.sequence_number
 
 
 def _request(body: str) -> Request | None:

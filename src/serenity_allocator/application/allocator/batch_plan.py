@@ -24,6 +24,7 @@ from ...domain.messages import (
     parse_request,
 )
 from ...domain.validation import describe_validation_error
+from ...domain.worker_events import MessageStarted
 
 INVALID_MESSAGE_CODE = "invalidMessage"
 """The error code of the ``invalid`` outcome of a message refused with a readable request id."""
@@ -85,6 +86,18 @@ class BatchPlan:
     def message(self, message_id: str) -> BatchMessage:
         """The planned message with this id (KeyError for an id not in the batch)."""
         return self.messages[message_id]
+
+
+def message_keys(message: BatchMessage) -> MessageStarted:
+    """The record's own ids, as every log line about it names them."""
+    request = message.request
+    return MessageStarted(
+        message.message_id,
+        request.workspace_id if request else message.group_id,
+        request.request_id if request else None,
+        request.kind if request else None,
+        message.receive_count,
+    )
 
 
 def read_message(inbound: InboundMessage) -> BatchMessage:

@@ -12,11 +12,13 @@ from collections.abc import Sequence
 from ...domain.errors import OutOfTimeError
 from ...domain.messages import AllocationOutcome
 from ...domain.worker_events import (
+    MessageStarted,
     OutcomesNotPublished,
     PoolLow,
     PoolLowNotPublished,
     RecordFailed,
 )
+from .batch_plan import message_keys
 from .final_receive import skipped_final_receives
 from .invocation import PUBLISH_CHUNK, Invocation
 from .request_ledger import confirm_announced
@@ -131,13 +133,15 @@ def _report_failures(inv: Invocation, failures: Sequence[str], unpublished: set[
     reasons = inv.state.failure_reasons
     for message_id in failures:
         message = inv.plan.messages.get(message_id)
-        request = message.request if message is not None else None
         if message_id in reasons:
             reason = reasons[message_id]
         elif message_id in inv.state.handled or message_id in unpublished:
             reason = OUTCOME_NOT_PUBLISHED
         else:
             reason = SKIPPED_BEHIND_GROUP
-        inv.observer.record(
-            RecordFailed(message_id, request.request_id if request else None, reason)
+        keys = (
+            message_keys(message)
+            if message is not None
+            else MessageStarted(message_id, "", None, None, 0)
         )
+        inv.observer.record(RecordFailed(keys, reason))

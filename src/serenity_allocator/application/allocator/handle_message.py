@@ -13,8 +13,11 @@
    redelivery after a crash, ADR 0020; an invalid message's too), is replayed (its stored
    outcome published again, identical) and not applied or dead-lettered again; one whose
    record could not be read (unreadable, or unanswered under throttling) fails alone.
-5. On a final receive, a provisional dead letter goes to the ledger first (in that same
-   call), so a crash from here on still leaves the request a terminal record.
+5. On a final receive, a provisional dead letter is in the ledger first, with the message's
+   order key (written as the batch starts, :func:`.mark_final_receives_ahead`; in that same
+   call if that write failed), so a crash from there on still leaves the request a terminal
+   record. A final receive's terminal store that fails is tried once more (no redelivery
+   would read the child against its intent).
 6. Apply: an ensure (:mod:`.apply_ensure`) or a release (:mod:`.apply_release`). An ensure
    that needs a top-up first checks its parent against the upstream (:class:`.ParentLinks`):
    a parent that is not the child's real parent makes the message invalid (to the DLQ with
@@ -43,6 +46,7 @@ from __future__ import annotations
 
 from ...domain.errors import (
     AllocationError,
+    CredentialNotOwnedError,
     ParkedForReclaimError,
     UpstreamError,
     error_code_of,
@@ -55,18 +59,18 @@ from ...domain.ledger import (
 )
 from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from ...domain.observations import CredentialOutcome, CredentialOutcomeName
+from ...domain.outcomes import build_outcome
 from ...domain.transfer import TransferContext
 from ...domain.worker_events import (
     Completed,
     LedgerEvent,
-    MessageStarted,
     QueueLag,
     WillRetry,
 )
 from ..credentials.request_credentials import is_unauthorized, without_echo
 from .apply_ensure import apply_ensure
 from .apply_release import ReleaseCall, apply_release
-from .batch_plan import BatchMessage
+from .batch_plan import BatchMessage, message_keys
 from .dead_letter import DeadLetterRoute, dead_letter, dead_letter_failed
 from .final_receive import failure_of
 from .invocation import EnsureBatch, Invocation
@@ -138,7 +142,14 @@ def _terminal_outcome(inv: Invocation, message: BatchMessage) -> AllocationOutco
     except Exception as exc:
         if inv.state.credentials is not None:
             exc = without_echo(exc)
-        return _terminal_or_raise(inv, message, request, exc)
+        if isinstance(exc, CredentialNotOwnedError):
+            # The credential record under this id is another child's: refused like an id the
+            # ledger binds elsewhere (not stored, that request's credential not ended).
+            decision = Refuse(
+                build_outcome(request, "rejected", message.receive_count, error_code=exc.code)
+            )
+        else:
+            return _terminal_or_raise(inv, message, request, exc)
     _settle(inv, message, decision)
     return None
 
@@ -224,16 +235,7 @@ def _terminal_or_raise(
 
 
 def _report_start(inv: Invocation, message: BatchMessage) -> None:
-    request = message.request
-    inv.observer.record(
-        MessageStarted(
-            message.message_id,
-            request.workspace_id if request else message.group_id,
-            request.request_id if request else None,
-            request.kind if request else None,
-            message.receive_count,
-        )
-    )
+    inv.observer.record(message_keys(message))
     sent = message.inbound.sent_timestamp_ms
     if sent:
         inv.observer.record(QueueLag(max(0.0, inv.ports.wall_clock_ms() - sent)))
@@ -304,7 +306,7 @@ def _finish(
 
     ``completed=False`` for a final receive's outcome as its record fails (not ``Completed``).
     """
-    held = inv.state.book.record(message.message_id, outcome, completes=completed)
+    held = _stored(inv, message, outcome, completed)
     # Any terminal outcome ends a park, not only a served one: otherwise a warm container keeps
     # every rejected id forever (and would label a later request reusing that idempotency key
     # as served after reclaim).
@@ -321,3 +323,26 @@ def _finish(
         # for an unreadable message: the id it names may be another request's (its record stays
         # to that request, or to its TTL).
         inv.state.credentials.end(held or outcome)
+
+
+def _stored(
+    inv: Invocation, message: BatchMessage, outcome: AllocationOutcome, completed: bool
+) -> AllocationOutcome | None:
+    """The outcome the book holds once stored (None: a dead letter the ledger did not take).
+
+    A final receive's store that fails is tried once more, from the time kept for publishing:
+    no redelivery will read the child against the intent for it, so without this an applied
+    transfer whose store was throttled ends in the DLQ unreported (issue 36 item 5). A store
+    whose answer was lost but which landed is read back as the ledger's own outcome.
+
+    Raises:
+        LedgerUnavailableError: the store failed (twice on a final receive); the record fails.
+    """
+    book = inv.state.book
+    try:
+        return book.record(message.message_id, outcome, completes=completed)
+    except LedgerUnavailableError:
+        final_receive = inv.config.is_final_receive(message.receive_count)
+        if not (completed and final_receive and inv.deadlines.fits_aws_call(finishing=True)):
+            raise
+        return book.record(message.message_id, outcome, completes=completed, finishing=True)

@@ -21,7 +21,7 @@ from ..ledger_deadlines import LedgerDeadlines
 from ..ports import DeadLetterSink, OutcomeSink, ReleaseEnqueuer, WorkerObserver
 from .batch_plan import BatchPlan, InboundMessage, plan_batch
 from .outcomes import OutcomeBook
-from .request_ledger import LedgerView, read_ledger, replay_invalid
+from .request_ledger import LedgerView, mark_final_receives_ahead, read_ledger, replay_invalid
 
 PUBLISH_CHUNK = 10
 """Outcomes per publish call (PutEvents takes at most 10 entries)."""
@@ -169,6 +169,7 @@ def start_batch(
             call_budget_s=config.aws_call_budget_s,
         ),
     )
+    ledger.sequence_numbers = _sequence_numbers(plan)
     standalone = _standalone(ledger, requests)
     if standalone:
         plan = plan_batch(
@@ -181,6 +182,7 @@ def start_batch(
     )
     if credentials is not None:
         credentials.open_ahead(_acting(plan, ledger, config))
+    mark_final_receives_ahead(ledger, _final_receives(plan, config))
     return Invocation(
         config=config,
         ports=ports,
@@ -189,7 +191,7 @@ def start_batch(
         deadlines=deadlines,
         state=BatchState(
             ledger=ledger,
-            book=OutcomeBook(ledger=ledger, sequence_numbers=_sequence_numbers(plan)),
+            book=OutcomeBook(ledger=ledger, sequence_numbers=ledger.sequence_numbers),
             credentials=credentials,
             invalid_replays=_invalid_replays(ledger, plan),
         ),
@@ -215,6 +217,19 @@ def _acting(
         for r in requests
         if r.request_id not in settled
         and (config.dynamic_allocation or isinstance(r, ReleaseRequest))
+    ]
+
+
+def _final_receives(
+    plan: BatchPlan, config: WorkerConfig
+) -> list[tuple[str, EnsureRequest | ReleaseRequest, int]]:
+    """(message id, request, receive count) of the valid first copies on their final receive."""
+    return [
+        (mid, m.request, m.receive_count)
+        for mid, m in plan.messages.items()
+        if m.request is not None
+        and m.duplicate_of is None
+        and config.is_final_receive(m.receive_count)
     ]
 
 

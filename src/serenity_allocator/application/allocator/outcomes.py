@@ -42,6 +42,7 @@ class OutcomeBook:
         *,
         replayed: bool = False,
         completes: bool = False,
+        finishing: bool = False,
     ) -> AllocationOutcome | None:
         """Record the terminal outcome of the request carried by ``message_id``.
 
@@ -52,7 +53,8 @@ class OutcomeBook:
         ``completes``: the record completes with this outcome (SQS deletes the message), so a
         dead letter is one the worker sent itself; the ledger binds it to ``message_id``, and a
         redelivery of that message after a crash replays it (ADR 0020). A record that fails
-        (SQS's redrive then moves it) is not bound.
+        (SQS's redrive then moves it) is not bound. ``finishing``: the store may use the time
+        up to the finishing deadline (a final receive's second try).
 
         Raises:
             LedgerUnavailableError: a completed request's outcome could not be stored (the
@@ -62,7 +64,9 @@ class OutcomeBook:
         if not replayed and outcome.sequence_number is None and sequence_number is not None:
             outcome = outcome.model_copy(update={"sequence_number": sequence_number})
         if self.ledger is not None and not replayed:
-            held = self.ledger.store(outcome, message_id if completes else None)
+            held = self.ledger.store(
+                outcome, message_id if completes else None, finishing=finishing
+            )
             if held is None:
                 return None
             outcome = held

@@ -25,7 +25,7 @@ The decision and what "exactly once" means: docs/decisions/0009-request-ledger.m
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ...domain.errors import OutOfTimeError
@@ -95,6 +95,11 @@ class LedgerView:
     """Ids the lookup could not read before its deadline (throttling): they fail for now."""
     error: LedgerUnavailableError | OutOfTimeError | None = None
     """Set when the batch's lookup failed: every valid request then fails and comes back."""
+    sequence_numbers: Mapping[str, str] = field(default_factory=dict)
+    """Message id -> its SQS SequenceNumber: the order key (ADR 0018) a provisional dead letter
+    carries, so the DLQ audit that confirms it announces it in its child's order."""
+    marked: set[str] = field(default_factory=set)
+    """Request ids whose provisional dead letter this batch wrote already (at its start)."""
 
     def has_time(self, finishing: bool) -> bool:
         """True while one ledger call, retries included, still fits the invocation.
@@ -156,8 +161,9 @@ class LedgerView:
         if entry is not None and entry.is_replayed_for(message_id) and entry.outcome is not None:
             return Replay(entry.outcome)
         self.check(request.request_id)
-        if final_receive:
-            mark_final_receive(self, request, receive_count)
+        if final_receive and request.request_id not in self.marked:
+            sequence_number = self.sequence_numbers.get(message_id or "")
+            mark_final_receive(self, request, receive_count, sequence_number)
         return Apply()
 
     def landed(self, request: Request, gateway: WorkspaceGateway) -> ReleaseIntent | None:
@@ -187,10 +193,14 @@ class LedgerView:
         return frozenset(kept)
 
     def store(
-        self, outcome: AllocationOutcome, completing_message_id: str | None = None
+        self,
+        outcome: AllocationOutcome,
+        completing_message_id: str | None = None,
+        *,
+        finishing: bool = False,
     ) -> AllocationOutcome | None:
         """Store a terminal outcome once (see :func:`store_terminal`)."""
-        return store_terminal(self, outcome, completing_message_id)
+        return store_terminal(self, outcome, completing_message_id, finishing=finishing)
 
     def check(self, request_id: str) -> None:
         """Raise why this request cannot be applied now, if its record was not read.
@@ -233,12 +243,18 @@ def read_ledger(
 
 
 def store_terminal(
-    view: LedgerView, outcome: AllocationOutcome, completing_message_id: str | None = None
+    view: LedgerView,
+    outcome: AllocationOutcome,
+    completing_message_id: str | None = None,
+    *,
+    finishing: bool = False,
 ) -> AllocationOutcome | None:
     """Store ``outcome`` once; return the outcome to publish (the ledger's, if one existed).
 
     ``completing_message_id``: the message whose record completes with ``outcome``; a dead
     letter is then one the worker sent itself, and is bound to that message (ADR 0020).
+    ``finishing``: the write may use the time up to the finishing deadline (a final receive's
+    second try, which no redelivery could make for it).
 
     Called through :meth:`LedgerView.store` (by :meth:`.OutcomeBook.record`). Nothing is ever
     published that the ledger does not hold: a dead-lettered outcome the ledger cannot take
@@ -255,7 +271,7 @@ def store_terminal(
     if view.ledger is None:
         return outcome
     dead = bool(outcome.dead_lettered)
-    if not view.has_time(dead):
+    if not view.has_time(dead or finishing):
         # Never let a write outlive the function (a timeout would replay the whole batch).
         if dead:
             return None
@@ -342,8 +358,13 @@ def replay_invalid(
     return entry.outcome if entry.belongs_to(outcome.workspace_id, outcome.kind) else None
 
 
-def mark_final_receive(view: LedgerView, request: Request, receive_count: int) -> None:
+def mark_final_receive(
+    view: LedgerView, request: Request, receive_count: int, sequence_number: str | None = None
+) -> None:
     """Leave a provisional dead letter before a final receive applies anything.
+
+    It carries the message's ``sequence_number`` (ADR 0018's order key): the DLQ audit may
+    confirm and announce it, and the DLQ copy's own number is not the source queue's.
 
     It stands only if this receive never completes (the function crashes or times out): SQS
     then moves the message to the DLQ and readers see a dead-lettered outcome. When the
@@ -360,8 +381,41 @@ def mark_final_receive(view: LedgerView, request: Request, receive_count: int) -
         raise OutOfTimeError()
     outcome = build_outcome(
         request, "failed", receive_count, error_code=FINAL_RECEIVE_UNFINISHED
-    ).model_copy(update={"dead_lettered": True})
+    ).model_copy(update={"dead_lettered": True, "sequence_number": sequence_number})
     view.ledger.store_outcome(outcome, provisional=True)
+
+
+def mark_final_receives_ahead(
+    view: LedgerView, final_receives: Iterable[tuple[str, Request, int]]
+) -> None:
+    """Leave the provisional dead letters of the batch's final receives as the batch starts.
+
+    ``final_receives``: (message id, request, receive count) of each valid first copy on its
+    final receive. Written at the start, not at each record's turn, so a function that dies
+    before a record's turn (a crash, a timeout behind slow records) still leaves that request
+    a terminal record with its order key for the DLQ audit. Best effort: a request whose
+    record is settled, or whose write fails here, is left to its turn, which writes it or
+    fails the record with the reason (as without this pass).
+    """
+    if view.ledger is None or view.error is not None:
+        return
+    pending = [item for item in final_receives if _awaits_apply(view, *item[:2])]
+    settled = view.settled(request for _, request, _ in pending)
+    for message_id, request, receive_count in pending:
+        if request.request_id in settled or request.request_id in view.marked:
+            continue
+        sequence_number = view.sequence_numbers.get(message_id)
+        try:
+            mark_final_receive(view, request, receive_count, sequence_number)
+        except Exception:  # noqa: S112 - its own turn writes it or fails with the reason
+            continue
+        view.marked.add(request.request_id)
+
+
+def _awaits_apply(view: LedgerView, message_id: str, request: Request) -> bool:
+    """True unless the record read settles this message without applying it (a replay)."""
+    entry = view.entries.get(request.request_id)
+    return entry is None or not entry.is_replayed_for(message_id)
 
 
 def record_transfer_intent(

@@ -8,9 +8,9 @@ scrubbed); a retryable failure keeps the rolled token on the record for the next
 Sessions are opened ahead, concurrently, at the batch's start (with the container's bounded
 pool), so every exchange has the applying phase before it, not what the records ahead of it
 left. An exchange starts only when a whole IMS call (and the store of the rolled token) fits
-before the applying deadline (``Deadlines.fits_ims_exchange``); otherwise the record fails out
-of time with its still-valid token and comes back. Ends (invalidate and scrub) run beside the
-rest of the batch and are waited for before the invocation returns.
+before the invocation's own deadline (``Deadlines.fits_ims_exchange``); otherwise the record
+fails out of time with its still-valid token and comes back. Ends (invalidate and scrub) run
+beside the rest of the batch and are waited for before the invocation returns.
 
 A coalesced run admits a member only when its own token can read the child, at the leader's
 turn, before the combined transfer; a member that fails leaves the run and, at its own turn,
@@ -22,9 +22,11 @@ configuration, never the user's: transient (the record comes back with its promi
 and alarmed, and on the final receive it ends ``failed / imsClientRefused`` with the promise
 KEPT, so a redrive after the pair is fixed runs; so is an exchanged token IMS says lacks the
 ``semrush`` scope (``semrushScopeMissing``: the wrong pair), told apart from a non-member
-before any Semrush call. Refusals: ``noCredential`` and
-``needsReauth`` end ``failed`` and dead-lettered with that reason; Semrush 403 ends
-``rejected / accessDenied``. A 401 after one re-exchange is transient
+before any Semrush call. Refusals: ``noCredential``, ``needsReauth`` and
+``credentialUnreadable`` (a record the worker cannot read) end ``failed`` and dead-lettered
+with that reason; Semrush 403 ends ``rejected / accessDenied``; a record written for another
+child ends ``rejected / requestIdConflict`` and is left to its own request. A 401 after one
+re-exchange is transient
 (counted ``unauthorized``, alarmed) until the final receive, which ends it ``accessDenied``.
 """
 
@@ -39,6 +41,8 @@ from ...domain.coalescing import EnsureRun
 from ...domain.errors import (
     AccessDeniedError,
     AllocationError,
+    CredentialNotOwnedError,
+    CredentialUnreadableError,
     ImsClientRefusedError,
     ImsUnavailableError,
     NeedsReauthError,
@@ -64,8 +68,11 @@ UNAUTHORIZED_STATUS = 401
 credential incident of ours or IMS's (the fresh token not taken), not a non-member. Transient:
 the record comes back with its rolled token, counted (``unauthorized``, alarmed), and only the
 final receive ends it ``rejected / accessDenied``."""
-DEAD_LETTERED_REFUSALS = frozenset({NoCredentialError.code, NeedsReauthError.code})
-"""Refusals that go to the DLQ with their reason: a human re-mints, then redrives."""
+DEAD_LETTERED_REFUSALS = frozenset(
+    {NoCredentialError.code, NeedsReauthError.code, CredentialUnreadableError.code}
+)
+"""Refusals that go to the DLQ with their reason: a human re-mints, then redrives. Their
+records are scrubbed, never invalidated (the promise is dead, absent or unreadable)."""
 KEPT_AT_THE_END = frozenset({ImsClientRefusedError.code, SemrushScopeMissingError.code})
 """Terminal outcomes that are our configuration's fault, not the user's: the promise is kept
 (neither invalidated nor scrubbed), so the redrive after the pair is fixed runs with it."""
@@ -332,7 +339,14 @@ def credential_refusal(exc: Exception) -> AllocationError | None:
     Its outcome (:func:`.failure_of`): ``noCredential``/``needsReauth`` end ``failed`` and
     dead-lettered (:data:`DEAD_LETTERED_REFUSALS`), ``accessDenied`` ends ``rejected``.
     """
-    if isinstance(exc, NoCredentialError | NeedsReauthError | AccessDeniedError):
+    if isinstance(
+        exc,
+        NoCredentialError
+        | NeedsReauthError
+        | AccessDeniedError
+        | CredentialUnreadableError
+        | CredentialNotOwnedError,
+    ):
         return exc
     if isinstance(exc, UpstreamError) and exc.status in REFUSED_UPSTREAM_STATUSES:
         return AccessDeniedError()
