@@ -138,18 +138,19 @@ def test_lambda_handler_final_receive_whose_store_fails_once_is_stored_again_and
     ledger = StoreFailsOnce()
     worker.runtime.ledger = ledger
 
-    # When an ensure tops the child up on its final receive
+    # When an ensure tops the child up on its final receive (100 used + 100, plus as much again
+    # as it asked: 300; the project refilled ahead to 2)
     answer = worker.invoke(ensure_record("m1", "c1", 100, receive_count=MAX_RECEIVE_COUNT))
 
     # Then its outcome is stored at the second try: the record completes (no DLQ), and what
     # was applied is announced, never a failure or nothing
     assert failed_ids(answer) == []
-    assert worker.gateway.transfers == [("c1", Totals(projects=1, prompts=200))]
+    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=300))]
     outcome = worker.outcome("req-m1")
     assert (outcome.status, outcome.totals_before, outcome.totals_after, outcome.dead_lettered) == (
         "topped-up",
         FULL,
-        Totals(projects=1, prompts=200),
+        Totals(projects=2, prompts=300),
         None,
     )
     entry = ledger.entries["req-m1"]

@@ -11,13 +11,13 @@ import json
 from dataclasses import replace
 
 import pytest
-from serenity_allocator.application.audit_dead_letters import (
+
+from serenity_allocator.application.allocator import InboundMessage, handle_message
+from serenity_allocator.application.allocator.audit_dead_letters import (
     DeadLetterCopy,
     audit_dead_letters,
 )
-from serenity_allocator.application.request_ledger import FINAL_RECEIVE_UNFINISHED
-
-from serenity_allocator.application import InboundMessage, handle_message
+from serenity_allocator.application.allocator.request_ledger import FINAL_RECEIVE_UNFINISHED
 from serenity_allocator.domain.errors import UpstreamError
 from serenity_allocator.domain.messages import AllocationOutcome
 from tests.fakes import READ_RESOURCES, RecordingOutcomes

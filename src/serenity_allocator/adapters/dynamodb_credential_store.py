@@ -247,6 +247,14 @@ class DynamoDbCredentialStore:
                 is not one our key made for this request (copied, corrupted, or base64-encoded
                 once more by a CLI recipe).
         """
+        item = self._item(request_id)
+        sealed = None if item is None else _sealed(item, request_id, workspace_id)
+        if sealed is None or sealed.expires_at <= self._clock():
+            return None  # none, scrubbed or expired
+        token = self._opened(request_id, workspace_id, sealed.ciphertext)
+        return StoredCredential(request_id, workspace_id, token, sealed.expires_at)
+
+    def _item(self, request_id: str) -> Mapping[str, AttributeValueTypeDef] | None:
         try:
             answer = self._dynamodb.get().get_item(
                 TableName=self._table,
@@ -255,35 +263,18 @@ class DynamoDbCredentialStore:
             )
         except (ClientError, BotoCoreError) as exc:
             raise CredentialStoreError("read", request_id, aws_error_code(exc)) from None
-        item = answer.get("Item")
-        if item is None:
-            return None
-        owner = item.get("workspace_id", {}).get("S")
-        if owner is not None and owner != workspace_id:
-            raise CredentialRecordNotOwnedError(request_id)
-        if "promise_token" not in item:
-            return None  # scrubbed
-        ciphertext = item["promise_token"].get("B")
-        if owner is None:
-            raise CredentialRecordUnreadableError(request_id, "workspace_id")
-        if not isinstance(ciphertext, bytes | bytearray) or not ciphertext:
-            raise CredentialRecordUnreadableError(request_id, "promise_token")
-        expires_at = _whole_number(item, "expires_at")
-        if expires_at is None:
-            raise CredentialRecordUnreadableError(request_id, "expires_at")
-        if expires_at <= self._clock():
-            return None
+        item: Mapping[str, AttributeValueTypeDef] | None = answer.get("Item")
+        return item
+
+    def _opened(self, request_id: str, workspace_id: str, ciphertext: bytes) -> str:
         try:
-            token = self._cipher.decrypt(
-                bytes(ciphertext), encryption_context(request_id, workspace_id)
-            )
+            return self._cipher.decrypt(ciphertext, encryption_context(request_id, workspace_id))
         except TokenCipherError:
-            if is_base64_text(bytes(ciphertext)):
+            if is_base64_text(ciphertext):
                 # Base64 text, not a ciphertext: a recipe encoded KMS's blob once more (the
                 # AWS CLI v1 reads a B value as base64). Unreadable whatever KMS answered.
                 raise CredentialRecordUnreadableError(request_id, "promise_token") from None
             raise
-        return StoredCredential(request_id, workspace_id, token, expires_at)
 
     def roll(self, request_id: str, workspace_id: str, promise_token: str) -> None:
         """Replace the stored token with the one an exchange just returned; restart the TTL.
@@ -364,3 +355,34 @@ def _whole_number(item: Mapping[str, AttributeValueTypeDef], name: str) -> int |
     except ValueError:
         return None
     return int(number) if number.is_integer() else None
+
+
+@dataclass(frozen=True)
+class _Sealed:
+    """A record's encrypted token and its expiry, read from its attributes."""
+
+    ciphertext: bytes
+    expires_at: int
+
+
+def _sealed(
+    item: Mapping[str, AttributeValueTypeDef], request_id: str, workspace_id: str
+) -> _Sealed | None:
+    """The record's sealed token, None once scrubbed; another child's or malformed, refused.
+
+    The owner is checked before anything is decrypted.
+    """
+    owner = item.get("workspace_id", {}).get("S")
+    if owner is not None and owner != workspace_id:
+        raise CredentialRecordNotOwnedError(request_id)
+    if "promise_token" not in item:
+        return None  # scrubbed
+    ciphertext = item["promise_token"].get("B")
+    if owner is None:
+        raise CredentialRecordUnreadableError(request_id, "workspace_id")
+    if not isinstance(ciphertext, bytes | bytearray) or not ciphertext:
+        raise CredentialRecordUnreadableError(request_id, "promise_token")
+    expires_at = _whole_number(item, "expires_at")
+    if expires_at is None:
+        raise CredentialRecordUnreadableError(request_id, "expires_at")
+    return _Sealed(bytes(ciphertext), expires_at)

@@ -268,28 +268,44 @@ def store_terminal(
         RequestIdConflictError: another request bound the id meanwhile (nothing of it returned).
         OutOfTimeError: the write would not fit before the deadline (the record comes back).
     """
-    if view.ledger is None:
+    ledger = view.ledger
+    if ledger is None:
         return outcome
     dead = bool(outcome.dead_lettered)
-    if not view.has_time(dead or finishing):
-        # Never let a write outlive the function (a timeout would replay the whole batch).
-        if dead:
-            return None
-        raise OutOfTimeError()
-    if outcome.request_id in view.unreadable:
-        # Never written over: an operator inspects and repairs it (its runbook).
-        if dead:
-            return None
-        raise LedgerRecordUnreadableError(view.unreadable[outcome.request_id])
-    entry = view.entries.get(outcome.request_id)
-    outcome = _superseding(entry, outcome)
-    source = completing_message_id if dead else None
     try:
-        held = view.ledger.store_outcome(outcome, dead_lettered=dead, source_message_id=source)
-    except (LedgerUnavailableError, LedgerRecordUnreadableError, RequestIdConflictError):
+        return _stored(view, ledger, outcome, completing_message_id if dead else None, finishing)
+    except _NOT_STORED:
         if dead:
             return None
         raise
+
+
+_NOT_STORED = (
+    OutOfTimeError,
+    LedgerUnavailableError,
+    LedgerRecordUnreadableError,
+    RequestIdConflictError,
+)
+"""What leaves an outcome unstored: a dead letter then goes unannounced, anything else fails."""
+
+
+def _stored(
+    view: LedgerView,
+    ledger: RequestLedger,
+    outcome: AllocationOutcome,
+    source: str | None,
+    finishing: bool,
+) -> AllocationOutcome:
+    dead = bool(outcome.dead_lettered)
+    if not view.has_time(dead or finishing):
+        # Never let a write outlive the function (a timeout would replay the whole batch).
+        raise OutOfTimeError()
+    if outcome.request_id in view.unreadable:
+        # Never written over: an operator inspects and repairs it (its runbook).
+        raise LedgerRecordUnreadableError(view.unreadable[outcome.request_id])
+    entry = view.entries.get(outcome.request_id)
+    outcome = _superseding(entry, outcome)
+    held = ledger.store_outcome(outcome, dead_lettered=dead, source_message_id=source)
     view.entries[outcome.request_id] = _terminal_entry(
         outcome.request_id, held, entry, source if held == outcome else None
     )
