@@ -16,7 +16,7 @@ from serenity_allocator.adapters.dynamodb_request_ledger import (
 )
 from serenity_allocator.adapters.eventbridge_outcomes import OutcomePublisher
 from serenity_allocator.application.allocator.audit_dead_letters import audit_dead_letters
-from serenity_allocator.domain.ledger import PROVISIONAL_GRACE_S, ReleaseIntent
+from serenity_allocator.domain.ledger import PROVISIONAL_GRACE_S, TransferIntent
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals
 from serenity_allocator.producer import OutcomeReader
@@ -421,7 +421,7 @@ def test_dlq_audit_leaves_a_live_requests_copy_unannounced(
     applying = _letter_to_dlq(local_resources, 1)
     ledger.record_intent(
         applying,
-        ReleaseIntent(before=Totals(prompts=150), target=Totals(prompts=380)),
+        TransferIntent(before=Totals(prompts=150), target=Totals(prompts=380)),
         workspace_id=CHILD,
         kind="ensure",
     )
@@ -471,7 +471,7 @@ def test_final_receive_whose_outcome_store_failed_is_never_reported_failed(
     )
     ledger.record_intent(
         request_id,
-        ReleaseIntent(before=Totals(prompts=150), target=Totals(prompts=380)),
+        TransferIntent(before=Totals(prompts=150), target=Totals(prompts=380)),
         workspace_id=CHILD,
         kind="ensure",
     )

@@ -10,7 +10,7 @@ from serenity_allocator.adapters.dynamodb_request_ledger import (
     DynamoDbRequestLedger,
     RequestLedgerConfig,
 )
-from serenity_allocator.domain.ledger import ReleaseIntent
+from serenity_allocator.domain.ledger import TransferIntent
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals
 from serenity_allocator.producer import OutcomeReader, OutcomeWaitTimeoutError
@@ -85,7 +85,7 @@ def test_get_outcome_is_none_while_pending_and_the_outcome_once_stored(
     assert reader.get_outcome("req-1") is None
     writer.record_intent(
         "req-1",
-        ReleaseIntent(before=Totals(prompts=500), target=Totals(prompts=100)),
+        TransferIntent(before=Totals(prompts=500), target=Totals(prompts=100)),
         workspace_id="child-1",
     )
     assert reader.get_outcome("req-1") is None

@@ -15,7 +15,7 @@ from serenity_allocator.adapters.dynamodb_request_ledger import (
 from serenity_allocator.domain.ledger import (
     LedgerConflictError,
     LedgerUnavailableError,
-    ReleaseIntent,
+    TransferIntent,
 )
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals
@@ -79,7 +79,7 @@ def test_request_ledger_keeps_a_release_intent_when_it_turns_terminal(
     ledger: DynamoDbRequestLedger,
 ) -> None:
     # Given a release's intent recorded before its transfer
-    intent = ReleaseIntent(
+    intent = TransferIntent(
         before=Totals(projects=3, prompts=500), target=Totals(projects=1, prompts=100)
     )
     ledger.record_intent("req-1", intent, workspace_id="child-1")
@@ -103,7 +103,7 @@ def test_request_ledger_refuses_an_intent_over_a_terminal_record(
     with pytest.raises(LedgerConflictError):
         ledger.record_intent(
             "req-1",
-            ReleaseIntent(before=Totals(prompts=400), target=Totals(prompts=100)),
+            TransferIntent(before=Totals(prompts=400), target=Totals(prompts=100)),
             workspace_id="child-1",
         )
     assert ledger.lookup(["req-1"])["req-1"].state == "final"
@@ -113,13 +113,13 @@ def test_request_ledger_adds_an_intent_beside_a_provisional_dead_letter(
     ledger: DynamoDbRequestLedger,
 ) -> None:
     # Given a final receive's provisional dead letter over an earlier receive's intent
-    earlier = ReleaseIntent(before=Totals(prompts=500), target=Totals(prompts=100))
+    earlier = TransferIntent(before=Totals(prompts=500), target=Totals(prompts=100))
     ledger.record_intent("req-1", earlier, workspace_id="child-1")
     provisional = _outcome(status="failed", error_code="finalReceiveUnfinished", dead_lettered=True)
     ledger.store_outcome(provisional, provisional=True)
 
     # When that receive records its release's intent before transferring
-    intent = ReleaseIntent(before=Totals(prompts=450), target=Totals(prompts=100))
+    intent = TransferIntent(before=Totals(prompts=450), target=Totals(prompts=100))
     ledger.record_intent("req-1", intent, workspace_id="child-1")
 
     # Then the intent is kept beside the dead letter, which stays the terminal record (a crash

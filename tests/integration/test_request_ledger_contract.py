@@ -19,9 +19,9 @@ from serenity_allocator.domain.ledger import (
     LEDGER_SCHEMA_VERSION,
     LedgerConflictError,
     LedgerRecordUnreadableError,
-    ReleaseIntent,
     RequestIdConflictError,
     RequestLedger,
+    TransferIntent,
 )
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals
@@ -29,10 +29,10 @@ from serenity_tools.standins.resources import local_client
 from tests.unit.ledger_fake import InMemoryRequestLedger
 
 NOW = 1_800_000_000
-INTENT = ReleaseIntent(
+INTENT = TransferIntent(
     before=Totals(projects=3, prompts=500), target=Totals(projects=1, prompts=100)
 )
-LATER_INTENT = ReleaseIntent(
+LATER_INTENT = TransferIntent(
     before=Totals(projects=3, prompts=500), target=Totals(projects=2, prompts=200)
 )
 
@@ -65,7 +65,7 @@ def ledger(request: pytest.FixtureRequest) -> RequestLedger:
 
 def _state(
     ledger: RequestLedger,
-) -> tuple[str, AllocationOutcome | None, ReleaseIntent | None, bool]:
+) -> tuple[str, AllocationOutcome | None, TransferIntent | None, bool]:
     entry = ledger.read_batch(["req-1"]).entries["req-1"]
     return entry.state, entry.outcome, entry.intent, entry.provisional
 

@@ -32,9 +32,9 @@ from serenity_allocator.domain.ledger import (
     LedgerRecordUnreadableError,
     LedgerState,
     LedgerUnavailableError,
-    ReleaseIntent,
     RequestIdConflictError,
     RequestKind,
+    TransferIntent,
 )
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals
@@ -114,7 +114,7 @@ class InMemoryRequestLedger:
     def record_intent(
         self,
         request_id: str,
-        intent: ReleaseIntent,
+        intent: TransferIntent,
         *,
         workspace_id: str,
         kind: RequestKind = "release",
@@ -189,7 +189,7 @@ def intent_entry(
         state="intent",
         workspace_id=workspace_id,
         kind=kind,
-        intent=ReleaseIntent(before=before, target=target),
+        intent=TransferIntent(before=before, target=target),
     )
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from serenity_allocator.adapters.observability import logger
 from serenity_allocator.domain.errors import UpstreamError
-from serenity_allocator.domain.ledger import ReleaseIntent
+from serenity_allocator.domain.ledger import TransferIntent
 from serenity_allocator.domain.model import Totals
 from tests.fakes import READ_RESOURCES, RecordingOutcomes, sqs_record
 from tests.unit.allocator_rig import (
@@ -112,7 +112,7 @@ def test_lambda_handler_store_failing_after_the_transfer_is_logged_and_later_tol
     ]
     assert failures == [("req-m1", "ledgerUnavailable")]
     entry = ledger.entries["req-m1"]
-    assert entry.intent == ReleaseIntent(before=FULL, target=Totals(projects=2, prompts=300))
+    assert entry.intent == TransferIntent(before=FULL, target=Totals(projects=2, prompts=300))
     assert entry.state == ("deadLettered" if receive_count == MAX_RECEIVE_COUNT else "intent")
 
     # When the request comes back (redelivered, or redriven after its final receive)
@@ -172,7 +172,7 @@ def test_lambda_handler_coalesced_run_records_every_members_intent_before_its_tr
     assert failed_ids(first) == ["m1", "m2"]
     assert worker.gateway.transfers == [("c1", target)]
     assert [ledger.entries[rid].intent for rid in ("req-m1", "req-m2")] == [
-        ReleaseIntent(before=FULL, target=target)
+        TransferIntent(before=FULL, target=target)
     ] * 2
 
     # When both come back / Then neither is applied again and both say what the top-up did

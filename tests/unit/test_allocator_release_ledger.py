@@ -5,8 +5,8 @@ from __future__ import annotations
 from serenity_allocator.domain.errors import WorkspaceBusyError
 from serenity_allocator.domain.ledger import (
     LedgerUnavailableError,
-    ReleaseIntent,
     RequestKind,
+    TransferIntent,
 )
 from serenity_allocator.domain.model import Totals
 from tests.unit.allocator_rig import (
@@ -38,7 +38,7 @@ class WatchingLedger(InMemoryRequestLedger):
     def record_intent(
         self,
         request_id: str,
-        intent: ReleaseIntent,
+        intent: TransferIntent,
         *,
         workspace_id: str,
         kind: RequestKind = "release",
@@ -70,7 +70,7 @@ def test_a_release_records_its_intent_before_its_transfer_and_keeps_it_when_fina
     assert worker.gateway.transfers == [("c1", LOWERED)]
     entry = ledger.entries["req-m1"]
     assert (entry.state, entry.workspace_id, entry.kind) == ("final", "c1", "release")
-    assert entry.intent == ReleaseIntent(before=WIDE, target=LOWERED)
+    assert entry.intent == TransferIntent(before=WIDE, target=LOWERED)
     outcome = worker.outcome("req-m1")
     assert (outcome.status, outcome.error_code, outcome.receive_count) == ("released", None, 1)
     assert (outcome.totals_before, outcome.totals_after) == (WIDE, LOWERED)
@@ -86,7 +86,7 @@ def test_a_release_uses_its_own_floor_over_the_default_one() -> None:
 
     # Then the target is the floor, recorded as the intent
     assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=300))]
-    assert ledger.entries["req-m1"].intent == ReleaseIntent(
+    assert ledger.entries["req-m1"].intent == TransferIntent(
         before=WIDE, target=Totals(projects=2, prompts=300)
     )
 
@@ -124,7 +124,7 @@ def test_a_redelivered_release_whose_transfer_did_not_land_is_planned_again() ->
     target = Totals(projects=2, prompts=200)
     assert worker.gateway.transfers == [("c1", target)]
     assert ledger.totals_at_intent == [WIDE]
-    assert ledger.entries["req-m1"].intent == ReleaseIntent(before=WIDE, target=target)
+    assert ledger.entries["req-m1"].intent == TransferIntent(before=WIDE, target=target)
     outcome = worker.outcome("req-m1")
     assert (outcome.status, outcome.totals_before, outcome.totals_after) == (
         "released",

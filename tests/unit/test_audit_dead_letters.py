@@ -18,8 +18,8 @@ from serenity_allocator.domain.ledger import (
     LedgerRead,
     LedgerRecordUnreadableError,
     LedgerUnavailableError,
-    ReleaseIntent,
     RequestIdConflictError,
+    TransferIntent,
 )
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals
@@ -110,7 +110,7 @@ def test_audit_dead_letters_confirms_a_provisional_dead_letter() -> None:
 def test_audit_dead_letters_keeps_a_release_intent_when_recording() -> None:
     # Given a release whose ledger record is only an intent
     ledger = InMemoryRequestLedger()
-    intent = ReleaseIntent(before=Totals(prompts=500), target=Totals(prompts=100))
+    intent = TransferIntent(before=Totals(prompts=500), target=Totals(prompts=100))
     ledger.record_intent("req-1", intent, workspace_id="child-1")
     release = {"version": 1, "kind": "release", "request_id": "req-1", "workspace_id": "child-1"}
     letter = DeadLetterCopy(
@@ -257,7 +257,7 @@ def test_audit_dead_letters_reports_an_id_bound_to_another_request_and_writes_no
         state="intent",
         workspace_id="child-2",
         kind="ensure",
-        intent=ReleaseIntent(before=Totals(), target=Totals(prompts=100)),
+        intent=TransferIntent(before=Totals(), target=Totals(prompts=100)),
     )
     outcomes = RecordingOutcomes()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from serenity_allocator.domain.ledger import LedgerEntry, ReleaseIntent
+from serenity_allocator.domain.ledger import LedgerEntry, TransferIntent
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from serenity_allocator.domain.model import Totals
 from serenity_tools.verification.ledger_check import check_ledger
@@ -44,7 +44,7 @@ def test_check_ledger_flags_a_request_without_a_terminal_record() -> None:
     intent = LedgerEntry(
         request_id="req-r",
         state="intent",
-        intent=ReleaseIntent(before=Totals(prompts=500), target=Totals(prompts=100)),
+        intent=TransferIntent(before=Totals(prompts=500), target=Totals(prompts=100)),
     )
 
     # When checked / Then both are named

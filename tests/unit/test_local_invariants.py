@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from serenity_allocator.adapters.sqs_producer import build_ensure, build_release
-from serenity_allocator.domain.ledger import LedgerEntry, ReleaseIntent
+from serenity_allocator.domain.ledger import LedgerEntry, TransferIntent
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals
 from serenity_tools.verification.checks import DEMO_CHECKS, RunRecord, run_checks
@@ -203,7 +203,7 @@ def test_check_terminal_outcomes_counts_terminal_ledger_records() -> None:
         b.request_id: LedgerEntry(
             request_id=b.request_id,
             state="intent",
-            intent=ReleaseIntent(
+            intent=TransferIntent(
                 before=Totals(projects=1, prompts=1), target=Totals(projects=1, prompts=2)
             ),
         ),

@@ -23,7 +23,7 @@ from serenity_allocator.domain.ledger import (
     LedgerConflictError,
     LedgerEntry,
     LedgerUnavailableError,
-    ReleaseIntent,
+    TransferIntent,
 )
 from serenity_allocator.domain.messages import AllocationOutcome, ReleaseRequest
 from serenity_allocator.domain.model import DEFAULT_BLOCKS, Totals
@@ -128,7 +128,7 @@ def test_ledger_view_replays_only_a_final_outcome() -> None:
     final = _outcome(request_id="req-final")
     ledger.store_outcome(final)
     ledger.record_intent(
-        "req-intent", ReleaseIntent(before=BEFORE, target=TARGET), workspace_id="child-1"
+        "req-intent", TransferIntent(before=BEFORE, target=TARGET), workspace_id="child-1"
     )
     ledger.store_outcome(DEAD.model_copy(update={"request_id": "req-dead"}), dead_lettered=True)
 
@@ -194,7 +194,7 @@ def test_store_terminal_stores_a_dead_letter_as_dead_lettered() -> None:
     held = store_terminal(view, DEAD)
 
     # Then the ledger and the view hold a published dead letter that keeps the intent
-    intent = ReleaseIntent(before=BEFORE, target=TARGET)
+    intent = TransferIntent(before=BEFORE, target=TARGET)
     assert held == DEAD
     stored = ledger.entries["req-1"]
     assert (stored.state, stored.provisional, stored.outcome) == ("deadLettered", False, DEAD)
@@ -364,7 +364,7 @@ def test_record_transfer_intent_writes_it_and_keeps_it_in_the_view() -> None:
     record_transfer_intent(view, RELEASE, BEFORE, TARGET)
 
     # Then the ledger and the batch's view both hold it
-    intent = ReleaseIntent(before=BEFORE, target=TARGET)
+    intent = TransferIntent(before=BEFORE, target=TARGET)
     assert ledger.entries["req-1"].intent == intent
     assert view.entries["req-1"] == LedgerEntry(
         request_id="req-1", state="intent", intent=intent, **BOUND
@@ -383,7 +383,7 @@ def test_record_transfer_intent_beside_a_dead_letter_keeps_the_terminal_view_ent
 
     # Then the ledger adds the intent and the view still sees the dead letter
     assert ledger.entries["req-1"].state == "deadLettered"
-    assert ledger.entries["req-1"].intent == ReleaseIntent(before=BEFORE, target=TARGET)
+    assert ledger.entries["req-1"].intent == TransferIntent(before=BEFORE, target=TARGET)
     assert view.entries["req-1"].state == "deadLettered"
 
 
@@ -454,7 +454,7 @@ def test_request_ledger_release_replay_after_a_partial_application_reports_true_
     )
     assert replayed == expected
     assert held == expected
-    intent = ReleaseIntent(before=BEFORE, target=TARGET)
+    intent = TransferIntent(before=BEFORE, target=TARGET)
     assert ledger.entries["req-1"].state == "final"
     assert ledger.entries["req-1"].intent == intent
     # and the batch's view keeps the intent beside the final outcome

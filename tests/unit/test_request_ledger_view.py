@@ -26,7 +26,7 @@ from serenity_allocator.domain.ledger import (
     LedgerRead,
     LedgerRecordUnreadableError,
     LedgerUnavailableError,
-    ReleaseIntent,
+    TransferIntent,
 )
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest
 from serenity_allocator.domain.model import Totals
@@ -42,7 +42,7 @@ class DownLedger:
     ) -> LedgerRead:
         raise LedgerUnavailableError("ConnectTimeoutError")
 
-    def record_intent(self, request_id: str, intent: ReleaseIntent, *, workspace_id: str) -> None:
+    def record_intent(self, request_id: str, intent: TransferIntent, *, workspace_id: str) -> None:
         raise LedgerUnavailableError("ConnectTimeoutError")
 
     def mark_announced(self, request_ids: Sequence[str]) -> None:
@@ -183,7 +183,7 @@ def test_confirm_announced_flags_only_outcomes_equal_to_their_terminal_record() 
     # req-3 final with the very outcome announced
     ledger = InMemoryRequestLedger()
     view = LedgerView(ledger)
-    intent = ReleaseIntent(before=Totals(projects=2), target=Totals(projects=1))
+    intent = TransferIntent(before=Totals(projects=2), target=Totals(projects=1))
     view.entries["req-1"] = intent_entry("req-1", "child-1", "ensure", intent.before, intent.target)
     for rid in ("req-2", "req-3"):
         store_terminal(view, _outcome(request_id=rid, status="topped-up", error_code=None))

@@ -105,7 +105,7 @@ prompts?: number
 
 export interface LedgerRecord {
 announced?: boolean
-intent?: (ReleaseIntent | null)
+intent?: (TransferIntent | null)
 kind?: (("ensure" | "release" | "unknown") | null)
 outcome?: (AllocationOutcome | null)
 provisional?: boolean
@@ -117,10 +117,10 @@ updated_at?: (number | null)
 workspace_id?: (string | null)
 }
 /**
- * The transfer a release is about to send: the child's totals before and the target.
+ * The transfer a top-up or a release is about to send: the totals before and the target.
  */
 
-export interface ReleaseIntent {
+export interface TransferIntent {
 before: Totals
 target: Totals
 }

@@ -9,7 +9,7 @@ Item shape (table key ``request_id``, a string)::
     state          S  intent | final | deadLettered
     status         S  the outcome's status (terminal records), for operators reading the table
     outcome        S  the terminal AllocationOutcome as JSON
-    intent         S  a release's ReleaseIntent as JSON (kept once the record turns terminal)
+    intent         S  a release's TransferIntent as JSON (kept once the record turns terminal)
     provisional    BOOL  a deadLettered record written as a final receive began (never published)
     announced      BOOL  the DLQ audit's publish of the terminal outcome was confirmed
     dead_letter    S  the last published dead-lettered outcome (kept when a redrive supersedes it)
@@ -48,9 +48,9 @@ from ..domain.ledger import (
     LedgerEntry,
     LedgerRead,
     LedgerUnavailableError,
-    ReleaseIntent,
     RequestIdConflictError,
     RequestKind,
+    TransferIntent,
 )
 from ..domain.messages import AllocationOutcome
 from .aws_clients import AWS_CALL_BUDGET_S, LazyClient, aws_error_code, dynamodb_client
@@ -248,7 +248,7 @@ class DynamoDbRequestLedger:
     def record_intent(
         self,
         request_id: str,
-        intent: ReleaseIntent,
+        intent: TransferIntent,
         *,
         workspace_id: str,
         kind: RequestKind = "release",

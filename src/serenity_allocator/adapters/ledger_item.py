@@ -18,7 +18,7 @@ from ..domain.ledger import (
     LedgerEntry,
     LedgerRead,
     LedgerRecordUnreadableError,
-    ReleaseIntent,
+    TransferIntent,
     describe_unreadable,
     read_stored,
 )
@@ -52,7 +52,7 @@ def item_to_entry(item: Mapping[str, Any]) -> LedgerEntry:
             workspace_id=_text(item, "workspace_id"),
             kind=_text(item, "kind"),
             outcome=read_stored(AllocationOutcome, outcome, "outcome") if outcome else None,
-            intent=read_stored(ReleaseIntent, intent, "intent") if intent else None,
+            intent=read_stored(TransferIntent, intent, "intent") if intent else None,
             provisional=_flag(item, "provisional"),
             announced=_flag(item, "announced"),
             source_message_id=_text(item, "source_message_id"),

@@ -49,11 +49,8 @@ binding and the announcement flag. Versions only ever add fields, so a reader re
 and ignores what it does not know; it refuses only a record whose known fields it cannot read."""
 
 
-class ReleaseIntent(BaseModel):
-    """The transfer a release is about to send: the child's totals before and the target."""
-
-    # An ensure's intent has the same shape (and the same landed rule); the docstring is the
-    # published record schema's description, so it stays as first written.
+class TransferIntent(BaseModel):
+    """The transfer a top-up or a release is about to send: the totals before and the target."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -99,7 +96,7 @@ class LedgerEntry(BaseModel):
     """The request kind the id is bound to; None only on a version-1 intent."""
     outcome: AllocationOutcome | None = None
     """The terminal outcome (``final`` and ``deadLettered``); None for a bare intent."""
-    intent: ReleaseIntent | None = None
+    intent: TransferIntent | None = None
     """A release's recorded intent; kept when the record later turns terminal."""
     provisional: bool = False
     """A ``deadLettered`` record written as a final receive began and never published: it
@@ -155,7 +152,7 @@ class LedgerEntry(BaseModel):
 
         Its final receive recorded the transfer it was about to make and never stored how it
         ended (a crash, or a terminal store that failed): the transfer may have landed, so the
-        record is no proof of failure. Only a read of the child (:meth:`ReleaseIntent.landed`,
+        record is no proof of failure. Only a read of the child (:meth:`TransferIntent.landed`,
         which a redrive's receive makes) tells.
         """
         return self.provisional and self.intent is not None and self.intent.moves
@@ -307,7 +304,7 @@ class RequestLedger(Protocol):
     def record_intent(
         self,
         request_id: str,
-        intent: ReleaseIntent,
+        intent: TransferIntent,
         *,
         workspace_id: str,
         kind: RequestKind = "release",

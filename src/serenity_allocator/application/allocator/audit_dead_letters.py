@@ -39,9 +39,9 @@ from ...domain.ledger import (
     LedgerEntry,
     LedgerRecordUnreadableError,
     LedgerUnavailableError,
-    ReleaseIntent,
     RequestIdConflictError,
     RequestLedger,
+    TransferIntent,
 )
 from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest, parse_request
 from ...domain.outcomes import build_outcome
@@ -103,7 +103,7 @@ class DeadLetterAudit:
     transfer_unconfirmed: list[str] = field(default_factory=list)
     """Request ids whose final receive recorded a transfer and no outcome: nothing confirmed
     (redrive: the receive reads the child against the intent)."""
-    unconfirmed_intents: dict[str, ReleaseIntent] = field(default_factory=dict)
+    unconfirmed_intents: dict[str, TransferIntent] = field(default_factory=dict)
     """The recorded transfer of each of :attr:`transfer_unconfirmed`: the child's totals
     before and the target (the child holding the target means it landed)."""
     announced: bool = False

@@ -33,9 +33,9 @@ from ...domain.ledger import (
     LedgerEntry,
     LedgerRecordUnreadableError,
     LedgerUnavailableError,
-    ReleaseIntent,
     RequestIdConflictError,
     RequestLedger,
+    TransferIntent,
 )
 from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from ...domain.model import Totals
@@ -166,12 +166,12 @@ class LedgerView:
             mark_final_receive(self, request, receive_count, sequence_number)
         return Apply()
 
-    def landed(self, request: Request, gateway: WorkspaceGateway) -> ReleaseIntent | None:
+    def landed(self, request: Request, gateway: WorkspaceGateway) -> TransferIntent | None:
         """The transfer an earlier delivery recorded and made, or None: apply the request.
 
         Only a request whose recorded intent moves something pays this extra read (a
         redelivery after its transfer may have landed); a first delivery reads the child once,
-        in its rule. The same answer for an ensure and a release: :meth:`ReleaseIntent.landed`.
+        in its rule. The same answer for an ensure and a release: :meth:`TransferIntent.landed`.
         """
         entry = self.entries.get(request.request_id)
         intent = None if entry is None else entry.intent
@@ -450,7 +450,7 @@ def record_transfer_intent(
     if not view.has_time(False):
         raise OutOfTimeError()
     request_id = request.request_id
-    intent = ReleaseIntent(before=before, target=target)
+    intent = TransferIntent(before=before, target=target)
     view.ledger.record_intent(
         request_id, intent, workspace_id=request.workspace_id, kind=request.kind
     )
