@@ -33,7 +33,7 @@ re-exchange is transient
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 
@@ -241,20 +241,7 @@ class RequestCredentials:
         future = self.opening.pop(request_id, None)
         if future is None:
             return self.sessions[request_id]
-        try:
-            session = future.result()
-        except ImsUnavailableError:
-            self.observer.record(CredentialOutcome("imsUnavailable"))
-            raise
-        except ImsClientRefusedError:
-            self.observer.record(CredentialOutcome("imsClientRefused"))
-            raise
-        except SemrushScopeMissingError:
-            self.observer.record(CredentialOutcome("semrushScopeMissing"))
-            raise
-        self.sessions[request_id] = session
-        self.observer.record(CredentialOutcome("exchanged"))
-        return session
+        return self._opened(request_id, future.result)
 
     def _taken(self, request_id: str) -> CredentialSession | None:
         """The request's session, leaving the batch (an open under way is waited for)."""
@@ -266,8 +253,16 @@ class RequestCredentials:
         return self.sessions.pop(request_id, None)
 
     def _open(self, request: Request) -> CredentialSession:
+        return self._opened(
+            request.request_id, lambda: self._exchange(request.request_id, request.workspace_id)
+        )
+
+    def _opened(
+        self, request_id: str, opening: Callable[[], CredentialSession]
+    ) -> CredentialSession:
+        """The session ``opening`` gives (an open under way, or one now), counted either way."""
         try:
-            session = self._exchange(request.request_id, request.workspace_id)
+            session = opening()
         except ImsUnavailableError:
             self.observer.record(CredentialOutcome("imsUnavailable"))
             raise
@@ -277,7 +272,7 @@ class RequestCredentials:
         except SemrushScopeMissingError:
             self.observer.record(CredentialOutcome("semrushScopeMissing"))
             raise
-        self.sessions[request.request_id] = session
+        self.sessions[request_id] = session
         self.observer.record(CredentialOutcome("exchanged"))
         return session
 
