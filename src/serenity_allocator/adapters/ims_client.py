@@ -51,8 +51,6 @@ RETRY_DELAYS_S: Final = (1.0, 2.0)
 """The upstream's IMS client: at most two retries of a 429/5xx, 1 s then 2 s (``1 s x 2^n``)."""
 RETRY_JITTER: Final = 0.2
 """+/-20 % on each of those delays (the upstream's client); ``Retry-After`` wins when larger."""
-SEMRUSH_SCOPE: Final = "semrush"
-"""The scope an access token needs on the Semrush routes (the deployment's Semrush pair)."""
 PAIR_REFUSALS: Final = frozenset({"invalid_client", "unauthorized_client"})
 """OAuth's codes for a refusal of the client pair itself (the shared doc: ``invalid_client``,
 with 400 or 401): the deployment's configuration, not the user's promise."""

@@ -22,9 +22,9 @@ import contextlib
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from ..domain.credentials import AccessLifetime, CredentialEnd, TokenFreshness
+from ..domain.credentials import SEMRUSH_SCOPE, AccessLifetime, CredentialEnd, TokenFreshness
 from ..domain.errors import (
     CredentialNotOwnedError,
     CredentialStoreUnavailableError,
@@ -40,8 +40,10 @@ from .dynamodb_credential_store import (
     CredentialStoreError,
     StoredCredential,
 )
-from .ims_client import SEMRUSH_SCOPE, ExchangedTokens
 from .kms_token_cipher import PLAINTEXT_NOT_TEXT, TokenCipherError
+
+if TYPE_CHECKING:
+    from .ims_client import ExchangedTokens
 
 UNDECRYPTABLE = "InvalidCiphertextException"
 """KMS's answer for a ciphertext that is "corrupted, missing, or otherwise invalid" (the KMS

@@ -7,6 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
+
+SEMRUSH_SCOPE: Final = "semrush"
+"""The scope an exchanged token carries only through the deployment's Semrush pair
+(ims-promise-tokens.md): a token without it is refused by Semrush whatever its user."""
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from typing import Literal, NoReturn
 
 from pydantic import ValidationError
 
-from ...domain.credentials import AccessLifetime, TokenFreshness
+from ...domain.credentials import SEMRUSH_SCOPE, AccessLifetime, TokenFreshness
 from ...domain.errors import (
     ImsClientRefusedError,
     ImsUnavailableError,
@@ -48,8 +48,6 @@ from ...domain.sweep.errors import (
 from ...domain.sweep.run_claim import RunClaim, RunClaimEnd, run_claim_name, run_token_context
 from .ports import CheckpointStore, ExchangedTokens, PromiseExchange, RunTokenCipher
 
-SEMRUSH_SCOPE = "semrush"
-"""The scope the run's access token needs on the Semrush routes."""
 _SCRUB_ATTEMPTS = 3
 """Conditional scrubs tried before giving up (each loses only to a concurrent claim write)."""
 
