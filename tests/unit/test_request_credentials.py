@@ -374,7 +374,7 @@ def test_sessions_opened_ahead_at_the_batch_start_never_fail_out_of_time_later()
         # Then its turn binds the session opened ahead: no outOfTime on a living consumer
         for request in requests:
             credentials.act_as(request)
-        credentials.settle()
+        credentials.await_ends()
     assert sorted(broker.opened) == ["r-1", "r-2", "r-3"]
     assert broker.bound == ["r-1", "r-2", "r-3"]
     events = credentials.observer.events  # type: ignore[attr-defined]
@@ -390,7 +390,7 @@ def test_ends_run_beside_the_batch_and_are_reported_once_settled() -> None:
         credentials.broker = ending
         for n in (1, 2):
             credentials.end(build_outcome(_ensure(f"r-{n}"), "topped-up", 1))
-        credentials.settle()
+        credentials.await_ends()
     assert sorted(e[0] for e in ending.ended) == ["r-1", "r-2"]
     assert credentials.ending == []
     # Reported in the calling thread once settled: two unconfirmed invalidations

@@ -259,7 +259,7 @@ def test_ledger_view_keeps_unreadable_and_unanswered_ids_out_of_the_batch_and_sa
     )
 
     # When asked / Then both are settled apart from the batch, and req-1 fails saying why
-    assert view.settled([]) == frozenset({"req-1", "req-2"})
+    assert view.answered([]) == frozenset({"req-1", "req-2"})
     with pytest.raises(LedgerRecordUnreadableError, match="record: bad state"):
         view.check("req-1")
 

@@ -107,7 +107,7 @@ class OutcomeReader:
                 status="rejected",
                 error_code=RequestIdConflictError.code,
             )
-        if not self._is_settled(entry):
+        if not self._is_final(entry):
             return None
         return entry.outcome
 
@@ -144,7 +144,7 @@ class OutcomeReader:
             self._sleep(min(delay, left))
             delay = min(delay * 2, delays.max_s)
 
-    def _is_settled(self, entry: LedgerEntry) -> bool:
+    def _is_final(self, entry: LedgerEntry) -> bool:
         if not entry.is_terminal or entry.outcome is None:
             return False
         if not entry.provisional:

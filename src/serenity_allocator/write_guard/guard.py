@@ -193,7 +193,7 @@ class WriteGuard:
         site: str,
         rollback: Callable[[], object] | None = None,
     ) -> AnswerT:
-        """Run a metered write; on the disguised 405, ensure once and retry until it is settled.
+        """Run a metered write; on the disguised 405, ensure once and retry until it lands.
 
         With an outcome lookup, a 405 whose need a pending front of this guard covers follows
         that front (no second ensure for the same units); see the module's docstring.

@@ -163,7 +163,7 @@ def _settle(
 
 
 def _left_open(entry: LedgerEntry, request: Request, now_s: float, audit: DeadLetterAudit) -> bool:
-    """True (and reported) when the audit must not settle this record now.
+    """True (and reported) when the audit must not complete this record now.
 
     Bound to another request, still being written by a receive (a live request's copy), or a
     final receive's transfer whose landing only a read of the child can tell.

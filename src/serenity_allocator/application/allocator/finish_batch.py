@@ -49,7 +49,7 @@ def finish_batch(inv: Invocation, failed: Sequence[str]) -> list[str]:
             state.credentials.end(held or outcome, invalidate=False)
     unpublished = _publish_outcomes(inv)
     if state.credentials is not None:
-        state.credentials.settle()  # the ends ran beside the publishing; all done by now
+        state.credentials.await_ends()  # the ends ran beside the publishing; all done by now
     if unpublished:
         failures = _hold_back_groups(inv, failures, unpublished)
     _publish_pool_warnings(inv)

@@ -169,7 +169,7 @@ def _invalid_outcome(inv: Invocation, message: BatchMessage) -> AllocationOutcom
 def _settle(
     inv: Invocation, message: BatchMessage, decision: Refuse | Replay | FollowFirst
 ) -> None:
-    """Complete a record the ledger settled: nothing applied, nothing stored."""
+    """Complete a record the ledger answered: nothing applied, nothing stored."""
     match decision:
         case Refuse(outcome):
             # Nothing of the other request told: this request's own ids and a code. Not stored

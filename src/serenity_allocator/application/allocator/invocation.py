@@ -203,7 +203,7 @@ def _acting(
 ) -> list[EnsureRequest | ReleaseRequest]:
     """The requests that will act as their users, to open ahead.
 
-    Valid, first of their id, not settled by the ledger (a replay or a refusal opens nothing),
+    Valid, first of their id, not answered by the ledger (a replay or a refusal opens nothing),
     and making Semrush calls.
     """
     requests = [
@@ -211,11 +211,11 @@ def _acting(
         for m in plan.messages.values()
         if m.request is not None and m.duplicate_of is None
     ]
-    settled = ledger.settled(requests)
+    answered = ledger.answered(requests)
     return [
         r
         for r in requests
-        if r.request_id not in settled
+        if r.request_id not in answered
         and (config.dynamic_allocation or isinstance(r, ReleaseRequest))
     ]
 
@@ -258,12 +258,12 @@ def _invalid_replays(ledger: LedgerView, plan: BatchPlan) -> dict[str, Allocatio
 def _standalone(
     ledger: LedgerView, requests: Sequence[EnsureRequest | ReleaseRequest]
 ) -> frozenset[str]:
-    """Ids that join no coalesced run: each is settled on its own.
+    """Ids that join no coalesced run: each is applied or answered on its own.
 
     Replayed, refused or unreadable requests, those an earlier delivery may have applied (a
     recorded intent), and dead letters a delivery sent itself (replayed for that message).
     """
-    return ledger.settled(requests) | {
+    return ledger.answered(requests) | {
         rid
         for rid, entry in ledger.entries.items()
         if entry.intent is not None or entry.source_message_id is not None

@@ -75,7 +75,7 @@ class Replay:
 
 @dataclass(frozen=True)
 class Apply:
-    """Nothing settles the request: apply it."""
+    """The record read answers nothing for the request: apply it."""
 
 
 LedgerDecision = Refuse | FollowFirst | Replay | Apply
@@ -180,7 +180,7 @@ class LedgerView:
         current = gateway.read_resources(request.workspace_id).totals()
         return intent if intent.landed(current) else None
 
-    def settled(self, requests: Iterable[Request]) -> frozenset[str]:
+    def answered(self, requests: Iterable[Request]) -> frozenset[str]:
         """Ids of ``requests`` this batch must not apply nor coalesce.
 
         Replayed ones, ones bound to another request, unreadable or unanswered ones.
@@ -410,15 +410,15 @@ def mark_final_receives_ahead(
     final receive. Written at the start, not at each record's turn, so a function that dies
     before a record's turn (a crash, a timeout behind slow records) still leaves that request
     a terminal record with its order key for the DLQ audit. Best effort: a request whose
-    record is settled, or whose write fails here, is left to its turn, which writes it or
+    record is answered, or whose write fails here, is left to its turn, which writes it or
     fails the record with the reason (as without this pass).
     """
     if view.ledger is None or view.error is not None:
         return
     pending = [item for item in final_receives if _awaits_apply(view, *item[:2])]
-    settled = view.settled(request for _, request, _ in pending)
+    answered = view.answered(request for _, request, _ in pending)
     for message_id, request, receive_count in pending:
-        if request.request_id in settled or request.request_id in view.marked:
+        if request.request_id in answered or request.request_id in view.marked:
             continue
         sequence_number = view.sequence_numbers.get(message_id)
         try:
@@ -429,7 +429,7 @@ def mark_final_receives_ahead(
 
 
 def _awaits_apply(view: LedgerView, message_id: str, request: Request) -> bool:
-    """True unless the record read settles this message without applying it (a replay)."""
+    """True unless the record read answers this message without applying it (a replay)."""
     entry = view.entries.get(request.request_id)
     return entry is None or not entry.is_replayed_for(message_id)
 

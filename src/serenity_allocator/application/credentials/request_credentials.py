@@ -84,7 +84,7 @@ class RequestCredentials:
 
     With ``workers`` (a bounded thread pool of the container's), sessions are opened ahead,
     all at once at the batch's start (:meth:`open_ahead`), and ends run beside the rest of the
-    batch; :meth:`settle` waits for all of them before the invocation returns. Without it,
+    batch; :meth:`await_ends` waits for all of them before the invocation returns. Without it,
     each call runs in place. Only the calling thread binds and records observations.
     """
 
@@ -100,7 +100,7 @@ class RequestCredentials:
     opening: dict[str, Future[CredentialSession]] = field(default_factory=dict)
     """Sessions opened ahead, by request id, until their request's turn takes them."""
     ending: list[tuple[str, Future[CredentialEnd]]] = field(default_factory=list)
-    """Ends under way beside the batch, reported by :meth:`settle`."""
+    """Ends under way beside the batch, reported by :meth:`await_ends`."""
 
     def open_ahead(self, requests: Iterable[Request]) -> None:
         """Start opening these requests' sessions now, concurrently (with ``workers`` only).
@@ -161,7 +161,7 @@ class RequestCredentials:
             )
         )
 
-    def settle(self) -> None:
+    def await_ends(self) -> None:
         """Wait for every open and end still under way; report what they did.
 
         Before the invocation returns: a thread frozen with the function mid-exchange would
