@@ -149,12 +149,11 @@ def test_worker_ensure_on_an_exhausted_pool_is_rejected_and_conserves_units(
     # When the worker handles it
     invocation = worker.invoke()
 
-    # Then the prompts were sized exact (the 100 free cannot cover the 180 lacked: no
-    # headroom) and the upstream refused the top-up; the pool read showing that even the exact
-    # raise cannot fit, no fallback is sent, the request is rejected and completed, and the
+    # Then the pool read showing that even the exact 180 cannot fit, no transfer is sent (it
+    # would be refused for nothing, ADR 0027): the request is rejected and completed, and the
     # family holds exactly the units it held before
     assert invocation.failed == []
-    assert [(status, body["prompts"]) for _, status, body in transfer_bodies(sim)] == [(422, 380)]
+    assert transfer_bodies(sim) == []
     [outcome] = outcome_capture.outcomes()
     assert (outcome["status"], outcome["error_code"]) == ("rejected", "orgPoolExhausted")
     assert _family_sum(sim) == units_before

@@ -121,26 +121,20 @@ def test_lambda_handler_pool_exhausted_rejects_and_completes(
     # When the ensure arrives
     response = worker.invoke(ensure_record("m1", "c1", 60))
 
-    # Then the prompts were sized exact (the 50 free cannot cover the 60 lacked: no headroom),
-    # the project refilled ahead (1 -> 2), and the top-up refused; the pool read showing that
-    # even the exact raise cannot fit, no doomed fallback was sent (the fallback counts as
-    # rejected without a transfer): orgPoolExhausted
-    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=160))]
+    # Then the pool read showing that even the exact 60 cannot fit, no transfer is sent (it
+    # would be refused for nothing, ADR 0027): orgPoolExhausted, the child unchanged
+    assert worker.gateway.transfers == []
     assert worker.gateway.totals_of("c1") == FULL
     assert failed_ids(response) == []
     outcome = worker.outcome("req-m1")
     assert (outcome.status, outcome.error_code) == ("rejected", "orgPoolExhausted")
     _, data = read_emf(capsys)
-    assert metric_total(data, "TightPoolFallback", "rejected") == 1
+    assert metric_total(data, "TightPoolFallback", "rejected") == 0
     assert metric_total(data, "AllocationRejection", "orgPoolExhausted") == 1
-    # ... and the refused top-up still counts as one attempted, with its one timed call, so
-    # the hot-path ratio and the latency show a dry pool
+    # ... and the refused top-up still counts as one attempted, so the hot-path ratio shows a
+    # dry pool; no call was timed (none was made)
     assert metric_total(data, "HeadroomCheck", "topped-up") == 1
-    assert [
-        len(d.values)
-        for d in data
-        if d.name == "TopUpLatencyMs" and d.dimensions["Path"] == "fail-fast"
-    ] == [1]
+    assert [d for d in data if d.name == "TopUpLatencyMs"] == []
 
 
 def test_lambda_handler_tight_pool_fallback_saves_exact_need(

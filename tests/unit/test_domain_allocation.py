@@ -181,7 +181,7 @@ def test_ensure_headroom_top_up_reads_the_parent_pool_as_advisory_check() -> Non
     assert pool.prompts.total == BIG_POOL.prompts
 
 
-def test_ensure_headroom_low_pool_never_blocks_the_transfer_attempt() -> None:
+def test_ensure_headroom_pool_that_cannot_cover_the_exact_need_refuses_without_a_transfer() -> None:
     # Given a pool reporting 0 free prompts (used == total)
     gateway = one_child_family(
         child_total=Totals(projects=1, prompts=100),
@@ -191,7 +191,8 @@ def test_ensure_headroom_low_pool_never_blocks_the_transfer_attempt() -> None:
     )
     observer = RecordingObserver()
 
-    # When ensuring / Then the transfer is still attempted; only its 422 refuses
+    # When ensuring / Then refused on the pool read made a moment before: no transfer that
+    # could only be refused (ADR 0027)
     with pytest.raises(OrgPoolExhaustedError):
         ensure_headroom(
             gateway,
@@ -199,8 +200,8 @@ def test_ensure_headroom_low_pool_never_blocks_the_transfer_attempt() -> None:
             EnsureRules(policy=FAIL_FAST),
             transfer_context(FakeClock(), observer),
         )
-    assert gateway.calls_of(TRANSFER) == [CHILD]
-    assert "pool_checked" in observer.names()
+    assert gateway.calls_of(TRANSFER) == []
+    assert observer.names() == ["pool_checked", "headroom_checked", "rejected"]
 
 
 def test_ensure_headroom_transfer_sends_both_dimensions() -> None:
@@ -242,7 +243,7 @@ def test_ensure_headroom_pool_exhausted_raises_and_reports_rejection() -> None:
     # Then refused as pool exhaustion, with nothing moved
     assert observer.args_of("rejected") == [("orgPoolExhausted",)]
     assert gateway.totals_of(CHILD) == Totals(projects=1, prompts=100)
-    assert observer.names() == ["pool_checked", "headroom_checked", "transfer_timed", "rejected"]
+    assert observer.names() == ["pool_checked", "headroom_checked", "rejected"]
 
 
 @pytest.mark.parametrize(

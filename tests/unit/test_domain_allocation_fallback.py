@@ -98,9 +98,8 @@ def test_ensure_headroom_pool_short_of_the_exact_need_is_refused_after_one_exact
     )
     observer = RecordingObserver()
 
-    # When ensuring with the exact fallback on / Then refused after one attempt: sized by the
-    # pool, the top-up is already exact (no headroom from a pool that cannot cover the need),
-    # so there is nothing to fall back to
+    # When ensuring with the exact fallback on / Then refused on the pool read: even the exact
+    # need cannot fit, so neither the sized transfer nor a fallback is sent
     with pytest.raises(OrgPoolExhaustedError):
         ensure_headroom(
             gateway,
@@ -108,7 +107,7 @@ def test_ensure_headroom_pool_short_of_the_exact_need_is_refused_after_one_exact
             EnsureRules(policy=FAIL_FAST, exact_fallback=True),
             transfer_context(FakeClock(), observer),
         )
-    assert gateway.transfers == [(CHILD, Totals(projects=1, prompts=110))]
+    assert gateway.calls_of(TRANSFER) == []
     assert observer.args_of("tight_pool_fallback") == []
     assert observer.args_of("rejected") == [("orgPoolExhausted",)]
     assert gateway.totals_of(CHILD) == Totals(projects=1, prompts=100)

@@ -332,7 +332,6 @@ def test_write_guard_rollback_deletes_the_requests_drafts_when_the_pool_refuses(
     assert [(c["op"], c["status"]) for c in sim.calls() if c["op"] != "read_resources"] == [
         ("write_prompts", 200),
         ("write_prompts", 405),
-        ("transfer", 422),
         ("write_prompts", 405),
         ("discard_drafts", 200),
     ]

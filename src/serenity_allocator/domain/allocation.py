@@ -316,6 +316,12 @@ def _top_up(
     # a dry pool refuses.
     ctx.observer.record(HeadroomChecked("topped-up"))
     child_id = run.ask.child_id
+    if not _fits(pool.resources, before, _exact_totals(before, required)):
+        # The pool read a moment ago cannot cover even the exact need: no transfer that is all
+        # but sure to be refused (on a tight pool, the normal case, it would cost a call per
+        # refused request for nothing; ADR 0027).
+        ctx.observer.record(Rejected(OrgPoolExhaustedError.code))
+        raise OrgPoolExhaustedError()
     try:
         announce(before, planned)
         attempts = _transfer_recording_rejections(
@@ -345,17 +351,12 @@ def _exact_fallback(
 ) -> int:
     """Retry a refused sized top-up once with the exact totals; re-raise if refused.
 
-    A sized raise of one dimension never exceeds what the pool read showed free, so mostly a
-    pool drained since the read refused it and the exact totals may still fit.
+    The read showed the exact totals fit (else nothing was sent), so only a pool drained since
+    the read refused the sized ones, and the exact ones may still fit.
     """
     before, exact = change.before, change.target
     ctx = run.ctx
     try:
-        if not _fits(pool.resources, before, exact):
-            # The pool read moments ago cannot cover even the exact raise (the sized target
-            # was bigger only by a refill of another dimension): skip a transfer that is all
-            # but sure to be refused (the read never blocks the first attempt).
-            raise OrgPoolExhaustedError()
         run.hooks.before_transfer(before, exact)
         attempts = _transfer_recording_rejections(
             gateway, run, TransferTarget(run.ask.child_id, exact, include_prompts=pool.with_prompts)
