@@ -118,8 +118,8 @@ def fair_headroom(share: PoolShare, lack: int, dim: Dimension, blocks: Blocks) -
     """The most headroom of ``dim`` a child may hold: the level, shrunk on a tight pool.
 
     Under :data:`ROOMY_BLOCKS` blocks the headroom falls with the square of the level
-    (``level² / (4B)``, a block at two blocks of level), so the tighter the pool, the closer
-    to exact its top-ups are.
+    (``level² / 16B``: a whole block at four blocks of level), so the tighter the pool, the
+    closer to exact its top-ups are.
     """
     block, level = blocks.get(dim), share.level(dim, lack)
     if level < lack:
