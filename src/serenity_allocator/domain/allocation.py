@@ -203,8 +203,13 @@ def _last_share(parent_id: str, hooks: EnsureHooks) -> PoolShare | None:
     free = hooks.last_pool_free(parent_id)
     if free is None:
         return None
+    return PoolShare(free=free, children=_children_of(parent_id, hooks))
+
+
+def _children_of(parent_id: str, hooks: EnsureHooks) -> int:
+    """How many children share the pool: the family's count, or one without a family."""
     family = hooks.family
-    return PoolShare(free=free, children=1 if family is None else family.children_of(parent_id))
+    return 1 if family is None else family.children_of(parent_id)
 
 
 @dataclass(frozen=True)
@@ -215,10 +220,6 @@ class _Sizing:
     rules: EnsureRules
     ctx: TransferContext
     hooks: EnsureHooks
-
-    def children(self) -> int:
-        family = self.hooks.family
-        return 1 if family is None else family.children_of(self.ask.parent_id)
 
 
 @dataclass(frozen=True)
@@ -243,18 +244,23 @@ def _sized(
     """Read the pool, plan the sized totals, and transfer them (or stay on the hot path)."""
     ask, ctx = run.ask, run.ctx
     before = child.totals()
+    exact = _exact_totals(before, required)
     if short:
         # A short prompts raise on a tiered child or from a tiered pool is refused first.
-        refuse_tiered_prompts(child, before, _exact_totals(before, required), ctx)
+        refuse_tiered_prompts(child, before, exact, ctx)
     pool = gateway.read_resources(ask.parent_id)
     note_tiered(pool, "pool", ctx)
     ctx.observer.record(PoolChecked(ask.parent_id, pool))
     with_prompts = is_flat_pair(child, pool)
     if short:
-        refuse_tiered_prompts(pool, before, _exact_totals(before, required), ctx)
+        refuse_tiered_prompts(pool, before, exact, ctx)
     movable = tuple(Dimension) if with_prompts else (Dimension.PROJECTS,)
     plan = plan_sizing(
-        child, required, run.rules.blocks, PoolShare.of(pool, run.children()), movable
+        child,
+        required,
+        run.rules.blocks,
+        PoolShare.of(pool, _children_of(ask.parent_id, run.hooks)),
+        movable,
     )
     try:
         target = cap_to_ceiling(before, required, plan.target, ask.ceiling)
@@ -316,7 +322,8 @@ def _top_up(
     # a dry pool refuses.
     ctx.observer.record(HeadroomChecked("topped-up"))
     child_id = run.ask.child_id
-    if not _fits(pool.resources, before, _exact_totals(before, required)):
+    exact = _exact_totals(before, required)
+    if not _fits(pool.resources, before, exact):
         # The pool read a moment ago cannot cover even the exact need: no transfer that is all
         # but sure to be refused (on a tight pool, the normal case, it would cost a call per
         # refused request for nothing; ADR 0027).
@@ -328,7 +335,6 @@ def _top_up(
             gateway, run, TransferTarget(child_id, planned, include_prompts=pool.with_prompts)
         )
     except OrgPoolExhaustedError:
-        exact = _exact_totals(before, required)
         if not rules.exact_fallback or exact == planned:
             ctx.observer.record(Rejected(OrgPoolExhaustedError.code))
             raise

@@ -65,6 +65,14 @@ def low_water(blocks: Blocks, dim: Dimension) -> int:
     return max(1, blocks.get(dim) // 2)
 
 
+def refill_below(blocks: Blocks, dim: Dimension, demand: int) -> int:
+    """Headroom under which a child of a pool with room is refilled ahead.
+
+    Its low water, or as much as the request asked when that is more.
+    """
+    return max(low_water(blocks, dim), demand)
+
+
 def high_water(blocks: Blocks, dim: Dimension) -> int:
     """Headroom above which a child of a tight pool gives surplus back: two blocks.
 
@@ -88,7 +96,7 @@ def needs_pool(
         usage = child.get(dim)
         left = usage.total - required.get(dim)
         tight = last is not None and is_tight(last, 0, dim, blocks)
-        low = max(low_water(blocks, dim), demand_of(usage, required.get(dim)))
+        low = refill_below(blocks, dim, demand_of(usage, required.get(dim)))
         if left < 0 or (left < low and not tight):
             return True
         if left > high_water(blocks, dim) and tight:
@@ -191,7 +199,7 @@ def _size_one(holding: _Holding, blocks: Blocks, dim: Dimension, share: PoolShar
     if left < 0:
         return _Sized(need + headroom, "topped-up")
     tight = is_tight(share, lack, dim, blocks)
-    if left < max(low_water(blocks, dim), demand) and not tight and need + headroom > total:
+    if left < refill_below(blocks, dim, demand) and not tight and need + headroom > total:
         return _Sized(need + headroom, "refilled")
     # A 0 is never sent: the gateway ignores it (semrush-user-manager.md).
     if left > high_water(blocks, dim) and tight and 0 < need + headroom < total:
