@@ -89,3 +89,18 @@ def test_is_parent_of_shares_its_listing_with_the_metering_cache() -> None:
     # Then one listing answered both questions
     assert seen == [(OTHER_MASTER, 2)]
     assert gateway.calls_of(LIST_FAMILY) == [OTHER_MASTER]
+
+
+def test_children_of_counts_the_children_the_listings_named_once_each() -> None:
+    # Given a container that listed both families, one of them twice (a miss for a child
+    # created later lists it again)
+    gateway = _gateway()
+    links = ParentLinks(gateway)
+    assert links.is_parent_of(MASTER, "child-1") is True
+    assert links.is_parent_of(OTHER_MASTER, "foreign-1") is True
+    assert links.is_parent_of(MASTER, "not-yet-created") is False
+
+    # Then each pool's children are counted once, its own only; an unseen pool counts one
+    assert (links.children_of(MASTER), links.children_of(OTHER_MASTER)) == (2, 1)
+    assert links.children_of("never-listed") == 1
+    assert gateway.calls_of(LIST_FAMILY) == [MASTER, OTHER_MASTER, MASTER]

@@ -45,6 +45,8 @@ class ParentLinks:
         self._gateway = gateway
         self._on_listing = on_listing
         self._parent_of: dict[str, str | None] = {}
+        self._children: dict[str, set[str]] = {}
+        """Parent -> the children the listings named (kept with the links, not scanned for)."""
 
     def is_parent_of(self, parent_id: str, child_id: str) -> bool:
         """True only when the upstream lists ``child_id`` with ``parent_id`` as its parent.
@@ -58,6 +60,8 @@ class ParentLinks:
             family = self._gateway.list_family(parent_id)
             for record in family:
                 self._parent_of[record.id] = record.parent_id
+                if record.parent_id is not None:
+                    self._children.setdefault(record.parent_id, set()).add(record.id)
             if self._on_listing is not None:
                 self._on_listing(parent_id, family)
         return self._parent_of.get(child_id) == parent_id
@@ -68,4 +72,4 @@ class ParentLinks:
         Asked after :meth:`is_parent_of` answered for a child of it, so its family was listed
         at least once in this container; a child created since is counted at the next miss.
         """
-        return max(1, sum(1 for parent in self._parent_of.values() if parent == parent_id))
+        return max(1, len(self._children.get(parent_id, ())))
