@@ -30,6 +30,7 @@ from serenity_tools.verification.replays import (
     explained_table,
     publish_failures,
 )
+from serenity_tools.verification.writes import last_served_ensures
 
 
 def _ws(
@@ -539,3 +540,30 @@ def test_a_put_events_timeout_the_worker_logged_is_named_as_the_cause(tmp_path: 
     )
     assert causes["r3"] == PUBLISH_LANDED
     assert "r2" not in causes
+
+
+def _served(request_id: str, status: str) -> AllocationOutcome:
+    return AllocationOutcome(
+        request_id=request_id, kind="ensure", workspace_id="c", status=status, org_id="m"
+    )
+
+
+def test_the_write_after_ensures_follows_the_last_served_one_a_rightsized_ensure_included() -> None:
+    # Given a child whose big ensure was topped up, then a small one rightsized (its surplus,
+    # the big ensure's room among it, went back to the pool), then one refused
+    big = build_ensure("c", "m", {"prompts": 150})
+    small = build_ensure("c", "m", {"prompts": 10})
+    refused = build_ensure("c", "m", {"prompts": 500})
+    outcomes = [
+        _served(big.request_id, "topped-up"),
+        _served(small.request_id, "rightsized"),
+        _served(refused.request_id, "rejected"),
+    ]
+
+    # When the service's write is chosen
+    last = last_served_ensures({"c": [big, small, refused]}, outcomes)
+
+    # Then it is the rightsized ensure's: the only room the child is sure to hold
+    assert last == [small]
+    # And a child with no served ensure writes nothing
+    assert last_served_ensures({"c": [refused]}, outcomes) == []

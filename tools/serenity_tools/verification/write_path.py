@@ -47,7 +47,7 @@ from serenity_allocator.write_guard import (
 )
 from serenity_tools.verification.credential_story import user_of
 from serenity_tools.verification.invariants import InvariantResult, invariant_result
-from serenity_tools.verification.writes import APPLIED_STATUSES, MeteredWrites
+from serenity_tools.verification.writes import MeteredWrites, last_served_ensures
 
 if TYPE_CHECKING:
     from serenity_tools.standins.identities import LocalIdentities, UserProducer
@@ -421,26 +421,10 @@ def write_after_ensures(
     Prompts are one batch of the ensure's prompts; projects one request per project. Children
     write in parallel (``workers`` threads), each child's writes in order.
     """
-    jobs = _last_applied_ensures(plans, outcomes)
+    jobs = last_served_ensures(plans, outcomes)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         done = pool.map(partial(_write_for, writer), jobs)
         return [record for records in done for record in records]
-
-
-def _last_applied_ensures(
-    plans: Mapping[str, Sequence[EnsureRequest | ReleaseRequest]],
-    outcomes: Sequence[AllocationOutcome],
-) -> list[EnsureRequest]:
-    """Each child's last ensure that the allocator applied (children with none are left out)."""
-    applied = {
-        o.request_id for o in outcomes if o.kind == "ensure" and o.status in APPLIED_STATUSES
-    }
-    jobs: list[EnsureRequest] = []
-    for plan in plans.values():
-        ensures = [r for r in plan if isinstance(r, EnsureRequest) and r.request_id in applied]
-        if ensures:
-            jobs.append(ensures[-1])
-    return jobs
 
 
 def _write_for(writer: GuardedServiceWriter, ensure: EnsureRequest) -> list[WriteRecord]:

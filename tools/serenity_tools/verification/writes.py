@@ -10,8 +10,12 @@ from serenity_tools.standins.stack import LocalStack
 from serenity_tools.verification.invariants import InvariantResult, workspaces_by_id
 
 Request = EnsureRequest | ReleaseRequest
-APPLIED_STATUSES = frozenset({"hot-path", "topped-up", "topped-up-after-reclaim"})
-"""Ensure outcomes after which the child has the headroom the write needs."""
+SERVED_STATUSES = frozenset({"hot-path", "topped-up", "rightsized", "topped-up-after-reclaim"})
+"""Ensure outcomes after which the child has the headroom the write needs (on a metered pool).
+
+``rightsized`` is one of them: its transfer carries the request's own room while it gives the
+surplus back, so a child's earlier ensures stop counting once it is served (their needs may
+exceed what is left)."""
 
 
 @dataclass(frozen=True)
@@ -30,10 +34,23 @@ class MeteredWrites:
         return InvariantResult(name, True, f"{self.accepted} metered writes accepted")
 
 
+def last_served_ensures(
+    plans: Mapping[str, Sequence[Request]], outcomes: Sequence[AllocationOutcome]
+) -> list[EnsureRequest]:
+    """Each child's last ensure the allocator served (children with none are left out)."""
+    served = {o.request_id for o in outcomes if o.kind == "ensure" and o.status in SERVED_STATUSES}
+    last = []
+    for plan in plans.values():
+        ensures = [r for r in plan if isinstance(r, EnsureRequest) and r.request_id in served]
+        if ensures:
+            last.append(ensures[-1])
+    return last
+
+
 def meter_writes(
     stack: LocalStack, plans: Mapping[str, Sequence[Request]], outcomes: Sequence[AllocationOutcome]
 ) -> MeteredWrites:
-    """Each child's service now makes the write its last applied ensure prepared for.
+    """Each child's service now makes the write its last served ensure prepared for.
 
     The write consumes that ensure's ``need`` on the metered gateway (the simulator's
     ``/__usage``, which refuses with the disguised 405 past the total). Only the last ensure
@@ -43,16 +60,10 @@ def meter_writes(
     """
     from serenity_tools.standins.simulator import SimulatorControlError
 
-    applied = {
-        o.request_id for o in outcomes if o.kind == "ensure" and o.status in APPLIED_STATUSES
-    }
     current = workspaces_by_id(stack.simulator.dump()["workspaces"])
     accepted, refused = 0, []
-    for child, plan in plans.items():
-        ensures = [r for r in plan if isinstance(r, EnsureRequest) and r.request_id in applied]
-        if not ensures:
-            continue
-        need = ensures[-1].need
+    for ensure in last_served_ensures(plans, outcomes):
+        child, need = ensure.workspace_id, ensure.need
         ai = current[child]["ai"]
         body = {
             "id": child,
