@@ -66,9 +66,7 @@ def build_ensure(
         TypeError: An option that is not one of :class:`EnsureOptions` (named).
         pydantic.ValidationError: An argument breaks the message contract (names the field).
     """
-    for name in options:
-        if name not in EnsureOptions.__optional_keys__:
-            raise TypeError(f"build_ensure() got an unexpected keyword argument {name!r}")
+    _refuse_unknown(options, EnsureOptions.__optional_keys__, "build_ensure")
     fields: dict[str, Any] = {
         "kind": "ensure",
         "request_id": _request_id(options.get("request_id")),
@@ -131,9 +129,7 @@ def build_release(workspace_id: str, **options: Unpack[ReleaseOptions]) -> Relea
         TypeError: An option that is not one of :class:`ReleaseOptions` (named).
         pydantic.ValidationError: An argument breaks the message contract (names the field).
     """
-    for name in options:
-        if name not in ReleaseOptions.__optional_keys__:
-            raise TypeError(f"build_release() got an unexpected keyword argument {name!r}")
+    _refuse_unknown(options, ReleaseOptions.__optional_keys__, "build_release")
     request = ReleaseRequest.model_validate(
         {
             "kind": "release",
@@ -148,6 +144,13 @@ def build_release(workspace_id: str, **options: Unpack[ReleaseOptions]) -> Relea
     )
     check_fifo_ids(request)
     return request
+
+
+def _refuse_unknown(options: Mapping[str, object], known: frozenset[str], builder: str) -> None:
+    # Unpack[...] is checked by type checkers only; a caller without one must hear it too.
+    for name in options:
+        if name not in known:
+            raise TypeError(f"{builder}() got an unexpected keyword argument {name!r}")
 
 
 def _request_id(request_id: str | None) -> str:
