@@ -116,22 +116,12 @@ class AllocationProducer:
     ) -> str:
         """Ask for headroom on a child before a metered write: ``enqueue(build_ensure(...))``.
 
-        Args:
-            workspace_id: The child workspace that will write.
-            parent_workspace_id: Its master workspace (the org pool).
-            need: Units the write will consume (absent: zero, i.e. just the block headroom).
-            credential: The user authority the request runs under (see :meth:`enqueue`).
-            **options: The request's optional parts, as :func:`build_ensure` takes them
-                (:class:`.sqs_requests.EnsureOptions`: ``include_drafted``, ``ceiling``,
-                ``org_id``, ``brand_id``, ``request_id``).
-
-        Returns:
-            The request id (the message's deduplication id).
-
-        Raises:
-            TypeError: An option that is not one of ``EnsureOptions`` (named).
-            pydantic.ValidationError: An argument breaks the message contract (names the field).
-            EnqueueError: SQS refused or could not be reached; the request was not enqueued.
+        ``workspace_id``, ``parent_workspace_id``, ``need`` and ``**options`` are the request's,
+        as :func:`build_ensure` takes them (its optional parts: ``include_drafted``,
+        ``ceiling``, ``org_id``, ``brand_id``, ``request_id``); ``credential`` is the user
+        authority the request runs under. It returns and raises what :func:`build_ensure` and
+        :meth:`enqueue` do: the request id, or ``TypeError`` and ``pydantic.ValidationError``
+        for a request that breaks the contract, ``EnqueueError`` when it was not enqueued.
         """
         return self.enqueue(
             build_ensure(workspace_id, parent_workspace_id, need, **options),
@@ -147,21 +137,11 @@ class AllocationProducer:
     ) -> str:
         """Hand a child's surplus back to its pool, never below ``floor``.
 
-        Args:
-            workspace_id: The child workspace to lower.
-            credential: The user authority the request runs under (see :meth:`enqueue`).
-            **options: The request's optional parts, as :func:`build_release` takes them
-                (:class:`.sqs_requests.ReleaseOptions`: ``floor`` (absent: one block per
-                dimension), ``source`` (``"service"`` or ``"sweep"``), ``run_id`` (sweep
-                only), ``org_id``, ``brand_id``, ``request_id``).
-
-        Returns:
-            The request id (the message's deduplication id).
-
-        Raises:
-            TypeError: An option that is not one of ``ReleaseOptions`` (named).
-            pydantic.ValidationError: An argument breaks the message contract (names the field).
-            EnqueueError: SQS refused or could not be reached; the request was not enqueued.
+        ``workspace_id`` and ``**options`` are the request's, as :func:`build_release` takes
+        them (its optional parts: ``floor`` (absent: one block per dimension), ``source``
+        (``"service"`` or ``"sweep"``), ``run_id`` (sweep only), ``org_id``, ``brand_id``,
+        ``request_id``); ``credential`` as :meth:`enqueue_ensure` says. It returns and raises
+        what :func:`build_release` and :meth:`enqueue` do.
         """
         return self.enqueue(build_release(workspace_id, **options), credential=credential)
 
