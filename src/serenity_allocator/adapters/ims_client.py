@@ -84,6 +84,10 @@ class ImsClientPair:
         if self.promise_definition_id is not None and not self.promise_definition_id.strip():
             raise ConfigurationError("an IMS promise definition id must not be blank")
 
+    def form(self) -> dict[str, str]:
+        """The form fields every IMS call authenticates its client with."""
+        return {"client_id": self.client_id, "client_secret": self.client_secret}
+
 
 @dataclass(frozen=True)
 class MintedPromise:
@@ -271,8 +275,7 @@ class ImsClient(OwnedHttpClient):
         """
         pair = _required(self._emitter, "emitter", "mint")
         form = {
-            "client_id": pair.client_id,
-            "client_secret": pair.client_secret,
+            **pair.form(),
             "grant_type": "promise",
             "promise_definition_id": pair.promise_definition_id or "",
             "authenticating_token": _token(access_token, "access token"),
@@ -300,8 +303,7 @@ class ImsClient(OwnedHttpClient):
         """
         pair = _required(self._consumer, "consumer", "exchange")
         form = {
-            "client_id": pair.client_id,
-            "client_secret": pair.client_secret,
+            **pair.form(),
             "grant_type": "promise_exchange",
             "promise_token": _token(promise_token, "promise token"),
         }
@@ -327,8 +329,7 @@ class ImsClient(OwnedHttpClient):
         """
         pair = _required(self._consumer, "consumer", "invalidate")
         form = {
-            "client_id": pair.client_id,
-            "client_secret": pair.client_secret,
+            **pair.form(),
             "token_type": "promise_token",
             "token": _token(promise_token, "promise token"),
         }
