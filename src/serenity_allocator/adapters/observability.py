@@ -13,7 +13,7 @@ import logging
 import warnings
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, get_args
 
 from aws_lambda_powertools import Logger, Metrics
@@ -278,14 +278,8 @@ class MetricsObserver:
 
 
 def _message_started(event: MessageStarted) -> None:
-    # The record's ids on every later log line (ids go to logs, never to metrics).
-    logger.append_keys(
-        message_id=event.message_id,
-        workspace_id=event.workspace_id,
-        request_id=event.request_id,
-        kind=event.kind,
-        receive_count=event.receive_count,
-    )
+    # The record's keys (its fields) on every later log line (ids go to logs, never to metrics).
+    logger.append_keys(**asdict(event))
 
 
 def _completed(event: Completed) -> None:
@@ -315,17 +309,9 @@ def _will_retry(event: WillRetry) -> None:
 
 def _record_failed(event: RecordFailed) -> None:
     # Said with the record's own ids: the failure may be reported after later records ran.
-    record = event.record
     logger.warning(
         "record failed; SQS will redeliver it",
-        extra={
-            "message_id": record.message_id,
-            "workspace_id": record.workspace_id,
-            "request_id": record.request_id,
-            "kind": record.kind,
-            "receive_count": record.receive_count,
-            "reason": event.reason,
-        },
+        extra={**asdict(event.record), "reason": event.reason},
     )
 
 
