@@ -183,12 +183,12 @@ class DynamoDbCredentialStore:
             CredentialStoreError: DynamoDB refused or could not be reached.
             TokenCipherError: KMS refused.
         """
-        ciphertext = self._cipher.encrypt(
-            promise_token, encryption_context(request_id, workspace_id)
-        )
+        ciphertext = self._encrypted(promise_token, request_id, workspace_id)
         now = int(self._clock())
-        try:
-            self._dynamodb.get().put_item(
+        written = self._conditional(
+            "put",
+            request_id,
+            lambda: self._dynamodb.get().put_item(
                 TableName=self._table,
                 Item={
                     "request_id": {"S": request_id},
@@ -199,14 +199,9 @@ class DynamoDbCredentialStore:
                 },
                 ConditionExpression=_PUT_CONDITION,
                 ExpressionAttributeValues={":now": {"N": str(now)}},
-            )
-        except ClientError as exc:
-            if aws_error_code(exc) == _CONDITION_FAILED:
-                return None
-            raise CredentialStoreError("put", request_id, aws_error_code(exc)) from None
-        except BotoCoreError as exc:
-            raise CredentialStoreError("put", request_id, aws_error_code(exc)) from None
-        return CredentialReceipt(request_id, ciphertext)
+            ),
+        )
+        return CredentialReceipt(request_id, ciphertext) if written else None
 
     def discard(self, receipt: CredentialReceipt) -> bool:
         """Delete the record :meth:`put` wrote, only if it still holds that very token.
@@ -217,20 +212,16 @@ class DynamoDbCredentialStore:
         Raises:
             CredentialStoreError: DynamoDB refused or could not be reached.
         """
-        try:
-            self._dynamodb.get().delete_item(
+        return self._conditional(
+            "discard",
+            receipt.request_id,
+            lambda: self._dynamodb.get().delete_item(
                 TableName=self._table,
                 Key={"request_id": {"S": receipt.request_id}},
                 ConditionExpression="promise_token = :ours",
                 ExpressionAttributeValues={":ours": {"B": receipt.ciphertext}},
-            )
-        except ClientError as exc:
-            if aws_error_code(exc) == _CONDITION_FAILED:
-                return False
-            raise CredentialStoreError("discard", receipt.request_id, aws_error_code(exc)) from None
-        except BotoCoreError as exc:
-            raise CredentialStoreError("discard", receipt.request_id, aws_error_code(exc)) from None
-        return True
+            ),
+        )
 
     def read(self, request_id: str, workspace_id: str) -> StoredCredential | None:
         """The request's promise token, or None when there is none (missing, scrubbed, expired).
@@ -284,9 +275,7 @@ class DynamoDbCredentialStore:
             CredentialStoreError: DynamoDB refused or could not be reached.
             TokenCipherError: KMS refused.
         """
-        ciphertext = self._cipher.encrypt(
-            promise_token, encryption_context(request_id, workspace_id)
-        )
+        ciphertext = self._encrypted(promise_token, request_id, workspace_id)
         now = int(self._clock())
         try:
             self._dynamodb.get().update_item(
@@ -315,20 +304,38 @@ class DynamoDbCredentialStore:
         Raises:
             CredentialStoreError: DynamoDB refused or could not be reached.
         """
-        try:
-            self._dynamodb.get().update_item(
+        # A failed condition is no record: nothing to scrub.
+        self._conditional(
+            "scrub",
+            request_id,
+            lambda: self._dynamodb.get().update_item(
                 TableName=self._table,
                 Key={"request_id": {"S": request_id}},
                 UpdateExpression="REMOVE promise_token SET scrubbed_at = :now",
                 ConditionExpression="attribute_exists(request_id)",
                 ExpressionAttributeValues={":now": {"N": str(int(self._clock()))}},
-            )
+            ),
+        )
+
+    def _encrypted(self, promise_token: str, request_id: str, workspace_id: str) -> bytes:
+        # Bound to the request and its child: a ciphertext copied to another record won't open.
+        return self._cipher.encrypt(promise_token, encryption_context(request_id, workspace_id))
+
+    def _conditional(self, operation: str, request_id: str, write: Callable[[], object]) -> bool:
+        """Run one conditional write; False when its condition did not hold.
+
+        Raises:
+            CredentialStoreError: DynamoDB refused or could not be reached.
+        """
+        try:
+            write()
         except ClientError as exc:
             if aws_error_code(exc) == _CONDITION_FAILED:
-                return
-            raise CredentialStoreError("scrub", request_id, aws_error_code(exc)) from None
+                return False
+            raise CredentialStoreError(operation, request_id, aws_error_code(exc)) from None
         except BotoCoreError as exc:
-            raise CredentialStoreError("scrub", request_id, aws_error_code(exc)) from None
+            raise CredentialStoreError(operation, request_id, aws_error_code(exc)) from None
+        return True
 
     def __repr__(self) -> str:
         return f"DynamoDbCredentialStore(table={self._table!r})"
