@@ -26,7 +26,7 @@ from serenity_allocator.domain.ledger import (
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals
 from serenity_tools.standins.resources import local_client
-from tests.unit.ledger_fake import InMemoryRequestLedger
+from tests.unit.application.allocator.ledger_fake import InMemoryRequestLedger
 
 NOW = 1_800_000_000
 INTENT = TransferIntent(
