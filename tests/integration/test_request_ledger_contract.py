@@ -1,7 +1,8 @@
 """One contract, two ledgers: the in-memory fake must behave as the DynamoDB adapter on moto.
 
-The unit tests of the ledger use cases run over ``tests/unit/ledger_fake.py``; every scenario
-here runs against both, so the fake cannot drift from the adapter's conditional rules.
+The unit tests of the ledger use cases run over ``tests/unit/application/allocator/ledger_fake.py``;
+every scenario here runs against both, so the fake cannot drift from the adapter's conditional
+rules.
 """
 
 from __future__ import annotations

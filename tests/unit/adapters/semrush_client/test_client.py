@@ -296,7 +296,7 @@ def test_semrush_client_second_401_is_an_upstream_error(
     assert statuses_of(sim, "create_child") == [401, 401]
 
 
-# -- base URL rules (the rules themselves: tests/unit/test_semrush_origin.py) --------------------
+# -- base URL rules (the rules themselves: tests/unit/adapters/test_semrush_origin.py) ------------
 
 
 def test_semrush_client_rejects_a_bad_base_url_at_construction() -> None:

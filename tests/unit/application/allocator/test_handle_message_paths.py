@@ -2,7 +2,7 @@
 
 What each path of :func:`handle_message` does besides its outcome: which credential it ends
 or keeps (IMS mode), which park it ends, which events it reports, and when a coalesced run
-splits. The broker is the in-memory one of test_allocator_credentials.
+splits. The broker is the in-memory one of tests/unit/handlers/test_allocator_credentials.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The Allocator's use cases on their own, over fake ports: no Lambda event, no Powertools.
 
-tests/unit/test_allocator_handler*.py drive the same rules through the real handler; these
+tests/unit/handlers/test_allocator*.py drive the same rules through the real handler; these
 pin the rules that live in the application layer (deadlines, verdict metrics, final receives,
 publishing and FIFO hold-back) one by one.
 """
