@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 COV_FLOOR ?= 88
-TIERS := unit integration infrastructure contract e2e
+TIERS := unit tools integration infrastructure contract e2e
 
 .PHONY: demo test setup gates lint format typecheck cfn-lint complexity layers scan pytest bench build deploy clean stress node-install node-test $(TIERS)
 
@@ -110,6 +110,7 @@ pytest: $(STAMP)
 	$(BIN)/pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS) --cov --cov-report=term --cov-fail-under=$(COV_FLOOR)
 
 # One tier at a time, for the inner loop (no coverage): `make unit`, `make integration`, ...
+# `make tools` is the stand-ins', verification's, operator tools' and bench's own tests.
 $(TIERS): $(STAMP)
 	$(BIN)/pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS) tests/$@
 

@@ -167,7 +167,8 @@ def test_harness_poison_never_reaches_semrush_and_delays_nobody() -> None:
     # Given 30 poison bodies, every kind in turn (each two or three times, each in its own
     # group and in valid children's), each body drawn from a seeded source. Not hypothesis:
     # one example per stack is its simplest, the same minimal body over and over; hypothesis
-    # explores each kind's bodies where examples are cheap (tests/unit/test_poison_bodies.py).
+    # explores each kind's bodies where examples are cheap
+    # (tests/unit/application/allocator/test_poison_bodies.py).
     workload = plan_workload(CI.children, CI.requests, random.Random(SEED), tight_pool=False)
     valid_groups = sorted(workload.plans)
     poison = poison_messages(RandomDraws(random.Random(SEED)), 30, valid_groups, every_kind=True)

@@ -4,7 +4,7 @@ and the Semrush simulator.
 Messages are sent with the real producer, received the way Lambda's event source mapping
 receives them, handled by the real ``lambda_handler`` with the production runtime (only its
 sleep is a recorder), and the completed records are deleted as the mapping deletes them. The
-pure in-memory handler cases live in tests/unit/test_allocator_handler*.py; these show the same
+pure in-memory handler cases live in tests/unit/handlers/test_allocator*.py; these show the same
 behaviour holds against the real wire formats.
 """
 

@@ -339,5 +339,5 @@ def test_the_producers_is_metered_quota_is_the_one_classifier_and_prints_nothing
     assert verdicts == (True, False, False, False)
     assert is_metered_quota is classify.is_metered_quota
     # And nothing was printed: the verdict is counted by the guard's recorder, which knows the
-    # deployment's environment and the service's name (tests/unit/test_good_guest.py)
+    # deployment's environment and the service's name (tests/unit/producer/test_good_guest.py)
     assert emf_lines(capsys.readouterr().out) == []

@@ -1,7 +1,8 @@
 """One contract, two ledgers: the in-memory fake must behave as the DynamoDB adapter on moto.
 
-The unit tests of the ledger use cases run over ``tests/unit/ledger_fake.py``; every scenario
-here runs against both, so the fake cannot drift from the adapter's conditional rules.
+The unit tests of the ledger use cases run over ``tests/unit/application/allocator/ledger_fake.py``;
+every scenario here runs against both, so the fake cannot drift from the adapter's conditional
+rules.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from serenity_allocator.domain.ledger import (
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals
 from serenity_tools.standins.resources import local_client
-from tests.unit.ledger_fake import InMemoryRequestLedger
+from tests.unit.application.allocator.ledger_fake import InMemoryRequestLedger
 
 NOW = 1_800_000_000
 INTENT = TransferIntent(

@@ -7,8 +7,8 @@ the wall clock that dates leases is a hand-moved fake. The releases it enqueues 
 through the REAL Allocator handler, received and deleted the way the event source mapping does,
 so "the children end at the targets the dry run predicted" is checked on the simulator's state.
 
-The pure in-memory cases of the sweep live in tests/unit/test_domain_sweep.py and
-tests/unit/test_sweep_handler.py; these show the same rules hold on the real wire formats.
+The pure in-memory cases of the sweep live in tests/unit/application/sweep/test_run_batch.py and
+tests/unit/handlers/test_sweep.py; these show the same rules hold on the real wire formats.
 """
 
 from __future__ import annotations

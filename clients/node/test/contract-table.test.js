@@ -1,6 +1,6 @@
 // The callers' contract table through the Node write guard: every status and code, with the
 // customer answer pinned in tests/fixtures/guard-answers.json (the Python guard passes the same
-// cases: tests/unit/test_outcome_contract_guard.py). The table module is the package's JSON.
+// cases: tests/unit/write_guard/test_outcome_contract.py). The table module is the package's JSON.
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { describe, it } from 'node:test';

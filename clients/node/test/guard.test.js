@@ -1,4 +1,4 @@
-// The write guard, as the Python WriteGuard behaves (tests/unit/test_write_guard_cycles.py),
+// The write guard, as the Python WriteGuard behaves (tests/unit/write_guard/test_cycles.py),
 // with an injected clock (no real sleeps).
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
@@ -209,7 +209,7 @@ describe('write with outcomes', () => {
 });
 
 // A recovery that follows the guard's front (ADR 0019), on a scripted gate and ledger: times
-// are seconds after the guard is made, as in tests/unit/test_write_guard_cycles.py.
+// are seconds after the guard is made, as in tests/unit/write_guard/test_cycles.py.
 describe('a recovery that follows the guard\'s front', () => {
   const START = 100;
 

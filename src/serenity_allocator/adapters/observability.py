@@ -191,7 +191,7 @@ class EventMetric:
 
     ``value`` names the event's field holding the metric's value (None: the event counts one);
     ``dimension`` names the field holding the metric's own dimension value (None: the metric
-    has no dimension of its own). ``tests/unit/test_observability.py`` checks every row
+    has no dimension of its own). ``tests/unit/adapters/test_observability.py`` checks every row
     against :data:`METRIC_CATALOG`.
     """
 

@@ -39,7 +39,7 @@ class Operation:
 
 # On a master id this is the org pool. Never ``/v1/workspaces/{id}/parent/resources``: that
 # answers the workspace's OWN allocation, not the pool (the doc's read-side facts; pinned by
-# tests/unit/test_settle_and_pool_reads.py).
+# tests/unit/adapters/test_settle_and_pool_reads.py).
 READ_RESOURCES: Final = Operation(
     "read_resources", "GET", "/v1/workspaces/{id}/resources", idempotent=True
 )

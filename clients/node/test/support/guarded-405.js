@@ -1,6 +1,6 @@
 // One guarded write into the write gate's disguised 405, as a service would make it, for the
-// Python alarm test (tests/unit/test_enforcement_alarm_reach.py): the guard's EMF lines go to
-// stdout, where Lambda would ship them. The child is full and no ensure is applied, so every
+// Python alarm test (tests/unit/write_guard/test_enforcement_alarm_reach.py): the guard's EMF
+// lines go to stdout, where Lambda would ship them. The child is full and no ensure is applied, so every
 // attempt meets the 405 and the cycle ends exhausted. Time is injected: nothing waits.
 // Env: WRITE_URL (the gate), CHILD, ENVIRONMENT, SERVICE.
 import { EmfQuotaRetryRecorder, WriteGuard, WriteQuotaExhaustedError } from '../../src/index.js';
