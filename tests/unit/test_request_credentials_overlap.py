@@ -227,3 +227,18 @@ def test_a_members_record_gone_splits_the_run_and_refuses_the_member_at_its_turn
     with pytest.raises(NoCredentialError):
         rig.credentials.act_as(rig.requests[1])
     rig.credentials.await_ends()
+
+
+def test_a_failed_record_comes_back_once_its_roll_is_stored(workers: ThreadPoolExecutor) -> None:
+    # Given a request that fails (retryable) while its roll's store is still under way
+    rig = Rig(workers, ["r-1"])
+    rig.credentials.open_ahead(rig.requests)
+    rig.credentials.act_as(rig.requests[0])
+    rig.read_child()
+    # When its record is kept for the next receive
+    rig.credentials.keep("r-1")
+    rig.steps.note("kept")
+    # Then keep waited for the store: the record holds the rolled token, not the spent one
+    assert rig.steps.log == ["read", "roll r-1", "rolled r-1", "kept"]
+    assert rig.store.tokens == {"r-1": "pt-1"}
+    rig.credentials.await_ends()

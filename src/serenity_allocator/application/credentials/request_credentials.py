@@ -165,8 +165,10 @@ class RequestCredentials:
         it); the next receive exchanges it.
         """
         session = self.sessions.pop(request_id, None)
-        self._roll_failure(request_id)  # a store still under way lands before keep looks
-        if session is not None:
+        # A store still under way lands before keep looks; a record it found gone has nothing
+        # to keep (its fresh chain was invalidated there).
+        gone = self._roll_failure(request_id) is not None
+        if session is not None and not gone:
             self.broker.keep(session)
 
     def end(self, outcome: AllocationOutcome, *, invalidate: bool = True) -> None:
