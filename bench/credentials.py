@@ -4,7 +4,8 @@ Each child has its own IMS user on the simulator (a member of the child and its 
 a round is enqueued, its service mints a promise token per request with the emitter pair (one
 IMS call each, the SERVICE's, counted apart) and hands it over; the worker is the real
 ``lambda_handler`` with the IMS credential broker of production (``ImsCredentialBroker``:
-read, exchange first, roll, bind, invalidate and scrub at the end) over the simulator's IMS.
+read, exchange first, bind with the roll's store beside the first reads, invalidate beside
+the scrub at the end) over the simulator's IMS.
 
 The one stand-in: the credentials table is a dictionary (:class:`MemoryCredentialStore`), so
 the bench needs no AWS; the time per message it adds is the IMS calls' (exchange, invalidate,

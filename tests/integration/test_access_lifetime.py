@@ -11,6 +11,7 @@ lasts longer than one token must never present a dead one: no Semrush 401, no IM
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,12 +47,25 @@ RUN_ID = "rs-lifetime-1"
 
 
 class SlowSemrush(SimulatorState):
-    """The simulator whose every Semrush API call takes ``SEMRUSH_CALL_S`` of the clock."""
+    """The simulator whose every Semrush API call takes ``SEMRUSH_CALL_S`` of the clock.
+
+    ``opens_first``: the first call waits (in real time, bounded) until that many exchanges
+    were answered, so every session opened ahead is exchanged at the clock's start (the
+    worker's first request reads while the other opens are still under way).
+    """
+
+    opens_first = 0
 
     def handle_api(self, *args: Any, **kwargs: Any) -> Any:
         assert isinstance(self.clock, FakeClock)
+        deadline = time.monotonic() + 10.0
+        while self._exchanges() < self.opens_first and time.monotonic() < deadline:
+            time.sleep(0.01)
         self.clock.advance(SEMRUSH_CALL_S)  # the call arrives once its time has passed
         return super().handle_api(*args, **kwargs)
+
+    def _exchanges(self) -> int:
+        return sum(1 for c in self.ims.calls() if c.get("op") == "ims_exchange")
 
 
 @pytest.fixture
@@ -128,6 +142,7 @@ def test_a_batch_longer_than_an_access_token_never_presents_a_dead_one(
         for child in CHILDREN
     ]
 
+    slow_sim.state.opens_first = len(ids)  # type: ignore[attr-defined]
     with allocator_harness(local_resources, slow_sim, _ims_env(slow_sim, stack)) as worker:
         worker.runtime.clock = clock
         started = clock()

@@ -26,6 +26,7 @@ from serenity_allocator.adapters.ims_pair_secret import ImsPairSecretError
 from serenity_allocator.adapters.observability import logger
 from serenity_allocator.adapters.request_authority import RequestTokenHolder
 from serenity_allocator.adapters.secret_redaction import redact_secret
+from serenity_allocator.adapters.semrush_client import SemrushClient
 from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
 from serenity_allocator.domain.errors import NeedsReauthError
 from serenity_allocator.producer import AllocationProducer
@@ -223,7 +224,7 @@ def test_ims_worker_exchanges_first_acts_as_the_user_and_ends_the_promise(
     )
 
 
-def test_ims_worker_stores_the_rolled_token_before_its_first_semrush_call(
+def test_ims_worker_stores_the_rolled_token_before_it_transfers(
     ims_worker: tuple[AllocatorHarness, AllocationProducer],
     sim: SimulatorServer,
     stack: CredentialsStack,
@@ -234,29 +235,59 @@ def test_ims_worker_stores_the_rolled_token_before_its_first_semrush_call(
     _seed(sim)
     promise = _u1_promise(sim)
     request_id = _ensure_with(producer, UserCredential.promise(promise))
-    # Given the function dies at its first Semrush call, noting what the record held then
-    held_at_first_call: list[str] = []
+    # Given a top-up, noting what the record holds when its transfer is sent
+    held_at_transfer: list[str] = []
+    original = SemrushClient.transfer
+
+    def noting(self: SemrushClient, workspace_id: str, totals: Any, **kwargs: Any) -> None:
+        stored = stack.store().read(request_id, CHILD)
+        held_at_transfer.append(stored.promise_token if stored else "")
+        original(self, workspace_id, totals, **kwargs)
+
+    monkeypatch.setattr(SemrushClient, "transfer", noting)
+    # When it is applied
+    assert worker.invoke().failed == []
+    # Then its roll was stored before anything was applied (it ran beside the reads)
+    [held] = held_at_transfer
+    assert held not in ("", promise)
+    assert [o["status"] for o in outcome_capture.outcomes()] == ["topped-up"]
+    assert _scrubbed(stack, request_id)
+
+
+def test_ims_worker_stores_the_rolled_token_before_its_failed_record_comes_back(
+    ims_worker: tuple[AllocatorHarness, AllocationProducer],
+    sim: SimulatorServer,
+    stack: CredentialsStack,
+    outcome_capture: OutcomeCapture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    worker, producer = ims_worker
+    _seed(sim)
+    promise = _u1_promise(sim)
+    request_id = _ensure_with(producer, UserCredential.promise(promise))
+    # Given the request fails at its first Semrush call (the roll's store runs beside it)
+    failed_calls: list[str] = []
     original = RequestTokenHolder.get_token
 
-    def crash_once(self: RequestTokenHolder, *, refresh: bool = False) -> str:
-        if not held_at_first_call:
-            stored = stack.store().read(request_id, CHILD)
-            held_at_first_call.append(stored.promise_token if stored else "")
-            raise RuntimeError("the function died")
+    def fail_once(self: RequestTokenHolder, *, refresh: bool = False) -> str:
+        if not failed_calls:
+            failed_calls.append(request_id)
+            raise RuntimeError("the first call failed")
         return original(self, refresh=refresh)
 
-    monkeypatch.setattr(RequestTokenHolder, "get_token", crash_once)
+    monkeypatch.setattr(RequestTokenHolder, "get_token", fail_once)
 
-    # When the first receive crashes and the message comes back
+    # When the first receive fails the record and the message comes back
     first = worker.invoke()
     assert first.failed == first.message_ids
     assert outcome_capture.outcomes() == []
+    stored = stack.store().read(request_id, CHILD)
     worker.redeliver_failed(first)
     second = worker.invoke()
 
-    # Then the record held the rolled token before any Semrush call, the old one was dead,
-    # and the replay exchanged the rolled one and was served
-    [rolled] = held_at_first_call
+    # Then the record came back holding the rolled token (its store was waited for), the old
+    # one was dead, and the replay exchanged the rolled one and was served
+    rolled = stored.promise_token if stored else ""
     assert rolled not in ("", promise)
     assert _is_dead(sim, promise)
     assert second.failed == []

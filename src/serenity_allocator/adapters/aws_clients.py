@@ -40,6 +40,8 @@ raised by an ``x-amz-retry-after`` header to at most 5 s more."""
 AWS_CALL_BUDGET_S = MAX_ATTEMPTS * (CONNECT_TIMEOUT_S + READ_TIMEOUT_S) + MAX_RETRY_WAIT_S
 """The longest one AWS call may take with the most patient configuration (16 s)."""
 _MIN_READ_S = 1.0
+POOL_CONNECTIONS = 20
+"""Connections a client keeps: the Allocator's credential calls of one batch run at once."""
 
 ClientT = TypeVar("ClientT")
 
@@ -78,6 +80,9 @@ def client_config(budget_s: float = AWS_CALL_BUDGET_S) -> Config:
 
     timeouts = call_timeouts(budget_s)
     return Config(
+        # A batch's credential calls run at once (two per record of a FIFO batch of 10): each
+        # keeps its connection rather than one discarded past botocore's default of 10.
+        max_pool_connections=POOL_CONNECTIONS,
         connect_timeout=timeouts.connect_s,
         read_timeout=timeouts.read_s,
         retries={"mode": "standard", "total_max_attempts": timeouts.attempts},

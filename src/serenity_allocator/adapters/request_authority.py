@@ -20,6 +20,7 @@ import base64
 import binascii
 import contextlib
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -103,9 +104,13 @@ class ImsSession:
     lifetime: AccessLifetime
     """Until when ``access_token`` may be presented (IMS's ``expires_in`` from the send)."""
     roll_stored: bool = True
-    """False while the record may still hold the spent token (its roll could not be stored):
-    the request goes on with the access token in hand; :meth:`ImsCredentialBroker.keep`
-    stores the roll again when the request comes back."""
+    """False while the record may still hold the spent token (its roll is not stored yet, or
+    could not be): the request goes on with the access token in hand;
+    :meth:`ImsCredentialBroker.keep` stores the roll again when the request comes back."""
+    storing: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    """Held by each store of the rolled token: a roll stored beside the request's calls and a
+    re-exchange's store run one at a time, each storing the token current then, so the last
+    write is always the chain's head."""
 
 
 ROLL_ATTEMPTS = 2
@@ -156,6 +161,16 @@ class ImsCredentialBroker:
 
     def open(self, request_id: str, workspace_id: str) -> ImsSession:
         """Read, exchange, store the rolled token (before anything else); nothing bound."""
+        session = self.exchange(request_id, workspace_id)
+        self._roll(session)
+        return session
+
+    def exchange(self, request_id: str, workspace_id: str) -> ImsSession:
+        """Read and exchange; the rolled token is NOT stored yet (:meth:`store_roll` does).
+
+        Only an answer that fails the request here has its roll stored before it raises (one
+        without an access token, one lacking the ``semrush`` scope): it comes back with that.
+        """
         stored = self._read(request_id, workspace_id)
         if stored is None:
             raise NoCredentialError()
@@ -171,10 +186,21 @@ class ImsCredentialBroker:
             tokens.access_token,
             tokens.promise_token,
             self._freshness.lifetime_of(sent_at, tokens.expires_in),
+            roll_stored=False,
         )
-        self._roll(session)
-        _check_scope(tokens)
+        if tokens.lacks_scope(SEMRUSH_SCOPE):
+            self._roll(session)  # the promise is kept for the redrive: its head is stored
+            raise SemrushScopeMissingError()
         return session
+
+    def store_roll(self, session: object) -> None:
+        """Store the session's rolled token (tried twice; not stored: ``roll_stored`` False).
+
+        Raises:
+            NoCredentialError: the record is gone (the fresh chain was invalidated).
+        """
+        if isinstance(session, ImsSession):
+            self._roll(session)
 
     def refresh(self, session: ImsSession) -> str:
         """Exchange the session's current promise again; store the roll; the new access token.
@@ -186,7 +212,7 @@ class ImsCredentialBroker:
             tokens = self._ims.exchange(session.promise_token)
         except MalformedExchangeError as exc:
             session.promise_token = exc.rolled  # the one passed in is spent: end this one
-            self._keep_rolled(session.request_id, session.workspace_id, exc)
+            self._roll(session)  # under the session's lock: after any store still under way
             raise
         session.access_token = tokens.access_token
         session.promise_token = tokens.promise_token
@@ -229,6 +255,15 @@ class ImsCredentialBroker:
             self._holder.bound = None
         invalidated = self._ims.invalidate(token) if token is not None else None
         return CredentialEnd(invalidated, self.scrub(request_id).scrub_error)
+
+    def invalidate(self, session: object) -> bool | None:
+        """Invalidate the session's current promise token at IMS (True: confirmed).
+
+        Never raises; None for a session that is not one of ours.
+        """
+        if not isinstance(session, ImsSession):
+            return None
+        return self._ims.invalidate(session.promise_token)
 
     def scrub(self, request_id: str) -> CredentialEnd:
         """Remove the token from the record; the failure's reason when it could not."""
@@ -278,19 +313,22 @@ class ImsCredentialBroker:
         # more; if it still fails, the request goes on with the access token in hand and ends
         # the chain at its terminal state (invalidating the rolled token): never needsReauth
         # for our store's trouble. Only a record that is gone (scrubbed, never written) ends it.
-        for attempt in range(ROLL_ATTEMPTS):
-            try:
-                self._store.roll(session.request_id, session.workspace_id, session.promise_token)
-            except CredentialGoneError:
-                self._ims.invalidate(session.promise_token)
-                raise NoCredentialError() from None
-            except (CredentialStoreError, TokenCipherError):
-                if attempt + 1 == ROLL_ATTEMPTS:
-                    session.roll_stored = False
-                    return
-                continue
-            session.roll_stored = True
-            return
+        with session.storing:
+            for attempt in range(ROLL_ATTEMPTS):
+                try:
+                    self._store.roll(
+                        session.request_id, session.workspace_id, session.promise_token
+                    )
+                except CredentialGoneError:
+                    self._ims.invalidate(session.promise_token)
+                    raise NoCredentialError() from None
+                except (CredentialStoreError, TokenCipherError):
+                    if attempt + 1 == ROLL_ATTEMPTS:
+                        session.roll_stored = False
+                        return
+                    continue
+                session.roll_stored = True
+                return
 
     def __repr__(self) -> str:
         return "ImsCredentialBroker()"

@@ -276,8 +276,10 @@ def _ims_runtime(
     return runtime
 
 
-SESSION_WORKERS = 10
-"""Sessions opened or ended at once: a whole batch (SQS FIFO hands at most 10 records)."""
+SESSION_WORKERS = 20
+"""Credential calls at once: a whole batch's (SQS FIFO hands at most 10 records), two per
+record (an end's invalidation and its scrub run side by side, as may an open's roll and an
+early end), so no call of a burst waits for a thread."""
 
 
 def credential_workers() -> Executor:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 
 import pytest
 
@@ -307,3 +308,43 @@ def test_end_reports_a_failed_scrub_and_never_raises() -> None:
     store.scrub_error = CredentialStoreError("scrub", "r-1", "AccessDeniedException")
     assert broker.end("r-1", None, None) == CredentialEnd(None, "AccessDeniedException")
     assert ims.invalidated == []  # no child known: the stored token cannot be decrypted
+
+
+def test_exchange_stores_nothing_until_the_roll_is_stored() -> None:
+    broker, store, ims, _ = _broker()
+    session = broker.exchange("r-1", "c1")
+    # The session is usable at once; the record still holds the token just spent
+    assert (session.access_token, session.roll_stored, store.tokens["r-1"]) == (
+        "at-1",
+        False,
+        "pt-0",
+    )
+    broker.store_roll(session)
+    assert (session.roll_stored, store.tokens["r-1"], ims.invalidated) == (True, "pt-1", [])
+
+
+def test_a_re_exchange_stores_after_a_roll_still_under_way() -> None:
+    # Given the open's roll blocked in flight with the first rolled token
+    broker, store, _, _ = _broker()
+    session = broker.exchange("r-1", "c1")
+    release = threading.Event()
+    entered = threading.Event()
+    stored = store.roll
+
+    def slow_first(request_id: str, workspace_id: str, token: str) -> None:
+        if not entered.is_set():
+            entered.set()
+            release.wait(5.0)
+        stored(request_id, workspace_id, token)
+
+    store.roll = slow_first  # type: ignore[method-assign]
+    beside = threading.Thread(target=broker.store_roll, args=(session,))
+    beside.start()
+    assert entered.wait(5.0)
+    # When the request re-exchanges meanwhile (a 401), and only then the first store lands
+    timer = threading.Timer(0.2, release.set)
+    timer.start()
+    assert broker.refresh(session) == "at-2"
+    beside.join(5.0)
+    # Then the record holds the chain's head, never the token the re-exchange spent
+    assert (store.tokens["r-1"], session.roll_stored) == ("pt-2", True)

@@ -32,6 +32,7 @@ from ...domain.model import Dimension, Totals
 from ...domain.outcomes import ServingCall, build_outcome
 from ...domain.transfer import TransferContext
 from ...domain.worker_events import Coalesced, DisabledNoop, Reclaim
+from ..credentials.request_credentials import MemberRecordGoneError
 from .attempt_observer import AttemptObserver
 from .batch_plan import BatchMessage
 from .invocation import EnsureBatch
@@ -181,9 +182,15 @@ class _Ensurer:
                 attempt,
                 served=list(run.requests),
             )
-        except (BrandAiLimitError, OrgPoolExhaustedError, TieredPromptsError):
+        except (
+            BrandAiLimitError,
+            OrgPoolExhaustedError,
+            TieredPromptsError,
+            MemberRecordGoneError,
+        ):
             # The sum does not fit (a tiered child's tiers may cover each need alone, never
-            # the sum); each request may on its own. No request received this refusal.
+            # the sum), or a member's record is gone (found before the transfer): each request
+            # may on its own. No request received this refusal.
             attempt.discard()
             run.split_up()
             return None
@@ -252,9 +259,12 @@ class _Ensurer:
     ) -> EnsureResult:
         """One ensure call for what ``asked`` asks (one request or a run), serving ``served``."""
         config, ports = self.batch.config, self.batch.ports
-        ledger = self.batch.ledger
+        ledger, credentials = self.batch.ledger, self.batch.credentials
 
         def record_intent(before: Totals, target: Totals) -> None:
+            if credentials is not None:
+                # The rolls stored beside the reads: stored before anything is applied.
+                credentials.rolls_stored(served)
             for member in served:
                 record_transfer_intent(ledger, member, before, target)
 

@@ -21,6 +21,7 @@ from ...domain.release import (
     release_surplus,
 )
 from ...domain.transfer import TransferContext
+from ..credentials.request_credentials import RequestCredentials
 from .invocation import WorkerConfig
 from .outcomes import ReleaseIncompleteError
 from .request_ledger import LedgerView, record_transfer_intent
@@ -39,6 +40,8 @@ class ReleaseCall:
 
     gateway: WorkspaceGateway
     context: TransferContext
+    credentials: RequestCredentials | None = None
+    """IMS mode: the batch's sessions (the release's roll is stored before its transfer)."""
 
 
 def apply_release(
@@ -59,6 +62,8 @@ def apply_release(
     """
 
     def record_intent(plan: ReleasePlan) -> None:
+        if call.credentials is not None:
+            call.credentials.rolls_stored([request])  # stored beside the read, before applying
         record_transfer_intent(ledger, request, plan.before, plan.target)
 
     gateway = call.gateway

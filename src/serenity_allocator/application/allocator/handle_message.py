@@ -276,6 +276,7 @@ def _apply_as(inv: Invocation, message: BatchMessage, request: Request) -> Alloc
                     deadline=inv.deadlines.applying,
                     observer=inv.observer,
                 ),
+                inv.state.credentials,
             ),
         )
     result = apply_ensure(

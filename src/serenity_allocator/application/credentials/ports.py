@@ -40,6 +40,31 @@ class CredentialBroker(Protocol):
         """
         ...
 
+    def exchange(self, request_id: str, workspace_id: str) -> CredentialSession:
+        """Read the record and exchange the promise; the rolled one is not stored yet.
+
+        ``open`` in two halves: :meth:`store_roll` stores the roll, beside the request's first
+        Semrush calls. An answer that fails the request here (no access token, no ``semrush``
+        scope) has its roll stored before it raises. Raises as ``open`` does.
+        """
+        ...
+
+    def store_roll(self, session: CredentialSession) -> None:
+        """Store an exchanged session's rolled token (tried twice; then kept for ``keep``).
+
+        Raises:
+            NoCredentialError: The record is gone (its fresh chain was invalidated).
+        """
+        ...
+
+    def invalidate(self, session: CredentialSession) -> bool | None:
+        """Invalidate the session's current promise token at IMS; never raises.
+
+        True when IMS confirmed. ``end``'s first half: the scrub (:meth:`scrub`) may run
+        beside it.
+        """
+        ...
+
     def user_of(self, session: CredentialSession) -> str | None:
         """Who IMS says the session's token acts for, when its token says so (else None).
 

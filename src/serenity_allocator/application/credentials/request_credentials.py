@@ -9,8 +9,12 @@ Sessions are opened ahead, concurrently, at the batch's start (with the containe
 pool), so every exchange has the applying phase before it, not what the records ahead of it
 left. An exchange starts only when a whole IMS call (and the store of the rolled token) fits
 before the invocation's own deadline (``Deadlines.fits_ims_exchange``); otherwise the record
-fails out of time with its still-valid token and comes back. Ends (invalidate and scrub) run
-beside the rest of the batch and are waited for before the invocation returns.
+fails out of time with its still-valid token and comes back. A session opened ahead is the
+request's as soon as IMS answered: its roll is stored beside the request's first Semrush calls
+(reads), and is waited for before anything is applied for it (:meth:`rolls_stored`, before a
+transfer), before its record comes back (``keep``) and before its record is scrubbed. Ends
+(the invalidation and the scrub, side by side) run beside the rest of the batch and are waited
+for before the invocation returns.
 
 A coalesced run admits a member only when its own token can read the child, at the leader's
 turn, before the combined transfer; a member that fails leaves the run and, at its own turn,
@@ -33,7 +37,7 @@ re-exchange is transient
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 
@@ -99,8 +103,14 @@ class RequestCredentials:
     comes back), so one batch never opens a request's session twice."""
     opening: dict[str, Future[CredentialSession]] = field(default_factory=dict)
     """Sessions opened ahead, by request id, until their request's turn takes them."""
-    ending: list[tuple[str, Future[CredentialEnd]]] = field(default_factory=list)
-    """Ends under way beside the batch, reported by :meth:`await_ends`."""
+    rolling: dict[str, Future[None]] = field(default_factory=dict)
+    """The stores of the rolled tokens of sessions opened ahead, by request id, until waited
+    for; one raises :class:`NoCredentialError` when its record is gone."""
+    ending: list[tuple[str, Future[CredentialEnd], Future[bool | None] | None]] = field(
+        default_factory=list
+    )
+    """Ends under way beside the batch (the scrub, and the invalidation beside it when one
+    was sent), reported by :meth:`await_ends`."""
 
     def open_ahead(self, requests: Iterable[Request]) -> None:
         """Start opening these requests' sessions now, concurrently (with ``workers`` only).
@@ -112,9 +122,33 @@ class RequestCredentials:
             return
         for request in requests:
             if request.request_id not in self.opening:
-                self.opening[request.request_id] = self.workers.submit(
-                    self._exchange, request.request_id, request.workspace_id
+                opened: Future[CredentialSession] = Future()
+                self.opening[request.request_id] = opened
+                self.rolling[request.request_id] = self.workers.submit(
+                    self._exchange_then_roll, request.request_id, request.workspace_id, opened
                 )
+
+    def rolls_stored(self, requests: Sequence[Request]) -> None:
+        """Before anything is applied for ``requests`` (the acting one first): rolls stored.
+
+        Waits for the stores still under way (they ran beside the reads). A record found gone
+        ends its request ``noCredential`` with nothing applied, as a roll inside the open did.
+
+        Raises:
+            NoCredentialError: the acting request's record is gone.
+            MemberRecordGoneError: a member's is (the run splits; it is refused at its turn).
+        """
+        members_gone = False
+        for position, request in enumerate(requests):
+            failure = self._roll_failure(request.request_id)
+            if failure is None:
+                continue
+            if position == 0:
+                raise failure
+            self.refused[request.request_id] = failure
+            members_gone = True
+        if members_gone:
+            raise MemberRecordGoneError()
 
     def act_as(self, request: Request) -> None:
         """Open the request's session (unless open already) and bind its access token."""
@@ -131,7 +165,10 @@ class RequestCredentials:
         it); the next receive exchanges it.
         """
         session = self.sessions.pop(request_id, None)
-        if session is not None:
+        # A store still under way lands before keep looks; a record it found gone has nothing
+        # to keep (its fresh chain was invalidated there).
+        gone = self._roll_failure(request_id) is not None
+        if session is not None and not gone:
             self.broker.keep(session)
 
     def end(self, outcome: AllocationOutcome, *, invalidate: bool = True) -> None:
@@ -154,11 +191,17 @@ class RequestCredentials:
         if self.workers is None:
             self._report_end(request_id, self._ended(request_id, outcome, session, only_scrub))
             return
+        if session is None:
+            # The token to invalidate is the stored one: read before the scrub, in one call.
+            ending = self.workers.submit(self._ended, request_id, outcome, None, only_scrub)
+            self.ending.append((request_id, ending, None))
+            return
+        # The session's token is in hand: its invalidation and the scrub run side by side
+        # (neither waits for the other); the scrub after the roll's store, never before it.
+        invalidation = None if only_scrub else self.workers.submit(self.broker.invalidate, session)
+        rolled = self.rolling.pop(request_id, None)
         self.ending.append(
-            (
-                request_id,
-                self.workers.submit(self._ended, request_id, outcome, session, only_scrub),
-            )
+            (request_id, self.workers.submit(self._scrubbed, request_id, rolled), invalidation)
         )
 
     def await_ends(self) -> None:
@@ -172,8 +215,14 @@ class RequestCredentials:
             with contextlib.suppress(Exception):  # its record comes back; nothing to end
                 self._session_of(request_id)
             self.sessions.pop(request_id, None)
-        for request_id, future in self.ending:
-            self._report_end(request_id, future.result())
+        for rolled in self.rolling.values():
+            rolled.exception()  # no store left under way: waited for, its failure is its own
+        self.rolling.clear()
+        for request_id, scrubbed, invalidation in self.ending:
+            ended = scrubbed.result()
+            if invalidation is not None:
+                ended = CredentialEnd(invalidation.result(), ended.scrub_error)
+            self._report_end(request_id, ended)
         self.ending.clear()
 
     def admit(self, run: EnsureRun, gateway: WorkspaceGateway) -> None:
@@ -253,9 +302,13 @@ class RequestCredentials:
         return self.sessions.pop(request_id, None)
 
     def _open(self, request: Request) -> CredentialSession:
-        return self._opened(
-            request.request_id, lambda: self._exchange(request.request_id, request.workspace_id)
-        )
+        """Open now, in place: read, exchange and the roll's store, one after the other."""
+
+        def opening() -> CredentialSession:
+            self._check_exchange_fits()
+            return self.broker.open(request.request_id, request.workspace_id)
+
+        return self._opened(request.request_id, opening)
 
     def _opened(
         self, request_id: str, opening: Callable[[], CredentialSession]
@@ -276,11 +329,41 @@ class RequestCredentials:
         self.observer.record(CredentialOutcome("exchanged"))
         return session
 
-    def _exchange(self, request_id: str, workspace_id: str) -> CredentialSession:
+    def _check_exchange_fits(self) -> None:
         if not self.deadlines.fits_ims_exchange():
             # Never cut an exchange short: the record fails with its still-valid token.
             raise OutOfTimeError()
-        return self.broker.open(request_id, workspace_id)
+
+    def _exchange_then_roll(
+        self, request_id: str, workspace_id: str, opened: Future[CredentialSession]
+    ) -> None:
+        """On a worker: the session is the request's once IMS answered; then the roll's store.
+
+        Raises what the store raises (a record gone), into :attr:`rolling`.
+        """
+        try:
+            self._check_exchange_fits()
+            session = self.broker.exchange(request_id, workspace_id)
+        except Exception as exc:
+            opened.set_exception(exc)
+            return
+        opened.set_result(session)
+        self.broker.store_roll(session)
+
+    def _roll_failure(self, request_id: str) -> Exception | None:
+        """Wait for the request's roll still under way, if any; what it raised, else None."""
+        rolled = self.rolling.pop(request_id, None)
+        failure = rolled.exception() if rolled is not None else None
+        if failure is not None and not isinstance(failure, Exception):
+            raise failure  # not a store's failure (an interrupt): never swallowed
+        return failure
+
+    def _scrubbed(self, request_id: str, rolled: Future[None] | None) -> CredentialEnd:
+        # On a worker. The roll's task is running already (its session was taken from it), so
+        # this wait ends; a gone record is scrubbed all the same (idempotent).
+        if rolled is not None:
+            rolled.exception()
+        return self.broker.scrub(request_id)
 
     def _ended(
         self,
@@ -298,6 +381,14 @@ class RequestCredentials:
             self.observer.record(CredentialOutcome("invalidateFailed", reason="notConfirmed"))
         if ended.scrub_error is not None:
             self.observer.record(CredentialNotScrubbed(request_id, ended.scrub_error))
+
+
+class MemberRecordGoneError(Exception):
+    """A coalesced member's record was gone when its roll was stored: the run splits.
+
+    Raised before the combined transfer, so nothing was applied for anyone; the leader applies
+    alone, and the member is refused (``noCredential``) at its own turn.
+    """
 
 
 class UnauthorizedError(AllocationError):

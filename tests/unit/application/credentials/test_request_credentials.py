@@ -60,6 +60,15 @@ class FakeBroker:
             raise failure
         return Session(request_id)
 
+    def exchange(self, request_id: str, workspace_id: str) -> Session:
+        return self.open(request_id, workspace_id)  # the fake's open stores nothing
+
+    def store_roll(self, session: object) -> None:
+        pass
+
+    def invalidate(self, session: object) -> bool | None:
+        return True
+
     def user_of(self, session: object) -> str | None:
         return getattr(session, "user", None)
 
