@@ -542,28 +542,61 @@ def test_a_put_events_timeout_the_worker_logged_is_named_as_the_cause(tmp_path: 
     assert "r2" not in causes
 
 
-def _served(request_id: str, status: str) -> AllocationOutcome:
+def _served(request_id: str, status: str, error_code: str | None = None) -> AllocationOutcome:
     return AllocationOutcome(
-        request_id=request_id, kind="ensure", workspace_id="c", status=status, org_id="m"
+        request_id=request_id,
+        kind="ensure",
+        workspace_id="c",
+        status=status,
+        org_id="m",
+        error_code=error_code,
     )
 
 
 def test_the_write_after_ensures_follows_the_last_served_one_a_rightsized_ensure_included() -> None:
     # Given a child whose big ensure was topped up, then a small one rightsized (its surplus,
-    # the big ensure's room among it, went back to the pool), then one refused
+    # the big ensure's room among it, went back to the pool), then one refused for the pool
     big = build_ensure("c", "m", {"prompts": 150})
     small = build_ensure("c", "m", {"prompts": 10})
     refused = build_ensure("c", "m", {"prompts": 500})
     outcomes = [
         _served(big.request_id, "topped-up"),
         _served(small.request_id, "rightsized"),
-        _served(refused.request_id, "rejected"),
+        _served(refused.request_id, "rejected", "orgPoolExhausted"),
     ]
 
     # When the service's write is chosen
     last = last_served_ensures({"c": [big, small, refused]}, outcomes)
 
-    # Then it is the rightsized ensure's: the only room the child is sure to hold
+    # Then it is the rightsized ensure's: the refusal moved nothing after it
     assert last == [small]
     # And a child with no served ensure writes nothing
     assert last_served_ensures({"c": [refused]}, outcomes) == []
+
+
+def test_no_write_is_checked_where_a_later_request_may_have_taken_the_room_back() -> None:
+    # Given a served ensure followed by a release, by an ensure that failed (it may have
+    # moved the child), or by one with no outcome at all (dead-lettered unannounced)
+    served = build_ensure("c", "m", {"prompts": 150})
+    release = build_release("c")
+    failed = build_ensure("c", "m", {"prompts": 10})
+    silent = build_ensure("c", "m", {"prompts": 10})
+    outcomes = [
+        _served(served.request_id, "topped-up"),
+        AllocationOutcome(
+            request_id=release.request_id, kind="release", workspace_id="c", status="released"
+        ),
+        _served(failed.request_id, "failed", "receivesExhausted"),
+    ]
+
+    # When the service's write is chosen, then there is none to check for that child
+    for later in (release, failed, silent):
+        assert last_served_ensures({"c": [served, later]}, outcomes) == []
+    # And a release that handed nothing back leaves the ensure's room in place
+    nothing = AllocationOutcome(
+        request_id=release.request_id,
+        kind="release",
+        workspace_id="c",
+        status="nothing-to-release",
+    )
+    assert last_served_ensures({"c": [served, release]}, [outcomes[0], nothing]) == [served]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from serenity_allocator.contract.outcome_table import outcome_table
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from serenity_tools.standins.stack import LocalStack
 from serenity_tools.verification.invariants import InvariantResult, workspaces_by_id
@@ -37,14 +38,33 @@ class MeteredWrites:
 def last_served_ensures(
     plans: Mapping[str, Sequence[Request]], outcomes: Sequence[AllocationOutcome]
 ) -> list[EnsureRequest]:
-    """Each child's last ensure the allocator served (children with none are left out)."""
-    served = {o.request_id for o in outcomes if o.kind == "ensure" and o.status in SERVED_STATUSES}
+    """Each child's last served ensure, where no later request may have taken its room back.
+
+    A later release that handed surplus back, or a later request whose outcome is missing or
+    may have moved the child (``failed``: a crash or the receives ran out), leaves no write to
+    check for that child; one that applied nothing (a refusal, nothing to release) does not.
+    """
+    by_id = {o.request_id: o for o in outcomes}
     last = []
     for plan in plans.values():
-        ensures = [r for r in plan if isinstance(r, EnsureRequest) and r.request_id in served]
-        if ensures:
-            last.append(ensures[-1])
+        current: EnsureRequest | None = None
+        for request in plan:
+            outcome = by_id.get(request.request_id)
+            if isinstance(request, EnsureRequest) and outcome and outcome.status in SERVED_STATUSES:
+                current = request
+            elif outcome is None or not _applied_nothing(outcome):
+                current = None
+        if current is not None:
+            last.append(current)
     return last
+
+
+def _applied_nothing(outcome: AllocationOutcome) -> bool:
+    """The contract table says this outcome moved nothing (its code's row, else its status's)."""
+    table = outcome_table()
+    code = table.code_row(outcome.error_code) if outcome.error_code else None
+    row = code or table.status_row(outcome.status)
+    return row is not None and row.applied == "no"
 
 
 def meter_writes(
