@@ -24,6 +24,7 @@ from serenity_allocator.application.allocator.invocation import Invocation
 from serenity_allocator.application.deadlines import Deadlines
 from serenity_allocator.domain.errors import (
     AccessDeniedError,
+    CredentialNotOwnedError,
     ImsUnavailableError,
     NoCredentialError,
     UpstreamError,
@@ -275,3 +276,23 @@ def test_an_invalid_message_without_a_dlq_fails_with_its_reason() -> None:
 def _deadlines() -> Deadlines:
     clock = FakeClock()
     return Deadlines(clock=clock, applying=clock() + 10.0, finishing=clock() + 20.0, aws_call_s=1.0)
+
+
+def test_a_credential_record_of_another_child_refuses_the_request_as_an_id_conflict() -> None:
+    # Given a request whose request id names another child's credential record (IMS mode)
+    broker = FakeBroker(refuse={"req-m1": CredentialNotOwnedError()})
+    invocation, events = _batch([_ensure("m1", receive_count=2)], broker=broker)
+
+    # When it is handled
+    handle_message(invocation, "m1")
+
+    # Then it completes rejected as a request id conflict, booked as held (never stored), and
+    # the other request's credential is not ended
+    request = EnsureRequest.model_validate_json(_ensure("m1").body)
+    refused = build_outcome(request, "rejected", 2, error_code="requestIdConflict")
+    assert invocation.state.book.entries == [("m1", refused)]
+    assert [e for e in events.events if isinstance(e, (Completed, LedgerEvent))] == [
+        Completed(refused),
+        LedgerEvent("requestIdConflict"),
+    ]
+    assert broker.ended == []
