@@ -9,6 +9,7 @@ import pytest
 from serenity_allocator.domain.errors import (
     AllocationError,
     BrandAiLimitError,
+    MalformedExchangeError,
     OrgPoolExhaustedError,
     OutOfTimeError,
     RateLimitedError,
@@ -133,3 +134,13 @@ class _CodedError(Exception):
 @pytest.mark.parametrize("code", ["", 7, None])
 def test_error_code_of_ignores_a_code_that_is_not_a_non_empty_string(code: object) -> None:
     assert error_code_of(_CodedError(code)) == "_CodedError"
+
+
+def test_a_malformed_exchange_keeps_the_rolled_token_and_never_shows_it() -> None:
+    # Given an exchange answer without an access token, its rolled token kept
+    error = MalformedExchangeError("rolled-secret")
+
+    # Then the caller can store the token; the text and the repr name the fault, not the token
+    assert error.rolled == "rolled-secret"
+    assert str(error) == "IMS exchange: answer has no access_token (the rolled token is kept)"
+    assert repr(error) == "MalformedExchangeError(rolled=***)"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from serenity_allocator.domain.model import AiResources, DimensionUsage
+from serenity_allocator.domain.model import AiResources, DimensionUsage, Totals
 from serenity_allocator.domain.pool_watch import PoolWatch
 from tests.fakes import FakeClock
 
@@ -248,3 +248,15 @@ def test_observe_projects_no_time_left_for_a_drained_pool() -> None:
 
     assert warning is not None
     assert warning.projected_seconds_to_exhaustion == 0.0
+
+
+def test_last_free_is_the_parents_own_last_read_with_an_overdrawn_dimension_as_zero() -> None:
+    # Given two pools read, one overdrawn in prompts (more used than it holds)
+    watch = PoolWatch(FakeClock(), threshold=0.1, interval_s=INTERVAL_S)
+    watch.observe(POOL_A, _pool(prompts_free=-5, projects_free=7))
+    watch.observe(POOL_B, _pool(prompts_free=4_000))
+
+    # Then each parent's free units are its own, none negative; an unread parent has none
+    assert watch.last_free(POOL_A) == Totals(projects=7, prompts=0)
+    assert watch.last_free(POOL_B) == Totals(projects=100, prompts=4_000)
+    assert watch.last_free("master-never-read") is None

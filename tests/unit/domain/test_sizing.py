@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from serenity_allocator.domain.model import AiResources, Blocks, Dimension, DimensionUsage, Totals
 from serenity_allocator.domain.sizing import (
     PoolShare,
+    demand_of,
     fair_headroom,
     is_tight,
     needs_pool,
@@ -161,6 +162,10 @@ def test_a_dimension_that_may_not_move_keeps_its_total() -> None:
         (_child((100, 130), (1, 2)), _share(300, 10), False),  # ... not from a tight pool
         (_child((100, 500), (1, 2)), None, False),  # surplus, a pool not known to be tight
         (_child((100, 500), (1, 2)), _share(300, 10), True),  # surplus of a tight pool
+        (_child((100, 110), (1, 2)), _share(300, 10), False),  # 0 left: fits, nothing to move
+        (_child((100, 310), (1, 2)), _share(300, 10), False),  # exactly two blocks over: kept
+        (_child((100, 311), (1, 2)), _share(300, 10), True),  # one over two blocks: surplus
+        (_child((100, 130), (1, 2)), _share(400), True),  # a level of exactly 4 blocks has room
     ],
 )
 def test_the_pool_is_read_only_when_the_read_may_move_something(
@@ -190,3 +195,101 @@ def test_a_raise_never_exceeds_what_the_pool_shows_free_and_a_need_is_always_cov
     assert raise_by <= max(free, need - held)
     if need - held <= free:
         assert plan.target.prompts >= used + need
+
+
+def test_a_pool_share_counts_an_overdrawn_pool_as_nothing_free_and_at_least_one_child() -> None:
+    # Given a pool using more than it holds in both dimensions, and no known child
+    pool = AiResources(
+        projects=DimensionUsage(used=7, total=5), prompts=DimensionUsage(used=120, total=100)
+    )
+
+    # Then nothing is free (not a negative count) and the share is among one child
+    assert PoolShare.of(pool, 0) == PoolShare(free=Totals(projects=0, prompts=0), children=1)
+
+
+def test_a_level_is_zero_once_the_lack_takes_all_that_is_free() -> None:
+    # Given 10 prompts free for one child
+    share = _share(10)
+
+    # Then a lack of 10 or more leaves it no level at all, never a negative one
+    assert (share.level(Dimension.PROMPTS, 10), share.level(Dimension.PROMPTS, 25)) == (0, 0)
+    assert share.level(Dimension.PROMPTS, 4) == 6
+
+
+def test_a_level_equal_to_the_lack_still_gives_its_squared_headroom() -> None:
+    # Given a child lacking 40 prompts of a pool with 80 free: a level of exactly 40
+    # Then what is left does cover every child's lack: 40² / 1600 = 1 of headroom, not exact
+    assert fair_headroom(_share(80), 40, Dimension.PROMPTS, BLOCKS) == 1
+    assert fair_headroom(_share(79), 40, Dimension.PROMPTS, BLOCKS) == 0
+
+
+def test_demand_is_what_the_request_asks_beyond_what_is_used_and_drafted_never_negative() -> None:
+    usage = DimensionUsage(used=100, drafted=20, total=200)
+
+    assert [demand_of(usage, required) for required in (0, 110, 120, 125)] == [0, 0, 0, 5]
+
+
+def test_a_level_of_exactly_four_blocks_is_a_pool_with_room_and_refills_ahead() -> None:
+    # Given the child with 20 left under low water, under a pool whose level is exactly 400
+    share = _share(400)
+    plan = plan_sizing(_child((120, 150)), Totals(projects=1, prompts=130), BLOCKS, share)
+
+    # Then the pool has room: refilled to 200; one unit less and it is tight
+    assert (plan.target.prompts, plan.sizing) == (200, "refilled")
+    assert not is_tight(share, 0, Dimension.PROMPTS, BLOCKS)
+    assert is_tight(_share(399), 0, Dimension.PROMPTS, BLOCKS)
+
+
+def test_no_refill_from_a_tight_pool_even_when_its_headroom_would_raise_the_child() -> None:
+    # Given a pool with 300 free for one child (level 300: tight, headroom 300² / 1600 = 56) and
+    # a child with 20 left under its low water, whose need plus headroom (186) tops its 150
+    plan = plan_sizing(_child((120, 150)), Totals(projects=1, prompts=130), BLOCKS, _share(300))
+
+    # Then nothing moves: no refill from a tight pool
+    assert (plan.target.prompts, plan.sizing) == (150, "hot-path")
+
+
+def test_a_child_left_exactly_its_low_water_is_not_refilled() -> None:
+    # Given a child with 50 left after its need (half a block exactly), under a pool with room
+    plan = plan_sizing(_child((100, 160)), Totals(projects=1, prompts=110), BLOCKS, _share(9_000))
+
+    # Then it is on the hot path: only less than low water is refilled
+    assert (plan.target.prompts, plan.sizing) == (160, "hot-path")
+
+
+def test_low_water_of_an_odd_block_rounds_down_to_whole_units() -> None:
+    # Given blocks of 101 prompts (low water 50, not 50.5) and a child left exactly 50
+    blocks = Blocks(prompts=101)
+    plan = plan_sizing(_child((90, 150)), Totals(projects=1, prompts=100), blocks, _share(9_000))
+
+    # Then it is not under low water: nothing moves
+    assert (plan.target, plan.sizing) == (Totals(projects=5, prompts=150), "hot-path")
+
+
+def test_a_refill_that_would_set_the_total_it_has_is_the_hot_path() -> None:
+    # Given a request of 500 prompts into a child holding 900, none used (400 left, under the
+    # 500 it asked), and a pool whose level (400) caps the headroom at exactly those 400
+    plan = plan_sizing(_child((0, 900)), Totals(projects=1, prompts=500), BLOCKS, _share(400))
+
+    # Then the refill would set 900 again: nothing moves, and it is reported as the hot path
+    assert (plan.target, plan.sizing) == (Totals(projects=5, prompts=900), "hot-path")
+
+
+def test_a_surplus_is_given_back_down_to_a_single_unit_of_headroom() -> None:
+    # Given a child holding 300 prompts and using none, with no prompt need, under a tight pool
+    # whose level (40) leaves 40² / 1600 = 1 of headroom
+    plan = plan_sizing(_child((0, 300)), Totals(projects=1, prompts=0), BLOCKS, _share(40))
+
+    # Then it keeps that one unit: 1 is sent (only a 0 is never sent)
+    assert (plan.target.prompts, plan.sizing) == (1, "rightsized")
+
+
+def test_surplus_of_exactly_two_blocks_stays_and_one_more_goes_back() -> None:
+    # Given a child using 100, needing 10 more, under a tight pool (level 30, no headroom)
+    share = _share(300, children=10)
+    kept = plan_sizing(_child((100, 310)), Totals(projects=1, prompts=110), BLOCKS, share)
+    given_back = plan_sizing(_child((100, 311)), Totals(projects=1, prompts=110), BLOCKS, share)
+
+    # Then 200 over its need is kept; 201 is more than two blocks and goes back down to 110
+    assert (kept.target.prompts, kept.sizing) == (310, "hot-path")
+    assert (given_back.target.prompts, given_back.sizing) == (110, "rightsized")

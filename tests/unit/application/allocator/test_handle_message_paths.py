@@ -21,9 +21,11 @@ from serenity_allocator.application.allocator import (
 from serenity_allocator.application.allocator.batch_plan import BatchMessage
 from serenity_allocator.application.allocator.dead_letter import InvalidMessageError, dead_letter
 from serenity_allocator.application.allocator.invocation import Invocation
+from serenity_allocator.application.credentials.request_credentials import UnauthorizedError
 from serenity_allocator.application.deadlines import Deadlines
 from serenity_allocator.domain.errors import (
     AccessDeniedError,
+    CredentialNotOwnedError,
     ImsUnavailableError,
     NoCredentialError,
     UpstreamError,
@@ -275,3 +277,46 @@ def test_an_invalid_message_without_a_dlq_fails_with_its_reason() -> None:
 def _deadlines() -> Deadlines:
     clock = FakeClock()
     return Deadlines(clock=clock, applying=clock() + 10.0, finishing=clock() + 20.0, aws_call_s=1.0)
+
+
+def test_a_credential_record_of_another_child_refuses_the_request_as_an_id_conflict() -> None:
+    # Given a request whose request id names another child's credential record (IMS mode)
+    broker = FakeBroker(refuse={"req-m1": CredentialNotOwnedError()})
+    invocation, events = _batch([_ensure("m1", receive_count=2)], broker=broker)
+
+    # When it is handled
+    handle_message(invocation, "m1")
+
+    # Then it completes rejected as a request id conflict, booked as held (never stored), and
+    # the other request's credential is not ended
+    request = EnsureRequest.model_validate_json(_ensure("m1").body)
+    refused = build_outcome(request, "rejected", 2, error_code="requestIdConflict")
+    assert invocation.state.book.entries == [("m1", refused)]
+    assert [e for e in events.events if isinstance(e, (Completed, LedgerEvent))] == [
+        Completed(refused),
+        LedgerEvent("requestIdConflict"),
+    ]
+    assert broker.ended == []
+
+
+@pytest.mark.parametrize(
+    ("status", "raised", "counted"),
+    [(401, UnauthorizedError, [CredentialOutcome("unauthorized")]), (503, UpstreamError, [])],
+)
+def test_a_401_on_an_early_receive_in_ims_mode_is_counted_as_unauthorized(
+    status: int, raised: type[Exception], counted: list[CredentialOutcome]
+) -> None:
+    # Given a request whose child's read answers ``status`` (IMS mode, an early receive)
+    gateway = _gateway("c1")
+    gateway.script_errors(READ_RESOURCES, "c1", [UpstreamError(status, "refused", "read")])
+    invocation, events = _batch([_ensure("m1")], gateway=gateway, broker=FakeBroker())
+
+    # When it fails for now (a 401 without its body)
+    with pytest.raises(raised):
+        handle_message(invocation, "m1")
+
+    # Then a 401 is counted as unauthorized (a burst pages), any other failure is not
+    unauthorized = [
+        e for e in events.events if isinstance(e, CredentialOutcome) and e.outcome != "exchanged"
+    ]
+    assert unauthorized == counted

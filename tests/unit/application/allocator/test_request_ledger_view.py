@@ -8,6 +8,7 @@ import pytest
 
 from serenity_allocator.application.allocator.outcomes import OutcomeBook
 from serenity_allocator.application.allocator.request_ledger import (
+    FINAL_RECEIVE_UNFINISHED,
     Apply,
     LedgerDecision,
     LedgerView,
@@ -30,6 +31,7 @@ from serenity_allocator.domain.ledger import (
 )
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest
 from serenity_allocator.domain.model import Totals
+from serenity_allocator.domain.outcomes import build_outcome
 from tests.fakes import FakeClock
 from tests.unit.application.allocator.ledger_fake import InMemoryRequestLedger, intent_entry
 
@@ -386,3 +388,24 @@ def test_replay_invalid_replays_only_the_dead_letter_the_same_invalid_message_se
     assert replay_invalid(view, invalid, "m-2") is None
     assert replay_invalid(view, foreign, "m-1") is None
     assert replay_invalid(view, None, "m-1") is None
+
+
+def test_a_final_receive_the_ahead_pass_did_not_mark_leaves_its_dead_letter_at_its_turn() -> None:
+    # Given a batch whose ahead pass left no provisional dead letter for req-1 (best effort),
+    # delivered as m-1 with its order key, on its final (fifth) receive
+    ledger = InMemoryRequestLedger()
+    view = read_ledger(ledger, ["req-1"])
+    view.sequence_numbers = {"m-0": "41", "m-1": "42"}
+
+    # When it is decided
+    decision = view.decide(
+        _ensure_request(), message_id="m-1", first=None, receive_count=5, final_receive=True
+    )
+
+    # Then it is applied, after a provisional dead letter with its receive count and order key
+    assert isinstance(decision, Apply)
+    [entry] = read_ledger(ledger, ["req-1"]).entries.values()
+    unfinished = build_outcome(
+        _ensure_request(), "failed", 5, error_code=FINAL_RECEIVE_UNFINISHED
+    ).model_copy(update={"dead_lettered": True, "sequence_number": "42"})
+    assert (entry.state, entry.provisional, entry.outcome) == ("deadLettered", True, unfinished)

@@ -42,7 +42,12 @@ from serenity_allocator.domain.model import DEFAULT_BLOCKS
 from serenity_allocator.domain.observations import HeadroomChecked, Rejected, TightPoolFallback
 from serenity_allocator.domain.parent_links import ParentMismatchError
 from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE
-from serenity_allocator.domain.worker_events import OutcomesNotPublished, WorkerEvent
+from serenity_allocator.domain.worker_events import (
+    MessageStarted,
+    OutcomesNotPublished,
+    RecordFailed,
+    WorkerEvent,
+)
 from tests.fakes import FakeClock, InMemoryGateway, RecordingOutcomes, event_name
 
 MAX_RECEIVE_COUNT = 5
@@ -391,6 +396,21 @@ def test_finish_batch_holds_back_a_group_from_its_first_unpublished_outcome() ->
     # Then only m11 fails: its group's earlier messages were announced and must not repeat
     assert failed == ["m11"]
     assert reporter.names()[-3:] == ["outcomes_not_published", "record_failed", "flush"]
+
+
+def test_finish_batch_reports_a_failed_id_the_plan_does_not_hold_by_its_id_alone() -> None:
+    # Given a batch of m1, and a failure handed in for an id it did not plan
+    invocation, reporter = _invocation([_inbound("m1", "c1")])
+
+    # When the batch finishes
+    failed = finish_batch(invocation, ["stray"])
+
+    # Then that id fails, reported with its id and nothing it does not know (skipped: no
+    # reason of its own)
+    assert failed == ["stray"]
+    assert [e for e in reporter.events if isinstance(e, RecordFailed)] == [
+        RecordFailed(MessageStarted("stray", "", None, None, 0), "skippedBehindFailedGroup")
+    ]
 
 
 def test_finish_batch_fails_the_records_whose_publish_no_longer_fits() -> None:
