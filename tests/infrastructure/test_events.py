@@ -19,7 +19,8 @@ from aws_lambda_powertools.utilities.parser.models import SqsModel
 from pydantic import ValidationError
 
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest, parse_request
-from serenity_allocator.handlers.sweep import SweepRequest, parse_sweep_payload
+from serenity_allocator.domain.sweep.model import SweepRequest
+from serenity_allocator.handlers.sweep import parse_sweep_payload
 from tests.infrastructure._template import EVENTS_DIR, load_template
 
 SQS_EVENTS = sorted(p for p in EVENTS_DIR.glob("*.json") if "Records" in json.loads(p.read_text()))

@@ -1,22 +1,20 @@
-"""Logging and metrics through Powertools: one instance of each, here (no X-Ray: ADR 0008).
+"""The metric catalog, and the observer that turns domain events into metrics and log lines.
 
-Metrics follow the catalog below (docs/metrics.md). Every metric carries the ``service`` and
-``Environment`` dimensions; some carry one more low-cardinality dimension of their own. Ids go
-to logs, never to dimensions. Recording is best-effort: a metrics failure is logged and never
-changes control flow.
+One Powertools Logger and one Metrics serve both Lambdas (:mod:`.telemetry`; no X-Ray: ADR
+0008). Metrics follow the catalog below (docs/metrics.md). Every metric carries the ``service``
+and ``Environment`` dimensions; some carry one more low-cardinality dimension of their own. Ids
+go to logs, never to dimensions. Recording is best-effort: a metrics failure is logged and
+never changes control flow.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import warnings
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, get_args
 
-from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.metrics.base import MetricManager
 
@@ -51,37 +49,24 @@ from ..domain.worker_events import (
     WillRetry,
     WorkerEvent,
 )
+from .telemetry import NAMESPACE, SERVICE, logger, metrics, pin_wire_loggers
 
-NAMESPACE = "SerenityAllocator"
-SERVICE = "serenity-allocator"
-
-# The namespace and service are fixed here rather than left to the environment: the alarms and
-# the dashboard in template.yaml name these exact dimensions, so a stray variable must not move
-# the metrics out from under them.
-# A sweep batch that previews nothing has no metric of its own besides ColdStart; Powertools
-# warns about that on every flush, which is noise, not a problem.
-warnings.filterwarnings("ignore", message="No application metrics to publish")
-
-logger = Logger(service=SERVICE)
-metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
-
-WIRE_LOGGERS = ("botocore", "boto3", "s3transfer", "urllib3", "hpack")
-"""Libraries whose DEBUG records hold request and response bodies or headers: KMS plaintext,
-Secrets Manager values, the consumer secret, promise tokens. httpx and httpcore log only the
-method, URL and status (the canaries hold them at DEBUG)."""
-WIRE_LOG_LEVEL = logging.INFO
-
-
-def pin_wire_loggers() -> None:
-    """Hold every :data:`WIRE_LOGGERS` logger at INFO, whatever the root logger's level.
-
-    A level set on the named logger wins over the one it would inherit, so a function run with
-    the root at DEBUG (``AWS_LAMBDA_LOG_LEVEL``, ``POWERTOOLS_LOG_LEVEL``) never logs a body.
-    Called by each Lambda's handler module, never by the producer library (a service's logging
-    is the service's).
-    """
-    for name in WIRE_LOGGERS:
-        logging.getLogger(name).setLevel(WIRE_LOG_LEVEL)
+# The instances live in .telemetry, which a handler imports at init without the domain; they are
+# exported here too, so the code that reports through them after init imports one module.
+__all__ = [
+    "DERIVED_METRICS",
+    "EVENT_METRICS",
+    "METRIC_CATALOG",
+    "NAMESPACE",
+    "SERVICE",
+    "EventMetric",
+    "MetricSpec",
+    "MetricsObserver",
+    "MetricsRecorder",
+    "logger",
+    "metrics",
+    "pin_wire_loggers",
+]
 
 
 @dataclass(frozen=True)

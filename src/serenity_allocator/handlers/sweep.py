@@ -13,43 +13,36 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
-from ..adapters.observability import (
-    MetricsRecorder,
-    logger,
-    metrics,
-)
-from ..application.sweep.abandon_run import abandon_sweep_run
-from ..application.sweep.ports import (
-    SweepEnvironment,
-)
-from ..application.sweep.run_batch import run_sweep_batch
+from ..adapters.telemetry import lambda_entry, logger, pin_wire_loggers
 from ..domain.errors import ImsClientRefusedError, SemrushScopeMissingError, UpstreamError
 from ..domain.sweep.errors import (
     SweepImsUnavailableError,
     SweepNeedsReauthError,
     SweepNoCredentialError,
 )
-from ..domain.sweep.model import (
-    SweepAbandonRequest,
-    SweepParentAbandonRequest,
-    SweepRequest,
-)
-from ..domain.validation import describe_validation_error
-from .sweep_runtime import SweepRuntime, bind_run_token, get_sweep_runtime, sweep_environment
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
+    from ..application.sweep.ports import SweepEnvironment
+    from ..domain.sweep.model import (
+        SweepAbandonRequest,
+        SweepParentAbandonRequest,
+        SweepRequest,
+    )
+    from .sweep_runtime import SweepRuntime
+
+    AbandonPayload = SweepAbandonRequest | SweepParentAbandonRequest
+
 __all__ = [
     "SweepPayloadError",
-    "SweepRequest",
-    "SweepRuntime",
     "SweepUpstreamError",
     "lambda_handler",
     "parse_sweep_payload",
 ]
+
+# No library logs a request or response body here, whatever the root level (tokens travel in them).
+pin_wire_loggers()
 
 
 class SweepPayloadError(ValueError):
@@ -74,6 +67,11 @@ class SweepUpstreamError(RuntimeError):
 
 def parse_sweep_request(event: Any) -> SweepRequest:
     """Validate a sweep payload; every problem is reported with its field name."""
+    from pydantic import ValidationError
+
+    from ..domain.sweep.model import SweepRequest
+    from ..domain.validation import describe_validation_error
+
     try:
         return SweepRequest.model_validate(event)
     except ValidationError as exc:
@@ -82,15 +80,18 @@ def parse_sweep_request(event: Any) -> SweepRequest:
         ) from None
 
 
-AbandonPayload = SweepAbandonRequest | SweepParentAbandonRequest
-
-
 def parse_sweep_payload(event: Any) -> SweepRequest | AbandonPayload:
     """Validate either payload the function takes: a sweep batch, or an abandon.
 
     A payload with an ``abandon`` key is an abandon: of a run (``{"abandon": true, "run_id":
     ...}``), or, with a ``parent_workspace_id`` key, of whatever run holds that parent.
+    The models (and pydantic) are imported by the first payload parsed, not at init.
     """
+    from pydantic import ValidationError
+
+    from ..domain.sweep.model import SweepAbandonRequest, SweepParentAbandonRequest
+    from ..domain.validation import describe_validation_error
+
     if isinstance(event, Mapping) and "abandon" in event:
         model: type[AbandonPayload] = (
             SweepParentAbandonRequest if "parent_workspace_id" in event else SweepAbandonRequest
@@ -103,18 +104,23 @@ def parse_sweep_payload(event: Any) -> SweepRequest | AbandonPayload:
     return parse_sweep_request(event)
 
 
-@logger.inject_lambda_context(clear_state=True)
-@metrics.log_metrics(capture_cold_start_metric=True)
+@lambda_entry
 def lambda_handler(
     event: dict[str, Any], context: LambdaContext, runtime: SweepRuntime | None = None
 ) -> dict[str, Any]:
     """Run one batch of a sweep (or abandon a run) and return its result."""
+    # Imported by the first invocation, not at init; a broken import fails that invocation.
+    from ..adapters.observability import MetricsRecorder
+    from ..application.sweep.run_batch import run_sweep_batch
+    from ..domain.sweep.model import SweepRequest
+    from .sweep_runtime import bind_run_token, get_sweep_runtime, sweep_environment
+
     request = parse_sweep_payload(event)
     rt = runtime or get_sweep_runtime()
     recorder = MetricsRecorder(rt.settings.environment)
     env = sweep_environment(rt, context, recorder)
     try:
-        if isinstance(request, (SweepAbandonRequest, SweepParentAbandonRequest)):
+        if not isinstance(request, SweepRequest):
             return _abandon(request, env)
         run_id = request.run_id or rt.new_run_id()
         logger.append_keys(run_id=run_id, dry_run=request.dry_run)
@@ -155,6 +161,9 @@ def lambda_handler(
 
 
 def _abandon(request: AbandonPayload, env: SweepEnvironment) -> dict[str, Any]:
+    from ..application.sweep.abandon_run import abandon_sweep_run
+    from ..domain.sweep.model import SweepParentAbandonRequest
+
     if isinstance(request, SweepParentAbandonRequest):
         logger.append_keys(parent_workspace_id=request.parent_workspace_id)
     else:

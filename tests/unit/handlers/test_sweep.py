@@ -17,12 +17,12 @@ from serenity_allocator.domain.sweep.model import SweepAbandonRequest, SweepRequ
 from serenity_allocator.handlers.settings import SweepSettings
 from serenity_allocator.handlers.sweep import (
     SweepPayloadError,
-    SweepRuntime,
     SweepUpstreamError,
     lambda_handler,
     parse_sweep_payload,
     parse_sweep_request,
 )
+from serenity_allocator.handlers.sweep_runtime import SweepRuntime
 from serenity_tools.standins.lambda_context import LocalLambdaContext
 from tests.fakes import (
     LIST_FAMILY,
