@@ -3,8 +3,10 @@
 Import time: ``python -X importtime -c "import <module>"`` in fresh processes, five runs each,
 interleaved so drift on a shared machine hits every module alike; the figure is the median of
 the cumulative time of the top-level import line. Two informational rows show what the first
-invocation adds before its first upstream call (settings + runtime wiring, which imports the
-HTTP client lazily) and what creating the X-Ray Tracer would cost were tracing ever added.
+invocation adds before its first upstream call (the imports a handler leaves to its first
+invocation: the use cases, pydantic, Powertools' batch utility; then settings + runtime wiring,
+which imports the HTTP client lazily) and what creating the X-Ray Tracer would cost were tracing
+ever added.
 
 Package size: the artifact built the way ``sam build`` would for the template's runtime
 (python3.12, arm64): ``pip install --target DIR --platform manylinux2014_aarch64
@@ -34,7 +36,8 @@ from .common import median, note, ratio
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = 5
-IMPORT_TARGET_X = 1.6
+IMPORT_TARGET_X = 1.5
+"""The issue's rule: importing a handler costs at most 1.5x a bare ``import boto3``."""
 SIZE_TARGET_MB = 10.0
 
 # What the python3.12 Lambda runtime already ships: boto3 and its dependency closure.
@@ -55,15 +58,17 @@ _CASES: tuple[tuple[str, str, str, str], ...] = (
     ("sweep", "import handlers.sweep", "serenity_allocator.handlers.sweep", ""),
     (
         "allocator_init",
-        "handlers.allocator + get_runtime() (first invocation's wiring)",
+        "handlers.allocator + get_runtime(), get_processor() (first invocation's imports, wiring)",
         "serenity_allocator.handlers.allocator",
-        "serenity_allocator.handlers.allocator.get_runtime()",
+        "serenity_allocator.handlers.allocator.get_runtime(); "
+        "serenity_allocator.handlers.allocator.get_processor()",
     ),
     (
         "sweep_init",
-        "handlers.sweep + get_sweep_runtime() (first invocation's wiring)",
+        "handlers.sweep + get_sweep_runtime() (first invocation's imports, wiring)",
         "serenity_allocator.handlers.sweep",
-        "serenity_allocator.handlers.sweep.get_sweep_runtime()",
+        "from serenity_allocator.handlers.sweep_runtime import get_sweep_runtime; "
+        "get_sweep_runtime()",
     ),
     (
         "tracer",
@@ -210,7 +215,7 @@ def measure_imports(runs: int = RUNS) -> dict[str, Any]:
             "worst_x_boto3": worst,
             "worst_paired_x_boto3": worst_paired,
             "target_x": IMPORT_TARGET_X,
-            "met": worst < IMPORT_TARGET_X,
+            "met": worst <= IMPORT_TARGET_X,
         },
     }
 

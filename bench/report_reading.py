@@ -137,10 +137,11 @@ def _coldstart_reading(cold: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     imports = cold["imports"]["rows"]
     met = cold["imports"]["targets"]["met"]
+    target_x = cold["imports"]["targets"]["target_x"]
     worst = max(("allocator", "sweep"), key=lambda k: imports[k]["x_boto3"] or 0)
     runs = imports[worst]["paired_x_boto3_runs"]
     # "Close" only when a single round already crossed the line, or the median nearly did.
-    close = max(runs) >= 1.6 or abs((imports[worst]["x_boto3"] or 0) - 1.6) <= 0.1
+    close = max(runs) > target_x or abs((imports[worst]["x_boto3"] or 0) - target_x) <= 0.1
     heavy = ", ".join(
         f"{name} {ms} ms"
         for name, ms in list(imports[worst]["heaviest_direct_imports_ms"].items())[:3]
@@ -161,7 +162,7 @@ def _coldstart_reading(cold: dict[str, Any]) -> list[str]:
         + (
             f"That is close to the line on a noisy machine: the {worst} handler's "
             f"per-round ratios ranged {min(runs)}-{max(runs)}x, so another run may land on "
-            "the other side of 1.6x. "
+            f"the other side of {target_x}x. "
             if close
             else f"Per-round ratios of the {worst} handler: {min(runs)}-{max(runs)}x. "
         )
