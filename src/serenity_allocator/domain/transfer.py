@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .classify import is_not_ready, is_pool_exhausted, is_rate_limited
 from .errors import (
     OrgPoolExhaustedError,
     OutOfTimeError,
@@ -19,6 +18,9 @@ from .errors import (
     SettleTimeoutError,
     UpstreamError,
     WorkspaceBusyError,
+    is_not_ready,
+    is_pool_exhausted,
+    is_rate_limited,
 )
 from .model import Totals, WorkspaceStatus
 from .observations import NotReadyRetry, TransferTimed
