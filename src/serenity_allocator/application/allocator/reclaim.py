@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ...domain.errors import OutOfTimeError
 from ...domain.messages import EnsureRequest, ReleaseRequest
-from ...domain.reclaim import ReclaimRules, choose_reclaim_siblings
+from ...domain.release import ReclaimRules, choose_reclaim_siblings
 from ...domain.worker_events import ParkedForReclaim, Reclaim
 from .invocation import EnsureBatch
 
