@@ -11,7 +11,6 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from .ceiling import Ceiling, cap_to_ceiling
 from .errors import (
     BrandAiLimitError,
     OrgPoolExhaustedError,
@@ -22,7 +21,7 @@ from .model import DEFAULT_BLOCKS, AiResources, Blocks, Dimension, Totals
 from .observations import HeadroomChecked, PoolChecked, Rejected, TightPoolFallback
 from .parent_links import ParentMismatchError
 from .ports import WorkspaceGateway
-from .sizing import PoolShare, Sizing, is_short, needs_pool, plan_sizing
+from .sizing import Ceiling, PoolShare, Sizing, cap_to_ceiling, is_short, needs_pool, plan_sizing
 from .tiered import is_flat_pair, note_tiered, refuse_tiered_prompts
 from .transfer import TransferContext, TransferPolicy, TransferTarget, apply_transfer
 

@@ -29,8 +29,8 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails
 
-from .ceiling import Ceiling
 from .model import Totals
+from .sizing import Ceiling
 
 MAX_UNITS_PER_DIMENSION = 1_000_000
 """The largest need, ceiling or floor a message may carry per dimension (docs/configuration.md).

@@ -198,6 +198,7 @@ _RELEASE_REJECTIONS = frozenset({WorkspaceBusyError.code, OrgPoolExhaustedError.
 
 # Sibling reclaim: which idle siblings can give surplus back when the pool is exhausted.
 
+
 class ReclaimCandidate(BaseModel):
     """A sibling with surplus to give and the units a release would return."""
 

@@ -19,7 +19,6 @@ from ...domain.allocation import (
     EnsureRules,
     ensure_headroom,
 )
-from ...domain.ceiling import Ceiling, combine_ceilings
 from ...domain.coalescing import EnsureRun
 from ...domain.errors import (
     BrandAiLimitError,
@@ -30,6 +29,7 @@ from ...domain.errors import (
 from ...domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus
 from ...domain.model import Dimension, Totals
 from ...domain.outcomes import ServingCall, build_outcome
+from ...domain.sizing import Ceiling, combine_ceilings
 from ...domain.transfer import TransferContext
 from ...domain.worker_events import Coalesced, DisabledNoop, Reclaim
 from ..credentials.request_credentials import MemberRecordGoneError

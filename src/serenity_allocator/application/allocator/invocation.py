@@ -6,13 +6,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
-from ...domain.ceiling import NO_CEILING, Ceiling
 from ...domain.ledger import RequestLedger
 from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from ...domain.model import Blocks
 from ...domain.parent_links import ParentLinks
 from ...domain.pool_watch import PoolLowWarning, PoolWatch
 from ...domain.ports import Clock, Sleeper, WorkspaceGateway
+from ...domain.sizing import NO_CEILING, Ceiling
 from ...domain.transfer import TransferPolicy
 from ..credentials.ports import CredentialBroker
 from ..credentials.request_credentials import RequestCredentials
