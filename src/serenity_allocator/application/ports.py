@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
-from ..domain.worker_events import WorkerEvent
+from ..domain.observations import WorkerEvent
 
 
 class OutcomeSink(Protocol):

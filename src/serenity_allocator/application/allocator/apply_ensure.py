@@ -28,10 +28,10 @@ from ...domain.errors import (
 )
 from ...domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus
 from ...domain.model import Dimension, Totals
+from ...domain.observations import Coalesced, DisabledNoop, Reclaim
 from ...domain.outcomes import ServingCall, build_outcome
 from ...domain.sizing import Ceiling, combine_ceilings
 from ...domain.transfer import TransferContext
-from ...domain.worker_events import Coalesced, DisabledNoop, Reclaim
 from ..credentials.request_credentials import MemberRecordGoneError
 from .attempt_observer import AttemptObserver
 from .batch_plan import BatchMessage

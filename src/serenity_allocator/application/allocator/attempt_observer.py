@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...domain.observations import VERDICTS, AllocationEvent, PoolChecked
-from ...domain.pool_watch import PoolLowWarning, PoolWatch
+from ...domain.observations import VERDICTS, AllocationEvent, PoolChecked, PoolLowWarning
+from ...domain.pool_watch import PoolWatch
 from ..ports import WorkerObserver
 
 

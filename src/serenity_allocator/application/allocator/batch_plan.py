@@ -23,8 +23,8 @@ from ...domain.messages import (
     cross_field_problem,
     parse_request,
 )
+from ...domain.observations import MessageStarted
 from ...domain.validation import describe_validation_error
-from ...domain.worker_events import MessageStarted
 
 INVALID_MESSAGE_CODE = "invalidMessage"
 """The error code of the ``invalid`` outcome of a message refused with a readable request id."""

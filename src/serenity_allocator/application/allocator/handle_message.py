@@ -58,15 +58,16 @@ from ...domain.ledger import (
     RequestIdConflictError,
 )
 from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
-from ...domain.observations import CredentialOutcome, CredentialOutcomeName
-from ...domain.outcomes import build_outcome
-from ...domain.transfer import TransferContext
-from ...domain.worker_events import (
+from ...domain.observations import (
     Completed,
+    CredentialOutcome,
+    CredentialOutcomeName,
     LedgerEvent,
     QueueLag,
     WillRetry,
 )
+from ...domain.outcomes import build_outcome
+from ...domain.transfer import TransferContext
 from ..credentials.request_credentials import is_unauthorized, without_echo
 from .apply_ensure import apply_ensure
 from .apply_release import ReleaseCall, apply_release

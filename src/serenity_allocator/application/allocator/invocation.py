@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from ...domain.ledger import RequestLedger
 from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from ...domain.model import Blocks
+from ...domain.observations import PoolLowWarning
 from ...domain.parent_links import ParentLinks
-from ...domain.pool_watch import PoolLowWarning, PoolWatch
+from ...domain.pool_watch import PoolWatch
 from ...domain.ports import Clock, Sleeper, WorkspaceGateway
 from ...domain.sizing import NO_CEILING, Ceiling
 from ...domain.transfer import TransferPolicy

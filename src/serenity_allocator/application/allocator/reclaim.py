@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from ...domain.errors import OutOfTimeError
 from ...domain.messages import EnsureRequest, ReleaseRequest
+from ...domain.observations import ParkedForReclaim, Reclaim
 from ...domain.release import ReclaimRules, choose_reclaim_siblings
-from ...domain.worker_events import ParkedForReclaim, Reclaim
 from .invocation import EnsureBatch
 
 

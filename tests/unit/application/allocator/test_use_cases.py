@@ -39,15 +39,17 @@ from serenity_allocator.domain.errors import (
 )
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from serenity_allocator.domain.model import DEFAULT_BLOCKS
-from serenity_allocator.domain.observations import HeadroomChecked, Rejected, TightPoolFallback
-from serenity_allocator.domain.parent_links import ParentMismatchError
-from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE
-from serenity_allocator.domain.worker_events import (
+from serenity_allocator.domain.observations import (
+    HeadroomChecked,
     MessageStarted,
     OutcomesNotPublished,
     RecordFailed,
+    Rejected,
+    TightPoolFallback,
     WorkerEvent,
 )
+from serenity_allocator.domain.parent_links import ParentMismatchError
+from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE
 from tests.fakes import FakeClock, InMemoryGateway, RecordingOutcomes, event_name
 
 MAX_RECEIVE_COUNT = 5
