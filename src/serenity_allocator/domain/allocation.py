@@ -22,8 +22,15 @@ from .observations import HeadroomChecked, PoolChecked, Rejected, TightPoolFallb
 from .parent_links import ParentMismatchError
 from .ports import WorkspaceGateway
 from .sizing import Ceiling, PoolShare, Sizing, cap_to_ceiling, is_short, needs_pool, plan_sizing
-from .tiered import is_flat_pair, note_tiered, refuse_tiered_prompts
-from .transfer import TransferContext, TransferPolicy, TransferTarget, apply_transfer
+from .transfer import (
+    TransferContext,
+    TransferPolicy,
+    TransferTarget,
+    apply_transfer,
+    is_flat_pair,
+    note_tiered,
+    refuse_tiered_prompts,
+)
 
 EnsureOutcome = Literal["hot-path", "topped-up", "rightsized", "unmetered"]
 

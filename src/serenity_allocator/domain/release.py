@@ -28,8 +28,14 @@ from .model import (
 )
 from .observations import Rejected, ReleaseFinished
 from .ports import WorkspaceGateway
-from .tiered import note_tiered
-from .transfer import SETTLE, TransferContext, TransferPolicy, TransferTarget, apply_transfer
+from .transfer import (
+    SETTLE,
+    TransferContext,
+    TransferPolicy,
+    TransferTarget,
+    apply_transfer,
+    note_tiered,
+)
 
 ReleaseOutcome = Literal[
     "released", "nothing-to-release", "requires-decommission", "dry-run", "error"
