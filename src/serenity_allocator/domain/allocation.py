@@ -19,7 +19,7 @@ from .errors import (
 )
 from .model import DEFAULT_BLOCKS, AiResources, Blocks, Dimension, Totals
 from .observations import HeadroomChecked, PoolChecked, Rejected, TightPoolFallback
-from .parent_links import ParentMismatchError
+from .parents import ParentMismatchError
 from .ports import WorkspaceGateway
 from .sizing import Ceiling, PoolShare, Sizing, cap_to_ceiling, is_short, needs_pool, plan_sizing
 from .transfer import (

@@ -22,7 +22,7 @@ from ...domain.errors import (
 )
 from ...domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus, ReleaseRequest
 from ...domain.outcomes import build_outcome
-from ...domain.parent_links import ParentMismatchError
+from ...domain.parents import ParentMismatchError
 from ..credentials.request_credentials import (
     DEAD_LETTERED_REFUSALS,
     credential_refusal,

@@ -10,7 +10,7 @@ from ...domain.ledger import RequestLedger
 from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from ...domain.model import Blocks
 from ...domain.observations import PoolLowWarning
-from ...domain.parent_links import ParentLinks
+from ...domain.parents import ParentLinks
 from ...domain.pool_watch import PoolWatch
 from ...domain.ports import Clock, Sleeper, WorkspaceGateway
 from ...domain.sizing import NO_CEILING, Ceiling

@@ -48,7 +48,7 @@ from serenity_allocator.domain.observations import (
     TightPoolFallback,
     WorkerEvent,
 )
-from serenity_allocator.domain.parent_links import ParentMismatchError
+from serenity_allocator.domain.parents import ParentMismatchError
 from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE
 from tests.fakes import FakeClock, InMemoryGateway, RecordingOutcomes, event_name
 
