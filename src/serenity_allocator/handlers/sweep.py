@@ -26,6 +26,7 @@ from ..application.sweep.ports import (
 )
 from ..application.sweep.run_batch import run_sweep_batch
 from ..domain.errors import ImsClientRefusedError, SemrushScopeMissingError, UpstreamError
+from ..domain.messages import describe_validation_error
 from ..domain.sweep.errors import (
     SweepImsUnavailableError,
     SweepNeedsReauthError,
@@ -36,7 +37,6 @@ from ..domain.sweep.model import (
     SweepParentAbandonRequest,
     SweepRequest,
 )
-from ..domain.validation import describe_validation_error
 from .sweep_runtime import SweepRuntime, bind_run_token, get_sweep_runtime, sweep_environment
 
 if TYPE_CHECKING:

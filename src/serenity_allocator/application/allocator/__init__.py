@@ -26,7 +26,7 @@ One module per use case:
 - :mod:`.audit_dead_letters`: a terminal record for valid requests found in the DLQ.
 - :mod:`.invocation`: the configuration, the ports and, for the two entry points only, one
   batch's plan, deadlines and state; :mod:`.outcomes` records outcomes (the domain builds
-  them: :func:`serenity_allocator.domain.outcomes.build_outcome`).
+  them: :func:`serenity_allocator.domain.messages.build_outcome`).
 
 Every use case is handed what it needs (configuration, ports, deadlines, observer); only
 :func:`.handle_message` and :func:`.finish_batch` take the whole :class:`.Invocation`. Every

@@ -26,10 +26,15 @@ from ...domain.errors import (
     OutOfTimeError,
     TieredPromptsError,
 )
-from ...domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus
+from ...domain.messages import (
+    AllocationOutcome,
+    EnsureRequest,
+    OutcomeStatus,
+    ServingCall,
+    build_outcome,
+)
 from ...domain.model import Dimension, Totals
 from ...domain.observations import Coalesced, DisabledNoop, Reclaim
-from ...domain.outcomes import ServingCall, build_outcome
 from ...domain.sizing import Ceiling, combine_ceilings
 from ...domain.transfer import TransferContext
 from ..credentials.request_credentials import MemberRecordGoneError

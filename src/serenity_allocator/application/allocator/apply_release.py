@@ -10,8 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...domain.messages import AllocationOutcome, OutcomeStatus, ReleaseRequest
-from ...domain.outcomes import ServingCall, build_outcome
+from ...domain.messages import (
+    AllocationOutcome,
+    OutcomeStatus,
+    ReleaseRequest,
+    ServingCall,
+    build_outcome,
+)
 from ...domain.ports import WorkspaceGateway
 from ...domain.release import (
     ReleaseAsk,

@@ -21,10 +21,10 @@ from ...domain.messages import (
     EnsureRequest,
     ReleaseRequest,
     cross_field_problem,
+    describe_validation_error,
     parse_request,
 )
 from ...domain.observations import MessageStarted
-from ...domain.validation import describe_validation_error
 
 INVALID_MESSAGE_CODE = "invalidMessage"
 """The error code of the ``invalid`` outcome of a message refused with a readable request id."""

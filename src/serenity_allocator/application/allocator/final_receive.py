@@ -20,8 +20,13 @@ from ...domain.errors import (
     UpstreamError,
     error_code_of,
 )
-from ...domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus, ReleaseRequest
-from ...domain.outcomes import build_outcome
+from ...domain.messages import (
+    AllocationOutcome,
+    EnsureRequest,
+    OutcomeStatus,
+    ReleaseRequest,
+    build_outcome,
+)
 from ...domain.parents import ParentMismatchError
 from ..credentials.request_credentials import (
     DEAD_LETTERED_REFUSALS,

@@ -57,7 +57,7 @@ from ...domain.ledger import (
     LedgerUnavailableError,
     RequestIdConflictError,
 )
-from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
+from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest, build_outcome
 from ...domain.observations import (
     Completed,
     CredentialOutcome,
@@ -66,7 +66,6 @@ from ...domain.observations import (
     QueueLag,
     WillRetry,
 )
-from ...domain.outcomes import build_outcome
 from ...domain.transfer import TransferContext
 from ..credentials.request_credentials import is_unauthorized, without_echo
 from .apply_ensure import apply_ensure

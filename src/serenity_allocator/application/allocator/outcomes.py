@@ -1,6 +1,6 @@
 """Terminal outcomes: the one place an invocation records them.
 
-Outcomes are built by the domain (:func:`serenity_allocator.domain.outcomes.build_outcome`).
+Outcomes are built by the domain (:func:`serenity_allocator.domain.messages.build_outcome`).
 
 ``OutcomeBook.record`` is the only way an outcome enters the batch's results: a request that
 completes, one that runs out of receives, one skipped behind its group on its final receive.

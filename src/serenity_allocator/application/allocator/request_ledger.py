@@ -37,9 +37,8 @@ from ...domain.ledger import (
     RequestLedger,
     TransferIntent,
 )
-from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
+from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest, build_outcome
 from ...domain.model import Totals
-from ...domain.outcomes import build_outcome
 from ...domain.ports import WorkspaceGateway
 from ..ledger_deadlines import LedgerDeadlines
 

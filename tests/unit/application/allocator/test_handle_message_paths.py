@@ -30,7 +30,7 @@ from serenity_allocator.domain.errors import (
     NoCredentialError,
     UpstreamError,
 )
-from serenity_allocator.domain.messages import EnsureRequest
+from serenity_allocator.domain.messages import EnsureRequest, build_outcome
 from serenity_allocator.domain.model import DEFAULT_BLOCKS, Totals
 from serenity_allocator.domain.observations import (
     Completed,
@@ -39,7 +39,6 @@ from serenity_allocator.domain.observations import (
     LedgerEvent,
     WorkerEvent,
 )
-from serenity_allocator.domain.outcomes import build_outcome
 from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE
 from tests.fakes import READ_RESOURCES, FakeClock, InMemoryGateway, RecordingDeadLetters
 from tests.unit.application.allocator.ledger_fake import InMemoryRequestLedger

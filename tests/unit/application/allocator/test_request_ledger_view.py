@@ -29,9 +29,8 @@ from serenity_allocator.domain.ledger import (
     LedgerUnavailableError,
     TransferIntent,
 )
-from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest
+from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, build_outcome
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.domain.outcomes import build_outcome
 from tests.fakes import FakeClock
 from tests.unit.application.allocator.ledger_fake import InMemoryRequestLedger, intent_entry
 
