@@ -17,8 +17,7 @@ from ...domain.sizing import NO_CEILING, Ceiling
 from ...domain.transfer import TransferPolicy
 from ..credentials.ports import CredentialBroker
 from ..credentials.request_credentials import RequestCredentials
-from ..deadlines import Deadlines
-from ..ledger_deadlines import LedgerDeadlines
+from ..deadlines import Deadlines, LedgerDeadlines
 from ..ports import DeadLetterSink, OutcomeSink, ReleaseEnqueuer, WorkerObserver
 from .batch_plan import BatchPlan, InboundMessage, plan_batch
 from .outcomes import OutcomeBook
