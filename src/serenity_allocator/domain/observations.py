@@ -9,7 +9,7 @@ can map each type to its metric through one table checked against the metric cat
 (``adapters/observability.py``): a new measurement is a new value here and one row there.
 
 ``Rejected`` and ``TightPoolFallback`` are verdicts: the worker holds them until the attempt's
-result stands (:class:`~serenity_allocator.application.allocator.attempt_observer.AttemptObserver`).
+result stands (:class:`~serenity_allocator.application.allocator.apply_ensure.AttemptObserver`).
 """
 
 from __future__ import annotations

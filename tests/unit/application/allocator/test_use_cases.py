@@ -20,7 +20,7 @@ from serenity_allocator.application.allocator import (
     finish_batch,
     start_batch,
 )
-from serenity_allocator.application.allocator.attempt_observer import AttemptObserver
+from serenity_allocator.application.allocator.apply_ensure import AttemptObserver
 from serenity_allocator.application.allocator.final_receive import (
     Failure,
     failure_of,
