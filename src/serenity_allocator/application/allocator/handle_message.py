@@ -69,12 +69,11 @@ from ...domain.observations import (
 from ...domain.transfer import TransferContext
 from ..credentials.request_credentials import is_unauthorized, without_echo
 from .apply_ensure import Parked, apply_ensure
-from .apply_release import ReleaseCall, apply_release
+from .apply_release import ReleaseCall, ReleaseIncompleteError, apply_release
 from .batch_plan import BatchMessage, message_keys
 from .dead_letter import DeadLetterRoute, dead_letter, dead_letter_failed
 from .final_receive import failure_of
 from .invocation import EnsureBatch, Invocation
-from .outcomes import ReleaseIncompleteError
 from .request_ledger import Apply, FollowFirst, Refuse, Replay
 
 Request = EnsureRequest | ReleaseRequest

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from serenity_allocator.application.allocator.outcomes import OutcomeBook
+from serenity_allocator.application.allocator.invocation import OutcomeBook
 from serenity_allocator.application.allocator.request_ledger import (
     FINAL_RECEIVE_UNFINISHED,
     Apply,
