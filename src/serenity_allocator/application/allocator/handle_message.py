@@ -46,7 +46,6 @@ from __future__ import annotations
 
 from ...domain.errors import (
     AllocationError,
-    CredentialNotOwnedError,
     ParkedForReclaimError,
     UpstreamError,
     error_code_of,
@@ -57,7 +56,7 @@ from ...domain.ledger import (
     LedgerUnavailableError,
     RequestIdConflictError,
 )
-from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest, build_outcome
+from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from ...domain.observations import (
     Completed,
     CredentialOutcome,
@@ -140,14 +139,7 @@ def _terminal_outcome(inv: Invocation, message: BatchMessage) -> AllocationOutco
     except Exception as exc:
         if inv.state.credentials is not None:
             exc = without_echo(exc)
-        if isinstance(exc, CredentialNotOwnedError):
-            # The credential record under this id is another child's: refused like an id the
-            # ledger binds elsewhere (not stored, that request's credential not ended).
-            decision = Refuse(
-                build_outcome(request, "rejected", message.receive_count, error_code=exc.code)
-            )
-        else:
-            return _terminal_or_raise(inv, message, request, exc)
+        return _terminal_or_raise(inv, message, request, exc)
     _settle(inv, message, decision)
     return None
 
@@ -193,8 +185,11 @@ def _settle(
 
 def _terminal_or_raise(
     inv: Invocation, message: BatchMessage, request: Request, exc: Exception
-) -> AllocationOutcome:
-    """The terminal outcome ``exc`` means now; re-raises it when a retry could fix it."""
+) -> AllocationOutcome | None:
+    """The terminal outcome ``exc`` means now; re-raises it when a retry could fix it.
+
+    None: the request was refused (:attr:`.Failure.refused`) and its record completed here.
+    """
     final_receive = inv.config.is_final_receive(message.receive_count)
     failure = failure_of(
         request,
@@ -204,6 +199,9 @@ def _terminal_or_raise(
         final_receive=final_receive,
     )
     outcome = failure.outcome
+    if failure.refused and outcome is not None:
+        _settle(inv, message, Refuse(outcome))
+        return None
     if not failure.retry and outcome is not None:
         outcome = dead_letter_failed(
             message,
