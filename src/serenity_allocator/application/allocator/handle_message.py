@@ -71,7 +71,7 @@ from .apply_ensure import Parked, apply_ensure
 from .apply_release import ReleaseCall, ReleaseIncompleteError, apply_release
 from .batch_plan import BatchMessage, message_keys
 from .dead_letter import DeadLetterRoute, dead_letter, dead_letter_failed
-from .final_receive import failure_of
+from .final_receive import Failure, failure_of
 from .invocation import EnsureBatch, Invocation
 from .request_ledger import Apply, FollowFirst, Refuse, Replay
 
@@ -199,20 +199,8 @@ def _terminal_or_raise(
         final_receive=final_receive,
     )
     outcome = failure.outcome
-    if failure.refused and outcome is not None:
-        _settle(inv, message, Refuse(outcome))
-        return None
     if not failure.retry and outcome is not None:
-        outcome = dead_letter_failed(
-            message,
-            outcome,
-            invalid_reason=failure.invalid_reason,
-            route=DeadLetterRoute(inv.ports.dead_letters, inv.deadlines, inv.observer),
-        )
-        metric = _REFUSALS.get(outcome.error_code or "")
-        if metric is not None:
-            inv.observer.record(CredentialOutcome(metric))
-        return outcome
+        return _ended_now(inv, message, failure, outcome)
     inv.observer.record(
         WillRetry(error_code_of(exc), final_receive, isinstance(exc, _EXPECTED_FAILURES), exc)
     )
@@ -228,6 +216,25 @@ def _terminal_or_raise(
     # redrive then moves the message to the DLQ.
     _finish(inv, message, outcome, completed=False)
     raise exc
+
+
+def _ended_now(
+    inv: Invocation, message: BatchMessage, failure: Failure, outcome: AllocationOutcome
+) -> AllocationOutcome | None:
+    """End a request on a failure no retry fixes: refused here (None), else dead-lettered."""
+    if failure.refused:
+        _settle(inv, message, Refuse(outcome))
+        return None
+    outcome = dead_letter_failed(
+        message,
+        outcome,
+        invalid_reason=failure.invalid_reason,
+        route=DeadLetterRoute(inv.ports.dead_letters, inv.deadlines, inv.observer),
+    )
+    metric = _REFUSALS.get(outcome.error_code or "")
+    if metric is not None:
+        inv.observer.record(CredentialOutcome(metric))
+    return outcome
 
 
 def _report_start(inv: Invocation, message: BatchMessage) -> None:
