@@ -34,8 +34,7 @@ from serenity_allocator.adapters.sqs_producer import (
 )
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_allocator.domain.allocation import required_totals
-from serenity_allocator.domain.classify import is_pool_exhausted
-from serenity_allocator.domain.errors import UpstreamError
+from serenity_allocator.domain.errors import UpstreamError, is_pool_exhausted
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest, parse_request
 from serenity_allocator.domain.model import (
     AiResources,

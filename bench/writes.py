@@ -36,8 +36,7 @@ from serenity_allocator.adapters.semrush_client import SemrushClient, SemrushCli
 from serenity_allocator.adapters.sqs_producer import build_ensure
 from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_allocator.domain.allocation import EnsureAsk, EnsureRules, ensure_headroom
-from serenity_allocator.domain.classify import is_metered_quota
-from serenity_allocator.domain.errors import AllocationError
+from serenity_allocator.domain.errors import AllocationError, is_metered_quota
 from serenity_allocator.domain.model import Totals
 from serenity_allocator.domain.transfer import FAIL_FAST, TransferContext
 from serenity_allocator.write_guard import GuardPolicy, WriteGuard, WriteRefusedError

@@ -69,7 +69,7 @@ from .adapters.sqs_producer import (
     build_ensure,
     build_release,
 )
-from .domain.classify import is_metered_quota
+from .domain.errors import is_metered_quota
 from .domain.ledger import LedgerUnavailableError
 from .domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from .domain.model import Totals

@@ -18,7 +18,7 @@ import pytest
 from tests.infrastructure._template import ROOT
 
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
-DOMAIN_MODULE = Path("serenity_allocator/domain/tiered.py")
+DOMAIN_MODULE = Path("serenity_allocator/domain/transfer.py")
 
 
 def _copy_of_the_package(tmp_path: Path) -> Path:

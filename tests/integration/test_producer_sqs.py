@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 from pydantic import ValidationError
 
-from serenity_allocator.domain import classify
+from serenity_allocator.domain import errors as domain_errors
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest, parse_request
 from serenity_allocator.domain.model import Totals
 from serenity_allocator.producer import (
@@ -337,7 +337,7 @@ def test_the_producers_is_metered_quota_is_the_one_classifier_and_prints_nothing
 
     # Then only the quota 405 matches, through the domain's one rule (one word, one meaning)
     assert verdicts == (True, False, False, False)
-    assert is_metered_quota is classify.is_metered_quota
+    assert is_metered_quota is domain_errors.is_metered_quota
     # And nothing was printed: the verdict is counted by the guard's recorder, which knows the
     # deployment's environment and the service's name (tests/unit/producer/test_good_guest.py)
     assert emf_lines(capsys.readouterr().out) == []

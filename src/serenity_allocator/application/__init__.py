@@ -10,7 +10,6 @@ boto3, httpx, Powertools or ``os``.
 Beside them, what more than one of them uses:
 
 - :mod:`.deadlines`: the two deadlines of an invocation (applying, finishing) and the one answer
-  to "does this AWS call still fit?".
-- :mod:`.ledger_deadlines`: the request ledger's deadlines.
+  to "does this AWS call still fit?", the request ledger's calls' included.
 - :mod:`.ports`: the worker's outside ports (outcomes, dead letters, releases) and its observer.
 """

@@ -12,13 +12,18 @@ takes milliseconds when IMS is well, and the Semrush calls after it check their 
 request whose calls then do not fit comes back with its rolled token (kept, not spent). Holding
 a whole IMS timeout plus the publish reserve before ``applying`` refused exchanges on healthy
 consumers that had most of their time left (issue 36 item 1).
+
+The batch's ledger calls keep the same two phases on the same clock (:class:`LedgerDeadlines`):
+the lookup before applying is over by ``applying``, a dead letter's store may use the time up
+to ``finishing``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..domain.ports import Clock
+from ..domain.ledger import CallDeadline
+from ..domain.ports import Clock, Sleeper
 
 
 @dataclass
@@ -78,3 +83,34 @@ class Deadlines:
     def start_announcing(self) -> None:
         """Every record was handed over: from now on calls may use the finishing deadline."""
         self.announcing = True
+
+
+# The batch's ledger calls: the lookup over before applying, every write by its phase's end.
+
+
+@dataclass(frozen=True)
+class LedgerDeadlines:
+    """When the batch's ledger calls must be over, on the invocation's clock.
+
+    Args:
+        clock: The invocation's monotonic clock.
+        sleep: Waits between retries of throttled reads.
+        apply_by: The applying deadline (leaves the outcome publish its time).
+        finish_by: The invocation's own deadline (a dead letter may use the publish's time).
+        call_budget_s: The longest one ledger call may take, its client's retries included.
+    """
+
+    clock: Clock
+    sleep: Sleeper
+    apply_by: float
+    finish_by: float
+    call_budget_s: float
+
+    def has_time(self, finishing: bool) -> bool:
+        """True while one ledger call still fits before the phase's deadline."""
+        limit = self.finish_by if finishing else self.apply_by
+        return self.clock() + self.call_budget_s <= limit
+
+    def lookup_deadline(self) -> CallDeadline:
+        """The batch lookup's deadline: over before applying must be."""
+        return CallDeadline(self.clock, self.sleep, self.apply_by, self.call_budget_s)

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from ..domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
-from ..domain.worker_events import WorkerEvent
+from ..domain.observations import WorkerEvent
 
 
 class OutcomeSink(Protocol):
@@ -52,9 +52,9 @@ class ReleaseEnqueuer(Protocol):
 class WorkerObserver(Protocol):
     """What the worker reports, the domain's measurements included: metrics and structured logs.
 
-    One vocabulary of typed values (``domain/observations.py``, ``domain/worker_events.py``),
-    one recording method. Recording is best-effort in every implementation: a report never
-    changes control flow. A ``WorkerObserver`` is also the domain's ``AllocationObserver``.
+    One vocabulary of typed values (``domain/observations.py``), one recording method.
+    Recording is best-effort in every implementation: a report never changes control flow. A
+    ``WorkerObserver`` is also the domain's ``AllocationObserver``.
     """
 
     def record(self, event: WorkerEvent, /) -> None:

@@ -11,7 +11,6 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from .ceiling import Ceiling, cap_to_ceiling
 from .errors import (
     BrandAiLimitError,
     OrgPoolExhaustedError,
@@ -20,11 +19,18 @@ from .errors import (
 )
 from .model import DEFAULT_BLOCKS, AiResources, Blocks, Dimension, Totals
 from .observations import HeadroomChecked, PoolChecked, Rejected, TightPoolFallback
-from .parent_links import ParentMismatchError
+from .parents import ParentMismatchError
 from .ports import WorkspaceGateway
-from .sizing import PoolShare, Sizing, is_short, needs_pool, plan_sizing
-from .tiered import is_flat_pair, note_tiered, refuse_tiered_prompts
-from .transfer import TransferContext, TransferPolicy, TransferTarget, apply_transfer
+from .sizing import Ceiling, PoolShare, Sizing, cap_to_ceiling, is_short, needs_pool, plan_sizing
+from .transfer import (
+    TransferContext,
+    TransferPolicy,
+    TransferTarget,
+    apply_transfer,
+    is_flat_pair,
+    note_tiered,
+    refuse_tiered_prompts,
+)
 
 EnsureOutcome = Literal["hot-path", "topped-up", "rightsized", "unmetered"]
 

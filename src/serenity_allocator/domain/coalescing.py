@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .allocation import EnsureResult
-from .ceiling import Ceiling, combine_ceilings
 from .messages import EnsureRequest, ReleaseRequest
 from .model import Totals
+from .sizing import Ceiling, combine_ceilings
 
 
 @dataclass

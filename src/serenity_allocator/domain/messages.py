@@ -10,11 +10,18 @@ semantics (one number type: ``250.0`` and ``2.5e2`` are the integer 250). The tw
 cannot state, a parent equal to the child and a group id that is not the workspace id, are
 checked by the worker after parsing (:func:`cross_field_problem`) and end with an ``invalid``
 outcome under the request id (docs/decisions/0003-async-worker-contract.md).
+
+The contract's other side is here too: the outcome event a request ends with
+(:class:`AllocationOutcome`), built in one shape by :func:`build_outcome` for every path that
+ends a request; and the one way an input's faults are told (:func:`describe_validation_error`:
+every field at fault, never its value), for a message, a sweep payload or the environment.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -29,8 +36,8 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails
 
-from .ceiling import Ceiling
 from .model import Totals
+from .sizing import Ceiling
 
 MAX_UNITS_PER_DIMENSION = 1_000_000
 """The largest need, ceiling or floor a message may carry per dimension (docs/configuration.md).
@@ -261,3 +268,84 @@ class AllocationOutcome(BaseModel):
             data = {**data, "receive_count": data["attempts"]}
             del data["attempts"]
         return data
+
+
+# A request's terminal outcome: one shape for every path that ends a request.
+
+
+@dataclass(frozen=True)
+class ServingCall:
+    """The call that served a request: the child's totals before and after it.
+
+    ``covered``: how many requests it served (1: the request's own call; more: a coalesced
+    run's one call).
+    """
+
+    before: Totals
+    after: Totals
+    covered: int = 1
+
+
+def build_outcome(
+    request: EnsureRequest | ReleaseRequest,
+    status: OutcomeStatus,
+    receive_count: int,
+    *,
+    error_code: str | None = None,
+    served: ServingCall | None = None,
+) -> AllocationOutcome:
+    """The outcome event of ``request``, labelled with the receive it completed on.
+
+    ``served``: the call that served it, if one did (its totals are the outcome's).
+    """
+    return AllocationOutcome(
+        request_id=request.request_id,
+        kind=request.kind,
+        workspace_id=request.workspace_id,
+        status=status,
+        error_code=error_code,
+        totals_before=served.before if served is not None else None,
+        totals_after=served.after if served is not None else None,
+        receive_count=receive_count,
+        coalesced=served.covered if served is not None else 1,
+        source=request.source if isinstance(request, ReleaseRequest) else None,
+        run_id=request.run_id if isinstance(request, ReleaseRequest) else None,
+        org_id=request.org_id,
+        brand_id=request.brand_id,
+    )
+
+
+# One way to say what is wrong with an input: every field at fault, never its value.
+
+
+def not_a_dot_segment(value: str) -> str:
+    """Refuse ``.`` and ``..``: an id used in a path or key must never name a directory step.
+
+    For an ``AfterValidator`` on id fields, so the refusal is a ``ValidationError`` naming the
+    field, not a later ``ValueError`` from the store that builds the key.
+    """
+    if value in (".", ".."):
+        raise ValueError("must not be '.' or '..'")
+    return value
+
+
+def describe_validation_error(
+    exc: ValidationError, *, whole: str = "document", skip: Collection[str] = ()
+) -> str:
+    """Every problem as ``field.path: message``, joined with ``; `` (values never quoted).
+
+    Args:
+        exc: The pydantic error.
+        whole: The name of the input itself, for a problem with no field path (``body``,
+            ``environment``...); input that is not JSON at all is reported on it alone.
+        skip: Leading path parts that add nothing (a discriminated union's tags).
+    """
+    problems = []
+    for err in exc.errors(include_url=False, include_input=False, include_context=False):
+        if err["type"] == "json_invalid":
+            return f"{whole}: not valid JSON ({err['msg']})"
+        loc = [str(part) for part in err["loc"]]
+        if loc and loc[0] in skip:
+            loc = loc[1:]
+        problems.append(f"{'.'.join(loc) or whole}: {err['msg']}")
+    return "; ".join(problems)

@@ -6,25 +6,9 @@ message) when the free ratio falls under a threshold, with a projected time to e
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
-
 from .model import AiResources, Dimension, Totals
+from .observations import PoolLowWarning
 from .ports import Clock
-
-
-class PoolLowWarning(BaseModel):
-    """One pool running low: the detail of a ``serenity.pool.low`` event."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    parent_workspace_id: str
-    dim: str
-    free: int
-    total: int
-    free_ratio: float
-    drain_units_per_hour: float | None
-    """Estimated consumption rate; None until two reads are far enough apart."""
-    projected_seconds_to_exhaustion: float | None
 
 
 class PoolWatch:

@@ -1,4 +1,11 @@
-"""Release surplus after deletes: hand a child's units back, down to its floor, never to 0."""
+"""Release surplus after deletes: hand a child's units back, down to its floor, never to 0.
+
+:func:`plan_release` is the one release plan, for the worker, the sweep and sibling reclaim
+alike; so the choice of which idle siblings can give surplus back when the pool is exhausted
+lives beside it (:func:`choose_reclaim_siblings`). That choice needs no shared state: each
+sibling's own resources say what it can give, and the release is applied later by the worker
+in the sibling's own message group.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +13,29 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from pydantic import BaseModel, ConfigDict
+
 from .allocation import FrozenResult, require_ids
-from .errors import AllocationError, OrgPoolExhaustedError, WorkspaceBusyError
-from .model import DEFAULT_BLOCKS, AiResources, Blocks, Dimension, Totals, round_up_to_block
+from .errors import AllocationError, OrgPoolExhaustedError, UpstreamError, WorkspaceBusyError
+from .model import (
+    DEFAULT_BLOCKS,
+    AiResources,
+    Blocks,
+    Dimension,
+    Totals,
+    WorkspaceStatus,
+    round_up_to_block,
+)
 from .observations import Rejected, ReleaseFinished
 from .ports import WorkspaceGateway
-from .tiered import note_tiered
-from .transfer import SETTLE, TransferContext, TransferPolicy, TransferTarget, apply_transfer
+from .transfer import (
+    SETTLE,
+    TransferContext,
+    TransferPolicy,
+    TransferTarget,
+    apply_transfer,
+    note_tiered,
+)
 
 ReleaseOutcome = Literal[
     "released", "nothing-to-release", "requires-decommission", "dry-run", "error"
@@ -177,3 +200,58 @@ def release_surplus(
 
 
 _RELEASE_REJECTIONS = frozenset({WorkspaceBusyError.code, OrgPoolExhaustedError.code})
+
+
+# Sibling reclaim: which idle siblings can give surplus back when the pool is exhausted.
+
+
+class ReclaimCandidate(BaseModel):
+    """A sibling with surplus to give and the units a release would return."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    workspace_id: str
+    units: Totals
+
+
+@dataclass(frozen=True)
+class ReclaimRules:
+    """How much a reclaim takes.
+
+    Each sibling keeps ``floor`` and gives back whole ``blocks``; at most ``max_siblings``
+    siblings are asked.
+    """
+
+    floor: Totals
+    blocks: Blocks
+    max_siblings: int
+
+
+def choose_reclaim_siblings(
+    gateway: WorkspaceGateway, parent_id: str, child_id: str, rules: ReclaimRules
+) -> list[ReclaimCandidate]:
+    """The siblings of ``child_id`` with the most reclaimable surplus, at most ``max_siblings``.
+
+    Skips siblings that are not ``created``, that hold pending drafts (their drafts need units
+    at publish) and that have less than one block to give in every dimension.
+    """
+    blocks = rules.blocks
+    candidates: list[ReclaimCandidate] = []
+    for record in gateway.list_family(parent_id):
+        if record.id in (parent_id, child_id) or record.parent_id != parent_id:
+            continue
+        if record.status != WorkspaceStatus.CREATED:
+            continue
+        try:
+            resources = gateway.read_resources(record.id)
+        except (UpstreamError, AllocationError):
+            continue  # one unreadable sibling (deleted, throttled) must not sink the reclaim
+        if resources.projects.drafted or resources.prompts.drafted:
+            continue
+        plan = plan_release(resources, rules.floor, blocks)
+        units = plan.units_returned
+        if not any(units.get(dim) >= blocks.get(dim) for dim in Dimension):
+            continue
+        candidates.append(ReclaimCandidate(workspace_id=record.id, units=units))
+    candidates.sort(key=lambda c: (c.units.prompts, c.units.projects), reverse=True)
+    return candidates[: rules.max_siblings]

@@ -1,8 +1,15 @@
-"""Applying one absolute transfer under a policy: fail-fast or settle.
+"""Applying one absolute transfer under a policy (fail-fast or settle), and what it may carry.
 
 Facts this rests on (semrush-user-manager.md): a transfer is an absolute, idempotent set, so a
 retry of the same body is harmless; a transfer racing a settling child gets 422 ``workspace not
 ready``, which is transient and can outlive the status reading ``created``.
+
+What a transfer may carry ("The tiered prompt shape": daily + weekly tiers, no ``prompts``):
+the transfer takes only a flat ``prompts`` number and nobody knows which tier it would move,
+so the upstream never wrote to a tiered workspace. Here: a need every tier already covers is
+served with no transfer; a need that would take a prompts transfer on a tiered child or pool
+is refused at once, terminal (``tieredPrompts``); projects are untouched by the drift, so a
+projects-only top-up or release still goes ahead, sending projects only.
 """
 
 from __future__ import annotations
@@ -11,17 +18,20 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .classify import is_not_ready, is_pool_exhausted, is_rate_limited
 from .errors import (
     OrgPoolExhaustedError,
     OutOfTimeError,
     RateLimitedError,
     SettleTimeoutError,
+    TieredPromptsError,
     UpstreamError,
     WorkspaceBusyError,
+    is_not_ready,
+    is_pool_exhausted,
+    is_rate_limited,
 )
-from .model import Totals, WorkspaceStatus
-from .observations import NotReadyRetry, TransferTimed
+from .model import AiResources, Totals, WorkspaceStatus
+from .observations import NotReadyRetry, Rejected, TieredWorkspaceMet, TransferTimed
 from .ports import AllocationObserver, Clock, NullObserver, Sleeper, WorkspaceGateway
 
 CALL_BUDGET_S = 15.0
@@ -176,3 +186,30 @@ def _wait_until_created(
     else:
         return
     raise SettleTimeoutError()
+
+
+# A tiered workspace: what a transfer to or from it may carry.
+
+
+def note_tiered(workspace: AiResources, role: str, ctx: TransferContext) -> None:
+    """Count a request meeting a tiered workspace as its ``child`` or ``pool``."""
+    if workspace.is_tiered:
+        ctx.observer.record(TieredWorkspaceMet(role))
+
+
+def refuse_tiered_prompts(
+    workspace: AiResources, before: Totals, planned: Totals, ctx: TransferContext
+) -> None:
+    """Refuse (terminal) a plan that moves the prompts total of a tiered child or from a pool.
+
+    Raises:
+        TieredPromptsError: ``workspace`` is tiered and ``planned`` changes the prompts total.
+    """
+    if workspace.is_tiered and planned.prompts != before.prompts:
+        ctx.observer.record(Rejected(TieredPromptsError.code))
+        raise TieredPromptsError()
+
+
+def is_flat_pair(*workspaces: AiResources) -> bool:
+    """True when none of the workspaces is tiered, so a transfer may carry ``prompts``."""
+    return not any(workspace.is_tiered for workspace in workspaces)

@@ -27,9 +27,8 @@ from ..application.credentials.ports import CredentialBroker
 from ..application.ports import DeadLetterSink, OutcomeSink, ReleaseEnqueuer
 from ..domain.credentials import TokenFreshness
 from ..domain.ledger import RequestLedger
-from ..domain.metering import ParentMeteringCache
 from ..domain.model import Dimension
-from ..domain.parent_links import ParentLinks
+from ..domain.parents import ParentLinks, ParentMeteringCache
 from ..domain.pool_watch import PoolWatch
 from ..domain.ports import Clock, Sleeper, WorkspaceGateway
 from ..domain.transfer import CALL_BUDGET_S, FAIL_FAST, SETTLE, TransferPolicy

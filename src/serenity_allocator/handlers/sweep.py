@@ -70,7 +70,7 @@ def parse_sweep_request(event: Any) -> SweepRequest:
     from pydantic import ValidationError
 
     from ..domain.sweep.model import SweepRequest
-    from ..domain.validation import describe_validation_error
+    from ..domain.messages import describe_validation_error
 
     try:
         return SweepRequest.model_validate(event)
@@ -90,7 +90,7 @@ def parse_sweep_payload(event: Any) -> SweepRequest | AbandonPayload:
     from pydantic import ValidationError
 
     from ..domain.sweep.model import SweepAbandonRequest, SweepParentAbandonRequest
-    from ..domain.validation import describe_validation_error
+    from ..domain.messages import describe_validation_error
 
     if isinstance(event, Mapping) and "abandon" in event:
         model: type[AbandonPayload] = (

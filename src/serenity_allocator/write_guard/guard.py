@@ -24,7 +24,7 @@ from typing import Generic, NoReturn, Protocol, TypeVar
 
 from ..adapters.sqs_requests import TotalsInput, build_ensure
 from ..contract.outcome_table import CustomerAnswer, outcome_table
-from ..domain.classify import QUOTA_SHAPED_STATUS, is_metered_quota
+from ..domain.errors import QUOTA_SHAPED_STATUS, is_metered_quota
 from ..domain.messages import AllocationOutcome, EnsureRequest
 from ..domain.model import Totals
 from .errors import (

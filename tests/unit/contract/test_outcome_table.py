@@ -27,7 +27,7 @@ from serenity_allocator.domain.ledger import (
     LedgerUnavailableError,
 )
 from serenity_allocator.domain.messages import OutcomeStatus
-from serenity_allocator.domain.parent_links import PARENT_MISMATCH
+from serenity_allocator.domain.parents import PARENT_MISMATCH
 from serenity_allocator.write_guard import REFUSALS
 from serenity_tools.operator.message_schema import OUTCOME_SCHEMA_FILE, rendered_files
 from serenity_tools.operator.outcome_docs import (

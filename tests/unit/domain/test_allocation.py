@@ -10,7 +10,6 @@ from serenity_allocator.domain.allocation import (
     ensure_headroom,
     required_totals,
 )
-from serenity_allocator.domain.ceiling import Ceiling
 from serenity_allocator.domain.errors import (
     BrandAiLimitError,
     OrgPoolExhaustedError,
@@ -19,6 +18,7 @@ from serenity_allocator.domain.errors import (
     WorkspaceBusyError,
 )
 from serenity_allocator.domain.model import AiResources, Totals
+from serenity_allocator.domain.sizing import Ceiling
 from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE, TransferPolicy
 from tests.fakes import READ_RESOURCES, TRANSFER, FakeClock, RecordingObserver, transfer_context
 from tests.unit.domain.allocation_rig import (

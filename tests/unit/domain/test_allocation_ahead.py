@@ -12,9 +12,9 @@ from serenity_allocator.domain.allocation import (
     EnsureRules,
     ensure_headroom,
 )
-from serenity_allocator.domain.ceiling import Ceiling
 from serenity_allocator.domain.errors import OrgPoolExhaustedError
 from serenity_allocator.domain.model import AiResources, DimensionUsage, PromptTiers, Totals
+from serenity_allocator.domain.sizing import Ceiling
 from serenity_allocator.domain.transfer import FAIL_FAST
 from tests.fakes import (
     READ_RESOURCES,

@@ -8,15 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from serenity_allocator.domain.ceiling import (
+from serenity_allocator.domain.errors import BrandAiLimitError
+from serenity_allocator.domain.messages import EnsureRequest, parse_request
+from serenity_allocator.domain.model import Dimension, Totals
+from serenity_allocator.domain.sizing import (
     Ceiling,
     cap_to_ceiling,
     combine_ceilings,
     parse_ceiling_value,
 )
-from serenity_allocator.domain.errors import BrandAiLimitError
-from serenity_allocator.domain.messages import EnsureRequest, parse_request
-from serenity_allocator.domain.model import Dimension, Totals
 from serenity_allocator.handlers.settings import AllocatorSettings
 
 ENV = {

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from serenity_allocator.domain.classify import (
+from serenity_allocator.domain.errors import (
     is_metered_quota,
     is_not_ready,
     is_pool_exhausted,

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from serenity_allocator.domain.ceiling import Ceiling
 from serenity_allocator.domain.coalescing import PlannedMessage, plan_ensure_runs
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest, parse_request
 from serenity_allocator.domain.model import Totals
+from serenity_allocator.domain.sizing import Ceiling
 
 MASTER = "master-1"
 OTHER_MASTER = "master-2"

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from serenity_allocator.domain.messages import parse_request
-from serenity_allocator.domain.validation import describe_validation_error
+from serenity_allocator.domain.messages import describe_validation_error, parse_request
 
 
 class _Nested(BaseModel):

@@ -180,7 +180,7 @@ _FRESH_PROCESS = textwrap.dedent(
 
     before = state()
     from serenity_allocator.producer import EmfQuotaRetryRecorder, WriteGuard, is_metered_quota
-    from serenity_allocator.domain.classify import is_metered_quota as domain_rule
+    from serenity_allocator.domain.errors import is_metered_quota as domain_rule
 
     class Answer:
         def __init__(self, status_code, text):

@@ -9,8 +9,11 @@ One module per use case:
 
 - :mod:`.batch_plan`: validate every record up front, coalesce consecutive ensures.
 - :mod:`.handle_message`: the per-request flow (below).
-- :mod:`.apply_ensure`: apply an ensure, alone or as one combined top-up for a run.
-- :mod:`.reclaim`: park an ensure the pool cannot cover, enqueueing sibling releases.
+- :mod:`.apply_ensure`: apply an ensure, alone or as one combined top-up for a run; park one
+  the pool cannot cover, enqueueing sibling releases (:func:`.park_for_reclaim`); its verdict
+  events (rejections, tight-pool fallback results) count only when the attempt's result
+  stands (:class:`.AttemptObserver`), so a split coalesced run or a parked ensure is not a
+  rejection.
 - :mod:`.apply_release`: apply a release under the settle policy.
 - :mod:`.dead_letter`: move an invalid record, or a request that failed for good into the DLQ,
   to the DLQ with its reason.
@@ -19,18 +22,15 @@ One module per use case:
   behind its failed group).
 - :mod:`.finish_batch`: publish the outcomes and pool warnings, flush the metrics, fail what
   could not be announced.
-- :mod:`.attempt_observer`: verdict events (rejections, tight-pool fallback results) count
-  only when the attempt's result stands, so a split coalesced run or a parked ensure is not a
-  rejection.
 - :mod:`.request_ledger`: the request ledger as the worker uses it (ADR 0009).
 - :mod:`.audit_dead_letters`: a terminal record for valid requests found in the DLQ.
 - :mod:`.invocation`: the configuration, the ports and, for the two entry points only, one
-  batch's plan, deadlines and state; :mod:`.outcomes` records outcomes (the domain builds
-  them: :func:`serenity_allocator.domain.outcomes.build_outcome`).
+  batch's plan, deadlines and state, whose :class:`.OutcomeBook` records outcomes (the domain
+  builds them: :func:`serenity_allocator.domain.messages.build_outcome`).
 
 Every use case is handed what it needs (configuration, ports, deadlines, observer); only
 :func:`.handle_message` and :func:`.finish_batch` take the whole :class:`.Invocation`. Every
-report is a typed event (``domain/observations.py``, ``domain/worker_events.py``) through
+report is a typed event (``domain/observations.py``) through
 :meth:`.WorkerObserver.record` (ADR 0014).
 
 The per-request flow, and where the request ledger sits

@@ -4,12 +4,17 @@ A run's leader makes the combined call; the members behind it share its result (
 it: :class:`~serenity_allocator.domain.coalescing.EnsureRun`). When the sum does not fit
 (brand limit, pool exhausted) the run splits and each request is applied on its own, in order.
 A refusal is a returned ``rejected`` outcome, a park for sibling reclaim a returned
-:class:`.Parked`; anything a retry could fix raises.
+:class:`Parked`; anything a retry could fix raises.
+
+Two parts of an ensure's application live below it: the observer an attempt reports through
+(:class:`AttemptObserver`, verdicts held until the attempt's result stands) and the park for
+sibling reclaim (:func:`park_for_reclaim`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from ...domain.allocation import (
@@ -19,7 +24,6 @@ from ...domain.allocation import (
     EnsureRules,
     ensure_headroom,
 )
-from ...domain.ceiling import Ceiling, combine_ceilings
 from ...domain.coalescing import EnsureRun
 from ...domain.errors import (
     BrandAiLimitError,
@@ -27,16 +31,33 @@ from ...domain.errors import (
     OutOfTimeError,
     TieredPromptsError,
 )
-from ...domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus
+from ...domain.messages import (
+    AllocationOutcome,
+    EnsureRequest,
+    OutcomeStatus,
+    ReleaseRequest,
+    ServingCall,
+    build_outcome,
+)
 from ...domain.model import Dimension, Totals
-from ...domain.outcomes import ServingCall, build_outcome
+from ...domain.observations import (
+    VERDICTS,
+    AllocationEvent,
+    Coalesced,
+    DisabledNoop,
+    ParkedForReclaim,
+    PoolChecked,
+    PoolLowWarning,
+    Reclaim,
+)
+from ...domain.pool_watch import PoolWatch
+from ...domain.release import ReclaimRules, choose_reclaim_siblings
+from ...domain.sizing import Ceiling, combine_ceilings
 from ...domain.transfer import TransferContext
-from ...domain.worker_events import Coalesced, DisabledNoop, Reclaim
 from ..credentials.request_credentials import MemberRecordGoneError
-from .attempt_observer import AttemptObserver
+from ..ports import WorkerObserver
 from .batch_plan import BatchMessage
 from .invocation import EnsureBatch
-from .reclaim import Parked, park_for_reclaim
 from .request_ledger import record_transfer_intent
 
 
@@ -293,3 +314,123 @@ class _Ensurer:
             before_transfer=record_intent,
         )
         return ensure_headroom(ports.gateway, ask, rules, ctx, hooks)
+
+
+# The observer one ensure attempt reports through: verdicts count only when they stand.
+# Measurements (headroom checks, transfer latency, pool reads, not-ready retries) describe what
+# happened and go straight to the worker's observer. Verdicts (a rejection, a tight-pool
+# fallback's result) are held until the attempt's fate is known, because two things can
+# overturn them: a combined (coalesced) top-up that is refused falls back to one call per
+# request, so no request received the combined refusal; and an ensure parked for sibling
+# reclaim is waiting, not rejected (it may well be served on its next receive).
+
+
+@dataclass
+class AttemptObserver:
+    """The domain's ``AllocationObserver`` for one attempt; call :meth:`commit` or :meth:`discard`.
+
+    Args:
+        sink: The invocation's observer (metrics and logs).
+        pool_watch: The container's pool early warning, fed by the advisory pool reads.
+        warnings: The invocation's list of pool-low warnings to publish at the end.
+    """
+
+    sink: WorkerObserver
+    pool_watch: PoolWatch | None
+    warnings: list[PoolLowWarning]
+    _held: list[AllocationEvent] = field(default_factory=list)
+
+    def record(self, event: AllocationEvent, /) -> None:
+        """Hold a verdict until the attempt's result stands; pass a measurement on at once.
+
+        A pool read also feeds the pool early warning.
+        """
+        if isinstance(event, VERDICTS):
+            self._held.append(event)
+            return
+        self.sink.record(event)
+        if isinstance(event, PoolChecked) and self.pool_watch is not None:
+            warning = self.pool_watch.observe(event.parent_id, event.pool)
+            if warning is not None:
+                self.warnings.append(warning)
+
+    def commit(self) -> None:
+        """The attempt's result stands: report the held verdicts, in order."""
+        for event in self._held:
+            self.sink.record(event)
+        self._held.clear()
+
+    def discard(self) -> None:
+        """The attempt's result was overturned (split run, parked ensure): forget the verdicts."""
+        self._held.clear()
+
+
+# Park an ensure the pool cannot cover: enqueue releases on its richest siblings, retry later.
+# A bounded number of times per request (its receive count against the configured maximum),
+# so a pool nobody can refill rejects the ensure instead of cycling it through the queue.
+# Whether the ensure was parked is the returned value; the record is failed (so SQS brings it
+# back) in one place, handle_message.
+
+
+@dataclass(frozen=True)
+class Parked:
+    """The ensure waits for the releases enqueued on ``siblings``; it comes back later."""
+
+    siblings: tuple[str, ...]
+
+
+def park_for_reclaim(
+    request: EnsureRequest, receive_count: int, batch: EnsureBatch
+) -> Parked | None:
+    """Enqueue sibling releases when reclaim can help; None when it cannot (reject the ensure).
+
+    Reclaim cannot help when it is off, the request was parked often enough, or no sibling
+    has surplus.
+
+    Raises:
+        OutOfTimeError: Enqueueing would not fit before the deadline; the ensure comes back.
+    """
+    config, observer, enqueuer = batch.config, batch.observer, batch.ports.enqueuer
+    if not config.sibling_reclaim or enqueuer is None:
+        return None
+    if receive_count > config.sibling_reclaim_max_parks:
+        observer.record(Reclaim("exhausted"))
+        return None
+    candidates = choose_reclaim_siblings(
+        batch.ports.gateway,
+        request.parent_workspace_id,
+        request.workspace_id,
+        ReclaimRules(
+            floor=config.blocks.as_totals(),
+            blocks=config.blocks,
+            max_siblings=config.sibling_reclaim_max_siblings,
+        ),
+    )
+    if not candidates:
+        observer.record(Reclaim("exhausted"))
+        return None
+    if not batch.deadlines.fits_aws_call():
+        raise OutOfTimeError()
+    enqueuer.enqueue_many(
+        [
+            ReleaseRequest(
+                kind="release",
+                request_id=reclaim_request_id(request.request_id, receive_count, c.workspace_id),
+                workspace_id=c.workspace_id,
+                source="reclaim",
+                org_id=request.org_id,
+            )
+            for c in candidates
+        ]
+    )
+    observer.record(Reclaim("enqueued", len(candidates)))
+    observer.record(Reclaim("parked"))
+    parked = Parked(tuple(c.workspace_id for c in candidates))
+    observer.record(ParkedForReclaim(parked.siblings))
+    return parked
+
+
+def reclaim_request_id(request_id: str, receive_count: int, sibling_id: str) -> str:
+    """Deterministic per park (a redelivered park is deduplicated) and short whatever the ids."""
+    digest = hashlib.sha256(f"{request_id}|{receive_count}|{sibling_id}".encode()).hexdigest()
+    return f"reclaim-{digest[:32]}"

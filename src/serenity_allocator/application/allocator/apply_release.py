@@ -10,8 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...domain.messages import AllocationOutcome, OutcomeStatus, ReleaseRequest
-from ...domain.outcomes import ServingCall, build_outcome
+from ...domain.messages import (
+    AllocationOutcome,
+    OutcomeStatus,
+    ReleaseRequest,
+    ServingCall,
+    build_outcome,
+)
 from ...domain.ports import WorkspaceGateway
 from ...domain.release import (
     ReleaseAsk,
@@ -23,7 +28,6 @@ from ...domain.release import (
 from ...domain.transfer import TransferContext
 from ..credentials.request_credentials import RequestCredentials
 from .invocation import WorkerConfig
-from .outcomes import ReleaseIncompleteError
 from .request_ledger import LedgerView, record_transfer_intent
 
 _STATUSES: dict[ReleaseOutcome, OutcomeStatus] = {
@@ -42,6 +46,14 @@ class ReleaseCall:
     context: TransferContext
     credentials: RequestCredentials | None = None
     """IMS mode: the batch's sessions (the release's roll is stored before its transfer)."""
+
+
+class ReleaseIncompleteError(Exception):
+    """A release met an expected, transient failure; the queue should bring it back."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(f"release incomplete: {code}")
+        self.code = code
 
 
 def apply_release(

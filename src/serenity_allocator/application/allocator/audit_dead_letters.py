@@ -43,8 +43,13 @@ from ...domain.ledger import (
     RequestLedger,
     TransferIntent,
 )
-from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest, parse_request
-from ...domain.outcomes import build_outcome
+from ...domain.messages import (
+    AllocationOutcome,
+    EnsureRequest,
+    ReleaseRequest,
+    build_outcome,
+    parse_request,
+)
 from ..credentials.request_credentials import DEAD_LETTERED_REFUSALS
 from ..ports import OutcomeSink
 

@@ -21,10 +21,10 @@ from ...domain.messages import (
     EnsureRequest,
     ReleaseRequest,
     cross_field_problem,
+    describe_validation_error,
     parse_request,
 )
-from ...domain.validation import describe_validation_error
-from ...domain.worker_events import MessageStarted
+from ...domain.observations import MessageStarted
 
 INVALID_MESSAGE_CODE = "invalidMessage"
 """The error code of the ``invalid`` outcome of a message refused with a readable request id."""

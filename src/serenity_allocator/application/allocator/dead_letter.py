@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 
 from ...domain.errors import OutOfTimeError
 from ...domain.messages import AllocationOutcome
-from ...domain.worker_events import InvalidMessage
+from ...domain.observations import InvalidMessage
 from ..deadlines import Deadlines
 from ..ports import DeadLetterSink, WorkerObserver
 from .batch_plan import BatchMessage

@@ -15,14 +15,20 @@ from dataclasses import dataclass
 
 from ...domain.errors import (
     AccessDeniedError,
+    CredentialNotOwnedError,
     OrgPoolExhaustedError,
     ParkedForReclaimError,
     UpstreamError,
     error_code_of,
 )
-from ...domain.messages import AllocationOutcome, EnsureRequest, OutcomeStatus, ReleaseRequest
-from ...domain.outcomes import build_outcome
-from ...domain.parent_links import ParentMismatchError
+from ...domain.messages import (
+    AllocationOutcome,
+    EnsureRequest,
+    OutcomeStatus,
+    ReleaseRequest,
+    build_outcome,
+)
+from ...domain.parents import ParentMismatchError
 from ..credentials.request_credentials import (
     DEAD_LETTERED_REFUSALS,
     credential_refusal,
@@ -46,6 +52,10 @@ class Failure:
     invalid_reason: str | None = None
     """Set when the failure makes the message invalid: its body goes to the DLQ as invalid,
     with this reason."""
+    refused: bool = False
+    """True: the request's id is another request's (its credential record is another child's):
+    refused like an id the ledger binds elsewhere, its :attr:`outcome` neither stored nor
+    dead-lettered, and that request's credential not ended."""
 
 
 def failure_of(
@@ -58,11 +68,13 @@ def failure_of(
 ) -> Failure:
     """What ``exc`` means for ``request``: one answer, its outcome built in one place.
 
-    Terminal now: a parent that is not the child's (``invalid``, dead-lettered as an invalid
-    message), a credential refusal (IMS mode only: ``noCredential``/``needsReauth`` end
-    ``failed`` and dead-lettered, ``accessDenied`` ends ``rejected``), or an upstream answer no
-    retry fixes (``failed``). Anything else comes back; on the final receive it records what
-    the request ends with first, dead-lettered.
+    Terminal now: a credential record under the request's id that is another child's
+    (``rejected / requestIdConflict``, refused: :attr:`Failure.refused`), a parent that is not
+    the child's (``invalid``, dead-lettered as an invalid message), a credential refusal (IMS
+    mode only: ``noCredential``/``needsReauth`` end ``failed`` and dead-lettered,
+    ``accessDenied`` ends ``rejected``), or an upstream answer no retry fixes (``failed``).
+    Anything else comes back; on the final receive it records what the request ends with first,
+    dead-lettered.
     """
     terminal = _terminal_now(exc, ims)
     if terminal is None and ims and final_receive and is_unauthorized(exc):
@@ -80,11 +92,14 @@ def failure_of(
         dead_lettered(outcome) if dead else outcome,
         retry=terminal is None,
         invalid_reason=str(exc) if isinstance(exc, ParentMismatchError) else None,
+        refused=isinstance(exc, CredentialNotOwnedError),
     )
 
 
 def _terminal_now(exc: Exception, ims: bool) -> tuple[OutcomeStatus, str, bool] | None:
     """(status, code, dead-lettered) of a failure no retry fixes; None when one could."""
+    if isinstance(exc, CredentialNotOwnedError):
+        return "rejected", exc.code, False
     if isinstance(exc, ParentMismatchError):
         return "invalid", exc.code, True
     refusal = credential_refusal(exc) if ims else None

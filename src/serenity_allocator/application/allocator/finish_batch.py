@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from ...domain.errors import OutOfTimeError
 from ...domain.messages import AllocationOutcome
-from ...domain.worker_events import (
+from ...domain.observations import (
     MessageStarted,
     OutcomesNotPublished,
     PoolLow,

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 from ...domain.errors import (
     AllocationError,
-    CredentialNotOwnedError,
     ParkedForReclaimError,
     UpstreamError,
     error_code_of,
@@ -58,24 +57,22 @@ from ...domain.ledger import (
     RequestIdConflictError,
 )
 from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
-from ...domain.observations import CredentialOutcome, CredentialOutcomeName
-from ...domain.outcomes import build_outcome
-from ...domain.transfer import TransferContext
-from ...domain.worker_events import (
+from ...domain.observations import (
     Completed,
+    CredentialOutcome,
+    CredentialOutcomeName,
     LedgerEvent,
     QueueLag,
     WillRetry,
 )
+from ...domain.transfer import TransferContext
 from ..credentials.request_credentials import is_unauthorized, without_echo
-from .apply_ensure import apply_ensure
-from .apply_release import ReleaseCall, apply_release
+from .apply_ensure import Parked, apply_ensure
+from .apply_release import ReleaseCall, ReleaseIncompleteError, apply_release
 from .batch_plan import BatchMessage, message_keys
 from .dead_letter import DeadLetterRoute, dead_letter, dead_letter_failed
-from .final_receive import failure_of
+from .final_receive import Failure, failure_of
 from .invocation import EnsureBatch, Invocation
-from .outcomes import ReleaseIncompleteError
-from .reclaim import Parked
 from .request_ledger import Apply, FollowFirst, Refuse, Replay
 
 Request = EnsureRequest | ReleaseRequest
@@ -142,14 +139,7 @@ def _terminal_outcome(inv: Invocation, message: BatchMessage) -> AllocationOutco
     except Exception as exc:
         if inv.state.credentials is not None:
             exc = without_echo(exc)
-        if isinstance(exc, CredentialNotOwnedError):
-            # The credential record under this id is another child's: refused like an id the
-            # ledger binds elsewhere (not stored, that request's credential not ended).
-            decision = Refuse(
-                build_outcome(request, "rejected", message.receive_count, error_code=exc.code)
-            )
-        else:
-            return _terminal_or_raise(inv, message, request, exc)
+        return _terminal_or_raise(inv, message, request, exc)
     _settle(inv, message, decision)
     return None
 
@@ -195,8 +185,11 @@ def _settle(
 
 def _terminal_or_raise(
     inv: Invocation, message: BatchMessage, request: Request, exc: Exception
-) -> AllocationOutcome:
-    """The terminal outcome ``exc`` means now; re-raises it when a retry could fix it."""
+) -> AllocationOutcome | None:
+    """The terminal outcome ``exc`` means now; re-raises it when a retry could fix it.
+
+    None: the request was refused (:attr:`.Failure.refused`) and its record completed here.
+    """
     final_receive = inv.config.is_final_receive(message.receive_count)
     failure = failure_of(
         request,
@@ -207,16 +200,7 @@ def _terminal_or_raise(
     )
     outcome = failure.outcome
     if not failure.retry and outcome is not None:
-        outcome = dead_letter_failed(
-            message,
-            outcome,
-            invalid_reason=failure.invalid_reason,
-            route=DeadLetterRoute(inv.ports.dead_letters, inv.deadlines, inv.observer),
-        )
-        metric = _REFUSALS.get(outcome.error_code or "")
-        if metric is not None:
-            inv.observer.record(CredentialOutcome(metric))
-        return outcome
+        return _ended_now(inv, message, failure, outcome)
     inv.observer.record(
         WillRetry(error_code_of(exc), final_receive, isinstance(exc, _EXPECTED_FAILURES), exc)
     )
@@ -232,6 +216,25 @@ def _terminal_or_raise(
     # redrive then moves the message to the DLQ.
     _finish(inv, message, outcome, completed=False)
     raise exc
+
+
+def _ended_now(
+    inv: Invocation, message: BatchMessage, failure: Failure, outcome: AllocationOutcome
+) -> AllocationOutcome | None:
+    """End a request on a failure no retry fixes: refused here (None), else dead-lettered."""
+    if failure.refused:
+        _settle(inv, message, Refuse(outcome))
+        return None
+    outcome = dead_letter_failed(
+        message,
+        outcome,
+        invalid_reason=failure.invalid_reason,
+        route=DeadLetterRoute(inv.ports.dead_letters, inv.deadlines, inv.observer),
+    )
+    metric = _REFUSALS.get(outcome.error_code or "")
+    if metric is not None:
+        inv.observer.record(CredentialOutcome(metric))
+    return outcome
 
 
 def _report_start(inv: Invocation, message: BatchMessage) -> None:

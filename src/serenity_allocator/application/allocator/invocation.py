@@ -1,26 +1,29 @@
-"""What the use cases share: the worker's configuration, its ports, and one invocation's state."""
+"""What the use cases share: the worker's configuration, its ports, and one invocation's state.
+
+The state holds the invocation's terminal outcomes (:class:`OutcomeBook`), the one place they
+are recorded.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
-from ...domain.ceiling import NO_CEILING, Ceiling
 from ...domain.ledger import RequestLedger
 from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from ...domain.model import Blocks
-from ...domain.parent_links import ParentLinks
-from ...domain.pool_watch import PoolLowWarning, PoolWatch
+from ...domain.observations import PoolLowWarning
+from ...domain.parents import ParentLinks
+from ...domain.pool_watch import PoolWatch
 from ...domain.ports import Clock, Sleeper, WorkspaceGateway
+from ...domain.sizing import NO_CEILING, Ceiling
 from ...domain.transfer import TransferPolicy
 from ..credentials.ports import CredentialBroker
 from ..credentials.request_credentials import RequestCredentials
-from ..deadlines import Deadlines
-from ..ledger_deadlines import LedgerDeadlines
+from ..deadlines import Deadlines, LedgerDeadlines
 from ..ports import DeadLetterSink, OutcomeSink, ReleaseEnqueuer, WorkerObserver
 from .batch_plan import BatchPlan, InboundMessage, plan_batch
-from .outcomes import OutcomeBook
 from .request_ledger import LedgerView, mark_final_receives_ahead, read_ledger, replay_invalid
 
 PUBLISH_CHUNK = 10
@@ -277,3 +280,60 @@ def _sequence_numbers(plan: BatchPlan) -> dict[str, str]:
         for mid, m in plan.messages.items()
         if m.inbound.sequence_number is not None
     }
+
+
+# Terminal outcomes: the one place an invocation records them (built by the domain's
+# build_outcome). OutcomeBook.record is the only way an outcome enters the batch's results: a
+# request that completes, one that runs out of receives, one skipped behind its group on its
+# final receive. That single entry point is where a request ledger stores the outcome once
+# (see the package docstring).
+@dataclass
+class OutcomeBook:
+    """The invocation's terminal outcomes, in the order they were reached."""
+
+    entries: list[tuple[str, AllocationOutcome]] = field(default_factory=list)
+    ledger: LedgerView | None = None
+    """Where a terminal outcome is stored once, before it is announced."""
+    sequence_numbers: Mapping[str, str] = field(default_factory=dict)
+    """Message id -> its SQS SequenceNumber: the order key every recorded outcome carries."""
+
+    def record(
+        self,
+        message_id: str,
+        outcome: AllocationOutcome,
+        *,
+        replayed: bool = False,
+        completes: bool = False,
+        finishing: bool = False,
+    ) -> AllocationOutcome | None:
+        """Record the terminal outcome of the request carried by ``message_id``.
+
+        The ledger stores it first (a replayed outcome is already stored), so what is
+        published is always what the ledger holds; the recorded outcome is returned, or None
+        for a dead letter the ledger could not take (it is then not announced).
+
+        ``completes``: the record completes with this outcome (SQS deletes the message), so a
+        dead letter is one the worker sent itself; the ledger binds it to ``message_id``, and a
+        redelivery of that message after a crash replays it (ADR 0020). A record that fails
+        (SQS's redrive then moves it) is not bound. ``finishing``: the store may use the time
+        up to the finishing deadline (a final receive's second try).
+
+        Raises:
+            LedgerUnavailableError: a completed request's outcome could not be stored (the
+                record fails and comes back; nothing is published for it).
+        """
+        sequence_number = self.sequence_numbers.get(message_id)
+        if not replayed and outcome.sequence_number is None and sequence_number is not None:
+            outcome = outcome.model_copy(update={"sequence_number": sequence_number})
+        if self.ledger is not None and not replayed:
+            held = self.ledger.store(
+                outcome, message_id if completes else None, finishing=finishing
+            )
+            if held is None:
+                return None
+            outcome = held
+        self.entries.append((message_id, outcome))
+        return outcome
+
+    def __len__(self) -> int:
+        return len(self.entries)

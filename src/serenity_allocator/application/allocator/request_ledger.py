@@ -37,11 +37,10 @@ from ...domain.ledger import (
     RequestLedger,
     TransferIntent,
 )
-from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
+from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest, build_outcome
 from ...domain.model import Totals
-from ...domain.outcomes import build_outcome
 from ...domain.ports import WorkspaceGateway
-from ..ledger_deadlines import LedgerDeadlines
+from ..deadlines import LedgerDeadlines
 
 FINAL_RECEIVE_UNFINISHED = "finalReceiveUnfinished"
 """The error code of a provisional dead letter: the final receive never finished (a crash)."""

@@ -56,9 +56,8 @@ from ...domain.errors import (
     UpstreamError,
 )
 from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
-from ...domain.observations import CredentialOutcome
+from ...domain.observations import CredentialNotScrubbed, CredentialOutcome
 from ...domain.ports import WorkspaceGateway
-from ...domain.worker_events import CredentialNotScrubbed
 from ..deadlines import Deadlines
 from ..ports import WorkerObserver
 from .ports import CredentialBroker, CredentialEnd, CredentialSession

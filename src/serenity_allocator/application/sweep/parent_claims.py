@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
+from ...domain.messages import describe_validation_error
 from ...domain.sweep.errors import (
     CheckpointCorruptError,
     ParentClaimUnreadableError,
@@ -34,7 +35,6 @@ from ...domain.sweep.model import (
     parent_claim_name,
     parse_checkpoint,
 )
-from ...domain.validation import describe_validation_error
 from .ports import CheckpointStore
 
 

@@ -13,7 +13,7 @@ enqueued (``start_sweep_run``, ``resume_sweep_run``).
 
 from __future__ import annotations
 
-from ...domain.sweep.errors import RUN_CREDENTIAL_STOPS, SweepRefusedError
+from ...domain.sweep.errors import RunCredentialStopError, SweepRefusedError
 from ...domain.sweep.failures import attempts_so_far, note_progress
 from ...domain.sweep.model import (
     SweepCheckpoint,
@@ -92,7 +92,7 @@ def _process_batch_or_give_back(
 ) -> list[SweepItem]:
     try:
         return _process_batch(request, env, run)
-    except RUN_CREDENTIAL_STOPS:
+    except RunCredentialStopError:
         # The run's credential stopped the batch: give the run back for the resume.
         run.checkpoint.lease_owner, run.checkpoint.lease_until = None, None
         run.save()

@@ -89,7 +89,20 @@ RESUME_WITH_TOKEN = (
 )
 
 
-class SweepNeedsReauthError(SweepRefusedError):
+class RunCredentialStopError(Exception):
+    """A stop of a run by its credential: it names the run, and the run stays resumable.
+
+    Args:
+        run_id: The run stopped (kept on the error as ``run_id``).
+        says: What happened and what to do, after ``run '<id>'`` in the message.
+    """
+
+    def __init__(self, run_id: str, says: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"run {run_id!r}{says}")
+
+
+class SweepNeedsReauthError(RunCredentialStopError, SweepRefusedError):
     """IMS refused the run's promise token (401/403 at exchange): the promise is dead.
 
     The token was scrubbed from the claim; the run is kept and resumes with a new token.
@@ -98,28 +111,28 @@ class SweepNeedsReauthError(SweepRefusedError):
     code = "needsReauth"
 
     def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
         super().__init__(
-            f"run {run_id!r} stopped: IMS refused its promise token (needsReauth: expired, "
-            "invalidated or the operator lost access); nothing more was done by this call; "
-            + RESUME_WITH_TOKEN.format(run_id=run_id)
+            run_id,
+            " stopped: IMS refused its promise token (needsReauth: expired, invalidated or the "
+            "operator lost access); nothing more was done by this call; "
+            + RESUME_WITH_TOKEN.format(run_id=run_id),
         )
 
 
-class SweepNoCredentialError(SweepRefusedError):
+class SweepNoCredentialError(RunCredentialStopError, SweepRefusedError):
     """The run's claim holds no usable token (none handed over, scrubbed, undecryptable)."""
 
     code = "noCredential"
 
     def __init__(self, run_id: str, why: str) -> None:
-        self.run_id = run_id
         super().__init__(
-            f"run {run_id!r} holds no promise token ({why}); nothing was done by this call; "
-            + RESUME_WITH_TOKEN.format(run_id=run_id)
+            run_id,
+            f" holds no promise token ({why}); nothing was done by this call; "
+            + RESUME_WITH_TOKEN.format(run_id=run_id),
         )
 
 
-class SweepImsUnavailableError(RuntimeError):
+class SweepImsUnavailableError(RunCredentialStopError, RuntimeError):
     """IMS could not exchange the run's token within the batch's deadline (429/5xx/timeouts).
 
     Transient: the claim still holds the token it held, and the run resumes by its run id.
@@ -128,14 +141,14 @@ class SweepImsUnavailableError(RuntimeError):
     code = "imsUnavailable"
 
     def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
         super().__init__(
-            f"run {run_id!r}: IMS could not be reached to exchange the run's token; nothing "
-            f"more was done by this call; resume with --run-id {run_id} once IMS answers"
+            run_id,
+            ": IMS could not be reached to exchange the run's token; nothing more was done by "
+            f"this call; resume with --run-id {run_id} once IMS answers",
         )
 
 
-class SweepReleaseCredentialError(SweepRefusedError):
+class SweepReleaseCredentialError(RunCredentialStopError, SweepRefusedError):
     """IMS mode, a real run, and no way to hand each release the operator's authority.
 
     The worker runs every request as its user: a release without a credential record would be
@@ -145,19 +158,10 @@ class SweepReleaseCredentialError(SweepRefusedError):
     code = "noCredential"
 
     def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
         super().__init__(
-            f"run {run_id!r}: a real sweep in IMS mode hands each release its operator's "
-            "authority (a promise token minted for it): set IMS_EMITTER_SECRET_ID and "
-            "CREDENTIALS_TABLE on the Sweep; nothing was enqueued; resume with --run-id "
-            f"{run_id} once they are set (a dry run needs neither)"
+            run_id,
+            ": a real sweep in IMS mode hands each release its operator's authority (a promise "
+            "token minted for it): set IMS_EMITTER_SECRET_ID and CREDENTIALS_TABLE on the "
+            f"Sweep; nothing was enqueued; resume with --run-id {run_id} once they are set (a "
+            "dry run needs neither)",
         )
-
-
-RUN_CREDENTIAL_STOPS = (
-    SweepNeedsReauthError,
-    SweepNoCredentialError,
-    SweepImsUnavailableError,
-    SweepReleaseCredentialError,
-)
-"""What the run's credential stops a batch with (the run stays resumable)."""

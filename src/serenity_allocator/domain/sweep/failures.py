@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..classify import is_rate_limited
 from ..errors import (
     AllocationError,
     RateLimitedError,
     UpstreamError,
     UpstreamUnavailableError,
     error_code_of,
+    is_rate_limited,
 )
 from .model import (
     SweepCheckpoint,

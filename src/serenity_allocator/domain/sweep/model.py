@@ -31,9 +31,8 @@ from pydantic import (
     model_validator,
 )
 
-from ..messages import WorkspaceId
+from ..messages import WorkspaceId, describe_validation_error, not_a_dot_segment
 from ..model import Totals
-from ..validation import describe_validation_error, not_a_dot_segment
 from .errors import CheckpointCorruptError
 
 RunId = Annotated[

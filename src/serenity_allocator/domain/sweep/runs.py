@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from ..validation import describe_validation_error
+from ..messages import describe_validation_error
 from .errors import CheckpointCorruptError, RunInProgressError, SweepRefusedError
 from .model import (
     MAX_FAILED_LISTED,

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from serenity_allocator.adapters.semrush_payloads import parse_ai_resources
-from serenity_allocator.domain.classify import is_metered_quota, is_not_ready
+from serenity_allocator.domain.errors import is_metered_quota, is_not_ready
 from serenity_tools.standins.simulator import (
     DISGUISED_QUOTA_405,
     SimulatorControlError,

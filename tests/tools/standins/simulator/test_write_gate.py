@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from serenity_allocator.domain.classify import is_metered_quota
+from serenity_allocator.domain.errors import is_metered_quota
 from serenity_tools.standins.simulator import (
     DISGUISED_QUOTA_405,
     SimulatorServer,

@@ -30,17 +30,16 @@ from serenity_allocator.domain.errors import (
     NoCredentialError,
     UpstreamError,
 )
-from serenity_allocator.domain.messages import EnsureRequest
+from serenity_allocator.domain.messages import EnsureRequest, build_outcome
 from serenity_allocator.domain.model import DEFAULT_BLOCKS, Totals
-from serenity_allocator.domain.observations import CredentialOutcome
-from serenity_allocator.domain.outcomes import build_outcome
-from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE
-from serenity_allocator.domain.worker_events import (
+from serenity_allocator.domain.observations import (
     Completed,
+    CredentialOutcome,
     InvalidMessage,
     LedgerEvent,
     WorkerEvent,
 )
+from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE
 from tests.fakes import READ_RESOURCES, FakeClock, InMemoryGateway, RecordingDeadLetters
 from tests.unit.application.allocator.ledger_fake import InMemoryRequestLedger
 from tests.unit.handlers.test_allocator_credentials import FakeBroker

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from serenity_allocator.application.allocator.outcomes import OutcomeBook
+from serenity_allocator.application.allocator.invocation import OutcomeBook
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.handlers.allocator_runtime import inbound_message
 

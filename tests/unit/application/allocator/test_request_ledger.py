@@ -17,7 +17,7 @@ from serenity_allocator.application.allocator.request_ledger import (
     record_transfer_intent,
     store_terminal,
 )
-from serenity_allocator.application.ledger_deadlines import LedgerDeadlines
+from serenity_allocator.application.deadlines import LedgerDeadlines
 from serenity_allocator.domain.errors import OutOfTimeError
 from serenity_allocator.domain.ledger import (
     LedgerConflictError,

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from serenity_allocator.application.allocator.outcomes import OutcomeBook
+from serenity_allocator.application.allocator.invocation import OutcomeBook
 from serenity_allocator.application.allocator.request_ledger import (
     FINAL_RECEIVE_UNFINISHED,
     Apply,
@@ -19,7 +19,7 @@ from serenity_allocator.application.allocator.request_ledger import (
     replay_invalid,
     store_terminal,
 )
-from serenity_allocator.application.ledger_deadlines import LedgerDeadlines
+from serenity_allocator.application.deadlines import LedgerDeadlines
 from serenity_allocator.domain.errors import OutOfTimeError
 from serenity_allocator.domain.ledger import (
     CallDeadline,
@@ -29,9 +29,8 @@ from serenity_allocator.domain.ledger import (
     LedgerUnavailableError,
     TransferIntent,
 )
-from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest
+from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, build_outcome
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.domain.outcomes import build_outcome
 from tests.fakes import FakeClock
 from tests.unit.application.allocator.ledger_fake import InMemoryRequestLedger, intent_entry
 

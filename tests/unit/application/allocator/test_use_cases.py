@@ -20,7 +20,7 @@ from serenity_allocator.application.allocator import (
     finish_batch,
     start_batch,
 )
-from serenity_allocator.application.allocator.attempt_observer import AttemptObserver
+from serenity_allocator.application.allocator.apply_ensure import AttemptObserver
 from serenity_allocator.application.allocator.final_receive import (
     Failure,
     failure_of,
@@ -30,6 +30,7 @@ from serenity_allocator.application.allocator.invocation import Invocation
 from serenity_allocator.application.deadlines import Deadlines
 from serenity_allocator.domain.errors import (
     AccessDeniedError,
+    CredentialNotOwnedError,
     NeedsReauthError,
     NoCredentialError,
     OutOfTimeError,
@@ -39,15 +40,17 @@ from serenity_allocator.domain.errors import (
 )
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from serenity_allocator.domain.model import DEFAULT_BLOCKS
-from serenity_allocator.domain.observations import HeadroomChecked, Rejected, TightPoolFallback
-from serenity_allocator.domain.parent_links import ParentMismatchError
-from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE
-from serenity_allocator.domain.worker_events import (
+from serenity_allocator.domain.observations import (
+    HeadroomChecked,
     MessageStarted,
     OutcomesNotPublished,
     RecordFailed,
+    Rejected,
+    TightPoolFallback,
     WorkerEvent,
 )
+from serenity_allocator.domain.parents import ParentMismatchError
+from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE
 from tests.fakes import FakeClock, InMemoryGateway, RecordingOutcomes, event_name
 
 MAX_RECEIVE_COUNT = 5
@@ -298,6 +301,33 @@ def test_failure_of_completes_on_an_answer_no_retry_fixes(status: int) -> None:
     assert failure.retry is False
     assert outcome is not None
     assert (outcome.status, outcome.error_code) == ("failed", f"upstream{status}")
+
+
+@pytest.mark.parametrize("final_receive", [False, True])
+def test_failure_of_refuses_a_request_whose_credential_is_another_childs(
+    final_receive: bool,
+) -> None:
+    # Given the credential record under the request's id is another child's
+    failure = failure_of(
+        ENSURE, CredentialNotOwnedError(), 2, ims=True, final_receive=final_receive
+    )
+
+    # Then it is refused now, like an id the ledger binds elsewhere: never dead-lettered
+    outcome = failure.outcome
+    assert (failure.refused, failure.retry, failure.invalid_reason) == (True, False, None)
+    assert outcome is not None
+    assert (outcome.status, outcome.error_code, outcome.receive_count) == (
+        "rejected",
+        "requestIdConflict",
+        2,
+    )
+    assert outcome.dead_lettered is None
+
+
+def test_failure_of_refuses_nothing_else() -> None:
+    # Given any other failure / Then it is not read as a refusal
+    for error in (NoCredentialError(), AccessDeniedError(), OutOfTimeError()):
+        assert failure_of(ENSURE, error, 1, ims=True, final_receive=True).refused is False
 
 
 @pytest.mark.parametrize(

@@ -27,10 +27,12 @@ from serenity_allocator.domain.errors import (
     OutOfTimeError,
     UpstreamError,
 )
-from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest
-from serenity_allocator.domain.observations import CredentialOutcome
-from serenity_allocator.domain.outcomes import build_outcome
-from serenity_allocator.domain.worker_events import CredentialNotScrubbed, WorkerEvent
+from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, build_outcome
+from serenity_allocator.domain.observations import (
+    CredentialNotScrubbed,
+    CredentialOutcome,
+    WorkerEvent,
+)
 from tests.fakes import FakeClock
 
 IMS_CALL_S = 5.0

@@ -27,9 +27,8 @@ from serenity_allocator.application.credentials.request_credentials import (
 )
 from serenity_allocator.application.deadlines import Deadlines
 from serenity_allocator.domain.errors import NoCredentialError
-from serenity_allocator.domain.messages import EnsureRequest
-from serenity_allocator.domain.outcomes import build_outcome
-from serenity_allocator.domain.worker_events import WorkerEvent
+from serenity_allocator.domain.messages import EnsureRequest, build_outcome
+from serenity_allocator.domain.observations import WorkerEvent
 from tests.fakes import FakeClock
 
 WAIT_S = 2.0

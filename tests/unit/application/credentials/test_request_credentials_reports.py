@@ -20,10 +20,8 @@ from serenity_allocator.domain.errors import (
     NoCredentialError,
     UpstreamError,
 )
-from serenity_allocator.domain.messages import AllocationOutcome
-from serenity_allocator.domain.observations import CredentialOutcome
-from serenity_allocator.domain.outcomes import build_outcome
-from serenity_allocator.domain.worker_events import CredentialNotScrubbed
+from serenity_allocator.domain.messages import AllocationOutcome, build_outcome
+from serenity_allocator.domain.observations import CredentialNotScrubbed, CredentialOutcome
 from tests.fakes import FakeClock, RecordingObserver
 from tests.unit.application.credentials.test_request_credentials import (
     FakeBroker,
