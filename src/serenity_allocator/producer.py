@@ -53,14 +53,14 @@ from its own module, so a producer that never mints never loads httpx)::
 
 from __future__ import annotations
 
-from .adapters.credential_handover import (
+from .adapters.dynamodb_credential_store import DynamoDbCredentialStore
+from .adapters.kms_token_cipher import KmsTokenCipher
+from .adapters.ledger_outcome_reader import OutcomeReader, OutcomeWaitTimeoutError
+from .adapters.request_authority import (
     CredentialHandover,
     CredentialHandoverError,
     UserCredential,
 )
-from .adapters.dynamodb_credential_store import DynamoDbCredentialStore
-from .adapters.kms_token_cipher import KmsTokenCipher
-from .adapters.ledger_outcome_reader import OutcomeReader, OutcomeWaitTimeoutError
 from .adapters.sqs_producer import (
     AllocationProducer,
     EnqueueError,

@@ -15,8 +15,8 @@ from typing import Literal
 
 from ..domain.model import Totals
 from ..domain.sweep.errors import SweepReleaseCredentialError
-from .credential_handover import UserCredential
 from .ims_client import ImsClient
+from .request_authority import UserCredential
 from .sqs_producer import AllocationProducer
 from .token_provider import TokenProvider
 

@@ -34,7 +34,7 @@ from pydantic_core import InitErrorDetails
 from ..domain.messages import EnsureRequest, ReleaseRequest
 from ..domain.model import Totals
 from .aws_clients import AWS_CALL_BUDGET_S, LazyClient, aws_error_code, sqs_client
-from .credential_handover import CredentialHandover, CredentialHandoverError, UserCredential
+from .request_authority import CredentialHandover, CredentialHandoverError, UserCredential
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -280,7 +280,7 @@ class AllocationProducer:
         call_budget_s: The longest one call may take, retries included (sizes the client's
             timeouts and attempts).
         credentials: Opt-in: where a request's user authority is handed over
-            (:class:`.credential_handover.CredentialHandover`). Without it, requests carry no
+            (:class:`.request_authority.CredentialHandover`). Without it, requests carry no
             credential (the worker's local static-token mode) and passing one is an error.
     """
 

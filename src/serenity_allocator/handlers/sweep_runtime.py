@@ -103,12 +103,12 @@ def build_operator_releases(
     settings: SweepSettings, holder: SessionTokenHolder
 ) -> SurplusReleaseQueue:
     """IMS mode: releases enqueued with the operator's authority (a record per release)."""
-    from ..adapters.credential_handover import CredentialHandover
     from ..adapters.dynamodb_credential_store import DynamoDbCredentialStore
     from ..adapters.ims_client import ImsClient, ImsClientPair
     from ..adapters.ims_pair_secret import read_ims_pair
     from ..adapters.kms_token_cipher import KmsTokenCipher
     from ..adapters.operator_release_queue import OperatorReleaseQueue, ReleasesWithoutCredentials
+    from ..adapters.request_authority import CredentialHandover
     from ..adapters.sqs_producer import AllocationProducer
 
     ims = settings.ims
