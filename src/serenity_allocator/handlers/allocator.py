@@ -16,9 +16,8 @@ from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, proce
 
 from ..adapters.observability import logger, metrics, pin_wire_loggers
 from ..application.allocator import finish_batch, handle_message
-from .allocator_runtime import AllocatorRuntime, build_runtime
+from .allocator_runtime import AllocatorRuntime, build_runtime, read_sqs_records
 from .settings import AllocatorSettings
-from .sqs_event_shape import read_sqs_records
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
