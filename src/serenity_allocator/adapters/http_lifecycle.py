@@ -1,8 +1,13 @@
-"""What the httpx-based adapters share: one TLS context, and closing only a client they built."""
+"""What the httpx-based adapters share: one TLS context, owned clients, ``Retry-After``.
+
+One TLS context for the process, closing only a client an adapter built, and reading the
+delay-seconds form of ``Retry-After`` (Semrush's 429 and IMS's answers both carry it).
+"""
 
 from __future__ import annotations
 
 import functools
+import math
 import ssl
 from types import TracebackType
 from typing import Self
@@ -50,3 +55,17 @@ class OwnedHttpClient:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(origin={self.origin!r})"
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """The delay-seconds form of ``Retry-After``; None for none, an HTTP-date or garbage."""
+    # An HTTP-date falls back to the backoff (no clock needed).
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    if not math.isfinite(seconds) or seconds < 0:
+        return None
+    return seconds

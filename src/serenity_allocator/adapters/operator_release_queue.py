@@ -17,8 +17,8 @@ from ..domain.model import Totals
 from ..domain.sweep.errors import SweepReleaseCredentialError
 from .ims_client import ImsClient
 from .request_authority import UserCredential
+from .semrush_client import TokenProvider
 from .sqs_producer import AllocationProducer
-from .token_provider import TokenProvider
 
 Source = Literal["service", "sweep", "reclaim"]
 

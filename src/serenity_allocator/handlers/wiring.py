@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from ..adapters.ims_client import ImsClient, ImsClientPair
-    from ..adapters.semrush_client import SemrushClient
-    from ..adapters.token_provider import TokenProvider
+    from ..adapters.semrush_client import SemrushClient, TokenProvider
     from .settings import ImsSettings, SemrushSettings
 
 
@@ -36,8 +35,7 @@ def build_semrush_client(
 
     In IMS mode the caller passes the holder of the current request's access token.
     """
-    from ..adapters.semrush_client import SemrushClient, SemrushClientConfig
-    from ..adapters.token_provider import StaticTokenProvider
+    from ..adapters.semrush_client import SemrushClient, SemrushClientConfig, StaticTokenProvider
 
     if tokens is None:
         if semrush.token is None:
