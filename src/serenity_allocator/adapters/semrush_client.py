@@ -38,12 +38,14 @@ from serenity_allocator.domain.errors import (
 from serenity_allocator.domain.model import AiResources, Totals, WorkspaceRecord
 from serenity_allocator.domain.transfer import CALL_BUDGET_S
 
-from .http_lifecycle import OwnedHttpClient, retry_after_s, tls_context
-from .secret_redaction import redact_secret
-from .semrush_limits import MAX_RETRIES
-from .semrush_origin import (
+from .http_edge import (
     API_PATH,
+    MAX_RETRIES,
     ConfigurationError,
+    OwnedHttpClient,
+    redact_secret,
+    retry_after_s,
+    tls_context,
     validate_base_url,
 )
 from .semrush_payloads import parse_ai_resources, transfer_body, workspace_record

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ssl
 
-from serenity_allocator.adapters.http_lifecycle import tls_context
+from serenity_allocator.adapters.http_edge import tls_context
 from serenity_allocator.adapters.ims_client import ImsClient
 from serenity_allocator.adapters.semrush_client import SemrushClient, StaticTokenProvider
 
