@@ -107,13 +107,13 @@ def build_operator_releases(
     from ..adapters.ims_client import ImsClient, ImsClientPair
     from ..adapters.ims_pair_secret import read_ims_pair
     from ..adapters.kms_token_cipher import KmsTokenCipher
-    from ..adapters.operator_release_queue import OperatorReleaseQueue, ReleasesWithoutCredentials
+    from ..adapters.operator_release_queue import OperatorHandover, OperatorReleaseQueue
     from ..adapters.request_authority import CredentialHandover
     from ..adapters.sqs_producer import AllocationProducer
 
     ims = settings.ims
     if ims is None or ims.credentials_table is None or not settings.releases_carry_credentials:
-        return ReleasesWithoutCredentials()
+        return OperatorReleaseQueue(None)
     if settings.emitter_secret_id is not None:
         emitter = read_ims_pair(settings.emitter_secret_id, "emitter", pair_name=ims.pair_name)
     else:
@@ -127,7 +127,7 @@ def build_operator_releases(
     )
     minter = ImsClient(ims.host, emitter=emitter)
     producer = AllocationProducer(settings.queue_url, credentials=CredentialHandover(store, minter))
-    return OperatorReleaseQueue(producer, holder, minter)
+    return OperatorReleaseQueue(OperatorHandover(producer, holder, minter))
 
 
 def build_sweep_credentials(ims: ImsSettings) -> SweepCredentials:
