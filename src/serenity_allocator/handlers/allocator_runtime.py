@@ -42,14 +42,7 @@ from ..domain.pool_watch import PoolWatch
 from ..domain.ports import Clock, Sleeper, WorkspaceGateway
 from ..domain.transfer import CALL_BUDGET_S, FAIL_FAST, SETTLE, TransferPolicy
 from .settings import AllocatorSettings, ImsSettings
-from .wiring import (
-    PairSource,
-    build_ims_consumer,
-    build_semrush_client,
-    consumer_pair_source,
-    limit_gateway_time,
-    renew_refused_pair,
-)
+from .wiring import build_ims_consumer, build_semrush_client, limit_gateway_time, ready_ims
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -89,8 +82,6 @@ class AllocatorRuntime:
     """Time reserved for one IMS exchange (the IMS client's per-request timeout), IMS mode."""
     credential_workers: Executor | None = None
     """IMS mode: the container's bounded pool that opens and ends sessions concurrently."""
-    ims_pair_source: PairSource | None = None
-    """IMS mode: reads the consumer pair again (its secret) after IMS refused it."""
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -180,14 +171,18 @@ class AllocatorRuntime:
             MetricsRecorder(settings.environment), pool_low_ratio=settings.pool_low_ratio
         )
         if self.ims is not None:
-            # A pair IMS refused last time is read again: a warm container never keeps a bad one.
-            renew_refused_pair(self.ims, self.ims_pair_source)
-            # The invocation's own deadline less one AWS call (the store of an exchange's
-            # rolled token, or an invalidation's scrub, comes after it), set before the
-            # sessions open as the batch is planned (a warm container's limit from the last
-            # invocation must not refuse them): an exchange starts only when a whole one still
-            # fits (Deadlines.fits_ims_exchange), so none is cut short, nor is its roll.
-            limit_gateway_time(self.ims, budget_s - self.aws_call_budget_s)
+            # A refused pair read again, then IMS bounded to the invocation's own deadline less
+            # one AWS call (the store of an exchange's rolled token, or an invalidation's scrub,
+            # comes after it), set before the sessions open as the batch is planned (a warm
+            # container's limit from the last invocation must not refuse them): an exchange
+            # starts only when a whole one still fits (Deadlines.fits_ims_exchange), so none is
+            # cut short, nor is its roll.
+            ready_ims(
+                self.ims,
+                settings.ims,
+                call_budget_s=self.aws_call_budget_s,
+                seconds=budget_s - self.aws_call_budget_s,
+            )
         invocation = start_batch(
             self.worker_config(),
             self.worker_ports(),
@@ -279,7 +274,6 @@ def _ims_runtime(
         ims=ims,
         ims_call_budget_s=ims.timeout_s,
         credential_workers=credential_workers(),
-        ims_pair_source=consumer_pair_source(ims_settings, call_budget_s=aws_budget_s),
     )
     return runtime
 

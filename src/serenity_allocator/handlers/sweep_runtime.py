@@ -33,14 +33,7 @@ from ..domain.credentials import TokenFreshness
 from ..domain.ports import Clock, Sleeper, WorkspaceGateway
 from ..domain.sweep.model import SweepItem
 from .settings import ImsSettings, SweepSettings
-from .wiring import (
-    PairSource,
-    build_ims_consumer,
-    build_semrush_client,
-    consumer_pair_source,
-    limit_gateway_time,
-    renew_refused_pair,
-)
+from .wiring import build_ims_consumer, build_semrush_client, limit_gateway_time, ready_ims
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -58,8 +51,6 @@ class SweepCredentials:
     holder: SessionTokenHolder
     ims: PromiseExchange
     cipher: RunTokenCipher
-    pair_source: PairSource | None = None
-    """Reads the consumer pair again (its secret) after IMS refused it."""
 
 
 @dataclass
@@ -141,7 +132,6 @@ def build_sweep_credentials(ims: ImsSettings) -> SweepCredentials:
         holder=SessionTokenHolder(),
         ims=consumer,
         cipher=KmsTokenCipher(ims.credentials_key_arn or ""),
-        pair_source=consumer_pair_source(ims, call_budget_s=AWS_CALL_BUDGET_S),
     )
 
 
@@ -185,8 +175,11 @@ def sweep_environment(
     observer = MetricsObserver(recorder)
     run_tokens = None
     if rt.credentials is not None:
-        renew_refused_pair(rt.credentials.ims, rt.credentials.pair_source)
-        limit_gateway_time(rt.credentials.ims, budget_s)
+        from ..adapters.aws_clients import AWS_CALL_BUDGET_S
+
+        ready_ims(
+            rt.credentials.ims, rt.settings.ims, call_budget_s=AWS_CALL_BUDGET_S, seconds=budget_s
+        )
         run_tokens = RunTokens(
             rt.store, rt.credentials.cipher, rt.credentials.ims, observer, _freshness(rt)
         )
