@@ -26,13 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from serenity_allocator.adapters.eventbridge_outcomes import OutcomePublisher
-from serenity_allocator.adapters.semrush_client import SemrushClient
+from serenity_allocator.adapters.semrush_client import SemrushClient, StaticTokenProvider
 from serenity_allocator.adapters.sqs_producer import (
     AllocationProducer,
     build_ensure,
     build_release,
 )
-from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_allocator.domain.allocation import required_totals
 from serenity_allocator.domain.errors import UpstreamError, is_pool_exhausted
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest, parse_request

@@ -18,9 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from serenity_allocator.adapters.s3_checkpoint_store import S3CheckpointStore
-from serenity_allocator.adapters.semrush_client import SemrushClient
+from serenity_allocator.adapters.semrush_client import SemrushClient, StaticTokenProvider
 from serenity_allocator.adapters.sqs_producer import AllocationProducer
-from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_allocator.domain.model import Totals
 from serenity_allocator.domain.sweep.model import StoredCheckpoint
 from serenity_allocator.handlers.settings import SweepSettings

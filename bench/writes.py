@@ -32,9 +32,12 @@ from typing import Any
 
 import httpx
 
-from serenity_allocator.adapters.semrush_client import SemrushClient, SemrushClientConfig
+from serenity_allocator.adapters.semrush_client import (
+    SemrushClient,
+    SemrushClientConfig,
+    StaticTokenProvider,
+)
 from serenity_allocator.adapters.sqs_producer import build_ensure
-from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_allocator.domain.allocation import EnsureAsk, EnsureRules, ensure_headroom
 from serenity_allocator.domain.errors import AllocationError, is_metered_quota
 from serenity_allocator.domain.model import Totals

@@ -53,14 +53,15 @@ from its own module, so a producer that never mints never loads httpx)::
 
 from __future__ import annotations
 
-from .adapters.credential_handover import (
+from . import write_guard
+from .adapters.dynamodb_credential_store import DynamoDbCredentialStore
+from .adapters.kms_token_cipher import KmsTokenCipher
+from .adapters.ledger_outcome_reader import OutcomeReader, OutcomeWaitTimeoutError
+from .adapters.request_authority import (
     CredentialHandover,
     CredentialHandoverError,
     UserCredential,
 )
-from .adapters.dynamodb_credential_store import DynamoDbCredentialStore
-from .adapters.kms_token_cipher import KmsTokenCipher
-from .adapters.ledger_outcome_reader import OutcomeReader, OutcomeWaitTimeoutError
 from .adapters.sqs_producer import (
     AllocationProducer,
     EnqueueError,
@@ -73,22 +74,7 @@ from .domain.errors import is_metered_quota
 from .domain.ledger import LedgerUnavailableError
 from .domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from .domain.model import Totals
-from .write_guard import (
-    EmfQuotaRetryRecorder,
-    GuardedWrite,
-    GuardPolicy,
-    OutcomeLookup,
-    QuotaRetryRecorder,
-    WriteAccessDeniedError,
-    WriteConfigurationError,
-    WriteDeadlineExceededError,
-    WriteGuard,
-    WriteNeedsReauthError,
-    WriteNoCredentialError,
-    WriteQuotaExhaustedError,
-    WriteRefusedError,
-    model_change_need,
-)
+from .write_guard import *  # noqa: F403 - the write guard's whole public surface, re-exported
 
 __all__ = [
     "AllocationOutcome",
@@ -96,32 +82,19 @@ __all__ = [
     "CredentialHandover",
     "CredentialHandoverError",
     "DynamoDbCredentialStore",
-    "EmfQuotaRetryRecorder",
     "EnqueueError",
     "EnsureOptions",
     "EnsureRequest",
-    "GuardPolicy",
-    "GuardedWrite",
     "KmsTokenCipher",
     "LedgerUnavailableError",
-    "OutcomeLookup",
     "OutcomeReader",
     "OutcomeWaitTimeoutError",
-    "QuotaRetryRecorder",
     "ReleaseOptions",
     "ReleaseRequest",
     "Totals",
     "UserCredential",
-    "WriteAccessDeniedError",
-    "WriteConfigurationError",
-    "WriteDeadlineExceededError",
-    "WriteGuard",
-    "WriteNeedsReauthError",
-    "WriteNoCredentialError",
-    "WriteQuotaExhaustedError",
-    "WriteRefusedError",
     "build_ensure",
     "build_release",
     "is_metered_quota",
-    "model_change_need",
 ]
+__all__ += write_guard.__all__

@@ -16,8 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from serenity_allocator.adapters.semrush_client import SemrushClient, SemrushClientConfig
-from serenity_allocator.adapters.token_provider import StaticTokenProvider
+from serenity_allocator.adapters.semrush_client import (
+    SemrushClient,
+    SemrushClientConfig,
+    StaticTokenProvider,
+)
 from serenity_allocator.domain.sweep.model import checkpoint_name
 from serenity_allocator.handlers.settings import SweepSettings
 from serenity_allocator.handlers.sweep import lambda_handler

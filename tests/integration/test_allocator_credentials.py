@@ -19,13 +19,16 @@ from typing import Any
 import httpx
 import pytest
 
-from serenity_allocator.adapters.credential_handover import CredentialHandover, UserCredential
 from serenity_allocator.adapters.dynamodb_request_ledger import DynamoDbRequestLedger
+from serenity_allocator.adapters.http_edge import redact_secret
 from serenity_allocator.adapters.ims_client import ExchangedTokens, ImsClient, ImsClientPair
 from serenity_allocator.adapters.ims_pair_secret import ImsPairSecretError
 from serenity_allocator.adapters.observability import logger
-from serenity_allocator.adapters.request_authority import RequestTokenHolder
-from serenity_allocator.adapters.secret_redaction import redact_secret
+from serenity_allocator.adapters.request_authority import (
+    CredentialHandover,
+    RequestTokenHolder,
+    UserCredential,
+)
 from serenity_allocator.adapters.semrush_client import SemrushClient
 from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
 from serenity_allocator.domain.errors import NeedsReauthError

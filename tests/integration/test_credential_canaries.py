@@ -25,12 +25,12 @@ from urllib.parse import quote, quote_plus
 import httpx
 import pytest
 
-from serenity_allocator.adapters.credential_handover import CredentialHandover, UserCredential
 from serenity_allocator.adapters.dynamodb_credential_store import (
     CredentialRecordNotOwnedError,
     CredentialRecordUnreadableError,
     CredentialStoreError,
 )
+from serenity_allocator.adapters.http_edge import redact_secret
 from serenity_allocator.adapters.ims_client import (
     ExchangedTokens,
     ImsClient,
@@ -40,8 +40,8 @@ from serenity_allocator.adapters.ims_client import (
 )
 from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher
 from serenity_allocator.adapters.observability import logger
+from serenity_allocator.adapters.request_authority import CredentialHandover, UserCredential
 from serenity_allocator.adapters.s3_checkpoint_store import S3CheckpointStore
-from serenity_allocator.adapters.secret_redaction import redact_secret
 from serenity_allocator.application.sweep.run_tokens import hand_over_run_token
 from serenity_allocator.domain.errors import (
     ImsUnavailableError,

@@ -17,9 +17,9 @@ import jsonschema
 import pytest
 from botocore.exceptions import ReadTimeoutError
 
-from serenity_allocator.adapters.credential_handover import CredentialHandover, UserCredential
+from serenity_allocator.adapters.http_edge import redact_secret
 from serenity_allocator.adapters.ims_client import ImsClient, ImsClientPair
-from serenity_allocator.adapters.secret_redaction import redact_secret
+from serenity_allocator.adapters.request_authority import CredentialHandover, UserCredential
 from serenity_allocator.domain.errors import NeedsReauthError
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest, parse_request
 from serenity_allocator.producer import AllocationProducer, EnqueueError

@@ -40,10 +40,15 @@ from serenity_allocator.domain.errors import (
     OutOfTimeError,
 )
 
-from .http_lifecycle import OwnedHttpClient, tls_context
-from .secret_redaction import redact_secret
-from .semrush_operations import retry_after_s
-from .semrush_origin import ConfigurationError, is_dns_name, is_loopback_origin
+from .http_edge import (
+    ConfigurationError,
+    OwnedHttpClient,
+    is_dns_name,
+    is_loopback_origin,
+    redact_secret,
+    retry_after_s,
+    tls_context,
+)
 
 TOKEN_PATH: Final = "/ims/token/v4"  # noqa: S105 - a route, not a password
 INVALIDATE_PATH: Final = "/ims/invalidate_token/v2"

@@ -16,8 +16,8 @@ import json
 from typing import TYPE_CHECKING, Final, Literal
 
 from .aws_clients import AWS_CALL_BUDGET_S
+from .http_edge import ConfigurationError
 from .ims_client import ImsClientPair
-from .semrush_origin import ConfigurationError
 
 if TYPE_CHECKING:
     from mypy_boto3_secretsmanager import SecretsManagerClient

@@ -7,6 +7,15 @@ and therefore idempotent, so it is retried like the reads; creating a child is n
 
 Nothing raised here holds the token or a full URL: errors name the operation and the status.
 The client does not log; callers log the typed errors it raises.
+
+In order: where the bearer token comes from (:class:`TokenProvider`: in IMS mode the current
+request's freshly exchanged access token, held by :mod:`.request_authority` (the worker) or the
+Sweep's :mod:`.session_token_holder`; :class:`StaticTokenProvider`, a fixed token, for the local
+simulator only); the operations the client sends and the table of what it may send again (the
+retry-safety rules in one place: which operation is idempotent (a transfer is an absolute set,
+so it is; creating a child is not), which answers and transport failures are retried, and how
+long a retry waits: ``Retry-After`` first, else an exponential backoff, each capped); the
+client.
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, Protocol
 from urllib.parse import quote
 
 import httpx
@@ -29,31 +38,17 @@ from serenity_allocator.domain.errors import (
 from serenity_allocator.domain.model import AiResources, Totals, WorkspaceRecord
 from serenity_allocator.domain.transfer import CALL_BUDGET_S
 
-from .http_lifecycle import OwnedHttpClient, tls_context
-from .secret_redaction import redact_secret
-from .semrush_limits import MAX_RETRIES
-from .semrush_operations import (
-    CREATE_CHILD,
-    LIST_FAMILY,
-    MAX_BACKOFF_S,
-    MAX_RETRY_AFTER_S,
-    READ_RESOURCES,
-    READ_STATUS,
-    TRANSFER,
-    Operation,
-    backoff_delay,
-    is_resendable,
-    is_retryable_status,
-    retry_after_s,
-    retry_delay,
-)
-from .semrush_origin import (
+from .http_edge import (
     API_PATH,
+    MAX_RETRIES,
     ConfigurationError,
+    OwnedHttpClient,
+    redact_secret,
+    retry_after_s,
+    tls_context,
     validate_base_url,
 )
 from .semrush_payloads import parse_ai_resources, transfer_body, workspace_record
-from .token_provider import TokenProvider
 
 __all__ = [
     "API_PATH",
@@ -63,6 +58,115 @@ __all__ = [
     "SemrushClient",
     "SemrushClientConfig",
 ]
+
+
+# -- the bearer token -------------------------------------------------------------------------
+
+
+class TokenProvider(Protocol):
+    """Supplies the bearer token for the Semrush User Manager API."""
+
+    def get_token(self, *, refresh: bool = False) -> str:
+        """Return the current token; ``refresh=True`` bypasses any cache (after a 401)."""
+        ...
+
+
+class TokenProviderError(RuntimeError):
+    """The token could not be obtained; the message never holds the token or secret content."""
+
+
+class StaticTokenProvider:
+    """A fixed token (local runs against the simulator, tests).
+
+    Args:
+        token: The bearer token; must be non-blank.
+    """
+
+    def __init__(self, token: str) -> None:
+        if not token.strip():
+            raise TokenProviderError("the Semrush token is blank")
+        self._token = token
+
+    def get_token(self, *, refresh: bool = False) -> str:
+        """Return the fixed token; a refresh has nothing newer to fetch."""
+        return self._token
+
+    def __repr__(self) -> str:
+        # The default dataclass-like repr would print the token into any debug output.
+        return "StaticTokenProvider(token=***)"
+
+
+# -- the operations and what may be sent again -----------------------------------------------
+
+MAX_RETRY_AFTER_S: Final = 10.0
+"""Ceiling on an honoured ``Retry-After``: a worker's time budget is seconds, not minutes."""
+
+MAX_BACKOFF_S: Final = 8.0
+"""Ceiling on one exponential backoff sleep."""
+
+RETRY_AFTER_STATUSES: Final = frozenset({429, 503})
+# Transport failures that prove the request never reached the server: safe to retry even for a
+# non-idempotent call. A read timeout or a dropped connection may come after the server acted.
+NOT_SENT_ERRORS: Final = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One User Manager route and whether sending it twice is harmless."""
+
+    name: str
+    method: str
+    route: str
+    """Path under the API base with ``{id}`` for the (quoted) workspace id."""
+    idempotent: bool
+
+
+# On a master id this is the org pool. Never ``/v1/workspaces/{id}/parent/resources``: that
+# answers the workspace's OWN allocation, not the pool (the doc's read-side facts; pinned by
+# tests/unit/adapters/test_settle_and_pool_reads.py).
+READ_RESOURCES: Final = Operation(
+    "read_resources", "GET", "/v1/workspaces/{id}/resources", idempotent=True
+)
+# An absolute set: sending the same totals twice moves nothing, so retrying is harmless.
+TRANSFER: Final = Operation(
+    "transfer", "POST", "/v2/workspaces/{id}/resources/transfer", idempotent=True
+)
+READ_STATUS: Final = Operation("read_status", "GET", "/v1/workspaces/{id}/status", idempotent=True)
+LIST_FAMILY: Final = Operation("list_family", "GET", "/v1/workspaces/{id}/family", idempotent=True)
+# A second POST after an unanswered first one could create a second child.
+CREATE_CHILD: Final = Operation(
+    "create_child", "POST", "/v2/workspaces/{id}/child", idempotent=False
+)
+
+
+def is_retryable_status(op: Operation, status: int) -> bool:
+    """True when an answer with ``status`` may be sent again for ``op``."""
+    if status == 429:
+        # The rate limiter refused the request before it was handled: safe even to create.
+        return True
+    return op.idempotent and 500 <= status <= 599
+
+
+def is_resendable(op: Operation, exc: httpx.TransportError) -> bool:
+    """True when a transport failure may be sent again: idempotent, or provably never sent."""
+    return op.idempotent or isinstance(exc, NOT_SENT_ERRORS)
+
+
+def backoff_delay(base_s: float, retry: int) -> float:
+    """The exponential backoff before retry number ``retry`` (0 first), capped."""
+    return float(min(base_s * 2**retry, MAX_BACKOFF_S))
+
+
+def retry_delay(status: int, retry_after: str | None, base_s: float, retry: int) -> float:
+    """The pause before retrying an answer: ``Retry-After`` (capped) on 429/503, else backoff."""
+    if status in RETRY_AFTER_STATUSES:
+        seconds = retry_after_s(retry_after)
+        if seconds is not None:
+            return min(seconds, MAX_RETRY_AFTER_S)
+    return backoff_delay(base_s, retry)
+
+
+# -- the client ------------------------------------------------------------------------------
 
 
 def _ai_body(totals: Totals) -> dict[str, Any]:
@@ -104,7 +208,7 @@ class SemrushClient(OwnedHttpClient):
     :data:`MAX_RETRY_AFTER_S`), else ``backoff_s * 2**n`` (capped at :data:`MAX_BACKOFF_S`).
     ``create_child`` is retried only when the request provably never took effect (429, or a
     failure to connect). A 401 refreshes the token once and retries once, outside that budget.
-    Which operation and which failure may be sent again: :mod:`.semrush_operations`.
+    Which operation and which failure may be sent again: :mod:`.semrush_client`.
 
     Time: without a deadline one call can take ``(max_retries + 1) x timeout_s`` plus a
     ``Retry-After`` of up to 10 s per retry (65 s with the defaults, 15 s more after a 401), so

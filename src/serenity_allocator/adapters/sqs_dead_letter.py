@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import BotoCoreError, ClientError
 
 from .aws_clients import AWS_CALL_BUDGET_S, LazyClient, sqs_client
-from .sqs_limits import is_sqs_text, is_valid_fifo_id, to_sqs_text
+from .sqs_producer import is_sqs_text, is_valid_fifo_id, to_sqs_text
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

@@ -6,6 +6,14 @@ the request's ``workspace_id`` (one child, one group, the serialization the work
 and MessageDeduplicationId is its ``request_id`` (so a retried send within SQS's five-minute
 deduplication window is harmless).
 
+In order: what Amazon SQS accepts in ids, bodies and attributes (checked before a send: SQS
+refuses a whole ``SendMessage`` over one bad character, so a caller gets a clear error naming
+the field, or the dead-letter sender picks a safe encoding; sources: the SQS API reference for
+``SendMessage`` and ``SendMessageBatch``); the requests, built and validated before anything
+is sent (:func:`build_ensure` with :class:`EnsureOptions`, :func:`build_release` with
+:class:`ReleaseOptions`: every sender, the producer, the write guard and the tools, passes the
+request they return); the producer that sends them.
+
 The SQS client is built on first use with bounded timeouts and retries (:mod:`.aws_clients`);
 the endpoint follows boto3's configuration (``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_SQS``,
 boto3 >= 1.28), so the same code talks to a local moto server.
@@ -14,24 +22,19 @@ boto3 >= 1.28), so the same code talks to a local moto server.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final, Unpack
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, TypedDict, Unpack
 
 from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import ValidationError
+from pydantic_core import InitErrorDetails
 
 from ..domain.messages import EnsureRequest, ReleaseRequest
+from ..domain.model import Totals
 from .aws_clients import AWS_CALL_BUDGET_S, LazyClient, aws_error_code, sqs_client
-from .credential_handover import CredentialHandover, CredentialHandoverError, UserCredential
-from .sqs_limits import MAX_BATCH_ENTRIES
-from .sqs_requests import (
-    AllocationRequestModel,
-    EnsureOptions,
-    ReleaseOptions,
-    TotalsInput,
-    build_ensure,
-    build_release,
-    check_fifo_ids,
-)
+from .request_authority import CredentialHandover, CredentialHandoverError, UserCredential
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -49,6 +52,204 @@ __all__ = [
     "build_ensure",
     "build_release",
 ]
+
+# -- what SQS accepts ------------------------------------------------------------------------
+
+MAX_BATCH_ENTRIES = 10
+"""SendMessageBatch and PutEvents both take at most 10 entries per call."""
+
+MAX_FIFO_ID_LENGTH = 128
+
+# Group and deduplication ids: alphanumerics and ASCII punctuation, 1..128 characters.
+_FIFO_ID = re.compile(r"[A-Za-z0-9!-/:-@\[-`{-~]{1,128}")
+FIFO_ID_PATTERN = _FIFO_ID.pattern
+
+# Message bodies and String attribute values: XML 1.0 characters only.
+_NOT_SQS_TEXT = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def is_valid_fifo_id(value: str) -> bool:
+    """True when ``value`` is usable as a MessageGroupId or MessageDeduplicationId."""
+    return _FIFO_ID.fullmatch(value) is not None
+
+
+def is_sqs_text(value: str) -> bool:
+    """True when every character of ``value`` is one SQS accepts in a body or String attribute."""
+    return _NOT_SQS_TEXT.search(value) is None
+
+
+def to_sqs_text(value: str, replacement: str = "?") -> str:
+    """``value`` with every character SQS refuses replaced (for diagnostics, never bodies)."""
+    return _NOT_SQS_TEXT.sub(replacement, value)
+
+
+# -- the requests ----------------------------------------------------------------------------
+
+AllocationRequestModel = EnsureRequest | ReleaseRequest
+TotalsInput = Totals | Mapping[str, int]
+
+
+class EnsureOptions(TypedDict, total=False):
+    """An ensure's optional parts, by name, spelled out here only.
+
+    They are the keywords of :func:`build_ensure` and of
+    :meth:`AllocationProducer.enqueue_ensure`.
+    """
+
+    include_drafted: bool
+    """Count drafted units as used when sizing the top-up (default True, as the contract
+    says: the schema, the worker's model and the Node client). The write gate meters prompts
+    on used + drafted + batch; pass False only for a dimension without drafts."""
+    ceiling: TotalsInput | None
+    """A per-brand cap on the child's totals; a dimension left out is not enforced."""
+    org_id: str | None
+    """A label carried into logs and outcomes."""
+    brand_id: str | None
+    """A label carried into logs and outcomes."""
+    request_id: str | None
+    """The idempotency key (the message's deduplication id); a new UUID4 when absent."""
+
+
+def build_ensure(
+    workspace_id: str,
+    parent_workspace_id: str,
+    need: TotalsInput | None = None,
+    **options: Unpack[EnsureOptions],
+) -> EnsureRequest:
+    """Build and validate an ensure request (every sender's, the producer's included).
+
+    Args:
+        workspace_id: The child workspace that will write.
+        parent_workspace_id: Its master workspace (the org pool).
+        need: Units the write will consume (absent: zero, i.e. just the block headroom).
+        **options: The optional parts (:class:`EnsureOptions`).
+
+    The result is what :meth:`AllocationProducer.enqueue` and the write guard's port take.
+
+    Raises:
+        TypeError: An option that is not one of :class:`EnsureOptions` (named).
+        pydantic.ValidationError: An argument breaks the message contract (names the field).
+    """
+    _refuse_unknown(options, EnsureOptions.__optional_keys__, "build_ensure")
+    fields: dict[str, Any] = {
+        "kind": "ensure",
+        "request_id": _request_id(options.get("request_id")),
+        "workspace_id": workspace_id,
+        "parent_workspace_id": parent_workspace_id,
+        "include_drafted": options.get("include_drafted", True),
+        "ceiling": _totals_input(options.get("ceiling")),
+        "org_id": options.get("org_id"),
+        "brand_id": options.get("brand_id"),
+    }
+    if need is not None:
+        fields["need"] = _totals_input(need)
+    request = EnsureRequest.model_validate(fields)
+    check_fifo_ids(request)
+    if request.parent_workspace_id == request.workspace_id:
+        # The worker would refuse it (an ``invalid`` outcome); refuse before sending instead.
+        raise ValidationError.from_exception_data(
+            "EnsureRequest",
+            [
+                {
+                    "type": "value_error",
+                    "loc": ("parent_workspace_id",),
+                    "input": parent_workspace_id,
+                    "ctx": {"error": "must differ from workspace_id"},
+                }
+            ],
+        )
+    return request
+
+
+class ReleaseOptions(TypedDict, total=False):
+    """A release's optional parts, by name, spelled out here only.
+
+    They are the keywords of :func:`build_release` and of
+    :meth:`AllocationProducer.enqueue_release`.
+    """
+
+    floor: TotalsInput | None
+    """The lowest totals to keep (absent: one block per dimension)."""
+    source: str
+    """``"service"`` (the default) or ``"sweep"``."""
+    run_id: str | None
+    """The sweep run that asked (sweep only)."""
+    org_id: str | None
+    """A label carried into logs and outcomes."""
+    brand_id: str | None
+    """A label carried into logs and outcomes."""
+    request_id: str | None
+    """The idempotency key (the message's deduplication id); a new UUID4 when absent."""
+
+
+def build_release(workspace_id: str, **options: Unpack[ReleaseOptions]) -> ReleaseRequest:
+    """Build and validate a release request (see :meth:`AllocationProducer.enqueue_release`).
+
+    Args:
+        workspace_id: The child workspace to lower.
+        **options: The optional parts (:class:`ReleaseOptions`).
+
+    Raises:
+        TypeError: An option that is not one of :class:`ReleaseOptions` (named).
+        pydantic.ValidationError: An argument breaks the message contract (names the field).
+    """
+    _refuse_unknown(options, ReleaseOptions.__optional_keys__, "build_release")
+    request = ReleaseRequest.model_validate(
+        {
+            "kind": "release",
+            "request_id": _request_id(options.get("request_id")),
+            "workspace_id": workspace_id,
+            "floor": _totals_input(options.get("floor")),
+            "source": options.get("source", "service"),
+            "run_id": options.get("run_id"),
+            "org_id": options.get("org_id"),
+            "brand_id": options.get("brand_id"),
+        }
+    )
+    check_fifo_ids(request)
+    return request
+
+
+def _refuse_unknown(options: Mapping[str, object], known: frozenset[str], builder: str) -> None:
+    # Unpack[...] is checked by type checkers only; a caller without one must hear it too.
+    for name in options:
+        if name not in known:
+            raise TypeError(f"{builder}() got an unexpected keyword argument {name!r}")
+
+
+def _request_id(request_id: str | None) -> str:
+    return str(uuid.uuid4()) if request_id is None else request_id
+
+
+def _totals_input(value: TotalsInput | None) -> dict[str, Any] | None:
+    # The wire models are strict (no coercion), so a plain Totals is handed over as its fields.
+    if value is None:
+        return None
+    if isinstance(value, Totals):
+        return value.as_dict()
+    return dict(value)
+
+
+def check_fifo_ids(request: AllocationRequestModel) -> None:
+    """Refuse ids SQS would reject as group or deduplication ids, naming the field."""
+    errors: list[InitErrorDetails] = [
+        {
+            "type": "string_pattern_mismatch",
+            "loc": (field,),
+            "input": value,
+            "ctx": {"pattern": FIFO_ID_PATTERN},
+        }
+        for field, value in (
+            ("workspace_id", request.workspace_id),
+            ("request_id", request.request_id),
+        )
+        if not is_valid_fifo_id(value)
+    ]
+    if errors:
+        raise ValidationError.from_exception_data(type(request).__name__, errors)
+
+
+# -- the producer ----------------------------------------------------------------------------
 
 
 class EnqueueError(RuntimeError):
@@ -79,7 +280,7 @@ class AllocationProducer:
         call_budget_s: The longest one call may take, retries included (sizes the client's
             timeouts and attempts).
         credentials: Opt-in: where a request's user authority is handed over
-            (:class:`.credential_handover.CredentialHandover`). Without it, requests carry no
+            (:class:`.request_authority.CredentialHandover`). Without it, requests carry no
             credential (the worker's local static-token mode) and passing one is an error.
     """
 

@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..adapters.telemetry import lambda_entry, logger, pin_wire_loggers
-from .sqs_event_shape import read_sqs_records
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor
@@ -70,6 +69,7 @@ def lambda_handler(
     from aws_lambda_powertools.utilities.batch import process_partial_response
 
     from ..application.allocator import finish_batch, handle_message
+    from .allocator_runtime import read_sqs_records
 
     batch_processor = get_processor()
     shape = read_sqs_records(event)

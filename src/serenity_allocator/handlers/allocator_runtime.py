@@ -3,6 +3,14 @@
 This is wiring: settings into the use cases' :class:`WorkerConfig`, adapters into their
 :class:`WorkerPorts`, the Lambda event's records into :class:`InboundMessage` values and the
 Lambda context's remaining time into the invocation's deadline.
+
+The SQS event's shape is checked here too, at the edge, so a hand-made event cannot crash a
+batch (:func:`read_sqs_records`). A real event source mapping always sends ``{"Records": [...]}``
+with a unique ``messageId`` per record; a hand-made one (a test invoke, an operator's replay)
+may not. What cannot be a record (no ``messageId``, not an object, a second copy of an id) can
+be neither processed nor reported, so it is left out with one clear problem each; everything
+else goes on, and a record whose envelope is malformed becomes an invalid message (to the DLQ
+with the field named).
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..adapters.aws_clients import AWS_CALL_BUDGET_S
 from ..adapters.observability import MetricsObserver, MetricsRecorder, logger
@@ -33,14 +41,7 @@ from ..domain.pool_watch import PoolWatch
 from ..domain.ports import Clock, Sleeper, WorkspaceGateway
 from ..domain.transfer import CALL_BUDGET_S, FAIL_FAST, SETTLE, TransferPolicy
 from .settings import AllocatorSettings, ImsSettings
-from .wiring import (
-    PairSource,
-    build_ims_consumer,
-    build_semrush_client,
-    consumer_pair_source,
-    limit_gateway_time,
-    renew_refused_pair,
-)
+from .wiring import build_ims_consumer, build_semrush_client, limit_gateway_time, ready_ims
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -80,8 +81,6 @@ class AllocatorRuntime:
     """Time reserved for one IMS exchange (the IMS client's per-request timeout), IMS mode."""
     credential_workers: Executor | None = None
     """IMS mode: the container's bounded pool that opens and ends sessions concurrently."""
-    ims_pair_source: PairSource | None = None
-    """IMS mode: reads the consumer pair again (its secret) after IMS refused it."""
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -171,14 +170,18 @@ class AllocatorRuntime:
             MetricsRecorder(settings.environment), pool_low_ratio=settings.pool_low_ratio
         )
         if self.ims is not None:
-            # A pair IMS refused last time is read again: a warm container never keeps a bad one.
-            renew_refused_pair(self.ims, self.ims_pair_source)
-            # The invocation's own deadline less one AWS call (the store of an exchange's
-            # rolled token, or an invalidation's scrub, comes after it), set before the
-            # sessions open as the batch is planned (a warm container's limit from the last
-            # invocation must not refuse them): an exchange starts only when a whole one still
-            # fits (Deadlines.fits_ims_exchange), so none is cut short, nor is its roll.
-            limit_gateway_time(self.ims, budget_s - self.aws_call_budget_s)
+            # A refused pair read again, then IMS bounded to the invocation's own deadline less
+            # one AWS call (the store of an exchange's rolled token, or an invalidation's scrub,
+            # comes after it), set before the sessions open as the batch is planned (a warm
+            # container's limit from the last invocation must not refuse them): an exchange
+            # starts only when a whole one still fits (Deadlines.fits_ims_exchange), so none is
+            # cut short, nor is its roll.
+            ready_ims(
+                self.ims,
+                settings.ims,
+                call_budget_s=self.aws_call_budget_s,
+                seconds=budget_s - self.aws_call_budget_s,
+            )
         invocation = start_batch(
             self.worker_config(),
             self.worker_ports(),
@@ -270,7 +273,6 @@ def _ims_runtime(
         ims=ims,
         ims_call_budget_s=ims.timeout_s,
         credential_workers=credential_workers(),
-        ims_pair_source=consumer_pair_source(ims_settings, call_budget_s=aws_budget_s),
     )
     return runtime
 
@@ -337,3 +339,46 @@ def _number(value: object) -> float | None:
         return float(str(value)) if value else None
     except ValueError:
         return None
+
+
+# -- the SQS event's shape -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SqsEventRecords:
+    """The records to process, and the problems found in the event (one line each)."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def read_sqs_records(event: object) -> SqsEventRecords:
+    """Split ``event`` into processable records and problems; never raises."""
+    if not isinstance(event, Mapping):
+        return SqsEventRecords(problems=["event: not an object"])
+    raw = event.get("Records")
+    if not isinstance(raw, Sequence) or isinstance(raw, str | bytes):
+        return SqsEventRecords(problems=["Records: missing or not a list"])
+    result = SqsEventRecords()
+    seen: set[str] = set()
+    for index, record in enumerate(raw):
+        problem = _record_problem(record, seen)
+        if problem is not None:
+            result.problems.append(f"Records[{index}]: {problem}")
+            continue
+        seen.add(record["messageId"])
+        result.records.append(dict(record))
+    return result
+
+
+def _record_problem(record: object, seen: set[str]) -> str | None:
+    if not isinstance(record, Mapping):
+        return "not an object"
+    message_id = record.get("messageId")
+    if not isinstance(message_id, str) or not message_id:
+        return "messageId: missing or not a string"
+    if message_id in seen:
+        return "messageId: repeats an earlier record (that copy is processed)"
+    if "attributes" in record and not isinstance(record["attributes"], Mapping):
+        return "attributes: not an object"
+    return None

@@ -21,8 +21,7 @@ from pydantic import (
 )
 
 from ..adapters.aws_clients import AWS_CALL_BUDGET_S
-from ..adapters.semrush_limits import MAX_RETRIES
-from ..adapters.semrush_origin import is_loopback_origin, validate_base_url
+from ..adapters.http_edge import MAX_RETRIES, is_loopback_origin, validate_base_url
 from ..domain.messages import describe_validation_error
 from ..domain.model import Blocks
 from ..domain.sizing import Ceiling, parse_ceiling_value

@@ -33,14 +33,7 @@ from ..domain.credentials import TokenFreshness
 from ..domain.ports import Clock, Sleeper, WorkspaceGateway
 from ..domain.sweep.model import SweepItem
 from .settings import ImsSettings, SweepSettings
-from .wiring import (
-    PairSource,
-    build_ims_consumer,
-    build_semrush_client,
-    consumer_pair_source,
-    limit_gateway_time,
-    renew_refused_pair,
-)
+from .wiring import build_ims_consumer, build_semrush_client, limit_gateway_time, ready_ims
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -58,8 +51,6 @@ class SweepCredentials:
     holder: SessionTokenHolder
     ims: PromiseExchange
     cipher: RunTokenCipher
-    pair_source: PairSource | None = None
-    """Reads the consumer pair again (its secret) after IMS refused it."""
 
 
 @dataclass
@@ -103,17 +94,17 @@ def build_operator_releases(
     settings: SweepSettings, holder: SessionTokenHolder
 ) -> SurplusReleaseQueue:
     """IMS mode: releases enqueued with the operator's authority (a record per release)."""
-    from ..adapters.credential_handover import CredentialHandover
     from ..adapters.dynamodb_credential_store import DynamoDbCredentialStore
     from ..adapters.ims_client import ImsClient, ImsClientPair
     from ..adapters.ims_pair_secret import read_ims_pair
     from ..adapters.kms_token_cipher import KmsTokenCipher
-    from ..adapters.operator_release_queue import OperatorReleaseQueue, ReleasesWithoutCredentials
+    from ..adapters.operator_release_queue import OperatorHandover, OperatorReleaseQueue
+    from ..adapters.request_authority import CredentialHandover
     from ..adapters.sqs_producer import AllocationProducer
 
     ims = settings.ims
     if ims is None or ims.credentials_table is None or not settings.releases_carry_credentials:
-        return ReleasesWithoutCredentials()
+        return OperatorReleaseQueue(None)
     if settings.emitter_secret_id is not None:
         emitter = read_ims_pair(settings.emitter_secret_id, "emitter", pair_name=ims.pair_name)
     else:
@@ -127,7 +118,7 @@ def build_operator_releases(
     )
     minter = ImsClient(ims.host, emitter=emitter)
     producer = AllocationProducer(settings.queue_url, credentials=CredentialHandover(store, minter))
-    return OperatorReleaseQueue(producer, holder, minter)
+    return OperatorReleaseQueue(OperatorHandover(producer, holder, minter))
 
 
 def build_sweep_credentials(ims: ImsSettings) -> SweepCredentials:
@@ -141,7 +132,6 @@ def build_sweep_credentials(ims: ImsSettings) -> SweepCredentials:
         holder=SessionTokenHolder(),
         ims=consumer,
         cipher=KmsTokenCipher(ims.credentials_key_arn or ""),
-        pair_source=consumer_pair_source(ims, call_budget_s=AWS_CALL_BUDGET_S),
     )
 
 
@@ -185,8 +175,11 @@ def sweep_environment(
     observer = MetricsObserver(recorder)
     run_tokens = None
     if rt.credentials is not None:
-        renew_refused_pair(rt.credentials.ims, rt.credentials.pair_source)
-        limit_gateway_time(rt.credentials.ims, budget_s)
+        from ..adapters.aws_clients import AWS_CALL_BUDGET_S
+
+        ready_ims(
+            rt.credentials.ims, rt.settings.ims, call_budget_s=AWS_CALL_BUDGET_S, seconds=budget_s
+        )
         run_tokens = RunTokens(
             rt.store, rt.credentials.cipher, rt.credentials.ims, observer, _freshness(rt)
         )

@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from ..adapters.ims_client import ImsClient, ImsClientPair
-    from ..adapters.semrush_client import SemrushClient
-    from ..adapters.token_provider import TokenProvider
+    from ..adapters.semrush_client import SemrushClient, TokenProvider
     from .settings import ImsSettings, SemrushSettings
 
 
@@ -36,8 +35,7 @@ def build_semrush_client(
 
     In IMS mode the caller passes the holder of the current request's access token.
     """
-    from ..adapters.semrush_client import SemrushClient, SemrushClientConfig
-    from ..adapters.token_provider import StaticTokenProvider
+    from ..adapters.semrush_client import SemrushClient, SemrushClientConfig, StaticTokenProvider
 
     if tokens is None:
         if semrush.token is None:
@@ -116,3 +114,19 @@ def renew_refused_pair(ims: object, source: PairSource | None) -> bool:
         return False
     logger.info("IMS consumer pair read again after IMS refused it")
     return True
+
+
+def ready_ims(
+    ims: object, settings: ImsSettings | None, *, call_budget_s: float, seconds: float
+) -> None:
+    """Ready IMS for an invocation: a pair it refused is read again, then its calls are bounded.
+
+    A pair IMS refused last time is read again from its secret (:func:`renew_refused_pair`: a
+    warm container never keeps a bad one), each read bounded by ``call_budget_s``; then every
+    later IMS call (retries and pauses included) is bounded to ``seconds`` from now.
+    """
+    source = (
+        None if settings is None else consumer_pair_source(settings, call_budget_s=call_budget_s)
+    )
+    renew_refused_pair(ims, source)
+    limit_gateway_time(ims, seconds)

@@ -12,7 +12,7 @@ its own three (``accessDenied``, ``needsReauth``, ``noCredential``), and a fault
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 
 class HttpAnswer(Protocol):
@@ -47,6 +47,11 @@ class GuardedWrite:
     (returned as is)."""
 
 
+REFUSALS: dict[str, type[WriteRefusedError]] = {}
+"""The refusal raised for each refusing answer of the contract table (tested equal to it): each
+refusal below enters it as it is declared, with its ``code``."""
+
+
 class WriteRefusedError(Exception):
     """A guarded write that finally did not land; catch this to handle both refusals.
 
@@ -65,6 +70,13 @@ class WriteRefusedError(Exception):
     code: ClassVar[str] = "refused"
     _summary: ClassVar[str] = "metered write refused"
 
+    def __init_subclass__(cls, *, code: str, summary: str, **kwargs: Any) -> None:
+        # One declaration per refusal: its answer, its message, and its place in REFUSALS.
+        super().__init_subclass__(**kwargs)
+        cls.code = code
+        cls._summary = summary
+        REFUSALS[code] = cls
+
     def __init__(
         self,
         answer: HttpAnswer | None,
@@ -82,18 +94,19 @@ class WriteRefusedError(Exception):
         self.rollback_error: Exception | None = None
 
 
-class WriteQuotaExhaustedError(WriteRefusedError):
+class WriteQuotaExhaustedError(
+    WriteRefusedError, code="quotaExceeded", summary="metered write refused for quota"
+):
     """Refused for quota; the customer answer is 409 "allocation exceeded".
 
     The ensure's outcome refused (the pool or the ceiling), or it was applied and the gate
     still refused after the lag, or (without an outcome lookup) the retries ran out.
     """
 
-    code: ClassVar[str] = "quotaExceeded"
-    _summary: ClassVar[str] = "metered write refused for quota"
 
-
-class WriteDeadlineExceededError(WriteRefusedError):
+class WriteDeadlineExceededError(
+    WriteRefusedError, code="deadlineExceeded", summary="metered write out of time"
+):
     """Out of time: the request's deadline ran out before the write could land.
 
     "Too slow", never "no room": the customer answer is "try again" (e.g. 503 with
@@ -101,47 +114,34 @@ class WriteDeadlineExceededError(WriteRefusedError):
     transient failure (``reason`` its code: ``imsUnavailable``, ``upstream500``, ...).
     """
 
-    code: ClassVar[str] = "deadlineExceeded"
-    _summary: ClassVar[str] = "metered write out of time"
 
-
-class WriteAccessDeniedError(WriteRefusedError):
+class WriteAccessDeniedError(
+    WriteRefusedError,
+    code="accessDenied",
+    summary="metered write refused: the user cannot reach this workspace",
+):
     """The ensure's user cannot reach this workspace: a permission answer (403), not quota."""
 
-    code: ClassVar[str] = "accessDenied"
-    _summary: ClassVar[str] = "metered write refused: the user cannot reach this workspace"
 
-
-class WriteNeedsReauthError(WriteRefusedError):
+class WriteNeedsReauthError(
+    WriteRefusedError,
+    code="needsReauth",
+    summary="metered write refused: the user must sign in again",
+):
     """IMS refused the user's promise: the user signs in again (401), then the service retries."""
 
-    code: ClassVar[str] = "needsReauth"
-    _summary: ClassVar[str] = "metered write refused: the user must sign in again"
 
-
-class WriteNoCredentialError(WriteRefusedError):
+class WriteNoCredentialError(
+    WriteRefusedError,
+    code="noCredential",
+    summary="metered write refused: no usable user authorization",
+):
     """The ensure carried no usable user authority: hand it over again (401)."""
 
-    code: ClassVar[str] = "noCredential"
-    _summary: ClassVar[str] = "metered write refused: no usable user authorization"
 
-
-class WriteConfigurationError(WriteRefusedError):
+class WriteConfigurationError(
+    WriteRefusedError,
+    code="configurationFault",
+    summary="metered write refused: the allocator refused the request as sent",
+):
     """A fault of ours (wrong parent, reused request id, invalid message): 500, page the owner."""
-
-    code: ClassVar[str] = "configurationFault"
-    _summary: ClassVar[str] = "metered write refused: the allocator refused the request as sent"
-
-
-REFUSALS: dict[str, type[WriteRefusedError]] = {
-    error.code: error
-    for error in (
-        WriteQuotaExhaustedError,
-        WriteDeadlineExceededError,
-        WriteAccessDeniedError,
-        WriteNeedsReauthError,
-        WriteNoCredentialError,
-        WriteConfigurationError,
-    )
-}
-"""The refusal raised for each refusing answer of the contract table (tested equal to it)."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from serenity_allocator.adapters.secret_redaction import redact_secret
+from serenity_allocator.adapters.http_edge import redact_secret
 from serenity_tools.operator import sweep_cli
 from serenity_tools.operator.sweep_credentials import (
     ACCESS_TOKEN_ENV,

@@ -6,9 +6,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from serenity_allocator.adapters.semrush_client import SemrushClient, SemrushClientConfig
-from serenity_allocator.adapters.sqs_requests import build_ensure
-from serenity_allocator.adapters.token_provider import StaticTokenProvider
+from serenity_allocator.adapters.semrush_client import (
+    SemrushClient,
+    SemrushClientConfig,
+    StaticTokenProvider,
+)
+from serenity_allocator.adapters.sqs_producer import build_ensure
 from serenity_tools.standins.simulator import SimulatorServer, SimulatorState, start_simulator
 from serenity_tools.verification.write_path import (
     INVARIANT_NAME,

@@ -6,17 +6,17 @@ import logging
 
 import pytest
 
-from serenity_allocator.adapters.credential_handover import (
-    CredentialHandover,
-    CredentialHandoverError,
-    UserCredential,
-)
 from serenity_allocator.adapters.dynamodb_credential_store import (
     CredentialReceipt,
     CredentialStoreError,
 )
 from serenity_allocator.adapters.ims_client import MintedPromise
 from serenity_allocator.adapters.kms_token_cipher import TokenCipherError
+from serenity_allocator.adapters.request_authority import (
+    CredentialHandover,
+    CredentialHandoverError,
+    UserCredential,
+)
 
 ACCESS = "access-canary-0123456789"
 PROMISE = "promise-canary-9876543210"

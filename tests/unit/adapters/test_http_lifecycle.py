@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import ssl
 
-from serenity_allocator.adapters.http_lifecycle import tls_context
+from serenity_allocator.adapters.http_edge import tls_context
 from serenity_allocator.adapters.ims_client import ImsClient
-from serenity_allocator.adapters.semrush_client import SemrushClient
-from serenity_allocator.adapters.token_provider import StaticTokenProvider
+from serenity_allocator.adapters.semrush_client import SemrushClient, StaticTokenProvider
 
 
 def test_tls_context_is_built_once_and_still_verifies_every_peer() -> None:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from serenity_allocator.adapters.http_edge import ConfigurationError, redact_secret
 from serenity_allocator.adapters.ims_client import (
     DEFAULT_TIMEOUT_S,
     ExchangedTokens,
@@ -18,8 +19,6 @@ from serenity_allocator.adapters.ims_client import (
     MintedPromise,
     validate_ims_origin,
 )
-from serenity_allocator.adapters.secret_redaction import redact_secret
-from serenity_allocator.adapters.semrush_origin import ConfigurationError
 from serenity_allocator.domain.errors import (
     ImsClientRefusedError,
     ImsUnavailableError,

@@ -8,7 +8,7 @@ from urllib.parse import quote, quote_plus
 
 import pytest
 
-from serenity_allocator.adapters.secret_redaction import REDACTED, redact_secret
+from serenity_allocator.adapters.http_edge import REDACTED, redact_secret
 
 TOKEN = "tok/SECRET+canary=123"
 ODD_TOKEN = 'tok"SECRET\\caf\u00e9 x/1'  # a quote, a backslash, non-ASCII, a space

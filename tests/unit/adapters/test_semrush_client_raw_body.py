@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from serenity_allocator.adapters.semrush_client import SemrushClient, SemrushClientConfig
-from serenity_allocator.adapters.token_provider import StaticTokenProvider
+from serenity_allocator.adapters.semrush_client import (
+    SemrushClient,
+    SemrushClientConfig,
+    StaticTokenProvider,
+)
 from serenity_allocator.domain.errors import OrgPoolExhaustedError, UpstreamError, is_pool_exhausted
 from serenity_allocator.domain.model import Totals
 from serenity_allocator.domain.transfer import (

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from serenity_allocator.adapters.semrush_origin import (
+from serenity_allocator.adapters.http_edge import (
     ConfigurationError,
     is_dns_name,
     is_loopback_origin,

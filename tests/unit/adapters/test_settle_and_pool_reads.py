@@ -11,8 +11,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from serenity_allocator.adapters.semrush_client import SemrushClient, SemrushClientConfig
-from serenity_allocator.adapters.token_provider import StaticTokenProvider
+from serenity_allocator.adapters.semrush_client import (
+    SemrushClient,
+    SemrushClientConfig,
+    StaticTokenProvider,
+)
 from serenity_allocator.domain.allocation import EnsureAsk, EnsureRules, ensure_headroom
 from serenity_allocator.domain.errors import SettleTimeoutError
 from serenity_allocator.domain.model import Totals

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from serenity_allocator.handlers.sqs_event_shape import read_sqs_records
+from serenity_allocator.handlers.allocator_runtime import read_sqs_records
 
 
 def _record(message_id: str = "m-1", **fields: Any) -> dict[str, Any]:

@@ -24,8 +24,11 @@ from typing import Any
 import httpx
 import pytest
 
-from serenity_allocator.adapters.semrush_client import SemrushClient, SemrushClientConfig
-from serenity_allocator.adapters.token_provider import StaticTokenProvider
+from serenity_allocator.adapters.semrush_client import (
+    SemrushClient,
+    SemrushClientConfig,
+    StaticTokenProvider,
+)
 from serenity_allocator.producer import EmfQuotaRetryRecorder, WriteGuard
 from serenity_tools.standins.invoke import IntrinsicResolver, parameter_values
 from serenity_tools.standins.simulator import SimulatorServer, SimulatorState, start_simulator

@@ -16,8 +16,11 @@ from typing import Any
 import httpx
 import pytest
 
-from serenity_allocator.adapters.semrush_client import SemrushClient, SemrushClientConfig
-from serenity_allocator.adapters.token_provider import StaticTokenProvider
+from serenity_allocator.adapters.semrush_client import (
+    SemrushClient,
+    SemrushClientConfig,
+    StaticTokenProvider,
+)
 from serenity_allocator.domain.allocation import EnsureAsk, EnsureRules, ensure_headroom
 from serenity_allocator.domain.errors import AllocationError
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest

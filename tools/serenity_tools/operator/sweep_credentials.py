@@ -149,8 +149,8 @@ def hand_over(
 
 def _mint(env: Mapping[str, str], token: OperatorToken) -> str:
     """A promise token minted from the operator's access token with the emitter pair."""
+    from serenity_allocator.adapters.http_edge import ConfigurationError
     from serenity_allocator.adapters.ims_client import ImsClient, ImsRequestError
-    from serenity_allocator.adapters.semrush_origin import ConfigurationError
     from serenity_allocator.domain.errors import ImsUnavailableError, NeedsReauthError
 
     try:
@@ -168,8 +168,8 @@ def _mint(env: Mapping[str, str], token: OperatorToken) -> str:
 
 
 def _emitter_pair(env: Mapping[str, str]) -> ImsClientPair:
+    from serenity_allocator.adapters.http_edge import ConfigurationError, is_loopback_origin
     from serenity_allocator.adapters.ims_client import ImsClientPair
-    from serenity_allocator.adapters.semrush_origin import ConfigurationError, is_loopback_origin
 
     if env.get("IMS_EMITTER_SECRET_ID", "").strip():
         from serenity_allocator.adapters.ims_pair_secret import read_ims_pair

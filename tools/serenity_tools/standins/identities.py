@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from serenity_allocator.adapters.credential_handover import CredentialHandover, UserCredential
 from serenity_allocator.adapters.dynamodb_credential_store import DynamoDbCredentialStore
 from serenity_allocator.adapters.ims_client import ImsClient, ImsClientPair
 from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher
+from serenity_allocator.adapters.request_authority import CredentialHandover, UserCredential
 from serenity_allocator.adapters.sqs_producer import AllocationProducer
 from serenity_allocator.domain.errors import ImsUnavailableError
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest

@@ -26,7 +26,7 @@ INVARIANT_NAME = "6 ledger: one terminal record, outcomes equal it"
 
 def read_ledger_table(resources: LocalResources) -> dict[str, LedgerEntry]:
     """Every item of the local ledger table, by request id (a Scan: local tooling only)."""
-    from serenity_allocator.adapters.ledger_item import item_to_entry
+    from serenity_allocator.adapters.dynamodb_request_ledger import item_to_entry
 
     dynamodb: Any = local_client("dynamodb", resources.endpoint("dynamodb"))
     entries: dict[str, LedgerEntry] = {}

@@ -7,8 +7,11 @@ from typing import Any
 
 import pytest
 
-from serenity_allocator.adapters.semrush_client import SemrushClient, SemrushClientConfig
-from serenity_allocator.adapters.token_provider import StaticTokenProvider
+from serenity_allocator.adapters.semrush_client import (
+    SemrushClient,
+    SemrushClientConfig,
+    StaticTokenProvider,
+)
 from serenity_tools.standins.simulator import SimulatorServer
 from tests.unit.adapters.semrush_client.helpers import FAMILY, SECRET_TOKEN, RecordingSleep
 

@@ -11,9 +11,12 @@ from typing import Any
 import httpx
 import pytest
 
-from serenity_allocator.adapters.semrush_client import SemrushClient, SemrushClientConfig
-from serenity_allocator.adapters.semrush_origin import API_PATH, ConfigurationError
-from serenity_allocator.adapters.token_provider import StaticTokenProvider
+from serenity_allocator.adapters.http_edge import API_PATH, ConfigurationError
+from serenity_allocator.adapters.semrush_client import (
+    SemrushClient,
+    SemrushClientConfig,
+    StaticTokenProvider,
+)
 from serenity_allocator.domain.errors import MalformedResponseError, UpstreamError, WiringError
 from serenity_allocator.domain.model import Totals, WorkspaceRecord
 from serenity_tools.standins.simulator import SimulatorServer

@@ -12,13 +12,13 @@ from typing import Any
 import httpx
 import pytest
 
+from serenity_allocator.adapters.http_edge import ConfigurationError
 from serenity_allocator.adapters.semrush_client import (
     MAX_RETRY_AFTER_S,
     SemrushClient,
     SemrushClientConfig,
+    StaticTokenProvider,
 )
-from serenity_allocator.adapters.semrush_origin import ConfigurationError
-from serenity_allocator.adapters.token_provider import StaticTokenProvider
 from serenity_allocator.domain.errors import OutOfTimeError, UpstreamError, UpstreamUnavailableError
 from serenity_allocator.domain.model import Totals
 from serenity_tools.standins.simulator import SimulatorServer

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from serenity_allocator.adapters.semrush_client import SemrushClient
-from serenity_allocator.adapters.token_provider import (
+from serenity_allocator.adapters.semrush_client import (
+    SemrushClient,
     StaticTokenProvider,
     TokenProviderError,
 )
