@@ -69,8 +69,8 @@ def parse_sweep_request(event: Any) -> SweepRequest:
     """Validate a sweep payload; every problem is reported with its field name."""
     from pydantic import ValidationError
 
-    from ..domain.sweep.model import SweepRequest
     from ..domain.messages import describe_validation_error
+    from ..domain.sweep.model import SweepRequest
 
     try:
         return SweepRequest.model_validate(event)
@@ -89,8 +89,8 @@ def parse_sweep_payload(event: Any) -> SweepRequest | AbandonPayload:
     """
     from pydantic import ValidationError
 
-    from ..domain.sweep.model import SweepAbandonRequest, SweepParentAbandonRequest
     from ..domain.messages import describe_validation_error
+    from ..domain.sweep.model import SweepAbandonRequest, SweepParentAbandonRequest
 
     if isinstance(event, Mapping) and "abandon" in event:
         model: type[AbandonPayload] = (
