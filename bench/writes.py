@@ -40,6 +40,7 @@ from serenity_allocator.adapters.semrush_client import (
 from serenity_allocator.adapters.sqs_producer import build_ensure
 from serenity_allocator.domain.allocation import EnsureAsk, EnsureRules, ensure_headroom
 from serenity_allocator.domain.errors import AllocationError, is_metered_quota
+from serenity_allocator.domain.messages import EnsureRequest
 from serenity_allocator.domain.model import Totals
 from serenity_allocator.domain.transfer import FAIL_FAST, TransferContext
 from serenity_allocator.write_guard import GuardPolicy, WriteGuard, WriteRefusedError
@@ -49,12 +50,14 @@ from serenity_tools.verification.write_path import GateClient, InProcessAllocato
 from . import writes_pools
 from .common import BENCH_TOKEN, note, ratio
 from .pool_writes_tables import markdown_lines
-from .write_workload import GATE_OPS, Outcome, Request, SimClock
+from .virtual_time import VirtualTime
+from .write_workload import GATE_OPS, Outcome, Request
 
 MASTER = "bench-org"
 REAL_SIZED = "real_sized_pools"
 """The section's key for the real-sized pools (:mod:`bench.writes_pools`)."""
 NOT_STYLES = frozenset({"workload", "targets", "seconds", "error", REAL_SIZED})
+START = 1_000.0
 
 
 def workload(children: int, requests: int, seed: int) -> list[Request]:
@@ -90,10 +93,14 @@ def seed_org(sim: SimulatorServer, children: int, seed: int) -> None:
 
 
 class _Run:
-    """One style's run: the simulator, the allocator, the gate client on one simulated clock."""
+    """One style's run: the simulator, the allocator, the gate client on one simulated clock.
 
-    def __init__(self, sim: SimulatorServer, clock: SimClock, queue_latency_s: float) -> None:
-        self.sim, self.clock = sim, clock
+    The services' requests run side by side on it (:mod:`.virtual_time`); an ensure sent is
+    applied ``queue_latency_s`` later whatever the services are doing.
+    """
+
+    def __init__(self, sim: SimulatorServer, clock: VirtualTime, queue_latency_s: float) -> None:
+        self.sim, self.clock, self.latency_s = sim, clock, queue_latency_s
         self.client = SemrushClient(
             sim.origin,
             StaticTokenProvider(BENCH_TOKEN),
@@ -103,7 +110,12 @@ class _Run:
             self.client, clock, clock.advance, latency_s=queue_latency_s
         )
         self.gate = GateClient(sim.write_url, BENCH_TOKEN)
-        self.outcomes: list[Outcome] = []
+
+    def enqueue(self, request: EnsureRequest) -> str:
+        """The services' producer: the ensure is applied once the queue latency has passed."""
+        request_id = self.allocator.enqueue(request)
+        self.clock.at(self.clock() + self.latency_s, self.allocator.pump)
+        return request_id
 
     def close(self) -> None:
         self.client.close()
@@ -125,14 +137,21 @@ class _Run:
             ensure_headroom(self.client, ask, EnsureRules(policy=FAIL_FAST), ctx)
 
 
-def _no_guard(run: _Run, request: Request) -> None:
+Style = Callable[[_Run, Request], list[Outcome]]
+"""One way a service writes: a request's writes and what each came to."""
+
+
+def _no_guard(run: _Run, request: Request) -> list[Outcome]:
+    outcomes = []
     for need, call in run.writes(request):
-        run.allocator.enqueue(build_ensure(request.child, MASTER, need, include_drafted=False))
+        run.enqueue(build_ensure(request.child, MASTER, need, include_drafted=False))
         answer = call()
-        run.outcomes.append(Outcome(answer.status_code >= 400, 0.0))
+        outcomes.append(Outcome(answer.status_code >= 400, 0.0))
+    return outcomes
 
 
-def _inline(run: _Run, request: Request) -> None:
+def _inline(run: _Run, request: Request) -> list[Outcome]:
+    outcomes = []
     for need, call in run.writes(request):
         run.ensure_now(request.child, need)
         answer, waited = call(), 0.0
@@ -144,62 +163,66 @@ def _inline(run: _Run, request: Request) -> None:
                 answer = call()
                 if not is_metered_quota(answer.status_code, answer.text):
                     break
-        run.outcomes.append(Outcome(answer.status_code >= 400, waited))
+        outcomes.append(Outcome(answer.status_code >= 400, waited))
+    return outcomes
 
 
-def _guarded(policy: GuardPolicy) -> Callable[[_Run, Request], None]:
-    def style(run: _Run, request: Request) -> None:
+def _guarded(policy: GuardPolicy) -> Style:
+    def style(run: _Run, request: Request) -> list[Outcome]:
         guard = WriteGuard(
-            run.allocator, request.child, MASTER, policy=policy,
-            clock=run.clock, sleep=run.allocator.sleep,
+            run, request.child, MASTER, policy=policy, clock=run.clock, sleep=run.clock.sleep,
         )  # fmt: skip
         writes = run.writes(request)
         burst = Totals()
         for need, _ in writes:
             burst = burst.plus(Totals(**need))
         guard.front(burst)
+        outcomes = []
         for need, call in writes:
             try:
                 guard.write(call, need=need, site="bench")
                 report = guard.history[-1]
-                run.outcomes.append(Outcome(report.outcome == "failed", report.waited_s))
+                outcomes.append(Outcome(report.outcome == "failed", report.waited_s))
             except WriteRefusedError as exc:
-                run.outcomes.append(Outcome(True, exc.waited_s))
+                outcomes.append(Outcome(True, exc.waited_s))
+        return outcomes
 
     return style
 
 
 def _measure_style(
-    style: Callable[[_Run, Request], None],
+    style: Style,
     requests: list[Request],
     *,
     children: int,
     seed: int,
     queue_latency_s: float,
 ) -> dict[str, Any]:
-    clock = SimClock()
+    clock = VirtualTime(START)
     state = SimulatorState(accepted_tokens=[BENCH_TOKEN], clock=clock, sleep=clock.advance)
     with start_simulator(state=state) as sim:
         seed_org(sim, children, seed)
         sim.clear_calls()
         run = _Run(sim, clock, queue_latency_s)
-        owners: list[int] = []
+        outcomes: list[tuple[int, Outcome]] = []
         try:
             for index, request in enumerate(requests):
-                run.clock.now = max(run.clock.now, 1_000.0 + request.at)
-                run.allocator.pump()
-                style(run, request)
-                owners += [index] * (len(run.outcomes) - len(owners))
-            run.clock.advance(queue_latency_s)
+                clock.spawn(
+                    START + request.at,
+                    lambda i=index, r=request: outcomes.extend((i, o) for o in style(run, r)),  # type: ignore[misc]
+                )
+            clock.run()
+            clock.advance(queue_latency_s)
             run.allocator.pump()
             calls = sim.calls()
         finally:
             run.close()
-    numbers = _numbers(run.outcomes, calls, run.allocator.enqueued)
+    outcomes.sort(key=lambda pair: pair[0])  # request order, whatever order they ended in
+    numbers = _numbers([o for _, o in outcomes], calls, run.allocator.enqueued)
     # Each child's first request meets the lag whatever the allocator does (its children start
     # tight): the steady state leaves them out, as the pool grid does.
     first = writes_pools.first_requests(requests)
-    steady = [o for i, o in zip(owners, run.outcomes, strict=True) if i not in first]
+    steady = [o for i, o in outcomes if i not in first]
     numbers["steady_waits"] = writes_pools.waits(steady)
     return numbers
 
@@ -231,7 +254,7 @@ def measure(
 ) -> dict[str, Any]:
     """Run every style on the same workload; return the numbers per style."""
     plan = workload(children, requests, seed)
-    styles: dict[str, Callable[[_Run, Request], None]] = {
+    styles: dict[str, Style] = {
         "no guard": _no_guard,
         "inline": _inline,
         "guard": _guarded(GuardPolicy()),

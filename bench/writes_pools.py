@@ -35,6 +35,7 @@ every deployment; otherwise the worker's one static token.
 from __future__ import annotations
 
 import random
+import threading
 from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -65,7 +66,8 @@ from .common import (
 from .credentials import BenchUsers, MemoryCredentialStore, ims_counts, ims_env, ims_runtime
 from .fifo import FifoQueue, lambda_event
 from .real_sizes import VARIANTS, customer_parent, dev_parent, gold_pool
-from .write_workload import GATE_OPS, Outcome, Request, SimClock
+from .virtual_time import VirtualTime
+from .write_workload import GATE_OPS, Outcome, Request
 
 START = 1_000.0
 POOL_CODE = "orgPoolExhausted"
@@ -141,20 +143,21 @@ def customer_writes(requests: int = 40) -> PoolWrites:
 class QueuedWorker:
     """The guards' ensures through the real producer, the FIFO model and the real handler.
 
-    An ensure sent at ``t`` enters the queue at the first :meth:`pump` at or after
-    ``t + latency_s``; a pump then drains the queue (a parked ensure and the releases its park
-    enqueued included) before the clock moves on. :meth:`sleep` is the guards' pause.
+    An ensure sent at ``t`` enters the queue at ``t + latency_s``, and a pump then drains the
+    queue (a parked ensure and the releases its park enqueued included) before the clock moves
+    on, whatever the services are doing (each request is a task of ``clock``).
     """
 
     sim: SimulatorServer
-    clock: SimClock
+    clock: VirtualTime
     overrides: dict[str, str]
     latency_s: float = 1.0
     ims: bool = False
     pending: list[tuple[float, EnsureRequest]] = field(default_factory=list)
     final: dict[str, dict[str, Any]] = field(default_factory=dict)
     owner: dict[str, int] = field(default_factory=dict)
-    serving: int = 0
+    serving: threading.local = field(default_factory=threading.local)
+    """The index of the request the calling task serves (``serving.index``)."""
     enqueued: int = 0
     users: BenchUsers | None = None
 
@@ -180,10 +183,11 @@ class QueuedWorker:
         """The services' producer: the ensure is on its way (due after the queue latency)."""
         if self.users is not None:
             self.users.hand_over([request])  # the service mints the ensure's promise
-        self.pending.append((self.clock() + self.latency_s, request))
-        self.owner[request.request_id] = self.serving
+        due = self.clock() + self.latency_s
+        self.pending.append((due, request))
+        self.owner[request.request_id] = self.serving.index
         self.enqueued += 1
-        self.pump()
+        self.clock.at(due, self.pump)
         return request.request_id
 
     def pump(self) -> None:
@@ -204,11 +208,6 @@ class QueuedWorker:
             self.events.outcomes.clear()
             self.fifo.settle(batch, {f["itemIdentifier"] for f in response["batchItemFailures"]})
 
-    def sleep(self, seconds: float) -> None:
-        """Advance the simulated clock, then serve what became due."""
-        self.clock.advance(seconds)
-        self.pump()
-
     def get_outcome(self, request_id: str) -> AllocationOutcome | None:
         """The guards' outcome lookup: a request's terminal outcome, None while it is pending."""
         outcome = self.final.get(request_id)
@@ -221,7 +220,7 @@ def _write_request(
     """One service request through its guard; each write's outcome and wait."""
     guard = WriteGuard(
         worker, request.child, parent, policy=GuardPolicy(), outcomes=worker,
-        clock=worker.clock, sleep=worker.sleep,
+        clock=worker.clock, sleep=worker.clock.sleep,
     )  # fmt: skip
     child = request.child
     if request.project:
@@ -271,7 +270,7 @@ def run(
     ims: bool = False,
 ) -> dict[str, Any]:
     """One pool's write workload under one variant, on a fresh simulator and simulated clock."""
-    clock = SimClock()
+    clock = VirtualTime(START)
     state = SimulatorState(accepted_tokens=[BENCH_TOKEN], clock=clock, sleep=clock.advance)
     with start_simulator(state=state) as sim:
         sim.seed(pool.seed)
@@ -281,14 +280,17 @@ def run(
         sim.clear_calls()
         gate = GateClient(sim.write_url, BENCH_TOKEN)
         outcomes: list[tuple[int, Outcome]] = []
+
+        def serve(index: int, request: Request) -> None:
+            worker.serving.index = index
+            outcomes.extend((index, o) for o in _write_request(worker, gate, pool.parent, request))
+
         try:
             for index, request in enumerate(pool.requests):
-                clock.now = max(clock.now, START + request.at)
-                worker.serving = index
-                worker.pump()
-                written = _write_request(worker, gate, pool.parent, request)
-                outcomes += [(index, outcome) for outcome in written]
-            worker.sleep(queue_latency_s)
+                clock.spawn(START + request.at, lambda i=index, r=request: serve(i, r))  # type: ignore[misc]
+            clock.run()
+            clock.advance(queue_latency_s)
+            worker.pump()
             calls = sim.calls()
             ims_calls = sim.ims_calls() if ims else None
             workspaces = sim.dump()["workspaces"]

@@ -17,6 +17,7 @@ from .errors import (
     WiringError,
     WorkspaceBusyError,
 )
+from .in_flight import InFlightUnits
 from .model import DEFAULT_BLOCKS, AiResources, Blocks, Dimension, Totals
 from .observations import HeadroomChecked, PoolChecked, Rejected, TightPoolFallback
 from .parents import ParentMismatchError
@@ -126,7 +127,9 @@ class EnsureHooks:
     real parent before anything moves, and tells how many children share the pool (without
     it the pool is shared by one). ``last_pool_free``: the pool's free units at this
     container's last read of it (``PoolWatch.last_free``), which spares a hot path a pool read
-    that could not move anything. ``before_transfer``: sees (totals before, target) just
+    that could not move anything. ``in_flight``: what this container's recent ensures of the
+    child made room for and its use does not show yet; the ensure adds it to its need, and
+    notes its own once served. ``before_transfer``: sees (totals before, target) just
     before each transfer is sent (the worker records the intent there); whatever it raises
     propagates and nothing is transferred.
     """
@@ -134,6 +137,7 @@ class EnsureHooks:
     is_unmetered: Callable[[str], bool] | None = None
     family: PoolFamily | None = None
     last_pool_free: Callable[[str], Totals | None] | None = None
+    in_flight: InFlightUnits | None = None
     before_transfer: Callable[[Totals, Totals], None] = _no_announcement
 
 
@@ -166,11 +170,25 @@ def ensure_headroom(
     """
     require_ids(child_id=ask.child_id, parent_id=ask.parent_id)
     child = gateway.read_resources(ask.child_id)
+    in_flight = hooks.in_flight
+    if in_flight is None:
+        return _ensure(gateway, _Sizing(ask, rules, ctx, hooks), child)
+    in_use = required_totals(child, Totals(), ask.include_drafted)
+    pending = in_flight.pending(ask.child_id, in_use)
+    result = _ensure(gateway, _Sizing(ask, rules, ctx, hooks, pending), child)
+    in_flight.note(ask.child_id, in_use, ask.need)
+    return result
+
+
+def _ensure(gateway: WorkspaceGateway, run: _Sizing, child: AiResources) -> EnsureResult:
+    """The ensure on the child as read: the hot path, or sized by the pool."""
+    ask, rules, ctx, hooks = run.ask, run.rules, run.ctx, run.hooks
     before = child.totals()
     required = required_totals(child, ask.need, ask.include_drafted)
     note_tiered(child, "child", ctx)
     hot = EnsureResult(outcome="hot-path", before=before, after=before)
-    if not needs_pool(child, required, rules.blocks, _last_share(ask.parent_id, hooks)):
+    wanted = required.plus(run.in_flight)
+    if not needs_pool(child, wanted, rules.blocks, _last_share(ask.parent_id, hooks)):
         ctx.observer.record(HeadroomChecked("hot-path"))
         return hot
     short = is_short(child, required)
@@ -189,7 +207,7 @@ def ensure_headroom(
     if short:
         # An exact need above the ceiling is refused before the pool is read.
         _within_ceiling(before, required, ask.ceiling, ctx)
-    return _sized(gateway, _Sizing(ask, rules, ctx, hooks), child, required, short)
+    return _sized(gateway, run, child, required, short)
 
 
 def _within_ceiling(
@@ -220,12 +238,14 @@ def _children_of(parent_id: str, hooks: EnsureHooks) -> int:
 
 @dataclass(frozen=True)
 class _Sizing:
-    """One ensure past the hot path: what it asks, under which rules, told to whom."""
+    """One ensure: what it asks, under which rules, told to whom."""
 
     ask: EnsureAsk
     rules: EnsureRules
     ctx: TransferContext
     hooks: EnsureHooks
+    in_flight: Totals = field(default_factory=Totals)
+    """Units the child's other requests were served and have not written yet."""
 
 
 @dataclass(frozen=True)
@@ -258,6 +278,9 @@ def _sized(
     note_tiered(pool, "pool", ctx)
     ctx.observer.record(PoolChecked(ask.parent_id, pool))
     with_prompts = is_flat_pair(child, pool)
+    if _carves_in_flight(run, pool, before, required):
+        required = required.plus(run.in_flight)
+        short = is_short(child, required)
     if short:
         refuse_tiered_prompts(pool, before, exact, ctx)
     movable = tuple(Dimension) if with_prompts else (Dimension.PROJECTS,)
@@ -379,6 +402,23 @@ def _exact_fallback(
         raise
     ctx.observer.record(TightPoolFallback("saved"))
     return attempts
+
+
+def _carves_in_flight(run: _Sizing, pool: AiResources, before: Totals, required: Totals) -> bool:
+    """True when the child's other requests' units on their way fit the pool and the ceiling.
+
+    They are carved with this request's own only then: what cannot be had for them never
+    refuses a request whose own need fits.
+    """
+    if not any(run.in_flight.get(dim) for dim in Dimension):
+        return False
+    wanted = required.plus(run.in_flight)
+    exact = _exact_totals(before, wanted)
+    try:
+        cap_to_ceiling(before, wanted, exact, run.ask.ceiling)
+    except BrandAiLimitError:
+        return False
+    return _fits(pool, before, exact)
 
 
 def _fits(pool: AiResources, before: Totals, target: Totals) -> bool:

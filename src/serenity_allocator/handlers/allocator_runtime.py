@@ -34,6 +34,7 @@ from ..application.allocator import (
 from ..application.credentials.ports import CredentialBroker
 from ..application.ports import DeadLetterSink, OutcomeSink, ReleaseEnqueuer
 from ..domain.credentials import TokenFreshness
+from ..domain.in_flight import InFlightUnits
 from ..domain.ledger import RequestLedger
 from ..domain.model import Dimension
 from ..domain.parents import ParentLinks, ParentMeteringCache
@@ -63,6 +64,7 @@ class AllocatorRuntime:
     wall_clock_ms: Callable[[], float] = field(default=lambda: time.time() * 1000.0)
     metering: ParentMeteringCache | None = None
     pool_watch: PoolWatch | None = None
+    in_flight: InFlightUnits | None = None
     parked: set[str] = field(default_factory=set)
     """Request ids this container parked for sibling reclaim (labels the later outcome)."""
     ledger: RequestLedger | None = None
@@ -94,6 +96,8 @@ class AllocatorRuntime:
             self.parent_links = ParentLinks(
                 self.gateway, on_listing=metering.remember if metering is not None else None
             )
+        if self.in_flight is None:
+            self.in_flight = InFlightUnits(self.clock)
         if self.pool_watch is None:
             self.pool_watch = PoolWatch(
                 self.clock,
@@ -154,6 +158,7 @@ class AllocatorRuntime:
             enqueuer=self.producer,
             is_unmetered=metering.is_unmetered if metering is not None else None,
             pool_watch=self.pool_watch,
+            in_flight=self.in_flight,
             parked=self.parked,
             ledger=self.ledger,
             parent_links=self.parent_links,

@@ -10,6 +10,7 @@ import pytest
 
 from serenity_allocator.adapters.observability import logger
 from serenity_allocator.domain.errors import UpstreamError
+from serenity_allocator.domain.in_flight import InFlightUnits
 from serenity_allocator.domain.ledger import TransferIntent
 from serenity_allocator.domain.model import Totals
 from tests.fakes import READ_RESOURCES, RecordingOutcomes, sqs_record
@@ -41,6 +42,8 @@ def test_lambda_handler_replayed_ensure_joins_no_run_and_the_next_ensure_is_appl
     # Given an ensure that topped c1 up (stored final) whose outcome could not be published
     outcomes = RecordingOutcomes(fail_calls=[1])
     worker, ledger = _ledger_worker(outcomes)
+    # (no units counted on their way between requests: this is about runs, not concurrency)
+    worker.runtime.in_flight = InFlightUnits(worker.clock, window_s=0)
     first = worker.invoke(ensure_record("m1", "c1", 100))
     assert failed_ids(first) == ["m1"]
     assert ledger.entries["req-m1"].state == "final"

@@ -11,6 +11,7 @@ import pytest
 
 from serenity_allocator.adapters.observability import logger
 from serenity_allocator.domain.errors import WorkspaceBusyError
+from serenity_allocator.domain.in_flight import InFlightUnits
 from serenity_allocator.domain.ledger import LedgerEntry
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals
@@ -561,6 +562,8 @@ def test_a_request_with_a_recorded_intent_joins_no_run() -> None:
         "req-m1", "c1", "ensure", FULL, Totals(projects=2, prompts=300)
     )
     worker = _worker(ledger)
+    # (no units counted on their way between requests: this is about runs, not concurrency)
+    worker.runtime.in_flight = InFlightUnits(worker.clock, window_s=0)
 
     # When it comes back with a fresh ensure of the same child behind it
     response = worker.invoke(

@@ -311,6 +311,7 @@ class _Ensurer:
             is_unmetered=ports.is_unmetered,
             family=ports.parent_links,
             last_pool_free=watch.last_free if (watch := ports.pool_watch) else None,
+            in_flight=ports.in_flight,
             before_transfer=record_intent,
         )
         return ensure_headroom(ports.gateway, ask, rules, ctx, hooks)

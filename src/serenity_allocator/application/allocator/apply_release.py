@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...domain.in_flight import InFlightUnits
 from ...domain.messages import (
     AllocationOutcome,
     OutcomeStatus,
@@ -46,6 +47,8 @@ class ReleaseCall:
     context: TransferContext
     credentials: RequestCredentials | None = None
     """IMS mode: the batch's sessions (the release's roll is stored before its transfer)."""
+    in_flight: InFlightUnits | None = None
+    """The container's units on their way per child: a release gives the child's up."""
 
 
 class ReleaseIncompleteError(Exception):
@@ -99,4 +102,7 @@ def apply_release(
         # after are the plan's target whatever the outcome.
         status = _STATUSES[result.outcome]  # a dry run is never asked for: not in the table
         before, after = result.plan.before, result.plan.target
+    if call.in_flight is not None:
+        # The service hands back what it does not use: nothing of the child's is on its way.
+        call.in_flight.forget(request.workspace_id)
     return build_outcome(request, status, receive_count, served=ServingCall(before, after))

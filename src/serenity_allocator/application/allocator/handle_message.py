@@ -280,6 +280,7 @@ def _apply_as(inv: Invocation, message: BatchMessage, request: Request) -> Alloc
                     observer=inv.observer,
                 ),
                 inv.state.credentials,
+                ports.in_flight,
             ),
         )
     result = apply_ensure(

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
+from ...domain.in_flight import InFlightUnits
 from ...domain.ledger import RequestLedger
 from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from ...domain.model import Blocks
@@ -70,6 +71,8 @@ class WorkerPorts:
     enqueuer: ReleaseEnqueuer | None = None
     is_unmetered: Callable[[str], bool] | None = None
     pool_watch: PoolWatch | None = None
+    in_flight: InFlightUnits | None = None
+    """The units this container's recent ensures made room for, per child (None: not kept)."""
     parked: set[str] = field(default_factory=set)
     """Request ids this container parked for sibling reclaim (labels the later outcome)."""
     ledger: RequestLedger | None = None
