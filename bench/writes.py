@@ -356,8 +356,9 @@ def markdown(section: dict[str, Any]) -> str:
             f"{work['requests']} requests on {work['children']} tight children with drafts "
             f"pending (85 % bursts of 1-4 prompt batches of 10-60, 15 % one project), one org "
             f"pool with room, the gate's lag {work['enforcement_lag_s']:.0f} s, a queued "
-            f"ensure applied {work['queue_latency_s']:.1f} s after it is sent, all on a "
-            "simulated clock over real HTTP to the simulator.",
+            f"ensure applied {work['queue_latency_s']:.1f} s after it is sent, the requests "
+            "side by side on a simulated clock (`bench/virtual_time.py`) over real HTTP to the "
+            "simulator.",
             "",
             *rows,
             "",
@@ -384,8 +385,10 @@ def _steady_lines(section: dict[str, Any]) -> list[str]:
         f"waits {steady['waited_p95_s']:g} s (target {WAITED_P95_S:g} s). A write whose own "
         "front is the top-up waits the queue latency plus the gate's whole lag (about 10 s "
         "here) whatever the retry schedule, so any such wait puts the p95 above 9 s: the "
-        "figure to move is how few writes wait (docs/decisions/0027-top-ups-sized-by-the-"
-        "pool.md).",
+        "figure to move is how few writes wait. Those that wait here are bursts bigger than "
+        "the room a top-up leaves on a pool with room (a block beyond the need, or as much as "
+        "the request asked), and requests that write within 10 s of their child's top-up "
+        "(docs/decisions/0027-top-ups-sized-by-the-pool.md).",
         "",
     ]
 

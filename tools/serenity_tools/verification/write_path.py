@@ -29,8 +29,14 @@ import httpx
 
 from serenity_allocator.adapters.ledger_outcome_reader import OutcomeReader
 from serenity_allocator.adapters.sqs_producer import AllocationProducer
-from serenity_allocator.domain.allocation import EnsureAsk, EnsureRules, ensure_headroom
+from serenity_allocator.domain.allocation import (
+    EnsureAsk,
+    EnsureHooks,
+    EnsureRules,
+    ensure_headroom,
+)
 from serenity_allocator.domain.errors import AllocationError, UpstreamError
+from serenity_allocator.domain.in_flight import InFlightUnits
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from serenity_allocator.domain.model import Totals
 from serenity_allocator.domain.ports import Clock, WorkspaceGateway
@@ -262,7 +268,8 @@ class InProcessAllocator:
     """Applies ensures with the real use case over real HTTP, after a queue latency.
 
     An ensure enqueued at ``t`` is applied by the first :meth:`pump` at or after
-    ``t + latency_s`` on ``clock`` (a child's due ensures coalesced into one call);
+    ``t + latency_s`` on ``clock`` (a child's due ensures coalesced into one call), with the
+    worker's memory of the units its ensures made room for (:class:`.InFlightUnits`);
     :meth:`sleep` advances a fake clock and pumps, so a guard
     given it waits in simulated time. Outcomes are kept in :attr:`applied`.
     """
@@ -274,6 +281,9 @@ class InProcessAllocator:
     pending: list[tuple[float, str, str, Totals, bool]] = field(default_factory=list)
     applied: list[str] = field(default_factory=list)
     enqueued: int = 0
+
+    def __post_init__(self) -> None:
+        self.in_flight = InFlightUnits(self.clock)
 
     def enqueue(self, request: EnsureRequest) -> str:
         """Queue one ensure (ceilings and labels are not modelled here)."""
@@ -308,7 +318,8 @@ class InProcessAllocator:
             ctx = TransferContext(clock=self.clock, sleep=self.advance)
             try:
                 ask = EnsureAsk(child, parent, need, include_drafted=include_drafted)
-                result = ensure_headroom(self.gateway, ask, EnsureRules(policy=FAIL_FAST), ctx)
+                rules, hooks = EnsureRules(policy=FAIL_FAST), EnsureHooks(in_flight=self.in_flight)
+                result = ensure_headroom(self.gateway, ask, rules, ctx, hooks)
                 self.applied.append(result.outcome)
             except (AllocationError, UpstreamError) as exc:
                 self.applied.append(getattr(exc, "code", f"upstream{getattr(exc, 'status', '')}"))
