@@ -61,10 +61,23 @@ class InFlightUnits:
         """Remember a served ensure of ``need`` on ``child_id`` whose use was ``in_use``."""
         if any(need.get(dim) > 0 for dim in Dimension):
             self._served[child_id] = [*self._live(child_id), _Served(self._clock(), in_use, need)]
+        self._drop_expired()
 
     def forget(self, child_id: str) -> None:
         """Nothing of ``child_id``'s is on its way any more (a release handed its surplus back)."""
         self._served.pop(child_id, None)
+
+    def _drop_expired(self) -> None:
+        """Forget the children touched longest ago whose ensures all expired.
+
+        The dict is in the order children were last touched (``_live`` moves one to the end),
+        so a container serving many children keeps only the recent ones.
+        """
+        since = self._clock() - self._window_s
+        for child_id, served in list(self._served.items()):
+            if served[-1].at > since:
+                return
+            del self._served[child_id]
 
     def _live(self, child_id: str) -> list[_Served]:
         since = self._clock() - self._window_s

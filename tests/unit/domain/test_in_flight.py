@@ -64,6 +64,21 @@ def test_a_release_forgets_the_childs_units_and_no_other_childs() -> None:
     assert units.pending("child-2", Totals(projects=1)) == Totals(projects=1)
 
 
+def test_children_whose_ensures_all_expired_are_forgotten_as_others_are_noted() -> None:
+    # Given two children served long ago, and one of them touched since
+    clock = FakeClock()
+    units = InFlightUnits(clock)
+    units.note("old-1", _prompts(0), _prompts(5))
+    units.note("old-2", _prompts(0), _prompts(5))
+    clock.advance(IN_FLIGHT_S + 1)
+
+    # When a third child is served
+    units.note(CHILD, _prompts(0), _prompts(5))
+
+    # Then the memory holds the third alone
+    assert list(units._served) == [CHILD]
+
+
 def test_an_ensure_that_asked_nothing_is_not_remembered() -> None:
     clock = FakeClock()
     units = InFlightUnits(clock)
