@@ -15,6 +15,7 @@ import pytest
 
 from serenity_allocator.adapters.dynamodb_request_ledger import DynamoDbRequestLedger
 from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
+from serenity_allocator.domain.in_flight import InFlightUnits
 from serenity_allocator.domain.ledger import LedgerUnavailableError
 from serenity_allocator.domain.model import AiResources, Totals
 from serenity_allocator.domain.ports import WorkspaceGateway
@@ -192,6 +193,8 @@ def test_worker_replayed_ensure_joins_no_run_and_the_next_ensure_of_its_child_is
     ledger: DynamoDbRequestLedger,
 ) -> None:
     # Given an ensure that topped the child up (stored final) whose outcome was not published
+    # (no units counted on their way between requests: this is about runs, not concurrency)
+    worker.runtime.in_flight = InFlightUnits(worker.runtime.clock, window_s=0)
     _seed(sim, _child(prompts=(150, 200)))
     first_id = worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 0, "prompts": 230})
     _apply_without_publishing(worker)
