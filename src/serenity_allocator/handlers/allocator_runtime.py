@@ -31,7 +31,7 @@ from ..application.allocator import (
     WorkerPorts,
     start_batch,
 )
-from ..application.credentials.ports import CredentialBroker
+from ..application.credentials.request_credentials import CredentialBroker
 from ..application.ports import DeadLetterSink, OutcomeSink, ReleaseEnqueuer
 from ..domain.credentials import TokenFreshness
 from ..domain.ledger import RequestLedger

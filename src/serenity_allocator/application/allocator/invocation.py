@@ -19,8 +19,7 @@ from ...domain.ports import Clock, Sleeper, WorkspaceGateway
 from ...domain.recently_seen import InFlightUnits, PoolWatch
 from ...domain.sizing import NO_CEILING, Ceiling
 from ...domain.transfer import TransferPolicy
-from ..credentials.ports import CredentialBroker
-from ..credentials.request_credentials import RequestCredentials
+from ..credentials.request_credentials import CredentialBroker, RequestCredentials
 from ..deadlines import Deadlines, LedgerDeadlines
 from ..ports import DeadLetterSink, OutcomeSink, ReleaseEnqueuer, WorkerObserver
 from .batch_plan import BatchPlan, InboundMessage, plan_batch
