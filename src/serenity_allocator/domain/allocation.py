@@ -17,11 +17,11 @@ from .errors import (
     WiringError,
     WorkspaceBusyError,
 )
-from .in_flight import InFlightUnits
 from .model import DEFAULT_BLOCKS, AiResources, Blocks, Dimension, Totals
 from .observations import HeadroomChecked, PoolChecked, Rejected, TightPoolFallback
 from .parents import ParentMismatchError
 from .ports import WorkspaceGateway
+from .recently_seen import InFlightUnits
 from .sizing import Ceiling, PoolShare, Sizing, cap_to_ceiling, is_short, needs_pool, plan_sizing
 from .transfer import (
     TransferContext,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from serenity_allocator.domain.model import AiResources, DimensionUsage, Totals
-from serenity_allocator.domain.pool_watch import PoolWatch
+from serenity_allocator.domain.recently_seen import PoolWatch
 from tests.fakes import FakeClock
 
 POOL_A = "master-a"

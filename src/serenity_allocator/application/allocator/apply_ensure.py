@@ -50,7 +50,7 @@ from ...domain.observations import (
     PoolLowWarning,
     Reclaim,
 )
-from ...domain.pool_watch import PoolWatch
+from ...domain.recently_seen import PoolWatch
 from ...domain.release import ReclaimRules, choose_reclaim_siblings
 from ...domain.sizing import Ceiling, combine_ceilings
 from ...domain.transfer import TransferContext

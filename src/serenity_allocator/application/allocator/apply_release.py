@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...domain.in_flight import InFlightUnits
 from ...domain.messages import (
     AllocationOutcome,
     OutcomeStatus,
@@ -19,6 +18,7 @@ from ...domain.messages import (
     build_outcome,
 )
 from ...domain.ports import WorkspaceGateway
+from ...domain.recently_seen import InFlightUnits
 from ...domain.release import (
     ReleaseAsk,
     ReleaseOutcome,

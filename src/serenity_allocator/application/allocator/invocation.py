@@ -10,18 +10,16 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
-from ...domain.in_flight import InFlightUnits
 from ...domain.ledger import RequestLedger
 from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from ...domain.model import Blocks
 from ...domain.observations import PoolLowWarning
 from ...domain.parents import ParentLinks
-from ...domain.pool_watch import PoolWatch
 from ...domain.ports import Clock, Sleeper, WorkspaceGateway
+from ...domain.recently_seen import InFlightUnits, PoolWatch
 from ...domain.sizing import NO_CEILING, Ceiling
 from ...domain.transfer import TransferPolicy
-from ..credentials.ports import CredentialBroker
-from ..credentials.request_credentials import RequestCredentials
+from ..credentials.request_credentials import CredentialBroker, RequestCredentials
 from ..deadlines import Deadlines, LedgerDeadlines
 from ..ports import DeadLetterSink, OutcomeSink, ReleaseEnqueuer, WorkerObserver
 from .batch_plan import BatchPlan, InboundMessage, plan_batch

@@ -32,6 +32,10 @@ with that reason; Semrush 403 ends ``rejected / accessDenied``; a record written
 child ends ``rejected / requestIdConflict`` and is left to its own request. A 401 after one
 re-exchange is transient
 (counted ``unauthorized``, alarmed) until the final receive, which ends it ``accessDenied``.
+
+Its ports are its own, declared here (:class:`CredentialBroker`, :class:`CredentialSession`:
+open, bind, end; the adapter ``adapters.request_authority`` implements them). No method returns
+or raises a token. Static mode (local tools) wires no broker at all.
 """
 
 from __future__ import annotations
@@ -40,8 +44,10 @@ import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ...domain.coalescing import EnsureRun
+from ...domain.credentials import CredentialEnd
 from ...domain.errors import (
     AccessDeniedError,
     AllocationError,
@@ -60,9 +66,92 @@ from ...domain.observations import CredentialNotScrubbed, CredentialOutcome
 from ...domain.ports import WorkspaceGateway
 from ..deadlines import Deadlines
 from ..ports import WorkerObserver
-from .ports import CredentialBroker, CredentialEnd, CredentialSession
 
 Request = EnsureRequest | ReleaseRequest
+
+
+class CredentialSession(Protocol):
+    """One request's open authority: its access token and its current (rolled) promise."""
+
+    @property
+    def request_id(self) -> str:
+        """The request this authority belongs to."""
+        ...
+
+
+class CredentialBroker(Protocol):
+    """Opens, binds and ends requests' user authority (the credentials table + IMS)."""
+
+    def open(self, request_id: str, workspace_id: str) -> CredentialSession:
+        """Read the record, exchange the promise, store the rolled one; nothing bound yet.
+
+        Raises:
+            NoCredentialError: No usable record (absent, expired, scrubbed, undecryptable).
+            NeedsReauthError: IMS refused the exchange (401/403).
+            ImsUnavailableError: IMS 429/5xx/unreachable within the retries and the deadline.
+            CredentialStoreUnavailableError: the table or the key could not be used.
+            OutOfTimeError: no time left for the exchange.
+        """
+        ...
+
+    def exchange(self, request_id: str, workspace_id: str) -> CredentialSession:
+        """Read the record and exchange the promise; the rolled one is not stored yet.
+
+        ``open`` in two halves: :meth:`store_roll` stores the roll, beside the request's first
+        Semrush calls. An answer that fails the request here (no access token, no ``semrush``
+        scope) has its roll stored before it raises. Raises as ``open`` does.
+        """
+        ...
+
+    def store_roll(self, session: CredentialSession) -> None:
+        """Store an exchanged session's rolled token (tried twice; then kept for ``keep``).
+
+        Raises:
+            NoCredentialError: The record is gone (its fresh chain was invalidated).
+        """
+        ...
+
+    def invalidate(self, session: CredentialSession) -> bool | None:
+        """Invalidate the session's current promise token at IMS; never raises.
+
+        True when IMS confirmed. ``end``'s first half: the scrub (:meth:`scrub`) may run
+        beside it.
+        """
+        ...
+
+    def user_of(self, session: CredentialSession) -> str | None:
+        """Who IMS says the session's token acts for, when its token says so (else None).
+
+        Never a token: a user id, compared only (requests of one user on one child are
+        admitted by one read).
+        """
+        ...
+
+    def keep(self, session: CredentialSession) -> None:
+        """The request comes back: make sure the record holds the session's rolled token.
+
+        A roll the open could not store is tried again here; never raises.
+        """
+        ...
+
+    def bind(self, session: CredentialSession | None) -> None:
+        """Make ``session``'s access token the gateway's (None: unbound, calls fail closed)."""
+        ...
+
+    def end(
+        self, request_id: str, workspace_id: str | None, session: CredentialSession | None
+    ) -> CredentialEnd:
+        """Invalidate the current promise token, then scrub the record; never raises.
+
+        The token is the session's, else the stored one (when ``workspace_id`` is known). A
+        failed invalidate or scrub is reported in the answer.
+        """
+        ...
+
+    def scrub(self, request_id: str) -> CredentialEnd:
+        """Scrub the record without invalidating (the promise is dead or was never usable)."""
+        ...
+
 
 REFUSED_UPSTREAM_STATUSES = frozenset({403})
 """Semrush answers that mean "this user cannot reach this workspace" with a fresh token."""

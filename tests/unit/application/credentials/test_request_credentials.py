@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from serenity_allocator.application.credentials.ports import CredentialEnd
 from serenity_allocator.application.credentials.request_credentials import (
     RequestCredentials,
     credential_refusal,
 )
 from serenity_allocator.application.deadlines import Deadlines
 from serenity_allocator.domain.coalescing import EnsureRun
+from serenity_allocator.domain.credentials import CredentialEnd
 from serenity_allocator.domain.errors import (
     AccessDeniedError,
     CredentialStoreUnavailableError,

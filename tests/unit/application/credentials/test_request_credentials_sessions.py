@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from serenity_allocator.application.credentials.ports import CredentialEnd
 from serenity_allocator.application.credentials.request_credentials import (
     RequestCredentials,
     UnauthorizedError,
     without_echo,
 )
 from serenity_allocator.domain.coalescing import EnsureRun
+from serenity_allocator.domain.credentials import CredentialEnd
 from serenity_allocator.domain.errors import (
     ImsClientRefusedError,
     ImsUnavailableError,

@@ -10,8 +10,8 @@ from serenity_allocator.domain.allocation import (
     EnsureRules,
     ensure_headroom,
 )
-from serenity_allocator.domain.in_flight import IN_FLIGHT_S, InFlightUnits
 from serenity_allocator.domain.model import Totals
+from serenity_allocator.domain.recently_seen import IN_FLIGHT_S, InFlightUnits
 from serenity_allocator.domain.transfer import FAIL_FAST
 from tests.fakes import FakeClock, InMemoryGateway, transfer_context
 from tests.unit.domain.allocation_rig import CHILD, MASTER, one_child_family
