@@ -279,8 +279,9 @@ def _sized(
     ctx.observer.record(PoolChecked(ask.parent_id, pool))
     with_prompts = is_flat_pair(child, pool)
     if _carves_in_flight(run, pool, before, required):
+        # ``short`` stays this request's own: a top-up for the other requests' units that the
+        # pool then refuses leaves this one the room it has, as a refill ahead does.
         required = required.plus(run.in_flight)
-        short = is_short(child, required)
     if short:
         refuse_tiered_prompts(pool, before, exact, ctx)
     movable = tuple(Dimension) if with_prompts else (Dimension.PROJECTS,)
@@ -410,8 +411,6 @@ def _carves_in_flight(run: _Sizing, pool: AiResources, before: Totals, required:
     They are carved with this request's own only then: what cannot be had for them never
     refuses a request whose own need fits.
     """
-    if not any(run.in_flight.get(dim) for dim in Dimension):
-        return False
     wanted = required.plus(run.in_flight)
     exact = _exact_totals(before, wanted)
     try:

@@ -12,8 +12,9 @@ from serenity_allocator.domain.allocation import (
 )
 from serenity_allocator.domain.model import Totals
 from serenity_allocator.domain.recently_seen import IN_FLIGHT_S, InFlightUnits
+from serenity_allocator.domain.sizing import Ceiling
 from serenity_allocator.domain.transfer import FAIL_FAST
-from tests.fakes import FakeClock, InMemoryGateway, transfer_context
+from tests.fakes import TRANSFER, FakeClock, InMemoryGateway, pool_exhausted, transfer_context
 from tests.unit.domain.allocation_rig import CHILD, MASTER, one_child_family
 
 
@@ -110,10 +111,12 @@ class _TenChildren:
         return 10
 
 
-def _ensure(gateway: InMemoryGateway, units: InFlightUnits | None, need: int) -> EnsureResult:
+def _ensure(
+    gateway: InMemoryGateway, units: InFlightUnits | None, need: int, ceiling: Ceiling | None = None
+) -> EnsureResult:
     return ensure_headroom(
         gateway,
-        EnsureAsk(CHILD, MASTER, _prompts(need)),
+        EnsureAsk(CHILD, MASTER, _prompts(need), ceiling=ceiling),
         EnsureRules(policy=FAIL_FAST),
         transfer_context(FakeClock()),
         EnsureHooks(family=_TenChildren(), in_flight=units),
@@ -175,3 +178,48 @@ def test_units_the_pool_cannot_cover_never_refuse_a_request_whose_own_need_fits(
     # Then it is served for its own need, which the child holds (105 of 120): no refusal
     assert result.outcome == "hot-path"
     assert gateway.transfers == [(CHILD, Totals(projects=1, prompts=120))]
+
+
+def test_units_written_as_drafts_count_as_written() -> None:
+    # Given a front of 30 served, then written as drafts (used stays 100, 30 drafted)
+    gateway = _tight_family(pool_prompts=400)
+    units = InFlightUnits(FakeClock())
+    _ensure(gateway, units, 30)
+    gateway.set_usage(CHILD, drafted=_prompts(30))
+
+    # When the next ensure re-checks (drafts counted, as the write gate counts them)
+    result = _ensure(gateway, units, 0)
+
+    # Then the 30 are in use, none on their way: the hot path
+    assert result.outcome == "hot-path"
+    assert len(gateway.transfers) == 1
+
+
+def test_units_on_their_way_that_would_pass_the_ceiling_are_not_carved() -> None:
+    # Given a ceiling of 140 prompts, a front of 30 served (the child at 130), 20 of it written
+    gateway = _tight_family(pool_prompts=400)
+    units = InFlightUnits(FakeClock())
+    ceiling = Ceiling(prompts=140)
+    _ensure(gateway, units, 30, ceiling)
+    gateway.set_usage(CHILD, used=Totals(projects=1, prompts=120))
+
+    # When a second front of 20 comes (short: 140 of 130; with the 10 on their way, 150)
+    result = _ensure(gateway, units, 20, ceiling)
+
+    # Then it is topped up for its own need, to the ceiling, not refused for the others' 10
+    assert result.outcome == "topped-up"
+    assert gateway.transfers[-1] == (CHILD, Totals(projects=1, prompts=140))
+
+
+def test_a_top_up_for_units_on_their_way_the_pool_refuses_leaves_the_request_its_room() -> None:
+    # Given a front of 30 served (the child at 130), and a pool that refuses the next transfer
+    gateway = _tight_family(pool_prompts=400)
+    units = InFlightUnits(FakeClock())
+    _ensure(gateway, units, 30)
+    gateway.script_errors(TRANSFER, CHILD, [pool_exhausted()])
+
+    # When a second front of 20 comes (the read showed room for both; the transfer is refused)
+    result = _ensure(gateway, units, 20)
+
+    # Then this request's own room is there: the hot path, not a refusal
+    assert (result.outcome, result.after) == ("hot-path", Totals(projects=1, prompts=130))
