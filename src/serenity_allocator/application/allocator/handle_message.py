@@ -147,13 +147,14 @@ def _terminal_outcome(inv: Invocation, message: BatchMessage) -> AllocationOutco
 def _invalid_outcome(inv: Invocation, message: BatchMessage) -> AllocationOutcome | None:
     """An invalid message: dead-lettered, its ``invalid`` outcome (if its id reads) to record."""
     replayed = inv.state.invalid_replays.get(message.message_id)
-    if replayed is None:
-        dead_letter(
-            message, sink=inv.ports.dead_letters, deadlines=inv.deadlines, observer=inv.observer
-        )
-        return message.invalid_outcome
-    _settle(inv, message, Replay(replayed))  # this very message was dead-lettered before a crash
-    return None
+    if replayed is not None:
+        # This very message was dead-lettered before a crash: its outcome is replayed.
+        _settle(inv, message, Replay(replayed))
+        return None
+    dead_letter(
+        message, sink=inv.ports.dead_letters, deadlines=inv.deadlines, observer=inv.observer
+    )
+    return message.invalid_outcome
 
 
 def _settle(
