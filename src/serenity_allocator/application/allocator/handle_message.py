@@ -60,7 +60,6 @@ from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from ...domain.observations import (
     Completed,
     CredentialOutcome,
-    CredentialOutcomeName,
     LedgerEvent,
     QueueLag,
     WillRetry,
@@ -71,17 +70,12 @@ from .apply_ensure import Parked, apply_ensure
 from .apply_release import ReleaseCall, ReleaseIncompleteError, apply_release
 from .batch_plan import BatchMessage, message_keys
 from .dead_letter import DeadLetterRoute, dead_letter, dead_letter_failed
-from .final_receive import Failure, failure_of
+from .final_receive import failure_of
 from .invocation import EnsureBatch, Invocation
 from .request_ledger import Apply, FollowFirst, Refuse, Replay
 
 Request = EnsureRequest | ReleaseRequest
 
-_REFUSALS: dict[str, CredentialOutcomeName] = {
-    "noCredential": "noCredential",
-    "needsReauth": "needsReauth",
-    "accessDenied": "accessDenied",
-}
 _EXPECTED_FAILURES = (
     AllocationError
     | ReleaseIncompleteError
@@ -201,7 +195,16 @@ def _terminal_or_raise(
     )
     outcome = failure.outcome
     if not failure.retry and outcome is not None:
-        return _ended_now(inv, message, failure, outcome)
+        # Ended now: dead-lettered as the outcome says, or refused (completed here: None).
+        if not failure.refused:
+            return dead_letter_failed(
+                message,
+                outcome,
+                invalid_reason=failure.invalid_reason,
+                route=DeadLetterRoute(inv.ports.dead_letters, inv.deadlines, inv.observer),
+            )
+        _settle(inv, message, Refuse(outcome))
+        return None
     inv.observer.record(
         WillRetry(error_code_of(exc), final_receive, isinstance(exc, _EXPECTED_FAILURES), exc)
     )
@@ -217,25 +220,6 @@ def _terminal_or_raise(
     # redrive then moves the message to the DLQ.
     _finish(inv, message, outcome, completed=False)
     raise exc
-
-
-def _ended_now(
-    inv: Invocation, message: BatchMessage, failure: Failure, outcome: AllocationOutcome
-) -> AllocationOutcome | None:
-    """End a request on a failure no retry fixes: refused here (None), else dead-lettered."""
-    if failure.refused:
-        _settle(inv, message, Refuse(outcome))
-        return None
-    outcome = dead_letter_failed(
-        message,
-        outcome,
-        invalid_reason=failure.invalid_reason,
-        route=DeadLetterRoute(inv.ports.dead_letters, inv.deadlines, inv.observer),
-    )
-    metric = _REFUSALS.get(outcome.error_code or "")
-    if metric is not None:
-        inv.observer.record(CredentialOutcome(metric))
-    return outcome
 
 
 def _report_start(inv: Invocation, message: BatchMessage) -> None:
