@@ -13,7 +13,6 @@ sibling reclaim (:func:`park_for_reclaim`).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -51,7 +50,7 @@ from ...domain.observations import (
     Reclaim,
 )
 from ...domain.pool_watch import PoolWatch
-from ...domain.release import ReclaimRules, choose_reclaim_siblings
+from ...domain.release import ReclaimRules, choose_reclaim_siblings, reclaim_request_id
 from ...domain.sizing import Ceiling, combine_ceilings
 from ...domain.transfer import TransferContext
 from ..credentials.request_credentials import MemberRecordGoneError
@@ -429,9 +428,3 @@ def park_for_reclaim(
     parked = Parked(tuple(c.workspace_id for c in candidates))
     observer.record(ParkedForReclaim(parked.siblings))
     return parked
-
-
-def reclaim_request_id(request_id: str, receive_count: int, sibling_id: str) -> str:
-    """Deterministic per park (a redelivered park is deduplicated) and short whatever the ids."""
-    digest = hashlib.sha256(f"{request_id}|{receive_count}|{sibling_id}".encode()).hexdigest()
-    return f"reclaim-{digest[:32]}"
