@@ -9,6 +9,7 @@ in the sibling's own message group.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -255,3 +256,12 @@ def choose_reclaim_siblings(
         candidates.append(ReclaimCandidate(workspace_id=record.id, units=units))
     candidates.sort(key=lambda c: (c.units.prompts, c.units.projects), reverse=True)
     return candidates[: rules.max_siblings]
+
+
+def reclaim_request_id(request_id: str, receive_count: int, sibling_id: str) -> str:
+    """The id of a reclaim release: deterministic per park (a redelivered park is deduplicated).
+
+    Short whatever the ids.
+    """
+    digest = hashlib.sha256(f"{request_id}|{receive_count}|{sibling_id}".encode()).hexdigest()
+    return f"reclaim-{digest[:32]}"

@@ -15,11 +15,13 @@ One module per use case:
   stands (:class:`.AttemptObserver`), so a split coalesced run or a parked ensure is not a
   rejection.
 - :mod:`.apply_release`: apply a release under the settle policy.
+- :mod:`.apply_request`: apply one request as its user (IMS mode), an ensure or a release, to
+  its terminal outcome; fail a parked ensure's record.
 - :mod:`.dead_letter`: move an invalid record, or a request that failed for good into the DLQ,
   to the DLQ with its reason.
 - :mod:`.final_receive`: what a failure means, read once (:func:`.failure_of`): terminal
   now, or retried, and what a request says on its last receive (also when it was skipped
-  behind its failed group).
+  behind its failed group); :func:`.failure_now` acts on it (dead letter, retry counted).
 - :mod:`.finish_batch`: publish the outcomes and pool warnings, flush the metrics, fail what
   could not be announced.
 - :mod:`.request_ledger`: the request ledger as the worker uses it (ADR 0009).
@@ -28,7 +30,8 @@ One module per use case:
   batch's plan, deadlines and state, whose :class:`.OutcomeBook` records outcomes (the domain
   builds them: :func:`serenity_allocator.domain.messages.build_outcome`).
 
-Every use case is handed what it needs (configuration, ports, deadlines, observer); only
+Every use case is handed what it needs (configuration, ports, deadlines, observer: a request's
+use cases and failure reading share one :class:`.RequestContext`); only
 :func:`.handle_message` and :func:`.finish_batch` take the whole :class:`.Invocation`. Every
 report is a typed event (``domain/observations.py``) through
 :meth:`.WorkerObserver.record` (ADR 0014).

@@ -3,7 +3,7 @@
 A run's leader makes the combined call; the members behind it share its result (the run keeps
 it: :class:`~serenity_allocator.domain.coalescing.EnsureRun`). When the sum does not fit
 (brand limit, pool exhausted) the run splits and each request is applied on its own, in order.
-A refusal is a returned ``rejected`` outcome, a park for sibling reclaim a returned
+A refusal is a returned ``rejected`` ending, a park for sibling reclaim a returned
 :class:`Parked`; anything a retry could fix raises.
 
 Two parts of an ensure's application live below it: the observer an attempt reports through
@@ -13,7 +13,6 @@ sibling reclaim (:func:`park_for_reclaim`).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -32,12 +31,10 @@ from ...domain.errors import (
     TieredPromptsError,
 )
 from ...domain.messages import (
-    AllocationOutcome,
     EnsureRequest,
     OutcomeStatus,
     ReleaseRequest,
     ServingCall,
-    build_outcome,
 )
 from ...domain.model import Dimension, Totals
 from ...domain.observations import (
@@ -51,20 +48,20 @@ from ...domain.observations import (
     Reclaim,
 )
 from ...domain.recently_seen import PoolWatch
-from ...domain.release import ReclaimRules, choose_reclaim_siblings
+from ...domain.release import ReclaimRules, choose_reclaim_siblings, reclaim_request_id
 from ...domain.sizing import Ceiling, combine_ceilings
 from ...domain.transfer import TransferContext
 from ..credentials.request_credentials import MemberRecordGoneError
 from ..ports import WorkerObserver
 from .batch_plan import BatchMessage
-from .invocation import EnsureBatch
+from .invocation import RequestContext
 from .request_ledger import record_transfer_intent
 
 
 def apply_ensure(
-    message: BatchMessage, request: EnsureRequest, run: EnsureRun | None, batch: EnsureBatch
-) -> AllocationOutcome | Parked:
-    """The terminal outcome of one ensure, or :class:`.Parked`; raises when a retry could succeed.
+    message: BatchMessage, request: EnsureRequest, run: EnsureRun | None, batch: RequestContext
+) -> EnsureEnding | Parked:
+    """How one ensure ended, or :class:`.Parked`; raises when a retry could succeed.
 
     ``request`` is the message's request; ``run`` the coalesced run it belongs to (None: it
     stands alone). With a request ledger, the top-up's intent (totals before, target) is
@@ -72,7 +69,7 @@ def apply_ensure(
     top-up landed (:meth:`.LedgerView.landed`) reports it (made before a store failed or the
     function died), never ``hot-path``. In IMS mode (``batch.credentials``) a run's leader first
     admits only the members whose own users can read the child; one that left is applied alone.
-    The outcome is built in one place, at the end.
+    Its outcome is built from the returned :class:`EnsureEnding` by :func:`.apply_request`.
     """
     receive_count = message.receive_count
     ports, observer = batch.ports, batch.observer
@@ -88,15 +85,20 @@ def apply_ensure(
     if result is not None and result.topped_up and request.request_id in ports.parked:
         observer.record(Reclaim("served"))
         status = "topped-up-after-reclaim"
-    return build_outcome(
-        request,
+    return EnsureEnding(
         status,
-        receive_count,
-        error_code=ended.error_code,
-        served=ServingCall(result.before, result.after, ended.coalesced)
-        if result is not None
-        else None,
+        ended.error_code,
+        ServingCall(result.before, result.after, ended.coalesced) if result is not None else None,
     )
+
+
+@dataclass(frozen=True)
+class EnsureEnding:
+    """How an ensure ended, for its outcome: its status and code, and the call that served it."""
+
+    status: OutcomeStatus
+    error_code: str | None = None
+    served: ServingCall | None = None
 
 
 class _Asked(Protocol):
@@ -139,7 +141,7 @@ def _served_by_leader(run: EnsureRun | None) -> bool:
 class _Ensurer:
     """One ensure message's attempt(s), over what the use case was handed."""
 
-    batch: EnsureBatch
+    batch: RequestContext
     receive_count: int
 
     def ensure(
@@ -381,7 +383,7 @@ class Parked:
 
 
 def park_for_reclaim(
-    request: EnsureRequest, receive_count: int, batch: EnsureBatch
+    request: EnsureRequest, receive_count: int, batch: RequestContext
 ) -> Parked | None:
     """Enqueue sibling releases when reclaim can help; None when it cannot (reject the ensure).
 
@@ -429,9 +431,3 @@ def park_for_reclaim(
     parked = Parked(tuple(c.workspace_id for c in candidates))
     observer.record(ParkedForReclaim(parked.siblings))
     return parked
-
-
-def reclaim_request_id(request_id: str, receive_count: int, sibling_id: str) -> str:
-    """Deterministic per park (a redelivered park is deduplicated) and short whatever the ids."""
-    digest = hashlib.sha256(f"{request_id}|{receive_count}|{sibling_id}".encode()).hexdigest()
-    return f"reclaim-{digest[:32]}"

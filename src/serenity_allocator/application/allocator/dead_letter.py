@@ -9,10 +9,17 @@ from dataclasses import dataclass, replace
 
 from ...domain.errors import OutOfTimeError
 from ...domain.messages import AllocationOutcome
-from ...domain.observations import InvalidMessage
+from ...domain.observations import CredentialOutcome, CredentialOutcomeName, InvalidMessage
 from ..deadlines import Deadlines
 from ..ports import DeadLetterSink, WorkerObserver
 from .batch_plan import BatchMessage
+
+_REFUSALS: dict[str, CredentialOutcomeName] = {
+    "noCredential": "noCredential",
+    "needsReauth": "needsReauth",
+    "accessDenied": "accessDenied",
+}
+"""The credential refusals a request ends with, each counted as its own credential outcome."""
 
 
 class InvalidMessageError(Exception):
@@ -67,11 +74,27 @@ def dead_letter_failed(
     code as the reason, its body unchanged; with no DLQ wired it is not dead-lettered (the
     returned outcome says so). Any other outcome sends nothing.
 
+    A credential refusal (``noCredential``, ``needsReauth``, ``accessDenied``) is counted on
+    the route's observer once it is sent (or not dead-lettered at all).
+
     Raises:
         InvalidMessageError: An invalid message and no DLQ (the redrive policy moves it).
         OutOfTimeError: The send would not fit; the record comes back (nothing is lost).
         Whatever the DLQ sender raises: the record fails and comes back.
     """
+    sent = _send_failed(message, outcome, invalid_reason, route)
+    metric = _REFUSALS.get(sent.error_code or "")
+    if metric is not None:
+        route.observer.record(CredentialOutcome(metric))
+    return sent
+
+
+def _send_failed(
+    message: BatchMessage,
+    outcome: AllocationOutcome,
+    invalid_reason: str | None,
+    route: DeadLetterRoute,
+) -> AllocationOutcome:
     if invalid_reason is not None:
         dead_letter(
             replace(message, invalid_reason=invalid_reason),

@@ -1,7 +1,9 @@
 """Failures: which are terminal now, and what a request says on its last receive.
 
 :func:`failure_of` reads a request's failure once, into a :class:`Failure`: the outcome to
-record now, if any, and whether the record comes back.
+record now, if any, and whether the record comes back. :func:`failure_now` reads it for a
+record of the batch and does what it says now: a failure that ends the request is
+dead-lettered as its outcome says; one that comes back is counted, and its rolled token kept.
 
 SQS moves a message to the DLQ once its receive count reaches the redrive policy's
 maxReceiveCount; a request that fails on that receive gets its terminal outcome first, so the
@@ -11,15 +13,22 @@ service that sent it always hears back.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...domain.errors import (
     AccessDeniedError,
+    AllocationError,
     CredentialNotOwnedError,
     OrgPoolExhaustedError,
     ParkedForReclaimError,
     UpstreamError,
     error_code_of,
+)
+from ...domain.ledger import (
+    LedgerConflictError,
+    LedgerRecordUnreadableError,
+    LedgerUnavailableError,
+    RequestIdConflictError,
 )
 from ...domain.messages import (
     AllocationOutcome,
@@ -28,16 +37,30 @@ from ...domain.messages import (
     ReleaseRequest,
     build_outcome,
 )
+from ...domain.observations import CredentialOutcome, LedgerEvent, WillRetry
 from ...domain.parents import ParentMismatchError
 from ..credentials.request_credentials import (
     DEAD_LETTERED_REFUSALS,
     credential_refusal,
     is_unauthorized,
 )
+from .apply_release import ReleaseIncompleteError
 from .batch_plan import BatchMessage
+from .dead_letter import DeadLetterRoute, dead_letter_failed
+from .invocation import RequestContext
 
 TERMINAL_UPSTREAM_STATUSES = frozenset({400, 403, 404, 405, 409, 410, 413, 415})
 """Upstream answers a retry cannot fix: the request completes with a ``failed`` outcome."""
+_EXPECTED_FAILURES = (
+    AllocationError
+    | ReleaseIncompleteError
+    | UpstreamError
+    | LedgerUnavailableError
+    | LedgerConflictError
+    | LedgerRecordUnreadableError
+    | RequestIdConflictError
+)
+"""Failures the worker expects now and then (``WillRetry``'s ``expected``); others are bugs."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +117,48 @@ def failure_of(
         invalid_reason=str(exc) if isinstance(exc, ParentMismatchError) else None,
         refused=isinstance(exc, CredentialNotOwnedError),
     )
+
+
+def failure_now(
+    message: BatchMessage,
+    request: EnsureRequest | ReleaseRequest,
+    exc: Exception,
+    context: RequestContext,
+) -> Failure:
+    """What ``exc`` means for the message's request (:func:`failure_of`), acted on now.
+
+    A failure that ends the request now and is not refused is dead-lettered as its outcome
+    says (:func:`.dead_letter_failed`): the returned :attr:`Failure.outcome` is the one to
+    record. One that comes back is counted (``WillRetry``; in IMS mode a Semrush 401, whose
+    burst pages; an unreadable record); when nothing is recorded now its rolled token stays
+    stored.
+
+    Raises:
+        Whatever :func:`.dead_letter_failed` raises (the record fails and comes back).
+    """
+    final_receive = context.config.is_final_receive(message.receive_count)
+    ims = context.credentials is not None
+    failure = failure_of(request, exc, message.receive_count, ims=ims, final_receive=final_receive)
+    outcome = failure.outcome
+    if not failure.retry and outcome is not None:
+        if failure.refused:
+            return failure
+        route = DeadLetterRoute(context.ports.dead_letters, context.deadlines, context.observer)
+        sent = dead_letter_failed(
+            message, outcome, invalid_reason=failure.invalid_reason, route=route
+        )
+        return replace(failure, outcome=sent)
+    observer = context.observer
+    observer.record(
+        WillRetry(error_code_of(exc), final_receive, isinstance(exc, _EXPECTED_FAILURES), exc)
+    )
+    if ims and is_unauthorized(exc):
+        observer.record(CredentialOutcome("unauthorized"))  # a burst pages (an incident)
+    if isinstance(exc, LedgerRecordUnreadableError):
+        observer.record(LedgerEvent("unreadable"))
+    if outcome is None and context.credentials is not None:
+        context.credentials.keep(request.request_id)  # the rolled token stays stored
+    return failure
 
 
 def _terminal_now(exc: Exception, ims: bool) -> tuple[OutcomeStatus, str, bool] | None:

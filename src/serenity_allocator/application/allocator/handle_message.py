@@ -18,18 +18,20 @@
    call if that write failed), so a crash from there on still leaves the request a terminal
    record. A final receive's terminal store that fails is tried once more (no redelivery
    would read the child against its intent).
-6. Apply: an ensure (:mod:`.apply_ensure`) or a release (:mod:`.apply_release`). An ensure
+6. Apply (:func:`.apply_request`, as the request's user in IMS mode): an ensure
+   (:mod:`.apply_ensure`) or a release (:mod:`.apply_release`). An ensure
    that needs a top-up first checks its parent against the upstream (:class:`.ParentLinks`):
    a parent that is not the child's real parent makes the message invalid (to the DLQ with
    reason ``parentMismatch``, outcome ``invalid``), before any transfer, reclaim or
    unmetered shortcut.
-7. A terminal result, or a failure a retry cannot fix (:func:`.failure_of`, one answer per
-   failure), completes the record through :func:`_finish`, the one place a record's outcome is
-   recorded; a failure a retry could fix raises, so Powertools fails the
-   record and SQS redelivers it, after recording the terminal outcome when this is the final
-   receive. An ensure parked for sibling reclaim comes back as a value (:class:`.Parked`) and
-   is failed here, the one place a record is failed on purpose. Why each record failed is
-   kept for :func:`.finish_batch`, which logs one line per failed record.
+7. A terminal result, or a failure a retry cannot fix (read and acted on once,
+   :func:`.failure_now`: dead-lettered as its outcome says, or a retry counted), completes
+   the record through :func:`_finish`, the one place a record's outcome is recorded; a
+   failure a retry could fix raises, so Powertools fails the record and SQS redelivers it,
+   after recording the terminal outcome when this is the final receive. An ensure parked for
+   sibling reclaim is failed in :func:`.apply_request`, the one place a record is failed on
+   purpose. Why each record failed is kept for :func:`.finish_batch`, which logs one line per
+   failed record.
 8. Every terminal outcome goes through :meth:`.OutcomeBook.record`, which stores it in the
    ledger once before it is announced.
 9. IMS mode (:mod:`.request_credentials`): before a request's first Semrush call its promise
@@ -44,54 +46,17 @@
 
 from __future__ import annotations
 
-from ...domain.errors import (
-    AllocationError,
-    ParkedForReclaimError,
-    UpstreamError,
-    error_code_of,
-)
-from ...domain.ledger import (
-    LedgerConflictError,
-    LedgerRecordUnreadableError,
-    LedgerUnavailableError,
-    RequestIdConflictError,
-)
-from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
-from ...domain.observations import (
-    Completed,
-    CredentialOutcome,
-    CredentialOutcomeName,
-    LedgerEvent,
-    QueueLag,
-    WillRetry,
-)
-from ...domain.transfer import TransferContext
-from ..credentials.request_credentials import is_unauthorized, without_echo
-from .apply_ensure import Parked, apply_ensure
-from .apply_release import ReleaseCall, ReleaseIncompleteError, apply_release
+from ...domain.errors import error_code_of
+from ...domain.ledger import LedgerUnavailableError
+from ...domain.messages import AllocationOutcome
+from ...domain.observations import Completed, LedgerEvent, QueueLag
+from ..credentials.request_credentials import without_echo
+from .apply_request import apply_request
 from .batch_plan import BatchMessage, message_keys
-from .dead_letter import DeadLetterRoute, dead_letter, dead_letter_failed
-from .final_receive import Failure, failure_of
-from .invocation import EnsureBatch, Invocation
+from .dead_letter import dead_letter
+from .final_receive import Failure, failure_now
+from .invocation import Invocation, RequestContext
 from .request_ledger import Apply, FollowFirst, Refuse, Replay
-
-Request = EnsureRequest | ReleaseRequest
-
-_REFUSALS: dict[str, CredentialOutcomeName] = {
-    "noCredential": "noCredential",
-    "needsReauth": "needsReauth",
-    "accessDenied": "accessDenied",
-}
-_EXPECTED_FAILURES = (
-    AllocationError
-    | ReleaseIncompleteError
-    | UpstreamError
-    | LedgerUnavailableError
-    | LedgerConflictError
-    | LedgerRecordUnreadableError
-    | RequestIdConflictError
-)
-"""Failures the worker expects now and then (``WillRetry``'s ``expected``); others are bugs."""
 
 
 class DuplicateRequestError(Exception):
@@ -126,8 +91,18 @@ def _terminal_outcome(inv: Invocation, message: BatchMessage) -> AllocationOutco
     if request is None:
         return _invalid_outcome(inv, message)
     first = inv.plan.message(message.duplicate_of).request if message.duplicate_of else None
+    state = inv.state
+    context = RequestContext(
+        config=inv.config,
+        ports=inv.ports,
+        observer=inv.observer,
+        deadlines=inv.deadlines,
+        ledger=state.ledger,
+        pool_warnings=state.pool_warnings,
+        credentials=state.credentials,
+    )
     try:
-        decision = inv.state.ledger.decide(
+        decision = state.ledger.decide(
             request,
             message_id=message.message_id,
             first=first,
@@ -135,11 +110,12 @@ def _terminal_outcome(inv: Invocation, message: BatchMessage) -> AllocationOutco
             final_receive=inv.config.is_final_receive(message.receive_count),
         )
         if isinstance(decision, Apply):
-            return _apply(inv, message, request)
+            return apply_request(message, request, inv.plan.runs.get(message.message_id), context)
     except Exception as exc:
-        if inv.state.credentials is not None:
+        if state.credentials is not None:
             exc = without_echo(exc)
-        return _terminal_or_raise(inv, message, request, exc)
+        failure = failure_now(message, request, exc, context)
+        return _ended_or_raise(inv, message, failure, exc)
     _settle(inv, message, decision)
     return None
 
@@ -147,13 +123,14 @@ def _terminal_outcome(inv: Invocation, message: BatchMessage) -> AllocationOutco
 def _invalid_outcome(inv: Invocation, message: BatchMessage) -> AllocationOutcome | None:
     """An invalid message: dead-lettered, its ``invalid`` outcome (if its id reads) to record."""
     replayed = inv.state.invalid_replays.get(message.message_id)
-    if replayed is None:
-        dead_letter(
-            message, sink=inv.ports.dead_letters, deadlines=inv.deadlines, observer=inv.observer
-        )
-        return message.invalid_outcome
-    _settle(inv, message, Replay(replayed))  # this very message was dead-lettered before a crash
-    return None
+    if replayed is not None:
+        # This very message was dead-lettered before a crash: its outcome is replayed.
+        _settle(inv, message, Replay(replayed))
+        return None
+    dead_letter(
+        message, sink=inv.ports.dead_letters, deadlines=inv.deadlines, observer=inv.observer
+    )
+    return message.invalid_outcome
 
 
 def _settle(
@@ -183,58 +160,25 @@ def _settle(
             inv.observer.record(LedgerEvent("duplicate"))
 
 
-def _terminal_or_raise(
-    inv: Invocation, message: BatchMessage, request: Request, exc: Exception
+def _ended_or_raise(
+    inv: Invocation, message: BatchMessage, failure: Failure, exc: Exception
 ) -> AllocationOutcome | None:
-    """The terminal outcome ``exc`` means now; re-raises it when a retry could fix it.
+    """The outcome a failure ends the record with; re-raises ``exc`` when a retry could fix it.
 
-    None: the request was refused (:attr:`.Failure.refused`) and its record completed here.
+    None: the request was refused (:attr:`.Failure.refused`) and its record completed here. A
+    failure that comes back on its final receive records its terminal outcome first
+    (dead-lettered: a store that fails drops it, never raises); SQS's redrive then moves the
+    message to the DLQ.
     """
-    final_receive = inv.config.is_final_receive(message.receive_count)
-    failure = failure_of(
-        request,
-        exc,
-        message.receive_count,
-        ims=inv.state.credentials is not None,
-        final_receive=final_receive,
-    )
     outcome = failure.outcome
     if not failure.retry and outcome is not None:
-        return _ended_now(inv, message, failure, outcome)
-    inv.observer.record(
-        WillRetry(error_code_of(exc), final_receive, isinstance(exc, _EXPECTED_FAILURES), exc)
-    )
-    if inv.state.credentials is not None and is_unauthorized(exc):
-        inv.observer.record(CredentialOutcome("unauthorized"))  # a burst pages (an incident)
-    if isinstance(exc, LedgerRecordUnreadableError):
-        inv.observer.record(LedgerEvent("unreadable"))
-    if outcome is None:
-        if inv.state.credentials is not None:
-            inv.state.credentials.keep(request.request_id)  # the rolled token stays stored
-        raise exc
-    # Terminal outcome now (dead-lettered: a store that fails drops it, never raises); SQS's
-    # redrive then moves the message to the DLQ.
-    _finish(inv, message, outcome, completed=False)
+        if failure.refused:
+            _settle(inv, message, Refuse(outcome))
+            return None
+        return outcome
+    if outcome is not None:
+        _finish(inv, message, outcome, completed=False)
     raise exc
-
-
-def _ended_now(
-    inv: Invocation, message: BatchMessage, failure: Failure, outcome: AllocationOutcome
-) -> AllocationOutcome | None:
-    """End a request on a failure no retry fixes: refused here (None), else dead-lettered."""
-    if failure.refused:
-        _settle(inv, message, Refuse(outcome))
-        return None
-    outcome = dead_letter_failed(
-        message,
-        outcome,
-        invalid_reason=failure.invalid_reason,
-        route=DeadLetterRoute(inv.ports.dead_letters, inv.deadlines, inv.observer),
-    )
-    metric = _REFUSALS.get(outcome.error_code or "")
-    if metric is not None:
-        inv.observer.record(CredentialOutcome(metric))
-    return outcome
 
 
 def _report_start(inv: Invocation, message: BatchMessage) -> None:
@@ -242,66 +186,6 @@ def _report_start(inv: Invocation, message: BatchMessage) -> None:
     sent = message.inbound.sent_timestamp_ms
     if sent:
         inv.observer.record(QueueLag(max(0.0, inv.ports.wall_clock_ms() - sent)))
-
-
-def _apply(inv: Invocation, message: BatchMessage, request: Request) -> AllocationOutcome:
-    """The request's terminal outcome; a parked ensure fails its record here (it comes back)."""
-    credentials = inv.state.credentials
-    no_call = isinstance(request, EnsureRequest) and not inv.config.dynamic_allocation
-    if credentials is None or no_call:
-        return _apply_as(inv, message, request)  # static mode, or no Semrush call to make
-    try:
-        credentials.act_as(request)
-    except Exception:
-        run = inv.plan.runs.get(message.message_id)
-        if run is not None and run.combined and run.leader == message.message_id:
-            run.split_up()  # the members behind it make their own calls, as their own users
-        raise
-    try:
-        return _apply_as(inv, message, request)
-    finally:
-        credentials.step_aside()
-
-
-def _apply_as(inv: Invocation, message: BatchMessage, request: Request) -> AllocationOutcome:
-    ports = inv.ports
-    if isinstance(request, ReleaseRequest):
-        return apply_release(
-            request,
-            message.receive_count,
-            config=inv.config,
-            ledger=inv.state.ledger,
-            call=ReleaseCall(
-                ports.gateway,
-                TransferContext(
-                    clock=ports.clock,
-                    sleep=ports.sleep,
-                    deadline=inv.deadlines.applying,
-                    observer=inv.observer,
-                ),
-                inv.state.credentials,
-                ports.in_flight,
-            ),
-        )
-    result = apply_ensure(
-        message,
-        request,
-        inv.plan.runs.get(message.message_id),
-        EnsureBatch(
-            config=inv.config,
-            ports=ports,
-            observer=inv.observer,
-            deadlines=inv.deadlines,
-            ledger=inv.state.ledger,
-            pool_warnings=inv.state.pool_warnings,
-            credentials=inv.state.credentials,
-        ),
-    )
-    if isinstance(result, Parked):
-        # Labels the outcome of a later receive (served after reclaim).
-        ports.parked.add(request.request_id)
-        raise ParkedForReclaimError()
-    return result
 
 
 def _finish(

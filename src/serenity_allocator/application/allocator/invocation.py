@@ -85,8 +85,8 @@ class WorkerPorts:
 
 
 @dataclass(frozen=True)
-class EnsureBatch:
-    """What a batch applies each of its ensures with.
+class RequestContext:
+    """What a batch applies each of its requests with, and ends a failed one with.
 
     The container's ``config`` and ``ports``; the batch's ``observer``, ``deadlines``, ledger
     records (``ledger``) and the pool warnings it collects (``pool_warnings``, appended to);

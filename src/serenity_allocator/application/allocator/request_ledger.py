@@ -135,30 +135,33 @@ class LedgerView:
             LedgerUnavailableError, OutOfTimeError, LedgerRecordUnreadableError: the record
                 was not read (:meth:`check`), or the provisional dead letter not written.
         """
-        bound_elsewhere = self.conflicts(request) or (
+        # The record's two questions asked together: is the id bound elsewhere, does this
+        # delivery replay it.
+        entry = self.entries.get(request.request_id)
+        bound_elsewhere = entry is not None and not entry.belongs_to(
+            request.workspace_id, request.kind
+        )
+        replayed = (
+            entry.outcome if entry is not None and entry.is_replayed_for(message_id) else None
+        )
+        bound_elsewhere = bound_elsewhere or (
             first is not None
             and (first.workspace_id, first.kind) != (request.workspace_id, request.kind)
         )
         if not bound_elsewhere:
-            return self._admit(request, message_id, first, receive_count, final_receive)
+            if first is not None:
+                return FollowFirst()
+            if replayed is not None:
+                return Replay(replayed)
+            return self._admit(request, message_id, receive_count, final_receive)
         return Refuse(
             build_outcome(request, "rejected", receive_count, error_code=REQUEST_ID_CONFLICT)
         )
 
     def _admit(
-        self,
-        request: Request,
-        message_id: str | None,
-        first: Request | None,
-        receive_count: int,
-        final_receive: bool,
-    ) -> FollowFirst | Replay | Apply:
-        """The answer for a request whose id is its own."""
-        if first is not None:
-            return FollowFirst()
-        entry = self.entries.get(request.request_id)
-        if entry is not None and entry.is_replayed_for(message_id) and entry.outcome is not None:
-            return Replay(entry.outcome)
+        self, request: Request, message_id: str | None, receive_count: int, final_receive: bool
+    ) -> Apply:
+        """Apply a request whose id is its own, once its record was read."""
         self.check(request.request_id)
         if final_receive and request.request_id not in self.marked:
             sequence_number = self.sequence_numbers.get(message_id or "")
