@@ -71,7 +71,7 @@ def test_children_whose_ensures_all_expired_are_forgotten_as_others_are_noted() 
     units = InFlightUnits(clock)
     units.note("old-1", _prompts(0), _prompts(5))
     units.note("old-2", _prompts(0), _prompts(5))
-    clock.advance(IN_FLIGHT_S + 1)
+    clock.advance(IN_FLIGHT_S)  # exactly the window: expired, as in pending()
 
     # When a third child is served
     units.note(CHILD, _prompts(0), _prompts(5))
