@@ -157,7 +157,10 @@ def _baseline_rows(section: dict[str, Any]) -> list[str]:
     """The IMS cells at the baseline commit beside this run's."""
     base = section["baseline"]
     rows = [
-        f"The defaults in IMS mode, at {base['commit']} → this run:",
+        f"The defaults in IMS mode, at {base['commit']} → this run. The figures at "
+        f"{base['commit']} were measured with the requests one after another on the clock; this "
+        "run's side by side, so the waited writes and the calls are not like for like (more "
+        "requests overlap on one child now, as they do in production):",
         "",
         "| pool | refused orgPoolExhausted | stranded prompts (active) | waited writes "
         "(steady state) | Semrush calls/request |",
