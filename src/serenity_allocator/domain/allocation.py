@@ -159,6 +159,9 @@ def ensure_headroom(
     topped up, one under low water is refilled ahead, one holding surplus of a tight pool gives
     it back, all in one absolute transfer of both dimensions. A refill or a surplus return the
     pool or the family does not allow ends as the hot path: the request's room is there.
+    With ``hooks.in_flight`` the units the child's other recent ensures made room for, and its
+    use does not show yet, are carved beside this need where the pool and the ceiling have them
+    (never refusing this request for them); a served ensure is then remembered there.
 
     Raises:
         WiringError: a blank id, before any call.
