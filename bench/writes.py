@@ -100,7 +100,7 @@ class _Run:
     """
 
     def __init__(self, sim: SimulatorServer, clock: VirtualTime, queue_latency_s: float) -> None:
-        self.sim, self.clock, self.latency_s = sim, clock, queue_latency_s
+        self.sim, self.clock = sim, clock
         self.client = SemrushClient(
             sim.origin,
             StaticTokenProvider(BENCH_TOKEN),
@@ -114,7 +114,7 @@ class _Run:
     def enqueue(self, request: EnsureRequest) -> str:
         """The services' producer: the ensure is applied once the queue latency has passed."""
         request_id = self.allocator.enqueue(request)
-        self.clock.at(self.clock() + self.latency_s, self.allocator.pump)
+        self.clock.at(self.clock() + self.allocator.latency_s, self.allocator.pump)
         return request_id
 
     def close(self) -> None:

@@ -281,10 +281,9 @@ def _sized(
     note_tiered(pool, "pool", ctx)
     ctx.observer.record(PoolChecked(ask.parent_id, pool))
     with_prompts = is_flat_pair(child, pool)
-    if _carves_in_flight(run, pool, before, required):
-        # ``short`` stays this request's own: a top-up for the other requests' units that the
-        # pool then refuses leaves this one the room it has, as a refill ahead does.
-        required = required.plus(run.in_flight)
+    # ``short`` stays this request's own: a top-up for the other requests' units that the
+    # pool then refuses leaves this one the room it has, as a refill ahead does.
+    required = _with_in_flight(run, pool, before, required)
     if short:
         refuse_tiered_prompts(pool, before, exact, ctx)
     movable = tuple(Dimension) if with_prompts else (Dimension.PROJECTS,)
@@ -408,19 +407,19 @@ def _exact_fallback(
     return attempts
 
 
-def _carves_in_flight(run: _Sizing, pool: AiResources, before: Totals, required: Totals) -> bool:
-    """True when the child's other requests' units on their way fit the pool and the ceiling.
+def _with_in_flight(run: _Sizing, pool: AiResources, before: Totals, required: Totals) -> Totals:
+    """``required`` with the other requests' units on their way, if the pool and ceiling allow.
 
-    They are carved with this request's own only then: what cannot be had for them never
-    refuses a request whose own need fits.
+    Otherwise ``required`` alone: what cannot be had for them never refuses a request whose own
+    need fits.
     """
     wanted = required.plus(run.in_flight)
     exact = _exact_totals(before, wanted)
     try:
         cap_to_ceiling(before, wanted, exact, run.ask.ceiling)
     except BrandAiLimitError:
-        return False
-    return _fits(pool, before, exact)
+        return required
+    return wanted if _fits(pool, before, exact) else required
 
 
 def _fits(pool: AiResources, before: Totals, target: Totals) -> bool:
