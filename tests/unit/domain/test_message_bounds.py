@@ -23,18 +23,7 @@ from serenity_allocator.domain.messages import (
     cross_field_problem,
     parse_request,
 )
-
-
-def _ensure(**overrides: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "kind": "ensure",
-        "request_id": "req-1",
-        "workspace_id": "child-1",
-        "parent_workspace_id": "master-1",
-        "need": {"projects": 1, "prompts": 40},
-    }
-    body.update(overrides)
-    return body
+from tests.unit.domain.message_rig import ensure_body
 
 
 def _rejected_fields(body: dict[str, Any]) -> list[str]:
@@ -62,7 +51,7 @@ def test_parse_request_rejects_workspace_ids_outside_the_upstream_alphabet(
     workspace_id: str,
 ) -> None:
     # Given an ensure whose child id could change the URL path or header it lands in
-    body = _ensure(workspace_id=workspace_id)
+    body = ensure_body(workspace_id=workspace_id)
 
     # When parsed / Then the worker refuses it, naming the field
     assert _rejected_fields(body) == ["workspace_id"]
@@ -70,7 +59,7 @@ def test_parse_request_rejects_workspace_ids_outside_the_upstream_alphabet(
 
 def test_parse_request_rejects_a_dot_segment_parent() -> None:
     # Given an ensure whose parent is the '..' segment (httpx would collapse the path)
-    body = _ensure(parent_workspace_id="..")
+    body = ensure_body(parent_workspace_id="..")
 
     # When parsed / Then the parent field is named
     assert _rejected_fields(body) == ["parent_workspace_id"]
@@ -81,7 +70,7 @@ def test_parse_request_accepts_the_longest_id_in_the_alphabet() -> None:
     workspace_id = ("Az09-_" * 22)[:128]
 
     # When parsed
-    request = parse_request(json.dumps(_ensure(workspace_id=workspace_id)))
+    request = parse_request(json.dumps(ensure_body(workspace_id=workspace_id)))
 
     # Then it comes through unchanged
     assert request.workspace_id == workspace_id
@@ -99,7 +88,7 @@ def test_parse_request_rejects_counts_above_the_maximum(
     field: str, value: dict[str, int], rejected: str
 ) -> None:
     # Given a need or ceiling above the documented per-dimension maximum
-    body = _ensure(**{field: value})
+    body = ensure_body(**{field: value})
 
     # When parsed / Then the dimension is named
     assert _rejected_fields(body) == [rejected]
@@ -107,7 +96,9 @@ def test_parse_request_rejects_counts_above_the_maximum(
 
 def test_parse_request_accepts_counts_at_the_maximum() -> None:
     # Given a need exactly at the maximum
-    body = _ensure(need={"projects": MAX_UNITS_PER_DIMENSION, "prompts": MAX_UNITS_PER_DIMENSION})
+    body = ensure_body(
+        need={"projects": MAX_UNITS_PER_DIMENSION, "prompts": MAX_UNITS_PER_DIMENSION}
+    )
 
     # When parsed / Then it is accepted as sent
     request = parse_request(json.dumps(body))
@@ -133,7 +124,7 @@ def test_parse_request_rejects_a_release_floor_above_the_maximum() -> None:
 @pytest.mark.parametrize("version", [True, "1", 2, 1.5])
 def test_parse_request_accepts_only_the_number_one_as_version(version: object) -> None:
     # Given a body whose version is equal to 1 only loosely (or not at all; 1.0 is 1 in JSON)
-    body = _ensure(version=version)
+    body = ensure_body(version=version)
 
     # When parsed / Then the version field is named
     assert _rejected_fields(body) == ["version"]
@@ -142,7 +133,7 @@ def test_parse_request_accepts_only_the_number_one_as_version(version: object) -
 def test_cross_field_problem_names_a_child_that_is_its_own_parent() -> None:
     # Given an ensure naming the master as its own child: schema-valid, so it parses
     request = parse_request(
-        json.dumps(_ensure(workspace_id="master-1", parent_workspace_id="master-1"))
+        json.dumps(ensure_body(workspace_id="master-1", parent_workspace_id="master-1"))
     )
 
     # When its cross-field rules are checked / Then the parent field is named
@@ -153,7 +144,7 @@ def test_cross_field_problem_names_a_child_that_is_its_own_parent() -> None:
 
 def test_cross_field_problem_names_a_group_that_is_not_the_workspace() -> None:
     # Given a valid ensure sent under another group / When checked / Then the group is named
-    request = parse_request(json.dumps(_ensure()))
+    request = parse_request(json.dumps(ensure_body()))
     assert cross_field_problem(request, "other") == "MessageGroupId: must equal workspace_id"
     assert cross_field_problem(request, request.workspace_id) is None
 

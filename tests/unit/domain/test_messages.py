@@ -14,18 +14,7 @@ from serenity_allocator.domain.messages import (
     ReleaseRequest,
     parse_request,
 )
-
-
-def _ensure(**overrides: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "kind": "ensure",
-        "request_id": "req-1",
-        "workspace_id": "child-1",
-        "parent_workspace_id": "master-1",
-        "need": {"projects": 1, "prompts": 40},
-    }
-    body.update(overrides)
-    return body
+from tests.unit.domain.message_rig import ensure_body
 
 
 def _release(**overrides: Any) -> dict[str, Any]:
@@ -42,7 +31,7 @@ def _rejection_locs(body: dict[str, Any]) -> list[tuple[int | str, ...]]:
 
 def test_parse_request_valid_ensure() -> None:
     # Given a complete ensure body / When parsed
-    request = parse_request(json.dumps(_ensure(include_drafted=True, brand_id="brand-7")))
+    request = parse_request(json.dumps(ensure_body(include_drafted=True, brand_id="brand-7")))
 
     # Then every field comes through typed, with defaults for the rest
     assert isinstance(request, EnsureRequest)
@@ -80,10 +69,10 @@ def test_parse_request_valid_release_with_floor_from_the_sweep() -> None:
 @pytest.mark.parametrize(
     ("body", "loc"),
     [
-        (_ensure(priority="high"), ("ensure", "priority")),
+        (ensure_body(priority="high"), ("ensure", "priority")),
         (_release(dry_run=True), ("release", "dry_run")),
         (
-            _ensure(need={"projects": 1, "prompts": 2, "weekly_prompts": 3}),
+            ensure_body(need={"projects": 1, "prompts": 2, "weekly_prompts": 3}),
             ("ensure", "need", "weekly_prompts"),
         ),
     ],
@@ -99,8 +88,8 @@ def test_parse_request_unknown_field_is_rejected_naming_it(
 @pytest.mark.parametrize(
     ("body", "loc"),
     [
-        (_ensure(need={"projects": 0, "prompts": -1}), ("ensure", "need", "prompts")),
-        (_ensure(ceiling={"projects": -2}), ("ensure", "ceiling", "projects")),
+        (ensure_body(need={"projects": 0, "prompts": -1}), ("ensure", "need", "prompts")),
+        (ensure_body(ceiling={"projects": -2}), ("ensure", "ceiling", "projects")),
         (_release(floor={"prompts": -100}), ("release", "floor", "prompts")),
     ],
 )
@@ -114,8 +103,8 @@ def test_parse_request_negative_count_is_rejected_naming_it(
 @pytest.mark.parametrize(
     ("body", "loc"),
     [
-        (_ensure(need={"projects": 1, "prompts": "40"}), ("ensure", "need", "prompts")),
-        (_ensure(need={"projects": 1.5}), ("ensure", "need", "projects")),
+        (ensure_body(need={"projects": 1, "prompts": "40"}), ("ensure", "need", "prompts")),
+        (ensure_body(need={"projects": 1.5}), ("ensure", "need", "projects")),
         (_release(floor={"prompts": True}), ("release", "floor", "prompts")),
     ],
 )
@@ -130,7 +119,9 @@ def test_parse_request_non_integer_count_is_rejected_naming_it(
 @pytest.mark.parametrize("spelling", ["250", "250.0", "2.5e2", "2.50E+2", "25000e-2"])
 def test_parse_request_reads_an_integral_number_as_that_integer(spelling: str) -> None:
     # Given a need spelled as any JSON number equal to 250 (JSON has one number type)
-    body = json.dumps(_ensure(need={"projects": 1, "prompts": 999_999})).replace("999999", spelling)
+    body = json.dumps(ensure_body(need={"projects": 1, "prompts": 999_999})).replace(
+        "999999", spelling
+    )
 
     # When parsed / Then it is the integer 250
     request = parse_request(body)
@@ -141,9 +132,9 @@ def test_parse_request_reads_an_integral_number_as_that_integer(spelling: str) -
 @pytest.mark.parametrize(
     ("body", "loc"),
     [
-        (_ensure(workspace_id=""), ("ensure", "workspace_id")),
-        (_ensure(workspace_id="   "), ("ensure", "workspace_id")),
-        (_ensure(parent_workspace_id=" "), ("ensure", "parent_workspace_id")),
+        (ensure_body(workspace_id=""), ("ensure", "workspace_id")),
+        (ensure_body(workspace_id="   "), ("ensure", "workspace_id")),
+        (ensure_body(parent_workspace_id=" "), ("ensure", "parent_workspace_id")),
         (_release(request_id=""), ("release", "request_id")),
     ],
 )
@@ -156,7 +147,7 @@ def test_parse_request_blank_id_is_rejected_naming_it(
 
 def test_parse_request_missing_id_is_rejected_naming_it() -> None:
     # Given an ensure without its parent / When parsed / Then the missing field is named
-    body = _ensure()
+    body = ensure_body()
     del body["parent_workspace_id"]
     assert _rejection_locs(body) == [("ensure", "parent_workspace_id")]
 
