@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from serenity_allocator.adapters.eventbridge_outcomes import OutcomePublisher
-from serenity_allocator.adapters.semrush_client import SemrushClient, StaticTokenProvider
+from serenity_allocator.adapters.semrush import SemrushClient, StaticTokenProvider
 from serenity_allocator.adapters.sqs_producer import (
     AllocationProducer,
     build_ensure,

@@ -148,7 +148,7 @@ def _coldstart_reading(cold: dict[str, Any]) -> list[str]:
     )
     httpx_note = (
         "The handler import already loads httpx (handlers/settings.py imports "
-        "adapters/semrush_client.py for the base-URL check); moving that check to a "
+        "adapters/semrush.py for the base-URL check); moving that check to a "
         "module without httpx would lower the import figure, but not the cold start, "
         "because the first invocation's wiring builds the client anyway. "
         if imports[worst]["imports_httpx"]

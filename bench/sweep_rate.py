@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from serenity_allocator.adapters.s3_checkpoint_store import S3CheckpointStore
-from serenity_allocator.adapters.semrush_client import SemrushClient, StaticTokenProvider
+from serenity_allocator.adapters.semrush import SemrushClient, StaticTokenProvider
 from serenity_allocator.adapters.sqs_producer import AllocationProducer
 from serenity_allocator.domain.model import Totals
 from serenity_allocator.domain.sweep.model import StoredCheckpoint

@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from serenity_allocator.adapters.semrush_client import SemrushClient, StaticTokenProvider
+from serenity_allocator.adapters.semrush import SemrushClient, StaticTokenProvider
 from serenity_allocator.domain.model import Totals
 from serenity_tools.standins.simulator import SimulatorServer, start_simulator
 from tests.contract.swagger import (

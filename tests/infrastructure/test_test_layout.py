@@ -1,7 +1,7 @@
 """The unit and tool tests mirror the house: each file sits in the folder of what it tests.
 
 ``tests/unit/<part>/`` mirrors ``src/serenity_allocator/<part>`` (a package or a module:
-``adapters/semrush_client/`` is ``adapters/semrush_client.py``), ``tests/tools/<part>/`` mirrors
+``adapters/semrush/`` is ``adapters/semrush.py``), ``tests/tools/<part>/`` mirrors
 ``tools/serenity_tools/<part>``, and ``tests/tools/bench/`` the benchmarks (docs/testing.md has
 the table). A test file straight in ``tests/unit`` or ``tests/tools`` has no layer, and a folder
 without ``__init__.py`` would make two ``test_errors.py`` one module to pytest's default import

@@ -25,7 +25,7 @@ from serenity_allocator.adapters.ims_client import (
     ImsClientPair,
 )
 from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher
-from serenity_allocator.adapters.semrush_client import SemrushClient, SemrushClientConfig
+from serenity_allocator.adapters.semrush import SemrushClient, SemrushClientConfig
 from serenity_allocator.domain.sweep.run_claim import run_token_context
 from serenity_allocator.handlers.settings import SweepSettings
 from serenity_allocator.handlers.sweep import lambda_handler

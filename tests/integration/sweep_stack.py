@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from serenity_allocator.adapters.semrush_client import (
+from serenity_allocator.adapters.semrush import (
     SemrushClient,
     SemrushClientConfig,
     StaticTokenProvider,

@@ -29,7 +29,7 @@ from serenity_allocator.adapters.request_authority import (
     RequestTokenHolder,
     UserCredential,
 )
-from serenity_allocator.adapters.semrush_client import SemrushClient
+from serenity_allocator.adapters.semrush import SemrushClient
 from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
 from serenity_allocator.domain.errors import NeedsReauthError
 from serenity_allocator.producer import AllocationProducer

@@ -28,7 +28,7 @@ import pytest
 from cfnlint.decode import cfn_yaml  # type: ignore[import-untyped]
 
 from serenity_allocator.adapters.observability import logger
-from serenity_allocator.adapters.semrush_client import SemrushClient, StaticTokenProvider
+from serenity_allocator.adapters.semrush import SemrushClient, StaticTokenProvider
 from serenity_allocator.domain.errors import UpstreamError
 from serenity_tools.standins.resources import LocalResources
 from serenity_tools.standins.simulator import (

@@ -18,7 +18,7 @@ from ..domain.model import Totals
 from ..domain.sweep.errors import SweepReleaseCredentialError
 from .ims_client import ImsClient
 from .request_authority import UserCredential
-from .semrush_client import TokenProvider
+from .semrush import TokenProvider
 from .sqs_producer import AllocationProducer
 
 Source = Literal["service", "sweep", "reclaim"]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from ..adapters.ims_client import ImsClient, ImsClientPair
-    from ..adapters.semrush_client import SemrushClient, TokenProvider
+    from ..adapters.semrush import SemrushClient, TokenProvider
     from .settings import ImsSettings, SemrushSettings
 
 
@@ -35,7 +35,7 @@ def build_semrush_client(
 
     In IMS mode the caller passes the holder of the current request's access token.
     """
-    from ..adapters.semrush_client import SemrushClient, SemrushClientConfig, StaticTokenProvider
+    from ..adapters.semrush import SemrushClient, SemrushClientConfig, StaticTokenProvider
 
     if tokens is None:
         if semrush.token is None:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from serenity_allocator.adapters.semrush_client import (
+from serenity_allocator.adapters.semrush import (
     SemrushClient,
     SemrushClientConfig,
     StaticTokenProvider,

@@ -6,7 +6,7 @@ import ssl
 
 from serenity_allocator.adapters.http_edge import tls_context
 from serenity_allocator.adapters.ims_client import ImsClient
-from serenity_allocator.adapters.semrush_client import SemrushClient, StaticTokenProvider
+from serenity_allocator.adapters.semrush import SemrushClient, StaticTokenProvider
 
 
 def test_tls_context_is_built_once_and_still_verifies_every_peer() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from serenity_allocator.adapters.semrush_client import (
+from serenity_allocator.adapters.semrush import (
     SemrushClient,
     SemrushClientConfig,
     StaticTokenProvider,

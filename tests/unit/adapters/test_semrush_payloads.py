@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from serenity_allocator.adapters.semrush_payloads import parse_ai_resources
+from serenity_allocator.adapters.semrush import parse_ai_resources
 from serenity_allocator.domain.errors import MalformedResponseError
 from serenity_allocator.domain.model import AiResources, DimensionUsage
 

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from serenity_allocator.adapters.semrush_payloads import parse_ai_resources
+from serenity_allocator.adapters.semrush import parse_ai_resources
 from serenity_allocator.domain.errors import is_metered_quota, is_not_ready
 from serenity_tools.standins.simulator import (
     DISGUISED_QUOTA_405,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from serenity_allocator.adapters.semrush_payloads import parse_ai_resources
+from serenity_allocator.adapters.semrush import parse_ai_resources
 from serenity_allocator.domain.errors import is_not_ready, is_pool_exhausted
 from serenity_tools.standins.simulator import (
     SimulatorServer,

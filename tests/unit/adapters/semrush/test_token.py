@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from serenity_allocator.adapters.semrush_client import (
+from serenity_allocator.adapters.semrush import (
     SemrushClient,
     StaticTokenProvider,
     TokenProviderError,
@@ -16,7 +16,7 @@ from serenity_allocator.adapters.semrush_client import (
 from serenity_allocator.domain.errors import UpstreamError, UpstreamUnavailableError
 from serenity_allocator.domain.model import Totals
 from serenity_tools.standins.simulator import SimulatorServer
-from tests.unit.adapters.semrush_client.helpers import (
+from tests.unit.adapters.semrush.helpers import (
     SECRET_TOKEN,
     closed_port_origin,
 )

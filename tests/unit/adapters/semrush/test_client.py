@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from serenity_allocator.adapters.http_edge import API_PATH, ConfigurationError
-from serenity_allocator.adapters.semrush_client import (
+from serenity_allocator.adapters.semrush import (
     SemrushClient,
     SemrushClientConfig,
     StaticTokenProvider,
@@ -20,7 +20,7 @@ from serenity_allocator.adapters.semrush_client import (
 from serenity_allocator.domain.errors import MalformedResponseError, UpstreamError, WiringError
 from serenity_allocator.domain.model import Totals, WorkspaceRecord
 from serenity_tools.standins.simulator import SimulatorServer
-from tests.unit.adapters.semrush_client.helpers import (
+from tests.unit.adapters.semrush.helpers import (
     SECRET_TOKEN,
     RecordingSleep,
     RotatingTokenProvider,

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from serenity_allocator.adapters.http_edge import ConfigurationError
-from serenity_allocator.adapters.semrush_client import (
+from serenity_allocator.adapters.semrush import (
     MAX_RETRY_AFTER_S,
     SemrushClient,
     SemrushClientConfig,
@@ -22,7 +22,7 @@ from serenity_allocator.adapters.semrush_client import (
 from serenity_allocator.domain.errors import OutOfTimeError, UpstreamError, UpstreamUnavailableError
 from serenity_allocator.domain.model import Totals
 from serenity_tools.standins.simulator import SimulatorServer
-from tests.unit.adapters.semrush_client.helpers import (
+from tests.unit.adapters.semrush.helpers import (
     SECRET_TOKEN,
     RecordingSleep,
     calls_of,

@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from serenity_allocator.adapters.semrush_client import (
+from serenity_allocator.adapters.semrush import (
     SemrushClient,
     SemrushClientConfig,
     StaticTokenProvider,
 )
 from serenity_tools.standins.simulator import SimulatorServer
-from tests.unit.adapters.semrush_client.helpers import FAMILY, SECRET_TOKEN, RecordingSleep
+from tests.unit.adapters.semrush.helpers import FAMILY, SECRET_TOKEN, RecordingSleep
 
 
 @pytest.fixture
