@@ -27,7 +27,7 @@ from typing import Any
 
 from serenity_allocator.adapters.eventbridge_outcomes import OutcomePublisher
 from serenity_allocator.adapters.semrush import SemrushClient, StaticTokenProvider
-from serenity_allocator.adapters.sqs_producer import (
+from serenity_allocator.adapters.sqs import (
     AllocationProducer,
     build_ensure,
     build_release,

@@ -26,7 +26,7 @@ from collections import Counter
 from typing import Any
 
 from serenity_allocator.adapters.eventbridge_outcomes import OutcomePublisher
-from serenity_allocator.adapters.sqs_producer import AllocationProducer, build_ensure
+from serenity_allocator.adapters.sqs import AllocationProducer, build_ensure
 from serenity_allocator.handlers.allocator import lambda_handler
 from serenity_allocator.handlers.allocator_runtime import build_runtime
 from serenity_allocator.handlers.settings import AllocatorSettings

@@ -19,7 +19,7 @@ from typing import Any
 
 from serenity_allocator.adapters.s3_checkpoint_store import S3CheckpointStore
 from serenity_allocator.adapters.semrush import SemrushClient, StaticTokenProvider
-from serenity_allocator.adapters.sqs_producer import AllocationProducer
+from serenity_allocator.adapters.sqs import AllocationProducer
 from serenity_allocator.domain.model import Totals
 from serenity_allocator.domain.sweep.model import StoredCheckpoint
 from serenity_allocator.handlers.settings import SweepSettings

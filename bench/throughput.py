@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from serenity_allocator.adapters.sqs_producer import AllocationProducer, build_ensure
+from serenity_allocator.adapters.sqs import AllocationProducer, build_ensure
 from serenity_tools.standins.consumer_pool import ConsumerPool
 from serenity_tools.standins.stack import LocalStack
 from serenity_tools.standins.traces import read_trace_events

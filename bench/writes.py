@@ -37,7 +37,7 @@ from serenity_allocator.adapters.semrush import (
     SemrushClientConfig,
     StaticTokenProvider,
 )
-from serenity_allocator.adapters.sqs_producer import build_ensure
+from serenity_allocator.adapters.sqs import build_ensure
 from serenity_allocator.domain.allocation import EnsureAsk, EnsureRules, ensure_headroom
 from serenity_allocator.domain.errors import AllocationError, is_metered_quota
 from serenity_allocator.domain.messages import EnsureRequest

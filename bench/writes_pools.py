@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from serenity_allocator.adapters.eventbridge_outcomes import OutcomePublisher
-from serenity_allocator.adapters.sqs_producer import AllocationProducer
+from serenity_allocator.adapters.sqs import AllocationProducer
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest
 from serenity_allocator.domain.model import Totals
 from serenity_allocator.handlers.allocator import lambda_handler

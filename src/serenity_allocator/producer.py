@@ -62,7 +62,7 @@ from .adapters.request_authority import (
     CredentialHandoverError,
     UserCredential,
 )
-from .adapters.sqs_producer import (
+from .adapters.sqs import (
     AllocationProducer,
     EnqueueError,
     EnsureOptions,

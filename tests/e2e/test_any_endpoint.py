@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from serenity_allocator.adapters.sqs_producer import AllocationProducer
+from serenity_allocator.adapters.sqs import AllocationProducer
 from serenity_tools.standins.aws_endpoints import from_flags
 from serenity_tools.standins.moto_server import start_moto_server_process
 from serenity_tools.standins.resources import local_client

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from serenity_allocator.adapters.sqs_producer import build_ensure, build_release
+from serenity_allocator.adapters.sqs import build_ensure, build_release
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from serenity_allocator.domain.model import Totals
 from serenity_tools import cli

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from aws_lambda_powertools.utilities.parser.models import SqsModel
 
-from serenity_allocator.adapters.sqs_producer import AllocationProducer
+from serenity_allocator.adapters.sqs import AllocationProducer
 from serenity_allocator.handlers.settings import AllocatorSettings, SweepSettings
 from serenity_tools.standins.consumer import (
     CrashPlan,
@@ -304,7 +304,7 @@ def test_consumer_processes_drain_ensures_end_to_end(stack: LocalStack) -> None:
 
 def _requests_from(events: list[dict[str, Any]]) -> list[Any]:
     """Rebuild the requests, in delivery order, from what the consumers received (ids only)."""
-    from serenity_allocator.adapters.sqs_producer import build_ensure
+    from serenity_allocator.adapters.sqs import build_ensure
 
     seen: dict[str, Any] = {}
     for event in events:

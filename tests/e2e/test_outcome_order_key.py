@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from serenity_allocator.adapters.sqs_producer import AllocationProducer, build_ensure, build_release
+from serenity_allocator.adapters.sqs import AllocationProducer, build_ensure, build_release
 from serenity_tools.standins.outcome_capture import OutcomeCapture
 from serenity_tools.standins.stack import LocalStack, drain
 from serenity_tools.verification.invariants import check_order, workspaces_by_id

@@ -95,7 +95,7 @@ def test_layers_a_domain_module_that_imports_the_outside_breaks_the_contract(
 def test_layers_an_adapter_that_calls_a_use_case_breaks_the_contract(tmp_path: Path) -> None:
     # Given a copy whose adapter imports a use case
     tree = _copy_of_the_package(tmp_path)
-    adapter = Path("serenity_allocator/adapters/sqs_producer.py")
+    adapter = Path("serenity_allocator/adapters/sqs.py")
     _add_import(tree, adapter, "from .. import application")
 
     # When the contract runs

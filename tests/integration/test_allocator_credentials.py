@@ -30,7 +30,7 @@ from serenity_allocator.adapters.request_authority import (
     UserCredential,
 )
 from serenity_allocator.adapters.semrush import SemrushClient
-from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
+from serenity_allocator.adapters.sqs import REASON_ATTRIBUTE
 from serenity_allocator.domain.errors import NeedsReauthError
 from serenity_allocator.producer import AllocationProducer
 from serenity_tools.standins.resources import LocalResources, local_client, put_secret

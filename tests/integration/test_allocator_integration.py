@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from serenity_allocator.adapters.eventbridge_outcomes import EVENT_SOURCE, OUTCOME_DETAIL_TYPE
-from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
+from serenity_allocator.adapters.sqs import REASON_ATTRIBUTE
 from serenity_tools.standins.resources import LocalResources
 from serenity_tools.standins.simulator import SimulatorServer
 from tests.conftest import OutcomeCapture

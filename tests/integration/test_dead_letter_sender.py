@@ -7,7 +7,7 @@ import base64
 import pytest
 from botocore.exceptions import ClientError
 
-from serenity_allocator.adapters.sqs_dead_letter import (
+from serenity_allocator.adapters.sqs import (
     BODY_ENCODING_ATTRIBUTE,
     MAX_REASON_CHARS,
     REASON_ATTRIBUTE,

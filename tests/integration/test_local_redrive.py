@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from serenity_allocator.adapters.sqs_dead_letter import DeadLetterSender
+from serenity_allocator.adapters.sqs import DeadLetterSender
 from serenity_tools.cli import main
 from serenity_tools.standins.local_redrive import fresh_deduplication_id
 from serenity_tools.standins.resources import LocalResources, local_client

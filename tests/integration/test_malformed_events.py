@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
+from serenity_allocator.adapters.sqs import REASON_ATTRIBUTE
 from serenity_allocator.handlers.allocator import lambda_handler
 from serenity_tools.standins.lambda_context import LocalLambdaContext
 from serenity_tools.standins.resources import LOCAL_REGION, LocalResources

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from serenity_allocator.adapters.dynamodb_request_ledger import DynamoDbRequestLedger
-from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
+from serenity_allocator.adapters.sqs import REASON_ATTRIBUTE
 from serenity_allocator.domain.ledger import LedgerUnavailableError
 from serenity_allocator.domain.model import AiResources, Totals
 from serenity_allocator.domain.ports import WorkspaceGateway

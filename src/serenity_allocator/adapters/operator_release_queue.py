@@ -19,7 +19,7 @@ from ..domain.sweep.errors import SweepReleaseCredentialError
 from .ims_client import ImsClient
 from .request_authority import UserCredential
 from .semrush import TokenProvider
-from .sqs_producer import AllocationProducer
+from .sqs import AllocationProducer
 
 Source = Literal["service", "sweep", "reclaim"]
 

@@ -216,7 +216,7 @@ def build_runtime(settings: AllocatorSettings) -> AllocatorRuntime:
     else:
         runtime = _ims_runtime(settings, settings.ims, aws_budget_s)
     if settings.dlq_url:
-        from ..adapters.sqs_dead_letter import DeadLetterSender
+        from ..adapters.sqs import DeadLetterSender
 
         runtime.dead_letters = DeadLetterSender(settings.dlq_url, call_budget_s=aws_budget_s)
     if settings.outcome_bus_name:
@@ -224,7 +224,7 @@ def build_runtime(settings: AllocatorSettings) -> AllocatorRuntime:
 
         runtime.outcomes = OutcomePublisher(settings.outcome_bus_name, call_budget_s=aws_budget_s)
     if settings.sibling_reclaim and settings.queue_url:
-        from ..adapters.sqs_producer import AllocationProducer
+        from ..adapters.sqs import AllocationProducer
 
         runtime.producer = AllocationProducer(settings.queue_url, call_budget_s=aws_budget_s)
     if settings.request_ledger_table:

@@ -72,7 +72,7 @@ class SweepRuntime:
 def build_sweep_runtime(settings: SweepSettings) -> SweepRuntime:
     """Wire the real adapters (Semrush client, S3 checkpoint store, SQS producer, IMS, KMS)."""
     from ..adapters.s3_checkpoint_store import S3CheckpointStore
-    from ..adapters.sqs_producer import AllocationProducer
+    from ..adapters.sqs import AllocationProducer
 
     store = S3CheckpointStore(settings.sweep_bucket)
     if settings.ims is None:
@@ -100,7 +100,7 @@ def build_operator_releases(
     from ..adapters.kms_token_cipher import KmsTokenCipher
     from ..adapters.operator_release_queue import OperatorHandover, OperatorReleaseQueue
     from ..adapters.request_authority import CredentialHandover
-    from ..adapters.sqs_producer import AllocationProducer
+    from ..adapters.sqs import AllocationProducer
 
     ims = settings.ims
     if ims is None or ims.credentials_table is None or not settings.releases_carry_credentials:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Generic, NoReturn, Protocol, TypeVar
 
-from ..adapters.sqs_producer import TotalsInput, build_ensure
+from ..adapters.sqs import TotalsInput, build_ensure
 from ..contract.outcome_table import CustomerAnswer, outcome_table
 from ..domain.errors import QUOTA_SHAPED_STATUS, is_metered_quota
 from ..domain.messages import AllocationOutcome, EnsureRequest

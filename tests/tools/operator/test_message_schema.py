@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from jsonschema.validators import extend
 
-from serenity_allocator.adapters.sqs_producer import build_ensure, build_release
+from serenity_allocator.adapters.sqs import build_ensure, build_release
 from serenity_allocator.domain.ledger import LedgerEntry
 from serenity_allocator.domain.messages import (
     AllocationOutcome,

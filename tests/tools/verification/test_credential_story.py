@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from serenity_allocator.adapters.sqs_producer import build_ensure
+from serenity_allocator.adapters.sqs import build_ensure
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_tools.standins.stack import DeadLetter
 from serenity_tools.verification.credential_story import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from serenity_allocator.adapters.sqs_producer import build_ensure, build_release
+from serenity_allocator.adapters.sqs import build_ensure, build_release
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals
 from serenity_tools.verification.identity import (

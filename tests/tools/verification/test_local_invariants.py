@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from serenity_allocator.adapters.sqs_producer import build_ensure, build_release
+from serenity_allocator.adapters.sqs import build_ensure, build_release
 from serenity_allocator.domain.ledger import LedgerEntry, TransferIntent
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals

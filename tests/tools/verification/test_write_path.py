@@ -11,7 +11,7 @@ from serenity_allocator.adapters.semrush import (
     SemrushClientConfig,
     StaticTokenProvider,
 )
-from serenity_allocator.adapters.sqs_producer import build_ensure
+from serenity_allocator.adapters.sqs import build_ensure
 from serenity_tools.standins.simulator import SimulatorServer, SimulatorState, start_simulator
 from serenity_tools.verification.write_path import (
     INVARIANT_NAME,

@@ -19,8 +19,8 @@ from serenity_allocator.adapters.aws_clients import (
     sqs_client,
 )
 from serenity_allocator.adapters.eventbridge_outcomes import OutcomePublisher
-from serenity_allocator.adapters.sqs_dead_letter import DeadLetterSender
-from serenity_allocator.adapters.sqs_producer import AllocationProducer
+from serenity_allocator.adapters.sqs import DeadLetterSender
+from serenity_allocator.adapters.sqs import AllocationProducer
 
 ALLOCATOR_TIMEOUT_S = 60.0
 """template.yaml's AllocatorFunction Timeout."""

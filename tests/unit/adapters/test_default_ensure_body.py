@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from serenity_allocator.adapters.sqs_producer import _entry, build_ensure
+from serenity_allocator.adapters.sqs import _entry, build_ensure
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURE = json.loads((ROOT / "tests" / "fixtures" / "default-ensure.json").read_text("utf-8"))

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from serenity_allocator.adapters.sqs_producer import (
+from serenity_allocator.adapters.sqs import (
     AllocationProducer,
     build_ensure,
     build_release,

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
+from serenity_allocator.adapters.sqs import REASON_ATTRIBUTE
 from serenity_allocator.application.allocator.audit_dead_letters import (
     DeadLetterAudit,
     DeadLetterCopy,

@@ -25,7 +25,7 @@ from serenity_allocator.adapters.dynamodb_credential_store import DynamoDbCreden
 from serenity_allocator.adapters.ims_client import ImsClient, ImsClientPair
 from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher
 from serenity_allocator.adapters.request_authority import CredentialHandover, UserCredential
-from serenity_allocator.adapters.sqs_producer import AllocationProducer
+from serenity_allocator.adapters.sqs import AllocationProducer
 from serenity_allocator.domain.errors import ImsUnavailableError
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest
 

@@ -119,7 +119,7 @@ def _send_back(
     message: MessageTypeDef,
     new_deduplication_id: Callable[[str | None], str],
 ) -> Redriven:
-    from serenity_allocator.adapters.sqs_dead_letter import (
+    from serenity_allocator.adapters.sqs import (
         BODY_ENCODING_ATTRIBUTE,
         decode_dead_letter_body,
     )

@@ -471,7 +471,7 @@ class LocalStack:
             earlier_reads: Message id -> times it was already received from the DLQ without
                 being deleted (an audit that peeks): each counted one receive, like this read.
         """
-        from serenity_allocator.adapters.sqs_dead_letter import REASON_ATTRIBUTE
+        from serenity_allocator.adapters.sqs import REASON_ATTRIBUTE
 
         letters: list[DeadLetter] = []
         for message in self.drain_queue(dlq_url or self.resources.dlq_url):

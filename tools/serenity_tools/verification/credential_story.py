@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from serenity_allocator.adapters.sqs_producer import AllocationProducer, build_ensure
+from serenity_allocator.adapters.sqs import AllocationProducer, build_ensure
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from serenity_tools.standins.identities import LocalIdentities, UserProducer
 from serenity_tools.standins.stack import DeadLetter

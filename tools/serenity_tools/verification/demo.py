@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from serenity_allocator.adapters.s3_checkpoint_store import S3CheckpointStore
-from serenity_allocator.adapters.sqs_producer import AllocationProducer, build_ensure, build_release
+from serenity_allocator.adapters.sqs import AllocationProducer, build_ensure, build_release
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest
 from serenity_allocator.domain.model import DEFAULT_BLOCKS
 from serenity_allocator.write_guard import EmfQuotaRetryRecorder

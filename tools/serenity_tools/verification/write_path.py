@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import httpx
 
 from serenity_allocator.adapters.ledger_outcome_reader import OutcomeReader
-from serenity_allocator.adapters.sqs_producer import AllocationProducer
+from serenity_allocator.adapters.sqs import AllocationProducer
 from serenity_allocator.domain.allocation import (
     EnsureAsk,
     EnsureHooks,

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from serenity_allocator.adapters.eventbridge_outcomes import POOL_LOW_DETAIL_TYPE
-from serenity_allocator.adapters.sqs_producer import AllocationProducer
+from serenity_allocator.adapters.sqs import AllocationProducer
 from serenity_allocator.domain.ledger import LedgerEntry
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from serenity_tools.standins.consumer import DEFAULT_HANDLER, CrashPlan

@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from serenity_allocator.adapters.sqs_producer import build_release
+from serenity_allocator.adapters.sqs import build_release
 from serenity_allocator.domain.messages import AllocationOutcome, ReleaseRequest
 from serenity_tools.verification.harness.workload import Request
 

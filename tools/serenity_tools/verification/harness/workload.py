@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from serenity_allocator.adapters.sqs_producer import build_ensure, build_release
+from serenity_allocator.adapters.sqs import build_ensure, build_release
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest
 from serenity_tools.verification.seeding import seed_child, usage
 
