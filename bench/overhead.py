@@ -21,8 +21,12 @@ from typing import Any
 import httpx
 
 from serenity_allocator.adapters.eventbridge_outcomes import OutcomePublisher
-from serenity_allocator.adapters.semrush import API_PATH, SemrushClient, StaticTokenProvider
-from serenity_allocator.adapters.semrush import parse_ai_resources
+from serenity_allocator.adapters.semrush import (
+    API_PATH,
+    SemrushClient,
+    StaticTokenProvider,
+    parse_ai_resources,
+)
 from serenity_allocator.domain.errors import UpstreamError
 from serenity_allocator.domain.model import AiResources, Totals, WorkspaceRecord
 from serenity_allocator.handlers.allocator import lambda_handler

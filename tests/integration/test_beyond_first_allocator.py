@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from serenity_allocator.adapters.eventbridge_outcomes import POOL_LOW_DETAIL_TYPE
-from serenity_allocator.domain.recently_seen import PoolWatch
+from serenity_allocator.domain.container_memory import PoolWatch
 from serenity_allocator.producer import is_metered_quota
 from serenity_tools.standins.resources import LocalResources
 from serenity_tools.standins.simulator import SimulatorControlError, SimulatorServer

@@ -15,10 +15,10 @@ import pytest
 
 from serenity_allocator.adapters.dynamodb_request_ledger import DynamoDbRequestLedger
 from serenity_allocator.adapters.sqs import REASON_ATTRIBUTE
+from serenity_allocator.domain.container_memory import InFlightUnits
 from serenity_allocator.domain.ledger import LedgerUnavailableError
 from serenity_allocator.domain.model import AiResources, Totals
 from serenity_allocator.domain.ports import WorkspaceGateway
-from serenity_allocator.domain.recently_seen import InFlightUnits
 from serenity_allocator.producer import OutcomeReader
 from serenity_tools.standins.resources import LocalResources, local_client
 from serenity_tools.standins.simulator import SimulatorServer

@@ -1,5 +1,4 @@
-"""Amazon SQS: the allocation queue's producer side, what a service calls before a metered write,
-and the dead letters the worker sends.
+"""Amazon SQS: the allocation queue's producer side (what services send) and the dead letters.
 
 Every message is built and validated with the domain's request models, so a service can only
 enqueue a valid version-1 message, and the FIFO ids are derived, never passed: MessageGroupId is

@@ -11,17 +11,17 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from .container_memory import InFlightUnits
 from .errors import (
     BrandAiLimitError,
     OrgPoolExhaustedError,
+    ParentMismatchError,
     WiringError,
     WorkspaceBusyError,
 )
 from .model import DEFAULT_BLOCKS, AiResources, Blocks, Dimension, Totals
 from .observations import HeadroomChecked, PoolChecked, Rejected, TightPoolFallback
-from .parents import ParentMismatchError
 from .ports import WorkspaceGateway
-from .recently_seen import InFlightUnits
 from .sizing import Ceiling, PoolShare, Sizing, cap_to_ceiling, is_short, needs_pool, plan_sizing
 from .transfer import (
     TransferContext,

@@ -275,6 +275,20 @@ class ParkedForReclaimError(AllocationError):
     transient = True
 
 
+PARENT_MISMATCH = "parentMismatch"
+
+
+class ParentMismatchError(Exception):
+    """The message names a parent that is not the child's parent upstream: it is invalid."""
+
+    code = PARENT_MISMATCH
+
+    def __init__(self) -> None:
+        super().__init__(
+            f"{PARENT_MISMATCH}: parent_workspace_id is not the parent of workspace_id"
+        )
+
+
 def error_code_of(exc: BaseException) -> str:
     """The stable code a failure is reported under (outcomes, logs, sweep reports).
 

@@ -19,8 +19,7 @@ from serenity_allocator.adapters.aws_clients import (
     sqs_client,
 )
 from serenity_allocator.adapters.eventbridge_outcomes import OutcomePublisher
-from serenity_allocator.adapters.sqs import DeadLetterSender
-from serenity_allocator.adapters.sqs import AllocationProducer
+from serenity_allocator.adapters.sqs import AllocationProducer, DeadLetterSender
 
 ALLOCATOR_TIMEOUT_S = 60.0
 """template.yaml's AllocatorFunction Timeout."""

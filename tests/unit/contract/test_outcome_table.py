@@ -21,13 +21,13 @@ from serenity_allocator.application.allocator.request_ledger import (
 from serenity_allocator.application.credentials.request_credentials import DEAD_LETTERED_REFUSALS
 from serenity_allocator.contract.outcome_table import outcome_table, parse_table
 from serenity_allocator.domain import errors
+from serenity_allocator.domain.errors import PARENT_MISMATCH
 from serenity_allocator.domain.ledger import (
     LedgerConflictError,
     LedgerRecordUnreadableError,
     LedgerUnavailableError,
 )
 from serenity_allocator.domain.messages import OutcomeStatus
-from serenity_allocator.domain.parents import PARENT_MISMATCH
 from serenity_allocator.write_guard import REFUSALS
 from serenity_tools.operator.message_schema import OUTCOME_SCHEMA_FILE, rendered_files
 from serenity_tools.operator.outcome_docs import (

@@ -10,8 +10,8 @@ from serenity_allocator.domain.allocation import (
     EnsureRules,
     ensure_headroom,
 )
+from serenity_allocator.domain.container_memory import IN_FLIGHT_S, InFlightUnits
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.domain.recently_seen import IN_FLIGHT_S, InFlightUnits
 from serenity_allocator.domain.sizing import Ceiling
 from serenity_allocator.domain.transfer import FAIL_FAST
 from tests.fakes import TRANSFER, FakeClock, InMemoryGateway, pool_exhausted, transfer_context

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from serenity_allocator.domain.container_memory import ParentMeteringCache
 from serenity_allocator.domain.model import Totals, WorkspaceRecord
-from serenity_allocator.domain.parents import ParentMeteringCache
 from tests.fakes import LIST_FAMILY, FakeClock, InMemoryGateway
 
 MASTER = "master-1"

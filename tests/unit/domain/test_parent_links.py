@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from serenity_allocator.domain.container_memory import ParentLinks, ParentMeteringCache
 from serenity_allocator.domain.model import Totals, WorkspaceRecord
-from serenity_allocator.domain.parents import ParentLinks, ParentMeteringCache
 from tests.fakes import LIST_FAMILY, FakeClock, InMemoryGateway
 
 MASTER = "master-1"

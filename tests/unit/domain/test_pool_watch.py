@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from serenity_allocator.domain.container_memory import PoolWatch
 from serenity_allocator.domain.model import AiResources, DimensionUsage, Totals
-from serenity_allocator.domain.recently_seen import PoolWatch
 from tests.fakes import FakeClock
 
 POOL_A = "master-a"

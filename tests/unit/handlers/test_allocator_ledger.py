@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from serenity_allocator.adapters.observability import logger
+from serenity_allocator.domain.container_memory import InFlightUnits
 from serenity_allocator.domain.errors import UpstreamError
 from serenity_allocator.domain.ledger import TransferIntent
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.domain.recently_seen import InFlightUnits
 from tests.fakes import READ_RESOURCES, RecordingOutcomes, sqs_record
 from tests.unit.application.allocator.ledger_fake import InMemoryRequestLedger, StoreFailsOnce
 from tests.unit.handlers.allocator_rig import (

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from serenity_allocator.adapters.observability import logger
+from serenity_allocator.domain.container_memory import InFlightUnits
 from serenity_allocator.domain.errors import WorkspaceBusyError
 from serenity_allocator.domain.ledger import LedgerEntry
 from serenity_allocator.domain.messages import AllocationOutcome
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.domain.recently_seen import InFlightUnits
 from tests.fakes import READ_STATUS, RecordingOutcomes
 from tests.unit.application.allocator.ledger_fake import InMemoryRequestLedger, intent_entry
 from tests.unit.handlers.allocator_rig import (

@@ -35,11 +35,11 @@ from serenity_allocator.domain.allocation import (
     EnsureRules,
     ensure_headroom,
 )
+from serenity_allocator.domain.container_memory import InFlightUnits
 from serenity_allocator.domain.errors import AllocationError, UpstreamError
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from serenity_allocator.domain.model import Totals
 from serenity_allocator.domain.ports import Clock, WorkspaceGateway
-from serenity_allocator.domain.recently_seen import InFlightUnits
 from serenity_allocator.domain.transfer import FAIL_FAST, TransferContext
 from serenity_allocator.write_guard import (
     EnsureEnqueuer,

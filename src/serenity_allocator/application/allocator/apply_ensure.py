@@ -24,6 +24,7 @@ from ...domain.allocation import (
     ensure_headroom,
 )
 from ...domain.coalescing import EnsureRun
+from ...domain.container_memory import PoolWatch
 from ...domain.errors import (
     BrandAiLimitError,
     OrgPoolExhaustedError,
@@ -47,7 +48,6 @@ from ...domain.observations import (
     PoolLowWarning,
     Reclaim,
 )
-from ...domain.recently_seen import PoolWatch
 from ...domain.release import ReclaimRules, choose_reclaim_siblings, reclaim_request_id
 from ...domain.sizing import Ceiling, combine_ceilings
 from ...domain.transfer import TransferContext

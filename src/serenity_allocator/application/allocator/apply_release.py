@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...domain.container_memory import InFlightUnits
 from ...domain.messages import (
     AllocationOutcome,
     OutcomeStatus,
@@ -18,7 +19,6 @@ from ...domain.messages import (
     build_outcome,
 )
 from ...domain.ports import WorkspaceGateway
-from ...domain.recently_seen import InFlightUnits
 from ...domain.release import (
     ReleaseAsk,
     ReleaseOutcome,

@@ -20,6 +20,7 @@ from ...domain.errors import (
     AllocationError,
     CredentialNotOwnedError,
     OrgPoolExhaustedError,
+    ParentMismatchError,
     ParkedForReclaimError,
     UpstreamError,
     error_code_of,
@@ -38,7 +39,6 @@ from ...domain.messages import (
     build_outcome,
 )
 from ...domain.observations import CredentialOutcome, LedgerEvent, WillRetry
-from ...domain.parents import ParentMismatchError
 from ..credentials.request_credentials import (
     DEAD_LETTERED_REFUSALS,
     credential_refusal,

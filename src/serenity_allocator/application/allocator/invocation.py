@@ -10,13 +10,12 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
+from ...domain.container_memory import InFlightUnits, ParentLinks, PoolWatch
 from ...domain.ledger import RequestLedger
 from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
 from ...domain.model import Blocks
 from ...domain.observations import PoolLowWarning
-from ...domain.parents import ParentLinks
 from ...domain.ports import Clock, Sleeper, WorkspaceGateway
-from ...domain.recently_seen import InFlightUnits, PoolWatch
 from ...domain.sizing import NO_CEILING, Ceiling
 from ...domain.transfer import TransferPolicy
 from ..credentials.request_credentials import CredentialBroker, RequestCredentials

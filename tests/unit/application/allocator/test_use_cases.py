@@ -34,6 +34,7 @@ from serenity_allocator.domain.errors import (
     NeedsReauthError,
     NoCredentialError,
     OutOfTimeError,
+    ParentMismatchError,
     ParkedForReclaimError,
     UpstreamError,
     WorkspaceBusyError,
@@ -49,7 +50,6 @@ from serenity_allocator.domain.observations import (
     TightPoolFallback,
     WorkerEvent,
 )
-from serenity_allocator.domain.parents import ParentMismatchError
 from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE
 from tests.fakes import FakeClock, InMemoryGateway, RecordingOutcomes, event_name
 

@@ -1,6 +1,6 @@
-"""What this container saw recently: a pool's free units and drain, a child's units on their way.
+"""What this container remembers: pools, children's units on their way, and parents.
 
-Both are the memory of one Lambda container, kept between its invocations and judged on the
+Each is the memory of one Lambda container, kept between its invocations and judged on the
 injected clock; a child or a pool served by another container is not seen here, which leaves
 the rule that asks as it would be without it (the safe side).
 
@@ -15,15 +15,25 @@ the rule that asks as it would be without it (the safe side).
   it served for each child, and an ensure counts what of that the child's use has not grown by
   yet as part of its need. A front older than :data:`IN_FLIGHT_S` was written or given up by
   its guard and counts no more.
+- :class:`ParentLinks` and :class:`ParentMeteringCache` (at the end): what the upstream says of
+  a parent, from its family listing (one call serves both answers). Links: a message's
+  ``parent_workspace_id`` is the pool a top-up carves from, so trusting it would let a message
+  move another org's quota; the truth is the family listing (each record names its
+  ``parent_id``). A child is created under its parent and the API has no operation that moves
+  it (semrush-user-manager.md lists none), so a link seen is cached. Metering: a parent whose
+  ``ai`` product has ``limits_enabled: false`` does not meter AI writes, so carving quota from
+  it can only fail requests that would otherwise succeed ("Resource semantics"); learned with
+  a TTL.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .model import AiResources, Dimension, Totals
+from .model import AiResources, Dimension, Totals, WorkspaceRecord
 from .observations import PoolLowWarning
-from .ports import Clock
+from .ports import Clock, WorkspaceGateway
 
 
 class PoolWatch:
@@ -160,3 +170,78 @@ class InFlightUnits:
         if live:
             self._served[child_id] = live
         return live
+
+
+class ParentMeteringCache:
+    """Answers ``is_unmetered(parent_id)`` from the family listing, cached for ``ttl_s``."""
+
+    def __init__(self, gateway: WorkspaceGateway, clock: Clock, ttl_s: float) -> None:
+        self._gateway = gateway
+        self._clock = clock
+        self._ttl_s = ttl_s
+        self._entries: dict[str, tuple[float, bool]] = {}
+
+    def is_unmetered(self, parent_id: str) -> bool:
+        """True only when the parent's record says ``limits_enabled: false`` for ``ai``.
+
+        An absent tier or flag counts as metered: the safe reading carves as before.
+        """
+        now = self._clock()
+        cached = self._entries.get(parent_id)
+        if cached is not None and now - cached[0] < self._ttl_s:
+            return cached[1]
+        return self.remember(parent_id, self._gateway.list_family(parent_id))
+
+    def remember(self, parent_id: str, family: Sequence[WorkspaceRecord]) -> bool:
+        """Learn the parent's metering from a family listing made elsewhere; return it."""
+        record = next((r for r in family if r.id == parent_id), None)
+        unmetered = record is not None and record.ai_limits_enabled is False
+        self._entries[parent_id] = (self._clock(), unmetered)
+        return unmetered
+
+
+class ParentLinks:
+    """Answers ``is_parent_of(parent, child)`` from family listings, caching every link seen.
+
+    Args:
+        gateway: Lists families.
+        on_listing: Told of every listing made (the metering cache learns from it, so one
+            call serves both questions).
+    """
+
+    def __init__(
+        self,
+        gateway: WorkspaceGateway,
+        on_listing: Callable[[str, Sequence[WorkspaceRecord]], object] | None = None,
+    ) -> None:
+        self._gateway = gateway
+        self._on_listing = on_listing
+        self._parent_of: dict[str, str | None] = {}
+        self._children: dict[str, set[str]] = {}
+        """Parent -> the children the listings named (kept with the links, not scanned for)."""
+
+    def is_parent_of(self, parent_id: str, child_id: str) -> bool:
+        """True only when the upstream lists ``child_id`` with ``parent_id`` as its parent.
+
+        A miss lists the claimed parent's family (one call) and caches every link in it; a
+        child absent from that family is not cached, so a child created later is found later.
+        """
+        if child_id == parent_id:
+            return False
+        if child_id not in self._parent_of:
+            family = self._gateway.list_family(parent_id)
+            for record in family:
+                self._parent_of[record.id] = record.parent_id
+                if record.parent_id is not None:
+                    self._children.setdefault(record.parent_id, set()).add(record.id)
+            if self._on_listing is not None:
+                self._on_listing(parent_id, family)
+        return self._parent_of.get(child_id) == parent_id
+
+    def children_of(self, parent_id: str) -> int:
+        """How many children of ``parent_id`` the listings seen so far name (at least 1).
+
+        Asked after :meth:`is_parent_of` answered for a child of it, so its family was listed
+        at least once in this container; a child created since is counted at the next miss.
+        """
+        return max(1, len(self._children.get(parent_id, ())))
