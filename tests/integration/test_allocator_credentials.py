@@ -21,8 +21,12 @@ import pytest
 
 from serenity_allocator.adapters.dynamodb_request_ledger import DynamoDbRequestLedger
 from serenity_allocator.adapters.http_edge import redact_secret
-from serenity_allocator.adapters.ims_client import ExchangedTokens, ImsClient, ImsClientPair
-from serenity_allocator.adapters.ims_pair_secret import ImsPairSecretError
+from serenity_allocator.adapters.ims_client import (
+    ExchangedTokens,
+    ImsClient,
+    ImsClientPair,
+    ImsPairSecretError,
+)
 from serenity_allocator.adapters.observability import logger
 from serenity_allocator.adapters.request_authority import (
     CredentialHandover,

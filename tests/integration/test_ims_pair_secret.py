@@ -7,8 +7,7 @@ import uuid
 
 import pytest
 
-from serenity_allocator.adapters.ims_client import ImsClientPair
-from serenity_allocator.adapters.ims_pair_secret import ImsPairSecretError, read_ims_pair
+from serenity_allocator.adapters.ims_client import ImsClientPair, ImsPairSecretError, read_ims_pair
 from serenity_tools.standins.resources import LocalResources, local_client
 
 EMITTER = {"client_id": "em-id", "client_secret": "em-secret-5c1f", "promise_definition_id": "pd"}

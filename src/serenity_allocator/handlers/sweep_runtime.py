@@ -95,8 +95,7 @@ def build_operator_releases(
 ) -> SurplusReleaseQueue:
     """IMS mode: releases enqueued with the operator's authority (a record per release)."""
     from ..adapters.dynamodb_credential_store import DynamoDbCredentialStore
-    from ..adapters.ims_client import ImsClient, ImsClientPair
-    from ..adapters.ims_pair_secret import read_ims_pair
+    from ..adapters.ims_client import ImsClient, ImsClientPair, read_ims_pair
     from ..adapters.kms_token_cipher import KmsTokenCipher
     from ..adapters.operator_release_queue import OperatorHandover, OperatorReleaseQueue
     from ..adapters.request_authority import CredentialHandover

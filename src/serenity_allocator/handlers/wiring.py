@@ -59,8 +59,7 @@ def build_ims_consumer(
 
     ``sleep`` and ``jitter`` replace the client's pauses and its retry jitter's draws.
     """
-    from ..adapters.ims_client import ImsClient, ImsClientConfig, ImsClientPair
-    from ..adapters.ims_pair_secret import read_ims_pair
+    from ..adapters.ims_client import ImsClient, ImsClientConfig, ImsClientPair, read_ims_pair
 
     if ims.consumer_secret_id is not None:
         pair = read_ims_pair(
@@ -86,7 +85,7 @@ def consumer_pair_source(ims: ImsSettings, *, call_budget_s: float) -> PairSourc
 
     None for the loopback env pair (a changed environment rebuilds the runtime anyway).
     """
-    from ..adapters.ims_pair_secret import read_ims_pair
+    from ..adapters.ims_client import read_ims_pair
 
     secret_id, name = ims.consumer_secret_id, ims.pair_name
     if secret_id is None:
@@ -101,8 +100,7 @@ def renew_refused_pair(ims: object, source: PairSource | None) -> bool:
     uses the new one. One Secrets Manager read per invocation while the pair stays refused;
     a read that fails keeps the pair in hand (the refusal repeats, alarmed). True when renewed.
     """
-    from ..adapters.ims_client import ImsClient
-    from ..adapters.ims_pair_secret import ImsPairSecretError
+    from ..adapters.ims_client import ImsClient, ImsPairSecretError
     from ..adapters.observability import logger
 
     if source is None or not isinstance(ims, ImsClient) or not ims.pair_refused:

@@ -172,7 +172,7 @@ def _emitter_pair(env: Mapping[str, str]) -> ImsClientPair:
     from serenity_allocator.adapters.ims_client import ImsClientPair
 
     if env.get("IMS_EMITTER_SECRET_ID", "").strip():
-        from serenity_allocator.adapters.ims_pair_secret import read_ims_pair
+        from serenity_allocator.adapters.ims_client import read_ims_pair
 
         return read_ims_pair(env["IMS_EMITTER_SECRET_ID"], "emitter")
     names = ("IMS_EMITTER_CLIENT_ID", "IMS_EMITTER_CLIENT_SECRET", "IMS_PROMISE_DEFINITION_ID")
