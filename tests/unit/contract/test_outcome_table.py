@@ -12,8 +12,8 @@ import pytest
 
 from serenity_allocator.adapters.request_authority import UnboundTokenError
 from serenity_allocator.application.allocator.audit_dead_letters import RECEIVES_EXHAUSTED
-from serenity_allocator.application.allocator.batch_plan import INVALID_MESSAGE_CODE
 from serenity_allocator.application.allocator.final_receive import TERMINAL_UPSTREAM_STATUSES
+from serenity_allocator.application.allocator.invocation import INVALID_MESSAGE_CODE
 from serenity_allocator.application.allocator.request_ledger import (
     FINAL_RECEIVE_UNFINISHED,
     REQUEST_ID_CONFLICT,

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from serenity_allocator.adapters.observability import logger
-from serenity_allocator.application.allocator.batch_plan import InboundMessage, plan_batch
+from serenity_allocator.application.allocator.invocation import InboundMessage, plan_batch
 from serenity_allocator.domain.messages import AllocationOutcome, ReleaseRequest
 from serenity_allocator.domain.model import Totals
 from serenity_allocator.handlers.allocator import lambda_handler

@@ -7,7 +7,7 @@ each record to :func:`.handle_message`.
 
 One module per use case:
 
-- :mod:`.batch_plan`: validate every record up front, coalesce consecutive ensures.
+- :mod:`.invocation`: validate every record up front, coalesce consecutive ensures.
 - :mod:`.handle_message`: the per-request flow (below).
 - :mod:`.apply_ensure`: apply an ensure, alone or as one combined top-up for a run; park one
   the pool cannot cover, enqueueing sibling releases (:func:`.park_for_reclaim`); its verdict
@@ -59,10 +59,9 @@ else:
 
 from __future__ import annotations
 
-from .batch_plan import InboundMessage
 from .finish_batch import finish_batch
 from .handle_message import handle_message
-from .invocation import Invocation, WorkerConfig, WorkerPorts, start_batch
+from .invocation import InboundMessage, Invocation, WorkerConfig, WorkerPorts, start_batch
 
 __all__ = [
     "InboundMessage",

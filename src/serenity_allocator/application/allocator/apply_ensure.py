@@ -53,8 +53,7 @@ from ...domain.sizing import Ceiling, combine_ceilings
 from ...domain.transfer import TransferContext
 from ..credentials.request_credentials import MemberRecordGoneError
 from ..ports import WorkerObserver
-from .batch_plan import BatchMessage
-from .invocation import RequestContext
+from .invocation import BatchMessage, RequestContext
 from .request_ledger import record_transfer_intent
 
 

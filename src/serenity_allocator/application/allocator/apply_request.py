@@ -16,8 +16,7 @@ from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest,
 from ...domain.transfer import TransferContext
 from .apply_ensure import Parked, apply_ensure
 from .apply_release import ReleaseCall, apply_release
-from .batch_plan import BatchMessage
-from .invocation import RequestContext
+from .invocation import BatchMessage, RequestContext
 
 
 def apply_request(

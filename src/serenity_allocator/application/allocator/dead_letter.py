@@ -12,7 +12,7 @@ from ...domain.messages import AllocationOutcome
 from ...domain.observations import CredentialOutcome, CredentialOutcomeName, InvalidMessage
 from ..deadlines import Deadlines
 from ..ports import DeadLetterSink, WorkerObserver
-from .batch_plan import BatchMessage
+from .invocation import BatchMessage
 
 _REFUSALS: dict[str, CredentialOutcomeName] = {
     "noCredential": "noCredential",

@@ -45,9 +45,8 @@ from ..credentials.request_credentials import (
     is_unauthorized,
 )
 from .apply_release import ReleaseIncompleteError
-from .batch_plan import BatchMessage
 from .dead_letter import DeadLetterRoute, dead_letter_failed
-from .invocation import RequestContext
+from .invocation import BatchMessage, RequestContext
 
 TERMINAL_UPSTREAM_STATUSES = frozenset({400, 403, 404, 405, 409, 410, 413, 415})
 """Upstream answers a retry cannot fix: the request completes with a ``failed`` outcome."""

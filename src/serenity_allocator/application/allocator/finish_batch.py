@@ -18,9 +18,8 @@ from ...domain.observations import (
     PoolLowNotPublished,
     RecordFailed,
 )
-from .batch_plan import message_keys
 from .final_receive import skipped_final_receives
-from .invocation import PUBLISH_CHUNK, Invocation
+from .invocation import PUBLISH_CHUNK, Invocation, message_keys
 from .request_ledger import confirm_announced
 
 SKIPPED_BEHIND_GROUP = "skippedBehindFailedGroup"

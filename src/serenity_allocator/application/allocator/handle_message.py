@@ -52,10 +52,9 @@ from ...domain.messages import AllocationOutcome
 from ...domain.observations import Completed, LedgerEvent, QueueLag
 from ..credentials.request_credentials import without_echo
 from .apply_request import apply_request
-from .batch_plan import BatchMessage, message_keys
 from .dead_letter import dead_letter
 from .final_receive import Failure, failure_now
-from .invocation import Invocation, RequestContext
+from .invocation import BatchMessage, Invocation, RequestContext, message_keys
 from .request_ledger import Apply, FollowFirst, Refuse, Replay
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from serenity_allocator.application.allocator.batch_plan import InboundMessage, read_message
+from serenity_allocator.application.allocator.invocation import InboundMessage, read_message
 
 GOOD: dict[str, Any] = {
     "version": 1,

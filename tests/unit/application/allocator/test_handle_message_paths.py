@@ -18,9 +18,8 @@ from serenity_allocator.application.allocator import (
     handle_message,
     start_batch,
 )
-from serenity_allocator.application.allocator.batch_plan import BatchMessage
 from serenity_allocator.application.allocator.dead_letter import InvalidMessageError, dead_letter
-from serenity_allocator.application.allocator.invocation import Invocation
+from serenity_allocator.application.allocator.invocation import BatchMessage, Invocation
 from serenity_allocator.application.credentials.request_credentials import UnauthorizedError
 from serenity_allocator.application.deadlines import Deadlines
 from serenity_allocator.domain.errors import (

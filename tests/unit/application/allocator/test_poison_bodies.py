@@ -12,7 +12,7 @@ from typing import TypeVar
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from serenity_allocator.application.allocator.batch_plan import InboundMessage, read_message
+from serenity_allocator.application.allocator.invocation import InboundMessage, read_message
 from serenity_tools.verification.harness.poison_bodies import POISON_KINDS, poison_messages
 
 _T = TypeVar("_T")

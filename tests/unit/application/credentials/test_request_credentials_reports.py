@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from serenity_allocator.application.allocator.batch_plan import BatchMessage, InboundMessage
 from serenity_allocator.application.allocator.dead_letter import DeadLetterRoute, dead_letter_failed
 from serenity_allocator.application.allocator.final_receive import Failure, failure_of
+from serenity_allocator.application.allocator.invocation import BatchMessage, InboundMessage
 from serenity_allocator.domain.coalescing import EnsureRun
 from serenity_allocator.domain.credentials import CredentialEnd
 from serenity_allocator.domain.errors import (
