@@ -36,7 +36,6 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from ..domain.credentials import SEMRUSH_SCOPE, AccessLifetime, CredentialEnd, TokenFreshness
 from ..domain.errors import (
     CredentialNotOwnedError,
     CredentialStoreUnavailableError,
@@ -45,6 +44,7 @@ from ..domain.errors import (
     NoCredentialError,
     SemrushScopeMissingError,
 )
+from ..domain.model import SEMRUSH_SCOPE, AccessLifetime, CredentialEnd, TokenFreshness
 from .dynamodb_credential_store import (
     CredentialGoneError,
     CredentialRecordNotOwnedError,

@@ -34,9 +34,8 @@ from ..application.allocator import (
 from ..application.credentials.request_credentials import CredentialBroker
 from ..application.ports import DeadLetterSink, OutcomeSink, ReleaseEnqueuer
 from ..domain.container_memory import InFlightUnits, ParentLinks, ParentMeteringCache, PoolWatch
-from ..domain.credentials import TokenFreshness
 from ..domain.ledger import RequestLedger
-from ..domain.model import Dimension
+from ..domain.model import Dimension, TokenFreshness
 from ..domain.ports import Clock, Sleeper, WorkspaceGateway
 from ..domain.transfer import CALL_BUDGET_S, FAIL_FAST, SETTLE, TransferPolicy
 from .settings import AllocatorSettings, ImsSettings

@@ -29,7 +29,7 @@ from ..application.sweep.ports import (
     SweepEnvironment,
 )
 from ..application.sweep.run_tokens import RunTokens
-from ..domain.credentials import TokenFreshness
+from ..domain.model import TokenFreshness
 from ..domain.ports import Clock, Sleeper, WorkspaceGateway
 from ..domain.sweep.model import SweepItem
 from .settings import ImsSettings, SweepSettings

@@ -27,7 +27,6 @@ from serenity_allocator.adapters.request_authority import (
     UnboundTokenError,
     token_user,
 )
-from serenity_allocator.domain.credentials import CredentialEnd, TokenFreshness
 from serenity_allocator.domain.errors import (
     CredentialNotOwnedError,
     CredentialStoreUnavailableError,
@@ -35,6 +34,7 @@ from serenity_allocator.domain.errors import (
     MalformedExchangeError,
     NoCredentialError,
 )
+from serenity_allocator.domain.model import CredentialEnd, TokenFreshness
 from tests.fakes import FakeClock
 
 

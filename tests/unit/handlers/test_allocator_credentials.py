@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from serenity_allocator.domain.credentials import CredentialEnd
 from serenity_allocator.domain.errors import ImsUnavailableError, NoCredentialError
-from serenity_allocator.domain.model import Totals
+from serenity_allocator.domain.model import CredentialEnd, Totals
 from tests.unit.application.allocator.ledger_fake import StoreFailsOnce
 from tests.unit.handlers.allocator_rig import (
     FULL,

@@ -47,7 +47,6 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ...domain.coalescing import EnsureRun
-from ...domain.credentials import CredentialEnd
 from ...domain.errors import (
     AccessDeniedError,
     AllocationError,
@@ -62,6 +61,7 @@ from ...domain.errors import (
     UpstreamError,
 )
 from ...domain.messages import AllocationOutcome, EnsureRequest, ReleaseRequest
+from ...domain.model import CredentialEnd
 from ...domain.observations import CredentialNotScrubbed, CredentialOutcome
 from ...domain.ports import WorkspaceGateway
 from ..deadlines import Deadlines

@@ -26,7 +26,6 @@ from typing import Literal, NoReturn
 
 from pydantic import ValidationError
 
-from ...domain.credentials import SEMRUSH_SCOPE, AccessLifetime, TokenFreshness
 from ...domain.errors import (
     ImsClientRefusedError,
     ImsUnavailableError,
@@ -35,6 +34,7 @@ from ...domain.errors import (
     OutOfTimeError,
     SemrushScopeMissingError,
 )
+from ...domain.model import SEMRUSH_SCOPE, AccessLifetime, TokenFreshness
 from ...domain.observations import CredentialOutcome
 from ...domain.ports import AllocationObserver
 from ...domain.sweep.errors import (

@@ -18,7 +18,6 @@ from serenity_allocator.application.credentials.request_credentials import (
 )
 from serenity_allocator.application.deadlines import Deadlines
 from serenity_allocator.domain.coalescing import EnsureRun
-from serenity_allocator.domain.credentials import CredentialEnd
 from serenity_allocator.domain.errors import (
     AccessDeniedError,
     CredentialStoreUnavailableError,
@@ -28,6 +27,7 @@ from serenity_allocator.domain.errors import (
     UpstreamError,
 )
 from serenity_allocator.domain.messages import AllocationOutcome, EnsureRequest, build_outcome
+from serenity_allocator.domain.model import CredentialEnd
 from serenity_allocator.domain.observations import (
     CredentialNotScrubbed,
     CredentialOutcome,

@@ -13,7 +13,6 @@ from serenity_allocator.application.allocator.dead_letter import DeadLetterRoute
 from serenity_allocator.application.allocator.final_receive import Failure, failure_of
 from serenity_allocator.application.allocator.invocation import BatchMessage, InboundMessage
 from serenity_allocator.domain.coalescing import EnsureRun
-from serenity_allocator.domain.credentials import CredentialEnd
 from serenity_allocator.domain.errors import (
     AccessDeniedError,
     ImsUnavailableError,
@@ -21,6 +20,7 @@ from serenity_allocator.domain.errors import (
     UpstreamError,
 )
 from serenity_allocator.domain.messages import AllocationOutcome, build_outcome
+from serenity_allocator.domain.model import CredentialEnd
 from serenity_allocator.domain.observations import CredentialNotScrubbed, CredentialOutcome
 from tests.fakes import FakeClock, RecordingObserver
 from tests.unit.application.credentials.test_request_credentials import (

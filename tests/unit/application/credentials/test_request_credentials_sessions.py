@@ -22,7 +22,6 @@ from serenity_allocator.application.credentials.request_credentials import (
     without_echo,
 )
 from serenity_allocator.domain.coalescing import EnsureRun
-from serenity_allocator.domain.credentials import CredentialEnd
 from serenity_allocator.domain.errors import (
     ImsClientRefusedError,
     ImsUnavailableError,
@@ -31,6 +30,7 @@ from serenity_allocator.domain.errors import (
     UpstreamError,
 )
 from serenity_allocator.domain.messages import AllocationOutcome, build_outcome
+from serenity_allocator.domain.model import CredentialEnd
 from serenity_allocator.domain.observations import CredentialNotScrubbed, CredentialOutcome
 from tests.fakes import FakeClock
 from tests.unit.application.credentials.test_request_credentials import (

@@ -14,13 +14,13 @@ import pytest
 
 from serenity_allocator.application.sweep.ports import StoredCheckpoint
 from serenity_allocator.application.sweep.run_tokens import RunTokens, hand_over_run_token
-from serenity_allocator.domain.credentials import TokenFreshness
 from serenity_allocator.domain.errors import (
     ImsUnavailableError,
     MalformedExchangeError,
     NeedsReauthError,
     SemrushScopeMissingError,
 )
+from serenity_allocator.domain.model import TokenFreshness
 from serenity_allocator.domain.observations import CredentialOutcome
 from serenity_allocator.domain.sweep.errors import (
     CheckpointCorruptError,
