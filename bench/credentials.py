@@ -30,8 +30,11 @@ from serenity_allocator.adapters.request_authority import (
 )
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest
 from serenity_allocator.handlers.allocator_runtime import AllocatorRuntime, credential_workers
-from serenity_allocator.handlers.settings import AllocatorSettings
-from serenity_allocator.handlers.wiring import build_ims_consumer, build_semrush_client
+from serenity_allocator.handlers.settings import (
+    AllocatorSettings,
+    build_ims_consumer,
+    build_semrush_client,
+)
 from serenity_tools.standins.simulator import SimulatorServer
 
 from .common import allocator_env

@@ -38,8 +38,14 @@ from ..domain.ledger import RequestLedger
 from ..domain.model import Dimension, TokenFreshness
 from ..domain.ports import Clock, Sleeper, WorkspaceGateway
 from ..domain.transfer import CALL_BUDGET_S, FAIL_FAST, SETTLE, TransferPolicy
-from .settings import AllocatorSettings, ImsSettings
-from .wiring import build_ims_consumer, build_semrush_client, limit_gateway_time, ready_ims
+from .settings import (
+    AllocatorSettings,
+    ImsSettings,
+    build_ims_consumer,
+    build_semrush_client,
+    limit_gateway_time,
+    ready_ims,
+)
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext

@@ -32,8 +32,14 @@ from ..application.sweep.run_tokens import RunTokens
 from ..domain.model import TokenFreshness
 from ..domain.ports import Clock, Sleeper, WorkspaceGateway
 from ..domain.sweep.model import SweepItem
-from .settings import ImsSettings, SweepSettings
-from .wiring import build_ims_consumer, build_semrush_client, limit_gateway_time, ready_ims
+from .settings import (
+    ImsSettings,
+    SweepSettings,
+    build_ims_consumer,
+    build_semrush_client,
+    limit_gateway_time,
+    ready_ims,
+)
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext

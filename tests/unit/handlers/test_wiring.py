@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serenity_allocator.handlers.wiring import ready_ims
+from serenity_allocator.handlers.settings import ready_ims
 
 
 class RecordingLimit:
