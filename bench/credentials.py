@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from serenity_allocator.adapters.dynamodb_credential_store import StoredCredential
+from serenity_allocator.adapters.credential_store import StoredCredential
 from serenity_allocator.adapters.ims_client import ImsClient, ImsClientPair
 from serenity_allocator.adapters.request_authority import (
     ImsCredentialBroker,

@@ -54,8 +54,7 @@ from its own module, so a producer that never mints never loads httpx)::
 from __future__ import annotations
 
 from . import write_guard
-from .adapters.dynamodb_credential_store import DynamoDbCredentialStore
-from .adapters.kms_token_cipher import KmsTokenCipher
+from .adapters.credential_store import DynamoDbCredentialStore, KmsTokenCipher
 from .adapters.ledger_outcome_reader import OutcomeReader, OutcomeWaitTimeoutError
 from .adapters.request_authority import (
     CredentialHandover,

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from serenity_allocator.adapters.kms_token_cipher import PURPOSE
+from serenity_allocator.adapters.credential_store import PURPOSE
 from serenity_allocator.handlers.settings import AllocatorSettings, SweepSettings
 from serenity_tools.standins.invoke import IntrinsicResolver, UnresolvableError, parameter_values
 from tests.infrastructure._expanded import Renderer, as_list, expanded_template, role_statements
@@ -51,7 +51,7 @@ def test_credentials_table_is_keyed_by_request_id_expires_and_keeps_no_backups(
     props = table["Properties"]
     assert props["KeySchema"] == [{"AttributeName": "request_id", "KeyType": "HASH"}]
     assert props["BillingMode"] == "PAY_PER_REQUEST"
-    # expires_at: the store's TTL attribute (adapters/dynamodb_credential_store.py)
+    # expires_at: the store's TTL attribute (adapters/credential_store.py)
     assert props["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
     assert props["SSESpecification"] == {"SSEEnabled": True}
     # Backups would keep tokens' ciphertext long after their records were scrubbed

@@ -6,11 +6,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from serenity_allocator.adapters.dynamodb_credential_store import (
+from serenity_allocator.adapters.credential_store import (
     CredentialStoreConfig,
     DynamoDbCredentialStore,
+    KmsTokenCipher,
 )
-from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher
 from serenity_tools.standins.moto_server import MotoServer
 from serenity_tools.standins.resources import local_client
 

@@ -18,13 +18,13 @@ from typing import Any
 
 import httpx
 
+from serenity_allocator.adapters.credential_store import KmsTokenCipher
 from serenity_allocator.adapters.ims_client import (
     ExchangedTokens,
     ImsClient,
     ImsClientConfig,
     ImsClientPair,
 )
-from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher
 from serenity_allocator.adapters.semrush import SemrushClient, SemrushClientConfig
 from serenity_allocator.domain.sweep.run_claim import run_token_context
 from serenity_allocator.handlers.settings import SweepSettings

@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
+from serenity_allocator.adapters.credential_store import KmsTokenCipher
 from serenity_allocator.adapters.ims_client import ImsClient, ImsClientPair
-from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher
 from serenity_allocator.adapters.request_authority import CredentialHandover, UserCredential
 from serenity_allocator.adapters.s3_checkpoint_store import S3CheckpointStore
 from serenity_allocator.application.sweep.run_tokens import hand_over_run_token

@@ -25,10 +25,11 @@ from urllib.parse import quote, quote_plus
 import httpx
 import pytest
 
-from serenity_allocator.adapters.dynamodb_credential_store import (
+from serenity_allocator.adapters.credential_store import (
     CredentialRecordNotOwnedError,
     CredentialRecordUnreadableError,
     CredentialStoreError,
+    KmsTokenCipher,
 )
 from serenity_allocator.adapters.http_edge import redact_secret
 from serenity_allocator.adapters.ims_client import (
@@ -38,7 +39,6 @@ from serenity_allocator.adapters.ims_client import (
     ImsClientPair,
     ImsRequestError,
 )
-from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher
 from serenity_allocator.adapters.observability import logger
 from serenity_allocator.adapters.request_authority import CredentialHandover, UserCredential
 from serenity_allocator.adapters.s3_checkpoint_store import S3CheckpointStore

@@ -6,18 +6,16 @@ import base64
 
 import pytest
 
-from serenity_allocator.adapters.dynamodb_credential_store import (
+from serenity_allocator.adapters.credential_store import (
+    PURPOSE,
     CredentialGoneError,
     CredentialReceipt,
     CredentialRecordNotOwnedError,
     CredentialRecordUnreadableError,
     CredentialStoreError,
     DynamoDbCredentialStore,
-    StoredCredential,
-)
-from serenity_allocator.adapters.kms_token_cipher import (
-    PURPOSE,
     KmsTokenCipher,
+    StoredCredential,
     TokenCipherError,
 )
 from serenity_tools.standins.moto_server import MotoServer

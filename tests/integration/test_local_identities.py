@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from serenity_allocator.adapters.dynamodb_credential_store import DynamoDbCredentialStore
-from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher
+from serenity_allocator.adapters.credential_store import DynamoDbCredentialStore, KmsTokenCipher
 from serenity_allocator.adapters.s3_checkpoint_store import S3CheckpointStore
 from serenity_allocator.adapters.sqs import build_ensure
 from serenity_allocator.handlers.settings import AllocatorSettings, SweepSettings

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from serenity_allocator.adapters.credential_store import KmsTokenCipher
 from serenity_allocator.adapters.http_edge import redact_secret
-from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher
 from serenity_allocator.adapters.s3_checkpoint_store import S3CheckpointStore
 from serenity_allocator.application.sweep.run_tokens import hand_over_run_token
 from serenity_allocator.domain.errors import NeedsReauthError

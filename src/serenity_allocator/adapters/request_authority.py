@@ -45,18 +45,19 @@ from ..domain.errors import (
     SemrushScopeMissingError,
 )
 from ..domain.model import SEMRUSH_SCOPE, AccessLifetime, CredentialEnd, TokenFreshness
-from .dynamodb_credential_store import (
+from .credential_store import (
+    PLAINTEXT_NOT_TEXT,
     CredentialGoneError,
     CredentialRecordNotOwnedError,
     CredentialRecordUnreadableError,
     CredentialStoreError,
     StoredCredential,
+    TokenCipherError,
 )
-from .kms_token_cipher import PLAINTEXT_NOT_TEXT, TokenCipherError
 
 if TYPE_CHECKING:
     # Types only: a service importing the producer does not load httpx unless it mints.
-    from .dynamodb_credential_store import CredentialReceipt
+    from .credential_store import CredentialReceipt
     from .ims_client import ExchangedTokens, MintedPromise
 
 _log = logging.getLogger(__name__)

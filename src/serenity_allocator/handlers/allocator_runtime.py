@@ -247,8 +247,11 @@ def _ims_runtime(
     settings: AllocatorSettings, ims_settings: ImsSettings, aws_budget_s: float
 ) -> AllocatorRuntime:
     """IMS mode: the Semrush client reads the current request's token from the holder."""
-    from ..adapters.dynamodb_credential_store import CredentialStoreConfig, DynamoDbCredentialStore
-    from ..adapters.kms_token_cipher import KmsTokenCipher
+    from ..adapters.credential_store import (
+        CredentialStoreConfig,
+        DynamoDbCredentialStore,
+        KmsTokenCipher,
+    )
     from ..adapters.request_authority import ImsCredentialBroker, RequestTokenHolder
 
     holder = RequestTokenHolder()

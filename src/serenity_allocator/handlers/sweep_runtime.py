@@ -100,9 +100,8 @@ def build_operator_releases(
     settings: SweepSettings, holder: SessionTokenHolder
 ) -> SurplusReleaseQueue:
     """IMS mode: releases enqueued with the operator's authority (a record per release)."""
-    from ..adapters.dynamodb_credential_store import DynamoDbCredentialStore
+    from ..adapters.credential_store import DynamoDbCredentialStore, KmsTokenCipher
     from ..adapters.ims_client import ImsClient, ImsClientPair, read_ims_pair
-    from ..adapters.kms_token_cipher import KmsTokenCipher
     from ..adapters.operator_release_queue import OperatorHandover, OperatorReleaseQueue
     from ..adapters.request_authority import CredentialHandover
     from ..adapters.sqs import AllocationProducer
@@ -129,7 +128,7 @@ def build_operator_releases(
 def build_sweep_credentials(ims: ImsSettings) -> SweepCredentials:
     """The holder, IMS with the consumer pair (from its secret, or local) and the KMS cipher."""
     from ..adapters.aws_clients import AWS_CALL_BUDGET_S
-    from ..adapters.kms_token_cipher import KmsTokenCipher
+    from ..adapters.credential_store import KmsTokenCipher
 
     consumer = build_ims_consumer(ims, call_budget_s=AWS_CALL_BUDGET_S)
     consumer.keep_after_answer(AWS_CALL_BUDGET_S)  # the claim's conditional write of the roll

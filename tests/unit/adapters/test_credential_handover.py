@@ -6,12 +6,12 @@ import logging
 
 import pytest
 
-from serenity_allocator.adapters.dynamodb_credential_store import (
+from serenity_allocator.adapters.credential_store import (
     CredentialReceipt,
     CredentialStoreError,
+    TokenCipherError,
 )
 from serenity_allocator.adapters.ims_client import MintedPromise
-from serenity_allocator.adapters.kms_token_cipher import TokenCipherError
 from serenity_allocator.adapters.request_authority import (
     CredentialHandover,
     CredentialHandoverError,

@@ -12,15 +12,16 @@ import threading
 
 import pytest
 
-from serenity_allocator.adapters.dynamodb_credential_store import (
+from serenity_allocator.adapters.credential_store import (
+    PLAINTEXT_NOT_TEXT,
     CredentialGoneError,
     CredentialRecordNotOwnedError,
     CredentialRecordUnreadableError,
     CredentialStoreError,
     StoredCredential,
+    TokenCipherError,
 )
 from serenity_allocator.adapters.ims_client import ExchangedTokens
-from serenity_allocator.adapters.kms_token_cipher import PLAINTEXT_NOT_TEXT, TokenCipherError
 from serenity_allocator.adapters.request_authority import (
     ImsCredentialBroker,
     RequestTokenHolder,

@@ -119,7 +119,7 @@ def hand_over(
     Raises:
         SweepCliError: a missing setting, IMS refusing the access token, or AWS refusing.
     """
-    from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher, TokenCipherError
+    from serenity_allocator.adapters.credential_store import KmsTokenCipher, TokenCipherError
     from serenity_allocator.adapters.s3_checkpoint_store import (
         CheckpointStoreError,
         S3CheckpointStore,

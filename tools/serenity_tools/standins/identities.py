@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from serenity_allocator.adapters.dynamodb_credential_store import DynamoDbCredentialStore
+from serenity_allocator.adapters.credential_store import DynamoDbCredentialStore, KmsTokenCipher
 from serenity_allocator.adapters.ims_client import ImsClient, ImsClientPair
-from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher
 from serenity_allocator.adapters.request_authority import CredentialHandover, UserCredential
 from serenity_allocator.adapters.sqs import AllocationProducer
 from serenity_allocator.domain.errors import ImsUnavailableError

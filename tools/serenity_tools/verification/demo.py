@@ -347,7 +347,7 @@ def run_sweep(
     As ``serenity-allocator sweep`` does, the operator's promise token is put on the run's
     claim before its first batch; every batch exchanges it (and stores the rolled one) first.
     """
-    from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher
+    from serenity_allocator.adapters.credential_store import KmsTokenCipher
     from serenity_allocator.handlers.settings import SweepSettings
     from serenity_allocator.handlers.sweep import lambda_handler
     from serenity_allocator.handlers.sweep_runtime import build_sweep_runtime, new_run_id

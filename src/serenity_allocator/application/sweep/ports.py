@@ -113,7 +113,7 @@ class PromiseExchange(Protocol):
 
 
 class RunTokenCipher(Protocol):
-    """Client-side KMS encryption bound to a context (``adapters.kms_token_cipher``)."""
+    """Client-side KMS encryption bound to a context (``adapters.credential_store``)."""
 
     def encrypt(self, token: str, context: Mapping[str, str]) -> bytes:
         """The ciphertext of ``token`` under ``context``."""

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from serenity_allocator.adapters.dynamodb_credential_store import (
+from serenity_allocator.adapters.credential_store import (
     CredentialGoneError,
     StoredCredential,
 )
