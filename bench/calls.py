@@ -32,7 +32,7 @@ from serenity_allocator.adapters.sqs import (
     build_ensure,
     build_release,
 )
-from serenity_allocator.domain.allocation import required_totals
+from serenity_allocator.domain.allocation import plan_release, required_totals
 from serenity_allocator.domain.errors import UpstreamError, is_pool_exhausted
 from serenity_allocator.domain.messages import EnsureRequest, ReleaseRequest, parse_request
 from serenity_allocator.domain.model import (
@@ -43,7 +43,6 @@ from serenity_allocator.domain.model import (
     WorkspaceStatus,
     round_up_to_block,
 )
-from serenity_allocator.domain.release import plan_release
 from serenity_allocator.handlers.allocator import lambda_handler
 from serenity_allocator.handlers.allocator_runtime import build_runtime
 from serenity_allocator.handlers.settings import AllocatorSettings

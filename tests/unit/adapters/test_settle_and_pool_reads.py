@@ -16,10 +16,16 @@ from serenity_allocator.adapters.semrush import (
     SemrushClientConfig,
     StaticTokenProvider,
 )
-from serenity_allocator.domain.allocation import EnsureAsk, EnsureRules, ensure_headroom
+from serenity_allocator.domain.allocation import (
+    EnsureAsk,
+    EnsureRules,
+    ReleaseAsk,
+    ReleaseRules,
+    ensure_headroom,
+    release_surplus,
+)
 from serenity_allocator.domain.errors import SettleTimeoutError
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.domain.release import ReleaseAsk, ReleaseRules, release_surplus
 from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE, TransferPolicy
 from serenity_allocator.handlers.allocator_runtime import AllocatorRuntime
 from serenity_allocator.handlers.settings import AllocatorSettings

@@ -19,11 +19,13 @@ from serenity_allocator.domain.allocation import (
     EnsureAsk,
     EnsureHooks,
     EnsureRules,
+    ReleaseAsk,
+    ReleaseRules,
     ensure_headroom,
+    release_surplus,
 )
 from serenity_allocator.domain.errors import MalformedResponseError, TieredPromptsError
 from serenity_allocator.domain.model import AiResources, DimensionUsage, PromptTiers, Totals
-from serenity_allocator.domain.release import ReleaseAsk, ReleaseRules, release_surplus
 from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE
 from serenity_tools.standins.simulator import SimulatorServer
 from tests.fakes import FakeClock, RecordingObserver, transfer_context

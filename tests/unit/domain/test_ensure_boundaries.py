@@ -8,11 +8,11 @@ from serenity_allocator.domain.allocation import (
     EnsureAsk,
     EnsureRules,
     ensure_headroom,
+    plan_release,
     required_totals,
 )
 from serenity_allocator.domain.errors import BrandAiLimitError, WiringError
 from serenity_allocator.domain.model import AiResources, Blocks, Dimension, DimensionUsage, Totals
-from serenity_allocator.domain.release import plan_release
 from serenity_allocator.domain.sizing import Ceiling
 from serenity_allocator.domain.transfer import FAIL_FAST, SETTLE
 from tests.fakes import (

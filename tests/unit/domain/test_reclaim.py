@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from serenity_allocator.domain.allocation import ReclaimRules, choose_reclaim_siblings, plan_release
 from serenity_allocator.domain.errors import UpstreamError
 from serenity_allocator.domain.model import Blocks, Totals
-from serenity_allocator.domain.release import ReclaimRules, choose_reclaim_siblings, plan_release
 from tests.fakes import READ_RESOURCES, InMemoryGateway
 
 MASTER = "master-1"

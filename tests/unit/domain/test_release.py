@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from serenity_allocator.domain.allocation import ReleaseAsk, plan_release, release_surplus
 from serenity_allocator.domain.errors import (
     MalformedResponseError,
     UpstreamError,
@@ -22,7 +23,6 @@ from serenity_allocator.domain.model import (
     Totals,
     round_up_to_block,
 )
-from serenity_allocator.domain.release import ReleaseAsk, plan_release, release_surplus
 from tests.fakes import (
     READ_RESOURCES,
     READ_STATUS,

@@ -21,7 +21,10 @@ from ...domain.allocation import (
     EnsureHooks,
     EnsureResult,
     EnsureRules,
+    ReclaimRules,
+    choose_reclaim_siblings,
     ensure_headroom,
+    reclaim_request_id,
 )
 from ...domain.coalescing import EnsureRun
 from ...domain.container_memory import PoolWatch
@@ -48,7 +51,6 @@ from ...domain.observations import (
     PoolLowWarning,
     Reclaim,
 )
-from ...domain.release import ReclaimRules, choose_reclaim_siblings, reclaim_request_id
 from ...domain.sizing import Ceiling, combine_ceilings
 from ...domain.transfer import TransferContext
 from ..credentials.request_credentials import MemberRecordGoneError

@@ -10,6 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...domain.allocation import (
+    ReleaseAsk,
+    ReleaseOutcome,
+    ReleasePlan,
+    ReleaseRules,
+    release_surplus,
+)
 from ...domain.container_memory import InFlightUnits
 from ...domain.messages import (
     AllocationOutcome,
@@ -19,13 +26,6 @@ from ...domain.messages import (
     build_outcome,
 )
 from ...domain.ports import WorkspaceGateway
-from ...domain.release import (
-    ReleaseAsk,
-    ReleaseOutcome,
-    ReleasePlan,
-    ReleaseRules,
-    release_surplus,
-)
 from ...domain.transfer import TransferContext
 from ..credentials.request_credentials import RequestCredentials
 from .invocation import WorkerConfig

@@ -9,11 +9,11 @@ classified and counted by the domain's failure rules.
 
 from __future__ import annotations
 
+from ...domain.allocation import ReleaseAsk, ReleaseRules, release_surplus
 from ...domain.errors import RateLimitedError, UpstreamError
 from ...domain.model import Totals, WorkspaceStatus
 from ...domain.observations import CredentialOutcome
 from ...domain.ports import NullObserver
-from ...domain.release import ReleaseAsk, ReleaseRules, release_surplus
 from ...domain.sweep.errors import SweepImsUnavailableError, SweepRefusedError
 from ...domain.sweep.failures import (
     backoff_delay,

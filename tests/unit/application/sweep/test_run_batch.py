@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from serenity_allocator.domain.allocation import plan_release
 from serenity_allocator.domain.model import Totals
-from serenity_allocator.domain.release import plan_release
 from serenity_allocator.domain.sweep.errors import RunInProgressError, SweepRefusedError
 from serenity_allocator.domain.sweep.model import (
     StoredCheckpoint,
