@@ -23,8 +23,8 @@ const CHILD = 'c-cred';
 // The Python worker side's read of a record: DynamoDbCredentialStore over KmsTokenCipher.
 const PYTHON_READ = `
 import json, sys
-from serenity_allocator.adapters.dynamodb_credential_store import CredentialRecordNotOwnedError, DynamoDbCredentialStore
-from serenity_allocator.adapters.kms_token_cipher import KmsTokenCipher, TokenCipherError
+from serenity_allocator.adapters.credential_store import CredentialRecordNotOwnedError, DynamoDbCredentialStore
+from serenity_allocator.adapters.credential_store import KmsTokenCipher, TokenCipherError
 table, key, request_id, *children = sys.argv[1:]
 store = DynamoDbCredentialStore(table, KmsTokenCipher(key))
 out = {}

@@ -161,7 +161,7 @@ class DynamoDbCredentialStore:
 
     Args:
         table_name: The credentials table (``CREDENTIALS_TABLE``).
-        cipher: Encrypts tokens (a :class:`~.kms_token_cipher.KmsTokenCipher`).
+        cipher: Encrypts tokens (a :class:`KmsTokenCipher`).
         client: An optional ready DynamoDB client; otherwise one is built on first use.
         config: The call budget, the records' lifetime and the injected time
             (:class:`CredentialStoreConfig`).

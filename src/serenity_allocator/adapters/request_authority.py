@@ -401,7 +401,7 @@ class PromiseMinter(Protocol):
 
 
 class CredentialWriter(Protocol):
-    """Writes and takes back a record (:class:`.dynamodb_credential_store.DynamoDbCredentialStore`).
+    """Writes and takes back a record (:class:`.credential_store.DynamoDbCredentialStore`).
 
     Deliberately without a read: a producer never reads a credential back.
     """

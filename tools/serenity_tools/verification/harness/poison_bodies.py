@@ -90,7 +90,7 @@ def is_refused_by_worker(group_id: str, body: str) -> bool:
     """True when the worker dead-letters this message: the worker's own validation rule.
 
     The body must parse as a version-1 request and pass the cross-field rules (its
-    ``workspace_id`` equals the MessageGroupId; ``application.batch_plan.read_message``).
+    ``workspace_id`` equals the MessageGroupId; ``application.allocator.invocation.read_message``).
     """
     from pydantic import ValidationError
 
