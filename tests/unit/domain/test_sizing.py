@@ -163,7 +163,7 @@ def test_surplus_back_never_sends_a_zero() -> None:
 
 
 def test_a_dimension_that_may_not_move_keeps_its_total() -> None:
-    # Given a child under low water in prompts whose prompts may not move (tiered)
+    # Given a child under its refill mark in prompts whose prompts may not move (tiered)
     plan = plan_sizing(
         _child((120, 150)),
         Totals(projects=1, prompts=130),
@@ -256,7 +256,7 @@ def test_demand_is_what_the_request_asks_beyond_what_is_used_and_drafted_never_n
 
 
 def test_a_level_of_exactly_four_blocks_is_a_pool_with_room_and_refills_ahead() -> None:
-    # Given the child with 20 left under low water, under a pool whose level is exactly 400
+    # Given the child with 20 left, under two blocks, under a pool whose level is exactly 400
     share = _share(400)
     plan = plan_sizing(_child((120, 150)), Totals(projects=1, prompts=130), BLOCKS, share)
 
@@ -268,7 +268,7 @@ def test_a_level_of_exactly_four_blocks_is_a_pool_with_room_and_refills_ahead() 
 
 def test_no_refill_from_a_tight_pool_even_when_its_headroom_would_raise_the_child() -> None:
     # Given a pool with 300 free for one child (level 300: tight, headroom 300² / 1600 = 56) and
-    # a child with 20 left under its low water, whose need plus headroom (186) tops its 150
+    # a child with 20 left, under two blocks, whose need plus headroom (186) tops its 150
     plan = plan_sizing(_child((120, 150)), Totals(projects=1, prompts=130), BLOCKS, _share(300))
 
     # Then nothing moves: no refill from a tight pool
