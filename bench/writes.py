@@ -386,7 +386,7 @@ def _steady_lines(section: dict[str, Any]) -> list[str]:
         "front is the top-up waits the queue latency plus the gate's whole lag (about 10 s "
         "here) whatever the retry schedule, so any such wait puts the p95 above 9 s: the "
         "figure to move is how few writes wait. Those that wait here are bursts bigger than "
-        "the room a top-up leaves on a pool with room (a block beyond the need, or as much as "
+        "the room a top-up leaves on a pool with room (four blocks beyond the need, or as much as "
         "the request asked), and requests that write within 10 s of their child's top-up "
         "(docs/decisions/0027-top-ups-sized-by-the-pool.md).",
         "",

@@ -50,13 +50,14 @@ def worker_on_the_function_clock(
 def seed_roomy_children(sim: SimulatorServer, master: str, children: tuple[str, ...]) -> None:
     """A pool and ``children`` that already hold room, so a small ensure needs no transfer.
 
-    Room in both dimensions: a project to spare too, or the ensure would refill one ahead.
+    Room in both dimensions: two projects (the projects' refill mark) and 400 prompts to spare,
+    or the ensure would refill them ahead.
     """
     sim.seed(
         [
             workspace(master, projects=(0, 100), prompts=(0, 10_000)),
             *(
-                workspace(child, parent_id=master, projects=(1, 2), prompts=(100, 500))
+                workspace(child, parent_id=master, projects=(1, 3), prompts=(100, 500))
                 for child in children
             ),
         ]

@@ -209,11 +209,12 @@ def test_ims_worker_exchanges_first_acts_as_the_user_and_ends_the_promise(
     # When the worker handles it
     invocation = worker.invoke()
 
-    # Then it was served, every Semrush call made as u1, one exchange, then the promise ended
+    # Then it was served (380 plus four blocks: 780, the used project refilled ahead to 5),
+    # every Semrush call made as u1, one exchange, then the promise ended
     assert invocation.failed == []
     [outcome] = outcome_capture.outcomes()
     assert (outcome["request_id"], outcome["status"]) == (request_id, "topped-up")
-    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 2, "prompts": 610})]
+    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 5, "prompts": 780})]
     assert {call["user"] for call in api_calls(sim)} == {"u1"}
     assert [(c["op"], c["status"]) for c in sim.ims_calls()] == [
         ("ims_mint", 200),
@@ -575,15 +576,15 @@ def test_ims_worker_coalesced_run_admits_only_members_whose_user_reads_the_child
         ("topped-up", 2),
         ("topped-up", 2),
     ]
-    # 150 used + 100 + 100 = 350, plus the 200 asked: 550, the used project refilled ahead
-    # (u2's 100 more would have made it 450 + 300 = 750)
-    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 2, "prompts": 550})]
+    # 150 used + 100 + 100 = 350, plus four blocks (more than the 200 asked): 750, the used
+    # project refilled ahead to 1 + 4 = 5 (u2's 100 more would have made it 450 + 400 = 850)
+    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 5, "prompts": 750})]
     transfers = api_calls(sim, "transfer")
     assert [call["user"] for call in transfers] == ["u1"]
     assert [(c["op"], c["status"]) for c in api_calls(sim) if c["user"] == "u2"] == [
         ("read_resources", 403)
     ]
-    assert totals_of(sim)[CHILD] == (2, 550)
+    assert totals_of(sim)[CHILD] == (5, 750)
     assert all(_scrubbed(stack, request_id) for request_id in ids.values())
     invalidated = [c["user"] for c in sim.ims_calls() if c["op"] == "ims_invalidate"]
     assert sorted(invalidated) == ["u1", "u2", "u3"]

@@ -76,8 +76,8 @@ def test_worker_ensure_on_hot_path_costs_exactly_one_semrush_call(
     worker: AllocatorHarness, sim: SimulatorServer, outcome_capture: OutcomeCapture
 ) -> None:
     # Given a child with room for 200 more prompts and as much again after them (used 100 of
-    # 500: nothing to refill ahead) and a project to spare
-    _seed(sim, _child(projects=(1, 2), prompts=(100, 500)))
+    # 500: nothing to refill ahead) and two projects to spare
+    _seed(sim, _child(projects=(1, 3), prompts=(100, 500)))
     request_id = worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 0, "prompts": 200})
 
     # When the worker handles the batch
@@ -86,19 +86,19 @@ def test_worker_ensure_on_hot_path_costs_exactly_one_semrush_call(
     # Then exactly one Semrush call was made (the child read), nothing moved, the message is done
     assert [(c["op"], c["workspace_id"]) for c in api_calls(sim)] == [("read_resources", CHILD)]
     assert invocation.failed == []
-    assert totals_of(sim)[CHILD] == (2, 500)
+    assert totals_of(sim)[CHILD] == (3, 500)
     [outcome] = outcome_capture.outcomes()
     assert outcome["request_id"] == request_id
     assert outcome["status"] == "hot-path"
-    assert outcome["totals_before"] == outcome["totals_after"] == {"projects": 2, "prompts": 500}
+    assert outcome["totals_before"] == outcome["totals_after"] == {"projects": 3, "prompts": 500}
     assert _queue_is_empty(worker)
 
 
-def test_worker_ensure_tops_up_to_the_block_taking_units_from_the_pool(
+def test_worker_ensure_tops_up_four_blocks_past_its_need_taking_units_from_the_pool(
     worker: AllocatorHarness, sim: SimulatorServer, outcome_capture: OutcomeCapture
 ) -> None:
-    # Given a child using 150 of 200 prompts that needs 230 more (380, plus as much again as it
-    # asks: 610) and uses its one project (refilled ahead: 2)
+    # Given a child using 150 of 200 prompts that needs 230 more (380, plus four blocks: 780)
+    # and uses its one project (refilled ahead: 1 + 4 = 5)
     _seed(sim, _child(prompts=(150, 200)))
     pool_before = totals_of(sim)[MASTER]
     worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 0, "prompts": 230})
@@ -106,15 +106,16 @@ def test_worker_ensure_tops_up_to_the_block_taking_units_from_the_pool(
     # When the worker handles it
     invocation = worker.invoke()
 
-    # Then one transfer raised the child to the block and the pool lost exactly the difference
+    # Then one transfer raised the child to its need plus four blocks and the pool lost exactly
+    # the difference
     assert invocation.failed == []
-    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 2, "prompts": 610})]
-    assert totals_of(sim)[CHILD] == (2, 610)
-    assert totals_of(sim)[MASTER] == (pool_before[0] - 1, pool_before[1] - 410)
+    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 5, "prompts": 780})]
+    assert totals_of(sim)[CHILD] == (5, 780)
+    assert totals_of(sim)[MASTER] == (pool_before[0] - 4, pool_before[1] - 580)
     [outcome] = outcome_capture.outcomes()
     assert outcome["status"] == "topped-up"
     assert outcome["totals_before"] == {"projects": 1, "prompts": 200}
-    assert outcome["totals_after"] == {"projects": 2, "prompts": 610}
+    assert outcome["totals_after"] == {"projects": 5, "prompts": 780}
 
 
 def test_worker_ensure_above_the_brand_ceiling_is_rejected_without_transfer(
@@ -239,11 +240,11 @@ def test_worker_coalesces_consecutive_ensures_into_one_transfer_covering_the_sum
     # When they arrive in one batch
     invocation = worker.invoke()
 
-    # Then one transfer covers the sum: used 50 + 370 = 420, plus as much again as the run
-    # asked: 790 (the used project refilled ahead to 2)
+    # Then one transfer covers the sum: used 50 + 370 = 420, plus four blocks (more than the
+    # 370 the run asked): 820 (the used project refilled ahead to 1 + 4 = 5)
     assert len(invocation.message_ids) == len(needs)
     assert invocation.failed == []
-    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 2, "prompts": 790})]
+    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 5, "prompts": 820})]
     assert len(api_calls(sim, "read_resources")) == 2  # the child once, the pool once
     outcomes = outcome_capture.outcomes()
     assert sorted(o["request_id"] for o in outcomes) == sorted(request_ids)
@@ -264,9 +265,9 @@ def test_worker_applies_a_group_in_order_with_a_release_in_between(
     # When the three arrive in one batch
     invocation = worker.invoke()
 
-    # Then Semrush saw them strictly in order: raise to 500 (300 plus the 200 asked), lower to
-    # 100, raise to 200 (150 plus half a block, in whole blocks); each raise also refills the
-    # used project ahead (to 2), the release takes it back
+    # Then Semrush saw them strictly in order: raise to 700 (300 plus four blocks), lower to
+    # 100, raise to 550 (150 plus four blocks); each raise also refills the used project ahead
+    # (to 1 + 4 = 5), the release takes it back
     assert invocation.failed == []
     assert [(c["op"], c["workspace_id"]) for c in api_calls(sim)] == [
         ("read_resources", CHILD),
@@ -280,15 +281,15 @@ def test_worker_applies_a_group_in_order_with_a_release_in_between(
         ("read_resources", MASTER),
         ("transfer", CHILD),
     ]
-    assert [body["prompts"] for _, _, body in transfer_bodies(sim)] == [500, 100, 200]
-    assert totals_of(sim)[CHILD] == (2, 200)
-    assert totals_of(sim)[MASTER] == (POOL[0] - 1, POOL[1] - 100)
+    assert [body["prompts"] for _, _, body in transfer_bodies(sim)] == [700, 100, 550]
+    assert totals_of(sim)[CHILD] == (5, 550)
+    assert totals_of(sim)[MASTER] == (POOL[0] - 4, POOL[1] - 450)
     outcomes = {o["request_id"]: o for o in outcome_capture.outcomes()}
     assert outcomes[first]["status"] == "topped-up"
     assert outcomes[release]["status"] == "released"
     assert outcomes[release]["totals_after"] == {"projects": 1, "prompts": 100}
     assert outcomes[second]["status"] == "topped-up"
-    assert outcomes[second]["totals_after"] == {"projects": 2, "prompts": 200}
+    assert outcomes[second]["totals_after"] == {"projects": 5, "prompts": 550}
 
 
 # ---------------------------------------------------------------- kill switch
@@ -385,7 +386,7 @@ def test_worker_partial_batch_response_fails_only_the_busy_group(
     _seed(
         sim,
         _child(prompts=(150, 200)),
-        _child(OTHER_CHILD, projects=(1, 2), prompts=(0, 500)),  # a project to spare
+        _child(OTHER_CHILD, projects=(1, 3), prompts=(0, 500)),  # two projects to spare
         _child(THIRD_CHILD, prompts=(0, 300)),
     )
     sim.faults(stuck=[CHILD])
@@ -474,12 +475,12 @@ def test_worker_redelivers_a_failed_group_in_its_original_order(
     assert second.message_ids == first.message_ids
     assert second.receive_counts() == [2, 2]
     assert second.failed == []
-    # (the ensure's 380, plus as much again as it asked: 610)
+    # (the ensure's 380, plus four blocks: 780)
     assert [(s, body["prompts"]) for _, s, body in transfer_bodies(sim)] == [
-        (422, 610),
-        (422, 610),
-        (422, 610),
-        (200, 610),  # the ensure, on the redelivery
+        (422, 780),
+        (422, 780),
+        (422, 780),
+        (200, 780),  # the ensure, on the redelivery
         (200, 300),  # then the release, down to its floor
     ]
     outcomes = {o["request_id"]: o for o in outcome_capture.outcomes()}
@@ -534,7 +535,7 @@ def test_worker_publishes_one_outcome_event_per_completed_request(
         "workspace_id": CHILD,
         "status": "topped-up",
         "totals_before": {"projects": 1, "prompts": 200},
-        "totals_after": {"projects": 2, "prompts": 610},
+        "totals_after": {"projects": 5, "prompts": 780},
         "receive_count": 1,
         "coalesced": 1,
         "org_id": "org-1",

@@ -254,11 +254,11 @@ def test_worker_tight_pool_fallback_tops_up_to_the_exact_required_total(
         # When the worker handles the ensure
         invocation = worker.invoke()
 
-    # Then the sized transfer (380 plus as much again as it asked: 610, with the used project
-    # refilled ahead) was refused and the exact one (380, the project as it was) went through
+    # Then the sized transfer (380 plus four blocks: 780, with the used project refilled
+    # ahead) was refused and the exact one (380, the project as it was) went through
     assert invocation.failed == []
     assert [(status, body["prompts"]) for _, status, body in transfer_bodies(sim)] == [
-        (422, 610),
+        (422, 780),
         (200, 380),
     ]
     [outcome] = outcome_capture.outcomes()
@@ -288,9 +288,10 @@ def test_worker_tight_pool_fallback_off_rejects_the_same_request(
         # When the worker handles the ensure
         invocation = worker.invoke()
 
-    # Then only the sized transfer was tried, and the request is rejected, completed
+    # Then only the sized transfer was tried (380 plus four blocks: 780), and the request is
+    # rejected, completed
     assert invocation.failed == []
-    assert [(status, body["prompts"]) for _, status, body in transfer_bodies(sim)] == [(422, 610)]
+    assert [(status, body["prompts"]) for _, status, body in transfer_bodies(sim)] == [(422, 780)]
     [outcome] = outcome_capture.outcomes()
     assert (outcome["status"], outcome["error_code"]) == ("rejected", "orgPoolExhausted")
     assert totals_of(sim)[CHILD] == (1, 200)
@@ -375,14 +376,15 @@ def test_worker_sibling_reclaim_releases_eligible_siblings_then_serves_the_parke
 
     # Then it is served from the reclaimed units and says so (380 + 21: the 1100 reclaimed
     # less the 180 it lacks, shared by the five children, leave a level of 184, under four
-    # blocks: 184² / 1600 = 21 of headroom; the used project refilled ahead to 2)
+    # blocks: 184² / 1600 = 21 of headroom; the used project refilled ahead from projects
+    # that still have room, to 1 + four blocks = 5)
     assert served.message_ids == parked.message_ids
     assert served.receive_counts() == [2]
     assert served.failed == []
     [outcome] = [o for o in outcome_capture.outcomes() if o["request_id"] == request_id]
     assert outcome["status"] == "topped-up-after-reclaim"
-    assert outcome["totals_after"] == {"projects": 2, "prompts": 401}
-    assert totals_of(sim)[CHILD] == (2, 401)
+    assert outcome["totals_after"] == {"projects": 5, "prompts": 401}
+    assert totals_of(sim)[CHILD] == (5, 401)
     assert _emf(capsys, "SiblingReclaim") == [(1.0, "served")]
     assert _family_units(sim) == units_before
     _assert_never_below_used_drafted_or_floor(
@@ -546,9 +548,9 @@ def test_worker_all_features_on_every_request_ends_once_and_units_are_conserved(
             _master(UNMETERED_MASTER, prompts=(0, 1000), limits_enabled=False),
             _child(tight, prompts=(150, 200)),  # +230: lacks all 180 free, sized exact (380)
             _child(reclaims, prompts=(100, 100)),  # +150: needs units freed by reclaim
-            # +10, +20: under two blocks left over, no surplus back to the tight pool, and a
-            # project to spare: nothing to refill
-            _child(hot, prompts=(100, 300), projects=(1, 2)),
+            # +10, +20: under two blocks left over, no surplus back to the tight pool, and two
+            # projects to spare (the projects' refill mark): nothing to refill
+            _child(hot, prompts=(100, 300), projects=(1, 3)),
             _child(releasing, prompts=(100, 400)),
             _child(idle, prompts=(0, 500)),
             _child(zombie, prompts=(150, 200)),

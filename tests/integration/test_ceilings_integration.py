@@ -60,31 +60,32 @@ def test_worker_ceiling_naming_prompts_only_does_not_cap_projects(
     worker.invoke()
 
     # Then the projects top-up goes through (the missing dimension is not a ceiling of 0): the
-    # 2 needed plus the one asked again
-    assert totals_of(sim)[CHILD] == (3, 200)
+    # 2 needed plus four blocks of one, 6; the prompts, 100 left (under two blocks), are
+    # refilled ahead to 100 plus four blocks, exactly the 500 of the ceiling
+    assert totals_of(sim)[CHILD] == (6, 500)
     assert _only_outcome(outcome_capture)["status"] == "topped-up"
 
 
-def test_worker_ceiling_caps_a_block_rounded_top_up_instead_of_refusing(
+def test_worker_ceiling_caps_a_sized_top_up_instead_of_refusing(
     worker: AllocatorHarness, sim: SimulatorServer, outcome_capture: OutcomeCapture
 ) -> None:
-    # Given 100 of 100 prompts used, a project to spare and a ceiling of 150 (one more prompt
-    # rounds to 200)
-    _seed(sim, projects=(1, 2), prompts=(100, 100))
+    # Given 100 of 100 prompts used, two projects to spare and a ceiling of 150 (one more
+    # prompt plus four blocks would be 501)
+    _seed(sim, projects=(1, 3), prompts=(100, 100))
     worker.producer.enqueue_ensure(CHILD, MASTER, {"prompts": 1}, ceiling={"prompts": 150})
 
     # When the worker handles it
     worker.invoke()
 
     # Then the child is topped up to the ceiling in one transfer
-    assert totals_of(sim)[CHILD] == (2, 150)
+    assert totals_of(sim)[CHILD] == (3, 150)
     assert [call["body"] for call in api_calls(sim, "transfer")] == [
-        {"resources": {"ai": {"projects": 2, "prompts": 150}}}
+        {"resources": {"ai": {"projects": 3, "prompts": 150}}}
     ]
     outcome = _only_outcome(outcome_capture)
     assert (outcome["status"], outcome["totals_after"]) == (
         "topped-up",
-        {"projects": 2, "prompts": 150},
+        {"projects": 3, "prompts": 150},
     )
 
 
@@ -108,8 +109,8 @@ def test_worker_backstop_stricter_than_the_message_refuses_an_exact_need_above_i
 def test_worker_backstop_alone_caps_a_top_up(
     local_resources: LocalResources, sim: SimulatorServer, outcome_capture: OutcomeCapture
 ) -> None:
-    # Given a backstop of 150 prompts, no message ceiling, and a project to spare
-    _seed(sim, projects=(1, 2), prompts=(100, 100))
+    # Given a backstop of 150 prompts, no message ceiling, and two projects to spare
+    _seed(sim, projects=(1, 3), prompts=(100, 100))
     with allocator_harness(local_resources, sim, {"SERENITY_BRAND_AI_CEILING_PROMPTS": "150"}) as w:
         w.producer.enqueue_ensure(CHILD, MASTER, {"prompts": 1})
 
@@ -117,7 +118,7 @@ def test_worker_backstop_alone_caps_a_top_up(
         w.invoke()
 
     # Then the top-up is capped at the backstop
-    assert totals_of(sim)[CHILD] == (2, 150)
+    assert totals_of(sim)[CHILD] == (3, 150)
 
 
 def test_worker_malformed_backstop_is_logged_once_and_not_enforced(
@@ -136,9 +137,10 @@ def test_worker_malformed_backstop_is_logged_once_and_not_enforced(
         w.invoke()
 
     # Then the top-up goes through uncapped (projects: the 10 needed plus the 9 asked again,
-    # 19; the prompts, left no room, refilled ahead in the same transfer: 100 -> 200), and the
-    # cold start logged the ignored variable once
-    assert totals_of(sim)[CHILD] == (19, 200)
+    # more than four blocks: 19; the prompts, left no room, refilled ahead in the same
+    # transfer to 100 plus four blocks: 500), and the cold start logged the ignored variable
+    # once
+    assert totals_of(sim)[CHILD] == (19, 500)
     backstop = [r for r in caplog.records if "ceiling backstop" in r.getMessage()]
     assert len(backstop) == 1
     assert backstop[0].levelname == "WARNING"

@@ -40,8 +40,8 @@ def worker(
     sim.seed(
         [
             workspace(MASTER, projects=(0, 100), prompts=(0, 10_000)),
-            # Room in both dimensions (a project to spare): a small ensure is a hot path.
-            workspace(CHILD, parent_id=MASTER, projects=(1, 2), prompts=(100, 500)),
+            # Room in both dimensions (two projects to spare): a small ensure is a hot path.
+            workspace(CHILD, parent_id=MASTER, projects=(1, 3), prompts=(100, 500)),
         ]
     )
     with allocator_harness(local_resources, sim) as harness:

@@ -156,11 +156,11 @@ def test_worker_replayed_ensure_is_not_applied_again_and_announces_the_stored_ou
     second = worker.invoke()
 
     # Then nothing is read or moved again (the one transfer is the first delivery's: 380 plus
-    # as much again as it asked, 610, and the used project refilled ahead) and the outcome
+    # four blocks, 780, and the used project refilled ahead to 1 + 4 = 5) and the outcome
     # published is the stored one, as is
     assert second.failed == []
     assert len(api_calls(sim)) == calls_after_first
-    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 2, "prompts": 610})]
+    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 5, "prompts": 780})]
     [outcome] = outcome_capture.outcomes()
     assert outcome == stored
     assert (outcome["status"], outcome["receive_count"]) == ("topped-up", 1)
@@ -203,22 +203,23 @@ def test_worker_replayed_ensure_joins_no_run_and_the_next_ensure_of_its_child_is
     second_id = worker.producer.enqueue_ensure(CHILD, MASTER, {"projects": 0, "prompts": 500})
     second = worker.invoke()
 
-    # Then the replay is announced as stored (its 380 + 230 = 610) and the fresh ensure is
-    # applied on its own for its own need (150 used + 500 = 650, plus the 500 it asked: 1150),
-    # not as a member of a run led by the replay (150 + 230 + 500 = 880, plus 730: 1610)
+    # Then the replay is announced as stored (its 380 plus four blocks: 780) and the fresh
+    # ensure is applied on its own for its own need (150 used + 500 = 650 fits in 780 but
+    # leaves 130, under the 500 it asked: refilled to 650 plus the 500 asked, 1150), not as a
+    # member of a run led by the replay (150 + 230 + 500 = 880, plus 730: 1610)
     assert len(second.message_ids) == 2
     assert second.failed == []
     assert transfer_bodies(sim) == [
-        (CHILD, 200, {"projects": 2, "prompts": 610}),
-        (CHILD, 200, {"projects": 2, "prompts": 1150}),
+        (CHILD, 200, {"projects": 5, "prompts": 780}),
+        (CHILD, 200, {"projects": 5, "prompts": 1150}),
     ]
     by_id = {o["request_id"]: o for o in outcome_capture.outcomes()}
     assert (by_id[first_id]["status"], by_id[first_id]["receive_count"]) == ("topped-up", 1)
     fresh = by_id[second_id]
     assert (fresh["status"], fresh["coalesced"]) == ("topped-up", 1)
     assert (fresh["totals_before"], fresh["totals_after"]) == (
-        {"projects": 2, "prompts": 610},
-        {"projects": 2, "prompts": 1150},
+        {"projects": 5, "prompts": 780},
+        {"projects": 5, "prompts": 1150},
     )
     assert _ledger_outcome(ledger, second_id) == fresh
 
@@ -246,11 +247,11 @@ def test_worker_applies_a_request_id_repeated_in_one_batch_once_with_one_outcome
     # When one batch holds both
     invocation = worker.invoke()
 
-    # Then the child rises for ONE need of 300 (100 used + 300 = 400, plus the 300 asked: 700;
-    # the used project refilled ahead), with one outcome
+    # Then the child rises for ONE need of 300 (100 used + 300 = 400, plus four blocks, more
+    # than the 300 asked: 800; the used project refilled ahead to 1 + 4 = 5), with one outcome
     assert len(invocation.message_ids) == 2
     assert invocation.failed == []
-    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 2, "prompts": 700})]
+    assert transfer_bodies(sim) == [(CHILD, 200, {"projects": 5, "prompts": 800})]
     outcomes = outcome_capture.outcomes()
     assert [(o["request_id"], o["status"], o["coalesced"]) for o in outcomes] == [
         ("req-twice", "topped-up", 1)
@@ -758,9 +759,9 @@ def test_worker_ensure_whose_store_failed_after_its_transfer_is_later_reported_t
     worker.redeliver_each(failed_receives)
     sim.faults(stuck=[])
 
-    # When this receive tops the child up (380 + 230 = 610, the used project refilled ahead to
-    # 2) and then cannot store the outcome (a final receive stores it a second time: that
-    # fails too here)
+    # When this receive tops the child up (380 plus four blocks: 780, the used project refilled
+    # ahead to 1 + 4 = 5) and then cannot store the outcome (a final receive stores it a second
+    # time: that fails too here)
     real_ledger = worker.runtime.ledger
     failing = StoreFailsOnce(ledger)
     failing.failing_stores = 2 if final else 1
@@ -771,13 +772,13 @@ def test_worker_ensure_whose_store_failed_after_its_transfer_is_later_reported_t
     # Then the record fails with nothing announced, and the ledger holds the top-up's intent
     assert applied.failed == applied.message_ids
     assert applied.receive_counts() == [failed_receives + 1]
-    assert totals_of(sim)[CHILD] == (2, 610)
+    assert totals_of(sim)[CHILD] == (5, 780)
     assert outcome_capture.outcomes() == []
     entry = ledger.get(request_id)
     assert entry is not None and entry.intent is not None
     assert (entry.intent.before, entry.intent.target) == (
         Totals(projects=1, prompts=200),
-        Totals(projects=2, prompts=610),
+        Totals(projects=5, prompts=780),
     )
 
     # When it comes back: redelivered, or redriven from the DLQ after its final receive
@@ -786,13 +787,13 @@ def test_worker_ensure_whose_store_failed_after_its_transfer_is_later_reported_t
         worker.redrive_from_the_dlq(group_id=CHILD, dedup_id="redrive-after-store-failure")
     later = worker.invoke()
 
-    # Then it is not transferred again and says what it did: topped up 200 -> 610
+    # Then it is not transferred again and says what it did: topped up 200 -> 780
     assert later.failed == []
     landed = [body for body in transfer_bodies(sim) if body[1] == 200]
-    assert landed == [(CHILD, 200, {"projects": 2, "prompts": 610})]
+    assert landed == [(CHILD, 200, {"projects": 5, "prompts": 780})]
     [outcome] = outcome_capture.outcomes()
     assert (outcome["request_id"], outcome["status"]) == (request_id, "topped-up")
     assert outcome["totals_before"] == {"projects": 1, "prompts": 200}
-    assert outcome["totals_after"] == {"projects": 2, "prompts": 610}
+    assert outcome["totals_after"] == {"projects": 5, "prompts": 780}
     assert outcome.get("supersedes") == ("deadLettered" if final else None)
     assert _ledger_outcome(ledger, request_id) == outcome

@@ -102,7 +102,7 @@ def _seed(sim: SimulatorServer) -> None:
             child(TOPPED, 150, 200),
             child(RELEASED, 100, 400),
             child(BUSY, 150, 200),
-            child(ECHOED, 100, 500, projects=2),  # room and a project to spare: a hot path
+            child(ECHOED, 100, 500, projects=3),  # room and two projects to spare: a hot path
         ]
     )
     sim.set_auth([CANARY])
@@ -168,7 +168,7 @@ def _assert_batch_really_ran(
 ) -> None:
     # The token was in use (only it is accepted), and every path under test was taken.
     totals = totals_of(worker.sim)
-    assert totals[TOPPED] == (2, 610)
+    assert totals[TOPPED] == (5, 780)  # 380 plus four blocks, the used project refilled to 5
     assert totals[RELEASED] == (1, 100)
     statuses = {e["detail"]["status"] for e in json.loads(said["outcome events"])}
     assert statuses >= {"topped-up", "released", "hot-path", "rejected"}

@@ -175,7 +175,8 @@ def test_write_guard_waits_for_an_ensure_served_after_the_old_retry_budget(
         answer = guard.write(write, need={"prompts": 50}, site="prompts")
 
     # Then the guard kept going past 12 s while the ledger had no outcome, saw the top-up at
-    # 15 s, and the write landed once the gate enforced it (15 + 9 = 24 s)
+    # 15 s (150 plus four blocks: 550), and the write landed once the gate enforced it
+    # (15 + 9 = 24 s)
     assert answer.status_code == 200
     assert queue.served_at == [15.0]
     assert guard.history == [GuardedWrite("prompts", 9, 24.0, "recovered")]
@@ -184,7 +185,7 @@ def test_write_guard_waits_for_an_ensure_served_after_the_old_retry_budget(
     assert reader is not None
     outcome = reader.get_outcome(ensure_id)
     assert outcome is not None and outcome.status == "topped-up"
-    assert outcome.totals_after is not None and outcome.totals_after.prompts == 200
+    assert outcome.totals_after is not None and outcome.totals_after.prompts == 550
     writes = [(c["t"] - START, c["status"]) for c in gate_sim.calls() if c["op"] == "write_prompts"]
     assert writes == [(float(t), 405) for t in range(0, 24, 3)] + [(24.0, 200)]
 

@@ -172,10 +172,10 @@ def ensure_headroom(
 ) -> EnsureResult:
     """Make sure the child can take ``ask.need`` more units, sized by the pool it draws from.
 
-    The hot path (nothing short, headroom between low and high water) costs exactly one read.
-    Otherwise the pool is read (reported; ADVISORY for a raise, whose 422 is the only
-    authoritative exhaustion signal) and :func:`.plan_sizing` decides: a short child is
-    topped up, one under low water is refilled ahead, one holding surplus of a tight pool gives
+    The hot path (nothing short, headroom between the refill mark and high water) costs exactly
+    one read. Otherwise the pool is read (reported; ADVISORY for a raise, whose 422 is the only
+    authoritative exhaustion signal) and :func:`.plan_sizing` decides: a short child is topped
+    up, one under its refill mark is refilled ahead, one holding surplus of a tight pool gives
     it back, all in one absolute transfer of both dimensions. A refill or a surplus return the
     pool or the family does not allow ends as the hot path: the request's room is there.
     With ``hooks.in_flight`` the units the child's other recent ensures made room for, and its

@@ -8,13 +8,16 @@ The rule (docs/decisions/0027-top-ups-sized-by-the-pool.md), per dimension with 
   of :data:`ROOMY_BLOCKS` blocks or more is a pool with room: headroom up to the level. Below
   it the pool is *tight* and headroom shrinks with the square of the level; under what the
   child lacks it is 0: the exact need, nothing parked where others may need it.
-- **Top-up.** A short child rises to what it needs plus ``min(desired, fair)`` headroom, where
-  *desired* rounds the need plus a low-water mark (half a block, at least one unit) up to
-  whole blocks, and is at least what the request asked for again (its next one is likely as
-  big).
-- **Refill ahead.** A child whose need fits but leaves less than its low water (or less than
-  it asked for) is topped up now, while its next write still has the room it holds (the gate
-  enforces a raise about 9 s late): never from a tight pool.
+- **Top-up.** A short child rises to what it needs plus ``min(desired, fair)`` headroom. On a
+  pool with room *desired* is :data:`ROOMY_BLOCKS` blocks (never above the fair share: room
+  means the level holds that many blocks for every child); on a tight pool it rounds the need
+  plus a low-water mark (half a block, at least one unit) up to whole blocks. Either way it is
+  at least what the request asked for again (its next one is likely as big). The configured
+  block bounds every top-up: four of them at most on a pool with room, no setting per pool.
+- **Refill ahead.** A child of a pool with room whose need fits but leaves less than two
+  blocks (half what a top-up leaves there), or less than it asked for, is topped up now, while
+  its next write still has the room it holds (the gate enforces a raise about 9 s late):
+  never from a tight pool.
 - **Surplus back.** A child holding more than two blocks beyond its need of a tight pool gives
   the excess above its fair headroom back, in its own ensure: the surplus returns under the
   authority of the request's own user, in the child's own message group.
@@ -74,23 +77,35 @@ class Plan:
 
 
 def low_water(blocks: Blocks, dim: Dimension) -> int:
-    """Headroom under which a child is refilled ahead: half a block, at least one unit."""
+    """The margin a top-up of a tight pool rounds up to whole blocks: half a block, at least 1."""
     return max(1, blocks.get(dim) // 2)
+
+
+def roomy_headroom(blocks: Blocks, dim: Dimension) -> int:
+    """The headroom a top-up of a pool with room leaves: :data:`ROOMY_BLOCKS` blocks.
+
+    The same blocks that define room, so it never passes a fair share; enough for a burst of
+    writes (the benchmark's reach 240 prompts, a block-rounded top-up left at most 150) to
+    land without waiting on the gate's lag.
+    """
+    return ROOMY_BLOCKS * blocks.get(dim)
 
 
 def refill_below(blocks: Blocks, dim: Dimension, demand: int) -> int:
     """Headroom under which a child of a pool with room is refilled ahead.
 
-    Its low water, or as much as the request asked when that is more.
+    Half of what a top-up of a pool with room leaves (two blocks), or as much as the request
+    asked when that is more.
     """
-    return max(low_water(blocks, dim), demand)
+    return max(roomy_headroom(blocks, dim) // 2, demand)
 
 
 def high_water(blocks: Blocks, dim: Dimension) -> int:
     """Headroom above which a child of a tight pool gives surplus back: two blocks.
 
-    Above what a top-up of a pool with room leaves (under a block and a half), so a child the
-    allocator sized itself stays on the hot path.
+    Only a tight pool acts on it. There a top-up leaves under one block (the fair headroom of a
+    tight pool), so a child the allocator sized on it stays on the hot path; what a child kept
+    from when the pool had room (up to four blocks) goes back above two.
     """
     return 2 * blocks.get(dim)
 
@@ -100,10 +115,10 @@ def needs_pool(
 ) -> bool:
     """True when the pool must be read: a dimension short, or one a read may move.
 
-    ``last``: the pool as this container last read it, if it did. A dimension under low water
-    is worth a read unless that read found the pool tight (no refill from a tight pool); one
-    over high water only when it did (surplus goes back to a tight pool only). Otherwise the
-    ensure is the hot path: one read, nothing moves.
+    ``last``: the pool as this container last read it, if it did. A dimension under its refill
+    mark (:func:`refill_below`) is worth a read unless that read found the pool tight (no
+    refill from a tight pool); one over high water only when it did (surplus goes back to a
+    tight pool only). Otherwise the ensure is the hot path: one read, nothing moves.
     """
     for dim in Dimension:
         usage = child.get(dim)
@@ -202,16 +217,29 @@ class _Sized:
     sizing: Sizing
 
 
+def _desired_headroom(holding: _Holding, blocks: Blocks, dim: Dimension, tight: bool) -> int:
+    """The headroom a top-up aims for before the fair share caps it.
+
+    Four blocks on a pool with room; on a tight pool the need plus low water rounded up to whole
+    blocks, less the need. Either way at least what the request asked (its next is likely as big).
+    """
+    need = holding.need
+    if tight:
+        wanted = round_up_to_block(need + low_water(blocks, dim), blocks.get(dim)) - need
+    else:
+        wanted = roomy_headroom(blocks, dim)
+    return max(wanted, holding.demand)
+
+
 def _size_one(holding: _Holding, blocks: Blocks, dim: Dimension, share: PoolShare) -> _Sized:
     total, need, demand = holding.total, holding.need, holding.demand
     lack = max(0, need - total)
-    rounded = round_up_to_block(need + low_water(blocks, dim), blocks.get(dim)) - need
-    desired = max(rounded, demand)
+    tight = is_tight(share, lack, dim, blocks)
+    desired = _desired_headroom(holding, blocks, dim, tight)
     headroom = min(desired, fair_headroom(share, lack, dim, blocks))
     left = total - need
     if left < 0:
         return _Sized(need + headroom, "topped-up")
-    tight = is_tight(share, lack, dim, blocks)
     if left < refill_below(blocks, dim, demand) and not tight and need + headroom > total:
         return _Sized(need + headroom, "refilled")
     # A 0 is never sent: the gateway ignores it (semrush-user-manager.md).

@@ -117,14 +117,16 @@ def test_check_guarded_writes_flags_a_refusal_the_lag_caused(
     # When a fronted write is refused throughout
     record = writer.write_prompts(CHILD, MASTER, 50)
 
-    # Then the child's total covered it and the check reports the violation. Short by -150:
-    # the recovery's own ensure (50) also carved its front's 50 as units still on their way
-    # (the worker cannot tell a recovery from another request's front; docs/decisions/0027)
-    assert (record.outcome, record.short_by, record.pool_free) == ("exhausted", -150, 800)
+    # Then the child's total covered it and the check reports the violation. Short by -400:
+    # the front's ensure raised the child to 150 plus four blocks (550, the pool keeping 550);
+    # the recovery's own ensure (50, carving its front's 50 as units still on their way: the
+    # worker cannot tell a recovery from another request's front; docs/decisions/0027) then
+    # found 350 left, over its two-block refill mark, and moved nothing
+    assert (record.outcome, record.short_by, record.pool_free) == ("exhausted", -400, 550)
     result = check_guarded_writes(writer.records)
     assert not result.passed
     assert result.violations == (
-        "c1 prompts x50: refused after 5 attempts (12.0 s), short -150, pool free 800",
+        "c1 prompts x50: refused after 5 attempts (12.0 s), short -400, pool free 550",
     )
 
 

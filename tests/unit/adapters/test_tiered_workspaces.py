@@ -207,10 +207,10 @@ def ensure(
 def test_ensure_whose_need_every_tier_covers_is_a_hot_path(
     client: SemrushClient, family: SimulatorServer
 ) -> None:
-    # Given daily 40/100 and weekly 90/500, and a project to spare (none refilled ahead) /
+    # Given daily 40/100 and weekly 90/500, and two projects to spare (none refilled ahead) /
     # When 60 more prompts are needed (fits both)
     family.seed(
-        [{"id": "tiered", "parent_id": MASTER, "ai": tiered_ai((1, 2), (40, 100), (90, 500))}]
+        [{"id": "tiered", "parent_id": MASTER, "ai": tiered_ai((1, 3), (40, 100), (90, 500))}]
     )
     observer = RecordingObserver()
     result = ensure(client, "tiered", MASTER, Totals(prompts=60), observer)
@@ -243,12 +243,12 @@ def test_ensure_projects_only_on_a_tiered_child_sends_projects_only(
     # Given a tiered child at 1/1 projects / When one more project is needed
     result = ensure(client, "tiered", MASTER, Totals(projects=1), RecordingObserver())
 
-    # Then a projects-only transfer raised it (the 2 needed plus the one asked again: 3); its
+    # Then a projects-only transfer raised it (the 2 needed plus four blocks of one: 6); its
     # tiers are untouched
     assert result.outcome == "topped-up"
-    assert result.after == Totals(projects=3, prompts=100)
-    assert transfers(family) == [("tiered", {"resources": {"ai": {"projects": 3}}})]
-    assert client.read_resources("tiered").projects.total == 3
+    assert result.after == Totals(projects=6, prompts=100)
+    assert transfers(family) == [("tiered", {"resources": {"ai": {"projects": 6}}})]
+    assert client.read_resources("tiered").projects.total == 6
     assert violations(family) == 0
 
 
@@ -271,9 +271,9 @@ def test_ensure_projects_only_from_a_tiered_pool_sends_projects_only(
 ) -> None:
     result = ensure(client, "under-tiered", TIERED_MASTER, Totals(projects=1), RecordingObserver())
 
-    # (the 2 needed plus the one asked again)
+    # (the 2 needed plus four blocks of one)
     assert result.outcome == "topped-up"
-    assert transfers(family) == [("under-tiered", {"resources": {"ai": {"projects": 3}}})]
+    assert transfers(family) == [("under-tiered", {"resources": {"ai": {"projects": 6}}})]
     assert violations(family) == 0
 
 
@@ -385,8 +385,9 @@ def test_worker_completes_a_tiered_prompts_ensure_on_first_receive_with_its_code
     assert failed_ids(response) == []
     refused = worker.outcome("req-m1")
     assert (refused.status, refused.error_code) == ("rejected", "tieredPrompts")
+    # (the project: the 2 needed plus four blocks of one, 6)
     assert worker.outcome("req-m2").status == "topped-up"
-    assert transfers(family) == [("tiered", {"resources": {"ai": {"projects": 3}}})]
+    assert transfers(family) == [("tiered", {"resources": {"ai": {"projects": 6}}})]
     assert violations(family) == 0
     _, data = read_emf(capsys)
     assert metric_total(data, "AllocationRejection", "tieredPrompts") == 1

@@ -69,7 +69,7 @@ def test_ensure_headroom_required_is_used_plus_need_plus_drafted_prompts_when_as
     assert required == expected
 
 
-def test_ensure_headroom_short_dimension_rises_to_required_rounded_up_to_block() -> None:
+def test_ensure_headroom_short_dimension_rises_to_required_plus_four_blocks() -> None:
     # Given a child whose prompts are full (100 of 100) and whose projects are covered
     gateway = one_child_family(
         child_total=Totals(projects=3, prompts=100), child_used=Totals(projects=1, prompts=100)
@@ -83,10 +83,10 @@ def test_ensure_headroom_short_dimension_rises_to_required_rounded_up_to_block()
         transfer_context(FakeClock()),
     )
 
-    # Then prompts rise to 160 plus half a block rounded up to whole blocks of 100 (300, more
-    # than the 60 asked again); projects keep 3
-    assert result.after == Totals(projects=3, prompts=300)
-    assert gateway.totals_of(CHILD) == Totals(projects=3, prompts=300)
+    # Then prompts rise to 160 plus four blocks of 100 from a pool with room (560, more than
+    # the 60 asked again); projects (two to spare) keep 3
+    assert result.after == Totals(projects=3, prompts=560)
+    assert gateway.totals_of(CHILD) == Totals(projects=3, prompts=560)
 
 
 def test_ensure_headroom_covered_dimension_keeps_its_total() -> None:
@@ -103,17 +103,17 @@ def test_ensure_headroom_covered_dimension_keeps_its_total() -> None:
         transfer_context(FakeClock()),
     )
 
-    # Then only projects rise (to the 2 needed plus the one asked again: 3); prompts keep
-    # their total exactly (not rounded, not lowered)
-    assert result.after == Totals(projects=3, prompts=437)
+    # Then only projects rise (to the 2 needed plus four blocks of one: 6); prompts (420 left,
+    # over two blocks) keep their total exactly (not rounded, not lowered)
+    assert result.after == Totals(projects=6, prompts=437)
 
 
 @pytest.mark.parametrize("need", [Totals(), Totals(projects=2)])
 def test_ensure_headroom_hot_path_makes_exactly_one_read(need: Totals) -> None:
-    # Given a child that already covers the need with half a block of prompts to spare (the
-    # low water) and as many projects again as either need asks
+    # Given a child that already covers the need with two blocks of prompts to spare (the
+    # refill mark) and at least two projects beyond either need (the projects' refill mark)
     gateway = one_child_family(
-        child_total=Totals(projects=5, prompts=200), child_used=Totals(projects=1, prompts=150)
+        child_total=Totals(projects=5, prompts=350), child_used=Totals(projects=1, prompts=150)
     )
     observer = RecordingObserver()
 
@@ -128,7 +128,7 @@ def test_ensure_headroom_hot_path_makes_exactly_one_read(need: Totals) -> None:
     # Then one read of the child: no pool read, no transfer, no status poll
     assert gateway.calls == [(READ_RESOURCES, CHILD)]
     assert result.outcome == "hot-path"
-    assert result.before == result.after == Totals(projects=5, prompts=200)
+    assert result.before == result.after == Totals(projects=5, prompts=350)
     assert observer.calls == [("headroom_checked", ("hot-path",))]
 
 
@@ -224,8 +224,9 @@ def test_ensure_headroom_transfer_sends_both_dimensions() -> None:
         transfer_context(FakeClock()),
     )
 
-    # Then the one absolute body carries projects (unchanged) AND prompts (raised)
-    assert gateway.transfers == [(CHILD, Totals(projects=4, prompts=200))]
+    # Then the one absolute body carries projects (unchanged, two to spare) AND prompts (raised
+    # to the 110 needed plus four blocks)
+    assert gateway.transfers == [(CHILD, Totals(projects=4, prompts=510))]
 
 
 def test_ensure_headroom_pool_exhausted_raises_and_reports_rejection() -> None:
@@ -322,14 +323,14 @@ def test_ensure_headroom_top_up_returns_outcome_before_and_after() -> None:
         transfer_context(FakeClock(), observer),
     )
 
-    # Then the result tells what happened (projects: the 3 needed plus the one asked again;
-    # prompts: 110 plus half a block in whole blocks), and the units came out of the pool
+    # Then the result tells what happened (projects: the 3 needed plus four blocks of one;
+    # prompts: 110 plus four blocks), and the units came out of the pool (5 and 410)
     assert result.outcome == "topped-up"
     assert result.topped_up
     assert result.before == Totals(projects=2, prompts=100)
-    assert result.after == Totals(projects=4, prompts=200)
+    assert result.after == Totals(projects=7, prompts=510)
     assert result.attempts == 1
     assert not result.used_exact_fallback
-    assert gateway.totals_of(MASTER) == Totals(projects=48, prompts=9_900)
+    assert gateway.totals_of(MASTER) == Totals(projects=45, prompts=9_590)
     assert observer.args_of("headroom_checked") == [("topped-up",)]
     assert observer.args_of("transfer_timed") == [("fail-fast", 0.0)]

@@ -27,7 +27,8 @@ from tests.fakes import (
 )
 from tests.unit.domain.allocation_rig import CHILD, MASTER, one_child_family
 
-# A child holding 200 prompts with 180 used: a need of 10 leaves 10, under low water (50).
+# A child holding 200 prompts with 180 used: a need of 10 leaves 10, under the refill mark (two
+# blocks: 200).
 LOW_TOTAL, LOW_USED = Totals(projects=5, prompts=200), Totals(projects=1, prompts=180)
 NEED = Totals(prompts=10)
 
@@ -61,7 +62,7 @@ def _ensure(
 
 
 def test_a_refill_ahead_is_announced_sent_and_reported_as_a_top_up() -> None:
-    # Given a child left under low water by its need, and a pool with room
+    # Given a child left under its refill mark by its need, and a pool with room
     gateway = one_child_family(child_total=LOW_TOTAL, child_used=LOW_USED)
     observer, announced = RecordingObserver(), []
     hooks = EnsureHooks(before_transfer=lambda before, target: announced.append((before, target)))
@@ -69,9 +70,9 @@ def test_a_refill_ahead_is_announced_sent_and_reported_as_a_top_up() -> None:
     # When ensuring
     result = _ensure(gateway, observer, hooks)
 
-    # Then it rises to 190 + 110 (the need plus half a block, in blocks): one transfer, announced
-    # first, reported as refilled and returned as a top-up
-    target = Totals(projects=5, prompts=300)
+    # Then it rises to 190 + 400 (the need plus four blocks): one transfer, announced first,
+    # reported as refilled and returned as a top-up
+    target = Totals(projects=5, prompts=590)
     assert announced == [(LOW_TOTAL, target)]
     assert gateway.transfers == [(CHILD, target)]
     assert (result.outcome, result.before, result.after, result.attempts) == (
@@ -107,7 +108,7 @@ def test_surplus_given_back_to_a_tight_pool_is_a_rightsized_ensure() -> None:
 
 @pytest.mark.parametrize("error", [pool_exhausted(), OrgPoolExhaustedError()])
 def test_a_refill_the_pool_refuses_leaves_the_child_on_the_hot_path(error: Exception) -> None:
-    # Given a child under low water whose refill the pool refuses (drained since its read)
+    # Given a child under its refill mark whose refill the pool refuses (drained since its read)
     gateway = one_child_family(child_total=LOW_TOTAL, child_used=LOW_USED)
     gateway.script_errors(TRANSFER, CHILD, [error])
     observer = RecordingObserver()
@@ -137,7 +138,7 @@ def test_a_refill_past_the_ceiling_keeps_what_the_child_holds() -> None:
 
 
 def test_a_fitting_request_under_a_parent_that_is_not_the_childs_stays_on_the_hot_path() -> None:
-    # Given a child under low water and a family that does not confirm the parent
+    # Given a child under its refill mark and a family that does not confirm the parent
     gateway = one_child_family(child_total=LOW_TOTAL, child_used=LOW_USED)
     observer = RecordingObserver()
 
@@ -151,7 +152,7 @@ def test_a_fitting_request_under_a_parent_that_is_not_the_childs_stays_on_the_ho
 
 
 def test_a_fitting_request_under_an_unmetered_parent_stays_on_the_hot_path() -> None:
-    # Given a child under low water whose parent does not meter AI writes
+    # Given a child under its refill mark whose parent does not meter AI writes
     gateway = one_child_family(child_total=LOW_TOTAL, child_used=LOW_USED)
     observer = RecordingObserver()
 
@@ -173,7 +174,7 @@ def _last_free(prompts: int) -> EnsureHooks:
 
 
 def test_a_pool_last_read_tight_among_its_children_spares_a_refill_its_read() -> None:
-    # Given a child under low water, and its pool last read with 3,000 prompts free among 10
+    # Given a child under its refill mark, and its pool last read with 3,000 prompts free among 10
     # children (a level of 300: tight, no refill)
     gateway = one_child_family(child_total=LOW_TOTAL, child_used=LOW_USED)
     observer = RecordingObserver()
@@ -251,9 +252,10 @@ def test_a_refill_ahead_from_a_tiered_pool_sends_projects_only() -> None:
         transfer_context(FakeClock()),
     )
 
-    # Then projects are refilled to 3, in a body without prompts
-    assert result.after == Totals(projects=3, prompts=500)
-    assert gateway.sent == [(Totals(projects=3, prompts=500), False)]
+    # Then projects are refilled to the 2 needed plus four blocks of one (6), in a body without
+    # prompts
+    assert result.after == Totals(projects=6, prompts=500)
+    assert gateway.sent == [(Totals(projects=6, prompts=500), False)]
 
 
 def test_the_exact_fallback_from_a_tiered_pool_sends_projects_only() -> None:
@@ -269,9 +271,10 @@ def test_the_exact_fallback_from_a_tiered_pool_sends_projects_only() -> None:
         transfer_context(FakeClock()),
     )
 
-    # Then the exact need (2 projects) is sent after the sized 3, both without prompts
+    # Then the exact need (2 projects) is sent after the sized 6 (2 + four blocks of one), both
+    # without prompts
     assert (result.after, result.used_exact_fallback) == (Totals(projects=2, prompts=500), True)
     assert gateway.sent == [
-        (Totals(projects=3, prompts=500), False),
+        (Totals(projects=6, prompts=500), False),
         (Totals(projects=2, prompts=500), False),
     ]

@@ -81,10 +81,11 @@ def test_ensure_headroom_announces_each_transfer_before_sending_it() -> None:
 
     # Then each transfer was announced with the child's totals before and its target, just
     # before it was sent: the refused sized top-up (need + the tight pool's 40² / 1600 = 1
-    # of headroom: a level of 40, under four blocks), then the exact one
+    # of headroom: a level of 40, under four blocks; its one unused project, under two, refilled
+    # to four blocks from the 5 free, a level with room), then the exact one
     before = Totals(projects=1, prompts=100)
     assert announced == [
-        (before, Totals(projects=1, prompts=111), 0),
+        (before, Totals(projects=4, prompts=111), 0),
         (before, Totals(projects=1, prompts=110), 1),
     ]
 
@@ -170,16 +171,16 @@ def test_ensure_headroom_unmetered_parent_skips_the_transfer() -> None:
 @pytest.mark.parametrize(
     ("include_drafted", "outcome", "after"),
     [
-        (False, "hot-path", Totals(projects=2, prompts=120)),
-        (True, "topped-up", Totals(projects=2, prompts=200)),
+        (False, "hot-path", Totals(projects=3, prompts=270)),
+        (True, "topped-up", Totals(projects=3, prompts=540)),
     ],
 )
 def test_ensure_headroom_counts_drafts_only_when_asked(
     include_drafted: bool, outcome: str, after: Totals
 ) -> None:
-    # Given a child using 50 of 120 prompts with 80 more drafted (and a project to spare)
+    # Given a child using 50 of 270 prompts with 80 more drafted (and two projects to spare)
     gateway = one_child_family(
-        child_total=Totals(projects=2, prompts=120),
+        child_total=Totals(projects=3, prompts=270),
         child_used=Totals(projects=1, prompts=50),
         child_drafted=Totals(projects=0, prompts=80),
     )
@@ -192,15 +193,15 @@ def test_ensure_headroom_counts_drafts_only_when_asked(
         transfer_context(FakeClock()),
     )
 
-    # Then 60 fit as they are (half a block to spare); 140 (drafts counted) rise to 140 plus
-    # half a block, in whole blocks
+    # Then 60 fit as they are (210 to spare, over the two-block refill mark); 140 (drafts
+    # counted) leave 130, under it: refilled to 140 plus four blocks
     assert (result.outcome, result.after) == (outcome, after)
     assert gateway.totals_of(CHILD) == after
 
 
 def test_ensure_headroom_hot_path_does_not_consult_is_unmetered() -> None:
-    # Given a child that covers the need
-    gateway = one_child_family(child_total=Totals(projects=1, prompts=100))
+    # Given a child that covers the need with two blocks of prompts and two projects to spare
+    gateway = one_child_family(child_total=Totals(projects=2, prompts=210))
 
     def is_unmetered(parent_id: str) -> bool:
         raise AssertionError("the hot path must not consult the parent")

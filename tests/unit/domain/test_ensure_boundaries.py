@@ -45,9 +45,10 @@ def _child(
 def _ensure_prompts(
     need: int, ceiling: Ceiling, *, total: int = 200, used: int = 200
 ) -> tuple[InMemoryGateway, RecordingObserver, Totals]:
-    # A project to spare: none is refilled ahead, only prompts move.
+    # Two projects to spare (the projects' refill mark): none is refilled ahead, only prompts
+    # move.
     gateway, observer = _child(
-        Totals(projects=2, prompts=total), used=Totals(projects=1, prompts=used)
+        Totals(projects=3, prompts=total), used=Totals(projects=1, prompts=used)
     )
     result = ensure_headroom(
         gateway,
@@ -62,10 +63,10 @@ def _ensure_prompts(
     ("limit", "after_prompts"),
     [
         (250, 250),  # the exact need (200 + 50) is the ceiling: topped up to it, not refused
-        (251, 251),  # the block-rounded 300 passes it: capped to the ceiling
-        (299, 299),
-        (300, 300),  # the block-rounded target is the ceiling: sent as planned
-        (301, 300),  # under the ceiling: the ceiling plays no part
+        (251, 251),  # the planned 650 (250 + four blocks) passes it: capped to the ceiling
+        (649, 649),
+        (650, 650),  # the planned target is the ceiling: sent as planned
+        (651, 650),  # under the ceiling: the ceiling plays no part
     ],
 )
 def test_ensure_headroom_need_at_or_under_the_ceiling_is_topped_up_to_at_most_it(
@@ -74,9 +75,9 @@ def test_ensure_headroom_need_at_or_under_the_ceiling_is_topped_up_to_at_most_it
     # Given a full child at 200 prompts and a prompts ceiling / When 50 more are needed
     gateway, observer, after = _ensure_prompts(50, Ceiling(prompts=limit))
 
-    # Then one transfer to the block-rounded target held under the ceiling, nothing refused
-    assert after == Totals(projects=2, prompts=after_prompts)
-    assert gateway.transfers == [(CHILD, Totals(projects=2, prompts=after_prompts))]
+    # Then one transfer to the planned target held under the ceiling, nothing refused
+    assert after == Totals(projects=3, prompts=after_prompts)
+    assert gateway.transfers == [(CHILD, Totals(projects=3, prompts=after_prompts))]
     assert observer.args_of("rejected") == []
 
 
@@ -154,10 +155,10 @@ def test_ensure_headroom_dimension_already_over_the_ceiling_is_kept_when_not_rai
         transfer_context(FakeClock(), observer),
     )
 
-    # Then projects rise (the 2 needed plus the one asked again: 3, under the cap of 5) and
-    # prompts keep 500: a cap never lowers nor refuses what is not raised
-    assert result.after == Totals(projects=3, prompts=500)
-    assert gateway.transfers == [(CHILD, Totals(projects=3, prompts=500))]
+    # Then projects rise (the 2 needed plus four blocks: 6, capped at 5) and prompts keep 500:
+    # a cap never lowers nor refuses what is not raised
+    assert result.after == Totals(projects=5, prompts=500)
+    assert gateway.transfers == [(CHILD, Totals(projects=5, prompts=500))]
     assert observer.args_of("rejected") == []
 
 
@@ -175,9 +176,10 @@ def test_ensure_headroom_projects_need_exactly_at_the_ceiling_is_served() -> Non
         transfer_context(FakeClock(), observer),
     )
 
-    # Then it is served
-    assert result.after == Totals(projects=2, prompts=100)
-    assert gateway.totals_of(CHILD) == Totals(projects=2, prompts=100)
+    # Then it is served (the planned 2 + four blocks capped at 2), and its 100 unused prompts,
+    # under two blocks, are refilled ahead to four blocks in the same transfer
+    assert result.after == Totals(projects=2, prompts=400)
+    assert gateway.totals_of(CHILD) == Totals(projects=2, prompts=400)
 
 
 def test_ensure_headroom_projects_need_one_over_the_ceiling_is_refused() -> None:
@@ -244,16 +246,16 @@ def test_ensure_headroom_need_that_exactly_fills_an_odd_total_is_refilled_ahead(
     )
 
     # Then the write fits as it is, and the child is refilled ahead of its next one: to the
-    # need plus half a block, in whole blocks
-    assert (result.outcome, result.after) == ("topped-up", Totals(projects=2, prompts=500))
-    assert gateway.transfers == [(CHILD, Totals(projects=2, prompts=500))]
+    # need plus four blocks (837), and its one spare project (under two) to 1 + 4 = 5
+    assert (result.outcome, result.after) == ("topped-up", Totals(projects=5, prompts=837))
+    assert gateway.transfers == [(CHILD, Totals(projects=5, prompts=837))]
     assert observer.args_of("headroom_checked") == [("refilled",)]
 
 
 def test_ensure_headroom_ignores_drafted_prompts_by_default() -> None:
-    # Given a child using 50 of 120 prompts with 80 more drafted (and a project to spare)
+    # Given a child using 50 of 270 prompts with 80 more drafted (and two projects to spare)
     gateway, observer = _child(
-        Totals(projects=2, prompts=120),
+        Totals(projects=3, prompts=270),
         used=Totals(projects=1, prompts=50),
         drafted=Totals(prompts=80),
     )
@@ -266,7 +268,8 @@ def test_ensure_headroom_ignores_drafted_prompts_by_default() -> None:
         transfer_context(FakeClock(), observer),
     )
 
-    # Then the drafts do not count: 60 of 120 fits, with half a block to spare
+    # Then the drafts do not count: 60 of 270 fits with 210 to spare, over the two-block refill
+    # mark (counting them, 140 would leave 130: refilled)
     assert result.outcome == "hot-path"
 
 

@@ -51,20 +51,43 @@ def test_fair_headroom_is_the_level_on_a_pool_with_room_and_shrinks_with_its_squ
     assert fair_headroom(share, 10, Dimension.PROMPTS, BLOCKS) == headroom
 
 
-def test_a_short_child_of_a_pool_with_room_rises_to_its_need_plus_half_a_block_in_blocks() -> None:
+def test_a_short_child_of_a_pool_with_room_rises_to_its_need_plus_four_blocks() -> None:
     # Given a child using all of its 100 prompts, a pool with room, 10 more needed
     plan = plan_sizing(_child((100, 100)), Totals(projects=1, prompts=110), BLOCKS, _share(9_000))
 
-    # Then 110 + 50 rounded up to whole blocks: 200 (projects keep their 5)
-    assert (plan.target, plan.sizing) == (Totals(projects=5, prompts=200), "topped-up")
+    # Then 110 + four blocks of headroom: 510 (projects keep their 5)
+    assert (plan.target, plan.sizing) == (Totals(projects=5, prompts=510), "topped-up")
 
 
-def test_a_request_that_asks_more_than_a_block_keeps_as_much_again() -> None:
-    # Given a child using all of its 100 prompts and a request of 150 at once
-    plan = plan_sizing(_child((100, 100)), Totals(projects=1, prompts=250), BLOCKS, _share(9_000))
+def test_a_short_child_of_a_tight_pool_rises_to_its_need_plus_half_a_block_in_blocks() -> None:
+    # Given the same child under a pool whose level is 399 (one under four blocks: tight, fair
+    # headroom 399² / 1600 = 99), and the same under a level of exactly 400 (room)
+    tight = plan_sizing(_child((100, 100)), Totals(projects=1, prompts=110), BLOCKS, _share(409))
+    roomy = plan_sizing(_child((100, 100)), Totals(projects=1, prompts=110), BLOCKS, _share(410))
 
-    # Then the child holds the 150 it asked plus 150 more (more than the rounded 100)
-    assert plan.target.prompts == 400
+    # Then the tight pool keeps the block-rounded top-up (110 + 50 up to whole blocks: 200, under
+    # its 99 of fair headroom); one more unit of level gives the four blocks: 510
+    assert (tight.target.prompts, tight.sizing) == (200, "topped-up")
+    assert (roomy.target.prompts, roomy.sizing) == (510, "topped-up")
+
+
+@pytest.mark.parametrize(
+    ("required", "target"),
+    [
+        (250, 650),  # asks 150, under four blocks: 250 + 400
+        (600, 1_100),  # asks 500, more than four blocks: the demand wins, 600 + 500
+    ],
+)
+def test_a_request_keeps_four_blocks_or_as_much_again_as_it_asked_when_that_is_more(
+    required: int, target: int
+) -> None:
+    # Given a child using all of its 100 prompts and a request of ``required - 100`` at once
+    plan = plan_sizing(
+        _child((100, 100)), Totals(projects=1, prompts=required), BLOCKS, _share(9_000)
+    )
+
+    # Then the child holds what it asked plus the larger of four blocks and what it asked
+    assert (plan.target.prompts, plan.sizing) == (target, "topped-up")
 
 
 def test_max_min_fairness_a_short_pool_serves_every_child_its_exact_need() -> None:
@@ -90,17 +113,17 @@ def test_on_a_pool_with_room_every_child_gets_the_same_headroom_within_the_level
     small = plan_sizing(_child((100, 100)), Totals(projects=1, prompts=110), BLOCKS, share)
     large = plan_sizing(_child((4_000, 4_000)), Totals(projects=1, prompts=4_010), BLOCKS, share)
 
-    # Then each gets its need plus what the request wants (half a block, in blocks), whatever
-    # it already uses: the share is of what is free, not of what was used
-    assert (small.target.prompts - 110, large.target.prompts - 4_010) == (90, 90)
+    # Then each gets its need plus four blocks (under the level), whatever it already uses:
+    # the share is of what is free, not of what was used
+    assert (small.target.prompts - 110, large.target.prompts - 4_010) == (400, 400)
 
 
-def test_a_need_that_fits_under_low_water_is_refilled_ahead_from_a_pool_with_room() -> None:
-    # Given a child with 120 of 150 used and a request of 10 (20 left, under half a block)
+def test_a_need_that_fits_under_two_blocks_is_refilled_ahead_from_a_pool_with_room() -> None:
+    # Given a child with 120 of 150 used and a request of 10 (20 left, under two blocks)
     plan = plan_sizing(_child((120, 150)), Totals(projects=1, prompts=130), BLOCKS, _share(9_000))
 
-    # Then it is refilled now, to 130 + 50 in whole blocks, before its next write needs it
-    assert (plan.target.prompts, plan.sizing) == (200, "refilled")
+    # Then it is refilled now, to 130 + four blocks, before its next write needs it
+    assert (plan.target.prompts, plan.sizing) == (530, "refilled")
 
 
 def test_no_refill_ahead_from_a_tight_pool() -> None:
@@ -140,7 +163,7 @@ def test_surplus_back_never_sends_a_zero() -> None:
 
 
 def test_a_dimension_that_may_not_move_keeps_its_total() -> None:
-    # Given a child under low water in prompts whose prompts may not move (tiered)
+    # Given a child under its refill mark in prompts whose prompts may not move (tiered)
     plan = plan_sizing(
         _child((120, 150)),
         Totals(projects=1, prompts=130),
@@ -156,16 +179,19 @@ def test_a_dimension_that_may_not_move_keeps_its_total() -> None:
 @pytest.mark.parametrize(
     ("child", "last", "expected"),
     [
-        (_child((100, 300), (1, 2)), None, False),  # 190 left, one project spare: the hot path
-        (_child((100, 300), (1, 2)), _share(300, 10), False),  # a tight pool moves nothing here
-        (_child((100, 130), (1, 2)), None, True),  # 20 left: a refill is worth a read
-        (_child((100, 130), (1, 2)), _share(300, 10), False),  # ... not from a tight pool
-        (_child((100, 500), (1, 2)), None, False),  # surplus, a pool not known to be tight
-        (_child((100, 500), (1, 2)), _share(300, 10), True),  # surplus of a tight pool
-        (_child((100, 110), (1, 2)), _share(300, 10), False),  # 0 left: fits, nothing to move
-        (_child((100, 310), (1, 2)), _share(300, 10), False),  # exactly two blocks over: kept
-        (_child((100, 311), (1, 2)), _share(300, 10), True),  # one over two blocks: surplus
-        (_child((100, 130), (1, 2)), _share(400), True),  # a level of exactly 4 blocks has room
+        # Two projects spare throughout: exactly the projects' refill mark, never under it
+        (_child((100, 310), (1, 3)), None, False),  # 200 left (two blocks): the hot path
+        (_child((100, 309), (1, 3)), None, True),  # 199 left, under two blocks: worth a read
+        (_child((100, 310), (1, 3)), _share(300, 10), False),  # a tight pool moves nothing here
+        (_child((100, 130), (1, 3)), None, True),  # 20 left: a refill is worth a read
+        (_child((100, 130), (1, 3)), _share(300, 10), False),  # ... not from a tight pool
+        (_child((100, 500), (1, 3)), None, False),  # surplus, a pool not known to be tight
+        (_child((100, 500), (1, 3)), _share(300, 10), True),  # surplus of a tight pool
+        (_child((100, 110), (1, 3)), _share(300, 10), False),  # 0 left: fits, nothing to move
+        (_child((100, 310), (1, 3)), _share(300, 10), False),  # exactly two blocks over: kept
+        (_child((100, 311), (1, 3)), _share(300, 10), True),  # one over two blocks: surplus
+        (_child((100, 130), (1, 3)), _share(400), True),  # a level of exactly 4 blocks has room
+        (_child((100, 310), (1, 2)), None, True),  # one project spare, under two: worth a read
     ],
 )
 def test_the_pool_is_read_only_when_the_read_may_move_something(
@@ -230,40 +256,55 @@ def test_demand_is_what_the_request_asks_beyond_what_is_used_and_drafted_never_n
 
 
 def test_a_level_of_exactly_four_blocks_is_a_pool_with_room_and_refills_ahead() -> None:
-    # Given the child with 20 left under low water, under a pool whose level is exactly 400
+    # Given the child with 20 left, under two blocks, under a pool whose level is exactly 400
     share = _share(400)
     plan = plan_sizing(_child((120, 150)), Totals(projects=1, prompts=130), BLOCKS, share)
 
-    # Then the pool has room: refilled to 200; one unit less and it is tight
-    assert (plan.target.prompts, plan.sizing) == (200, "refilled")
+    # Then the pool has room: refilled to 130 + four blocks; one unit less and it is tight
+    assert (plan.target.prompts, plan.sizing) == (530, "refilled")
     assert not is_tight(share, 0, Dimension.PROMPTS, BLOCKS)
     assert is_tight(_share(399), 0, Dimension.PROMPTS, BLOCKS)
 
 
 def test_no_refill_from_a_tight_pool_even_when_its_headroom_would_raise_the_child() -> None:
     # Given a pool with 300 free for one child (level 300: tight, headroom 300² / 1600 = 56) and
-    # a child with 20 left under its low water, whose need plus headroom (186) tops its 150
+    # a child with 20 left, under two blocks, whose need plus headroom (186) tops its 150
     plan = plan_sizing(_child((120, 150)), Totals(projects=1, prompts=130), BLOCKS, _share(300))
 
     # Then nothing moves: no refill from a tight pool
     assert (plan.target.prompts, plan.sizing) == (150, "hot-path")
 
 
-def test_a_child_left_exactly_its_low_water_is_not_refilled() -> None:
-    # Given a child with 50 left after its need (half a block exactly), under a pool with room
-    plan = plan_sizing(_child((100, 160)), Totals(projects=1, prompts=110), BLOCKS, _share(9_000))
+def test_a_child_left_exactly_two_blocks_is_not_refilled_and_one_unit_less_is() -> None:
+    # Given children left 200 (two blocks exactly) and 199 after their need, a pool with room
+    kept = plan_sizing(_child((100, 310)), Totals(projects=1, prompts=110), BLOCKS, _share(9_000))
+    refilled = plan_sizing(
+        _child((100, 309)), Totals(projects=1, prompts=110), BLOCKS, _share(9_000)
+    )
 
-    # Then it is on the hot path: only less than low water is refilled
-    assert (plan.target.prompts, plan.sizing) == (160, "hot-path")
+    # Then two blocks left is the hot path; under it the child is refilled to 110 + four blocks
+    assert (kept.target.prompts, kept.sizing) == (310, "hot-path")
+    assert (refilled.target.prompts, refilled.sizing) == (510, "refilled")
+
+
+def test_no_refill_from_a_pool_one_unit_under_four_blocks_of_level() -> None:
+    # Given a child left 20 after its need, under a pool whose level is 399: tight
+    plan = plan_sizing(_child((120, 150)), Totals(projects=1, prompts=130), BLOCKS, _share(399))
+
+    # Then nothing moves: its write fits, and a tight pool refills nobody ahead
+    assert (plan.target.prompts, plan.sizing) == (150, "hot-path")
 
 
 def test_low_water_of_an_odd_block_rounds_down_to_whole_units() -> None:
-    # Given blocks of 101 prompts (low water 50, not 50.5) and a child left exactly 50
+    # Given blocks of 101 prompts (low water 50, not 50.5), a child using all of its 150 and
+    # needing 152, under a tight pool (level 403, one under four blocks: headroom 403² / 1616
+    # = 100)
     blocks = Blocks(prompts=101)
-    plan = plan_sizing(_child((90, 150)), Totals(projects=1, prompts=100), blocks, _share(9_000))
+    plan = plan_sizing(_child((150, 150)), Totals(projects=1, prompts=152), blocks, _share(405))
 
-    # Then it is not under low water: nothing moves
-    assert (plan.target, plan.sizing) == (Totals(projects=5, prompts=150), "hot-path")
+    # Then 152 + 50 is exactly two blocks: 202 (a low water of 50.5 would round up to 303 and
+    # take all 100 of the headroom: 252)
+    assert (plan.target, plan.sizing) == (Totals(projects=5, prompts=202), "topped-up")
 
 
 def test_a_refill_that_would_set_the_total_it_has_is_the_hot_path() -> None:
@@ -293,3 +334,26 @@ def test_surplus_of_exactly_two_blocks_stays_and_one_more_goes_back() -> None:
     # Then 200 over its need is kept; 201 is more than two blocks and goes back down to 110
     assert (kept.target.prompts, kept.sizing) == (310, "hot-path")
     assert (given_back.target.prompts, given_back.sizing) == (110, "rightsized")
+
+
+@given(
+    used=st.integers(0, 2_000),
+    held=st.integers(0, 1_000),
+    need=st.integers(0, 1_000),
+    free=st.integers(0, 20_000),
+    children=st.integers(1, 50),
+)
+def test_a_moved_total_never_holds_more_headroom_than_the_fair_level(
+    used: int, held: int, need: int, free: int, children: int
+) -> None:
+    # Given any child, need and pool
+    child = _child((used, used + held))
+    required = Totals(projects=1, prompts=used + need)
+    share = _share(free, children)
+    plan = plan_sizing(child, required, BLOCKS, share)
+
+    # Then whatever moved holds at most the fair level above its need: four blocks of a pool
+    # with room never pass a fair share
+    lack = max(0, need - held)
+    if plan.target.prompts != child.prompts.total:
+        assert plan.target.prompts - (used + need) <= share.level(Dimension.PROMPTS, lack)

@@ -28,8 +28,8 @@ from tests.unit.handlers.allocator_rig import (
 
 
 def test_lambda_handler_hot_path_is_exactly_one_gateway_call() -> None:
-    # Given a child with room for the write (and a project to spare: none refilled ahead)
-    worker = new_worker(family_gateway(("c1", Totals(projects=2, prompts=500), FULL)))
+    # Given a child with room for the write (and two projects to spare: none refilled ahead)
+    worker = new_worker(family_gateway(("c1", Totals(projects=3, prompts=500), FULL)))
 
     # When one ensure arrives
     response = worker.invoke(ensure_record("m1", "c1", 100))
@@ -39,19 +39,19 @@ def test_lambda_handler_hot_path_is_exactly_one_gateway_call() -> None:
     assert response == {"batchItemFailures": []}
     outcome = worker.outcome("req-m1")
     assert (outcome.status, outcome.kind, outcome.receive_count) == ("hot-path", "ensure", 1)
-    assert outcome.totals_before == outcome.totals_after == Totals(projects=2, prompts=500)
+    assert outcome.totals_before == outcome.totals_after == Totals(projects=3, prompts=500)
 
 
-def test_lambda_handler_top_up_in_one_transfer_rounded_to_block() -> None:
+def test_lambda_handler_top_up_in_one_transfer_with_four_blocks_of_headroom() -> None:
     # Given a child using all it holds
     worker = new_worker(family_gateway(("c1", FULL, FULL)))
 
     # When it needs 250 more prompts
     response = worker.invoke(ensure_record("m1", "c1", 250))
 
-    # Then one absolute transfer: the 350 needed plus as much again as it asked (more than
-    # the 50 whole blocks would add): 600; its one used project refilled ahead to 2
-    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=600))]
+    # Then one absolute transfer: the 350 needed plus four blocks from a pool with room (more
+    # than the 250 it asked again): 750; its one used project refilled ahead to 1 + 4 = 5
+    assert worker.gateway.transfers == [("c1", Totals(projects=5, prompts=750))]
     assert worker.gateway.calls == [
         (READ_RESOURCES, "c1"),
         (LIST_FAMILY, MASTER),  # is the parent metered? (cached afterwards)
@@ -61,18 +61,19 @@ def test_lambda_handler_top_up_in_one_transfer_rounded_to_block() -> None:
     assert failed_ids(response) == []
     outcome = worker.outcome("req-m1")
     assert outcome.status == "topped-up"
-    assert (outcome.totals_before, outcome.totals_after) == (FULL, Totals(projects=2, prompts=600))
+    assert (outcome.totals_before, outcome.totals_after) == (FULL, Totals(projects=5, prompts=750))
     assert worker.gateway.family_units(MASTER) == Totals(projects=51, prompts=10_100)
 
 
 def test_lambda_handler_include_drafted_from_the_message_sizes_the_top_up() -> None:
-    # Given two children using 40 of 100 prompts with 80 more drafted (and a project to spare)
+    # Given two children using 40 of 300 prompts with 80 more drafted (and two projects to
+    # spare)
     gateway = family_gateway()
     for child in ("c1", "c2"):
         gateway.add_child(
             child,
             MASTER,
-            total=Totals(projects=2, prompts=100),
+            total=Totals(projects=3, prompts=300),
             used=Totals(projects=1, prompts=40),
             drafted=Totals(projects=0, prompts=80),
         )
@@ -83,10 +84,10 @@ def test_lambda_handler_include_drafted_from_the_message_sizes_the_top_up() -> N
         ensure_record("m1", "c1", 10, include_drafted=True), ensure_record("m2", "c2", 10)
     )
 
-    # Then only the one that asked is topped up past its drafts (40 + 80 + 10 = 130 -> 200,
-    # whole blocks with half a block to spare); the other's 40 + 10 leaves it the low-water
-    # mark of 50, so it stays on the hot path with no refill
-    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=200))]
+    # Then only the one that asked is refilled past its drafts (40 + 80 + 10 = 130 leaves 170,
+    # under two blocks: 130 + four blocks = 530); the other's 40 + 10 leaves it 250, over the
+    # two-block refill mark, so it stays on the hot path with no refill
+    assert worker.gateway.transfers == [("c1", Totals(projects=3, prompts=530))]
     assert [worker.outcome(r).status for r in ("req-m1", "req-m2")] == ["topped-up", "hot-path"]
 
 
@@ -302,15 +303,16 @@ def test_lambda_handler_coalesces_consecutive_ensures_into_one_transfer(
     )
 
     # Then one child read, one pool read and one transfer sized for the sum (100 + 400 = 500,
-    # plus as much again as the run asked: 900; the project refilled ahead to 2)
+    # plus the 400 the run asked, as much as four blocks: 900; the project refilled ahead to
+    # 1 + 4 = 5)
     assert worker.gateway.calls_of(READ_RESOURCES) == ["c1", MASTER]
-    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=900))]
+    assert worker.gateway.transfers == [("c1", Totals(projects=5, prompts=900))]
     assert failed_ids(response) == []
     # ... and each request gets its own outcome, saying it was served by a run of three
     for message_id in ("m1", "m2", "m3"):
         outcome = worker.outcome(f"req-{message_id}")
         assert (outcome.status, outcome.coalesced) == ("topped-up", 3)
-        assert outcome.totals_after == Totals(projects=2, prompts=900)
+        assert outcome.totals_after == Totals(projects=5, prompts=900)
     _, data = read_emf(capsys)
     assert metric_total(data, "CoalescedEnsures") == 2
     assert metric_total(data, "HeadroomCheck", "topped-up") == 1
@@ -323,15 +325,15 @@ def test_lambda_handler_combined_run_refused_by_ceiling_falls_back_per_request(
     worker = new_worker(family_gateway(("c1", FULL, FULL)))
     ceiling = Totals(projects=10, prompts=400)
 
-    # When the batch arrives (100 fits: 200 -> 300, its project refilled to 2; 350 on top
-    # needs 450 > 400)
+    # When the batch arrives (100 fits: 200 + four blocks = 600, capped to 400, its project
+    # refilled to 1 + 4 = 5; 350 on top needs 450 > 400)
     response = worker.invoke(
         ensure_record("m1", "c1", 100, ceiling=ceiling),
         ensure_record("m2", "c1", 350, ceiling=ceiling),
     )
 
     # Then the members applied one by one, in order: the first topped up, the second refused
-    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=300))]
+    assert worker.gateway.transfers == [("c1", Totals(projects=5, prompts=400))]
     assert failed_ids(response) == []
     first, second = worker.outcome("req-m1"), worker.outcome("req-m2")
     assert (first.status, first.coalesced) == ("topped-up", 1)
@@ -391,13 +393,13 @@ def test_lambda_handler_applies_a_group_in_order_with_a_release_in_between() -> 
         ensure_record("m1", "c1", 300), release_record("m2", "c1"), ensure_record("m3", "c1", 100)
     )
 
-    # Then the effects happen in that order: up to 700 (the 400 needed plus as much again as
-    # it asked), back to 100, up to 300 (200 plus the 100 asked); each ensure also refills
-    # the child's one used project ahead (to 2), each release takes it back
+    # Then the effects happen in that order: up to 800 (the 400 needed plus four blocks, more
+    # than the 300 it asked), back to 100, up to 600 (200 plus four blocks); each ensure also
+    # refills the child's one used project ahead (to 1 + 4 = 5), each release takes it back
     assert worker.gateway.transfers == [
-        ("c1", Totals(projects=2, prompts=700)),
+        ("c1", Totals(projects=5, prompts=800)),
         ("c1", Totals(projects=1, prompts=100)),
-        ("c1", Totals(projects=2, prompts=300)),
+        ("c1", Totals(projects=5, prompts=600)),
     ]
     assert failed_ids(response) == []
     statuses = [worker.outcome(f"req-m{i}").status for i in (1, 2, 3)]

@@ -124,9 +124,9 @@ def test_lambda_handler_invalid_messages_go_to_the_dlq_and_complete(
 
 def test_lambda_handler_invalid_messages_without_dlq_are_item_failures() -> None:
     # Given no DLQ configured, an invalid message, and a valid one for another child (with
-    # room and a project to spare)
+    # room and two projects to spare)
     worker = new_worker(
-        family_gateway(("c1", FULL, FULL), ("c3", Totals(projects=2, prompts=500), FULL)), dlq=False
+        family_gateway(("c1", FULL, FULL), ("c3", Totals(projects=3, prompts=500), FULL)), dlq=False
     )
     invalid = [record for record, _ in _invalid_records()[:2]]
 

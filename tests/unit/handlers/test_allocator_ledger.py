@@ -47,7 +47,7 @@ def test_lambda_handler_replayed_ensure_joins_no_run_and_the_next_ensure_is_appl
     first = worker.invoke(ensure_record("m1", "c1", 100))
     assert failed_ids(first) == ["m1"]
     assert ledger.entries["req-m1"].state == "final"
-    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=300))]
+    assert worker.gateway.transfers == [("c1", Totals(projects=5, prompts=600))]
 
     # When it comes back in one batch with a fresh ensure of the same child behind it
     second = worker.invoke(
@@ -55,19 +55,19 @@ def test_lambda_handler_replayed_ensure_joins_no_run_and_the_next_ensure_is_appl
     )
 
     # Then the replay is announced as stored and the fresh ensure is applied on its own for
-    # its own need (100 used + 300 = 400, plus as much again as it asked: 700), not as a
-    # member of a run led by the replay
+    # its own need (100 used + 300 = 400 fits in 600 but leaves 200, under the 300 it asked:
+    # refilled to 400 plus four blocks, 800), not as a member of a run led by the replay
     assert failed_ids(second) == []
     assert worker.gateway.transfers == [
-        ("c1", Totals(projects=2, prompts=300)),
-        ("c1", Totals(projects=2, prompts=700)),
+        ("c1", Totals(projects=5, prompts=600)),
+        ("c1", Totals(projects=5, prompts=800)),
     ]
     replayed, fresh = worker.outcome("req-m1"), worker.outcome("req-m2")
     assert (replayed.status, replayed.receive_count, replayed.coalesced) == ("topped-up", 1, 1)
     assert (fresh.status, fresh.coalesced) == ("topped-up", 1)
     assert (fresh.totals_before, fresh.totals_after) == (
-        Totals(projects=2, prompts=300),
-        Totals(projects=2, prompts=700),
+        Totals(projects=5, prompts=600),
+        Totals(projects=5, prompts=800),
     )
     assert ledger.entries["req-m2"].state == "final"
 
@@ -99,14 +99,14 @@ def test_lambda_handler_store_failing_after_the_transfer_is_logged_and_later_tol
     logs = io.StringIO()
     monkeypatch.setattr(logger.registered_handler, "stream", logs)
 
-    # When an ensure tops the child up on this receive (100 + 100 = 200 -> 300, its project
-    # refilled ahead to 2) and its outcome cannot be stored
+    # When an ensure tops the child up on this receive (100 + 100 = 200, plus four blocks:
+    # 600, its project refilled ahead to 1 + 4 = 5) and its outcome cannot be stored
     first = worker.invoke(ensure_record("m1", "c1", 100, receive_count=receive_count))
 
     # Then the record fails, logged once with its request id and why; nothing is announced;
     # the ledger holds the top-up's intent recorded before the transfer
     assert failed_ids(first) == ["m1"]
-    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=300))]
+    assert worker.gateway.transfers == [("c1", Totals(projects=5, prompts=600))]
     assert worker.outcomes is not None and worker.outcomes.published == []
     failures = [
         (line["request_id"], line["reason"])
@@ -115,20 +115,20 @@ def test_lambda_handler_store_failing_after_the_transfer_is_logged_and_later_tol
     ]
     assert failures == [("req-m1", "ledgerUnavailable")]
     entry = ledger.entries["req-m1"]
-    assert entry.intent == TransferIntent(before=FULL, target=Totals(projects=2, prompts=300))
+    assert entry.intent == TransferIntent(before=FULL, target=Totals(projects=5, prompts=600))
     assert entry.state == ("deadLettered" if receive_count == MAX_RECEIVE_COUNT else "intent")
 
     # When the request comes back (redelivered, or redriven after its final receive)
     later = worker.invoke(_later_receive(receive_count))
 
-    # Then it is not transferred again, and it says what was done: topped up to 300
+    # Then it is not transferred again, and it says what was done: topped up to 600
     assert failed_ids(later) == []
-    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=300))]
+    assert worker.gateway.transfers == [("c1", Totals(projects=5, prompts=600))]
     outcome = worker.outcome("req-m1")
     assert (outcome.status, outcome.totals_before, outcome.totals_after) == (
         "topped-up",
         FULL,
-        Totals(projects=2, prompts=300),
+        Totals(projects=5, prompts=600),
     )
     assert outcome.supersedes == ("deadLettered" if receive_count == MAX_RECEIVE_COUNT else None)
     assert ledger.entries["req-m1"].state == "final"
@@ -141,19 +141,19 @@ def test_lambda_handler_final_receive_whose_store_fails_once_is_stored_again_and
     ledger = StoreFailsOnce()
     worker.runtime.ledger = ledger
 
-    # When an ensure tops the child up on its final receive (100 used + 100, plus as much again
-    # as it asked: 300; the project refilled ahead to 2)
+    # When an ensure tops the child up on its final receive (100 used + 100, plus four blocks:
+    # 600; the project refilled ahead to 1 + 4 = 5)
     answer = worker.invoke(ensure_record("m1", "c1", 100, receive_count=MAX_RECEIVE_COUNT))
 
     # Then its outcome is stored at the second try: the record completes (no DLQ), and what
     # was applied is announced, never a failure or nothing
     assert failed_ids(answer) == []
-    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=300))]
+    assert worker.gateway.transfers == [("c1", Totals(projects=5, prompts=600))]
     outcome = worker.outcome("req-m1")
     assert (outcome.status, outcome.totals_before, outcome.totals_after, outcome.dead_lettered) == (
         "topped-up",
         FULL,
-        Totals(projects=2, prompts=300),
+        Totals(projects=5, prompts=600),
         None,
     )
     entry = ledger.entries["req-m1"]
@@ -167,11 +167,11 @@ def test_lambda_handler_coalesced_run_records_every_members_intent_before_its_tr
     worker.runtime.ledger = ledger
 
     # When two ensures of the child are served by one combined top-up (100 used + 100 + 100
-    # = 300, plus as much again as the run asked: 500; the project refilled ahead to 2)
+    # = 300, plus four blocks: 700; the project refilled ahead to 1 + 4 = 5)
     first = worker.invoke(ensure_record("m1", "c1", 100), ensure_record("m2", "c1", 100))
 
     # Then both requests hold the combined intent and both come back (FIFO: the group fails)
-    target = Totals(projects=2, prompts=500)
+    target = Totals(projects=5, prompts=700)
     assert failed_ids(first) == ["m1", "m2"]
     assert worker.gateway.transfers == [("c1", target)]
     assert [ledger.entries[rid].intent for rid in ("req-m1", "req-m2")] == [
@@ -280,12 +280,12 @@ def test_lambda_handler_coalesced_member_with_a_ledger_is_served_by_its_leader()
     worker, ledger = _ledger_worker()
 
     # When two ensures of the child are served by one combined top-up (100 used + 100 + 100
-    # = 300, plus as much again as the run asked: 500; the project refilled ahead to 2)
+    # = 300, plus four blocks: 700; the project refilled ahead to 1 + 4 = 5)
     result = worker.invoke(ensure_record("m1", "c1", 100), ensure_record("m2", "c1", 100))
 
     # Then the member reports the run it was served by (coalesced 2, like the leader), not a
     # landed earlier top-up of its own, and pays no read of the child of its own
-    target = Totals(projects=2, prompts=500)
+    target = Totals(projects=5, prompts=700)
     assert failed_ids(result) == []
     assert worker.gateway.transfers == [("c1", target)]
     assert [

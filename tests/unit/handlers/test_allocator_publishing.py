@@ -105,7 +105,7 @@ def test_lambda_handler_emf_matches_the_catalog_and_carries_no_ids(
     # Given a batch that exercises most metrics: hot path, coalesced top-up after a not-ready
     # retry, a brand-limit refusal, a release, an invalid message and a busy child
     gateway = family_gateway(
-        ("c-hot", Totals(projects=2, prompts=500), FULL),  # a project to spare: no refill
+        ("c-hot", Totals(projects=3, prompts=500), FULL),  # two projects to spare: no refill
         ("c-top", FULL, FULL),
         ("c-limit", FULL, FULL),
         ("c-rel", Totals(projects=1, prompts=900), FULL),
@@ -238,11 +238,12 @@ SAFETY_MARGIN_S = 3.0
 
 def test_lambda_handler_outcome_that_cannot_be_published_in_time_fails_before_publishing() -> None:
     # Given a child whose one read takes 45 s of a 60 s invocation: the 57 s left before the
-    # safety margin then has room for the read but not for a publish call's worst case
+    # safety margin then has room for the read but not for a publish call's worst case (two
+    # projects and 390 prompts to spare: its ensure is that one read)
     clock = FakeClock()
     gateway = InMemoryGateway(clock=clock, latency_s=45.0)
     gateway.add_master(MASTER, total=Totals(projects=50, prompts=10_000))
-    gateway.add_child("c1", MASTER, total=Totals(projects=2, prompts=500), used=FULL)
+    gateway.add_child("c1", MASTER, total=Totals(projects=3, prompts=500), used=FULL)
     worker = new_worker(gateway, clock=clock)
     assert 45.0 + AWS_CALL_BUDGET_S > 60.0 - SAFETY_MARGIN_S
 
@@ -261,7 +262,7 @@ def test_lambda_handler_publishes_when_the_call_still_fits() -> None:
     clock = FakeClock()
     gateway = InMemoryGateway(clock=clock, latency_s=30.0)
     gateway.add_master(MASTER, total=Totals(projects=50, prompts=10_000))
-    gateway.add_child("c1", MASTER, total=Totals(projects=2, prompts=500), used=FULL)
+    gateway.add_child("c1", MASTER, total=Totals(projects=3, prompts=500), used=FULL)
     worker = new_worker(gateway, clock=clock)
     assert 30.0 + AWS_CALL_BUDGET_S <= 60.0 - SAFETY_MARGIN_S
 

@@ -87,11 +87,11 @@ def test_a_second_record_of_a_request_is_counted_as_a_duplicate_and_not_applied(
     # When it runs
     response = worker.invoke(ensure_record("m1", "c1", 100), copy)
 
-    # Then one transfer (100 + 100 = 200 -> 300, the project refilled ahead to 2), one
-    # outcome, and the copy counted as a duplicate
+    # Then one transfer (100 + 100 = 200, plus four blocks: 600, the project refilled ahead to
+    # 1 + 4 = 5), one outcome, and the copy counted as a duplicate
     _, data = read_emf(capsys)
     assert failed_ids(response) == []
-    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=300))]
+    assert worker.gateway.transfers == [("c1", Totals(projects=5, prompts=600))]
     assert worker.outcomes is not None and len(worker.outcomes.published) == 1
     assert metric_total(data, "RequestLedger", "duplicate") == 1
 
@@ -157,9 +157,10 @@ def test_without_a_ledger_an_id_reused_by_two_children_in_one_batch_is_refused_o
     # When it runs
     response = worker.invoke(ensure_record("m1", "c1", 100), other)
 
-    # Then c1's ensure is applied (100 + 100 = 200 -> 300) and c2's refused with its own ids
+    # Then c1's ensure is applied (100 + 100 = 200, plus four blocks: 600) and c2's refused
+    # with its own ids
     assert failed_ids(response) == []
-    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=300))]
+    assert worker.gateway.transfers == [("c1", Totals(projects=5, prompts=600))]
     assert worker.outcomes is not None
     [first, second] = worker.outcomes.published
     assert (first.workspace_id, first.status) == ("c1", "topped-up")
@@ -337,13 +338,13 @@ def test_a_dead_letter_sent_by_another_message_is_applied_and_superseded() -> No
     redriven["messageId"] = "m1-redriven"
     worker.invoke(redriven)
 
-    # Then m1 replays the refusal, applying nothing; the redrive is applied (100 + 100 = 200
-    # -> 300) and supersedes it
+    # Then m1 replays the refusal, applying nothing; the redrive is applied (100 + 100 = 200,
+    # plus four blocks: 600) and supersedes it
     assert worker.outcomes is not None
     [replayed, applied] = worker.outcomes.published
     assert replayed == refusal
     assert (applied.status, applied.supersedes) == ("topped-up", "deadLettered")
-    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=300))]
+    assert worker.gateway.transfers == [("c1", Totals(projects=5, prompts=600))]
     assert (ledger.entries["req-m1"].state, ledger.entries["req-m1"].source_message_id) == (
         "final",
         None,
@@ -548,9 +549,9 @@ def test_ensures_behind_a_replay_still_share_one_top_up() -> None:
     )
 
     # Then the replay is announced and the two fresh ones are served by one combined top-up
-    # (100 used + 100 + 100 = 300, plus as much again as the two asked: 500; project to 2)
+    # (100 used + 100 + 100 = 300, plus four blocks: 700; project to 1 + 4 = 5)
     assert failed_ids(response) == []
-    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=500))]
+    assert worker.gateway.transfers == [("c1", Totals(projects=5, prompts=700))]
     assert worker.outcome("req-m1") == _final("req-m1").outcome
     assert [worker.outcome(rid).status for rid in ("req-m2", "req-m3")] == ["topped-up"] * 2
 
@@ -571,10 +572,10 @@ def test_a_request_with_a_recorded_intent_joins_no_run() -> None:
     )
 
     # Then each is applied on its own, never as one run: the first tops up for its own need
-    # (200 -> 300; the sum would be 300 -> 500), and the second then finds the room it needs
-    # with as much again as it asked left (hot path)
+    # (200 plus four blocks: 600; the sum would be 300 -> 700), and the second then finds the
+    # room it needs with 400 left, over its two-block refill mark (hot path)
     assert failed_ids(response) == []
-    assert worker.gateway.transfers == [("c1", Totals(projects=2, prompts=300))]
+    assert worker.gateway.transfers == [("c1", Totals(projects=5, prompts=600))]
     assert [
         (worker.outcome(rid).status, worker.outcome(rid).coalesced) for rid in ("req-m1", "req-m2")
     ] == [("topped-up", 1), ("hot-path", 1)]

@@ -164,10 +164,11 @@ def test_worker_tops_up_in_the_configured_blocks() -> None:
     # When one more prompt is ensured
     assert rig.invoke(_ensure("r1", "c1", 1)) == []
 
-    # Then prompts rise to 101 plus half a block rounded up to one 250-block, not to 200, and
-    # projects (2-blocks, none to spare) are refilled ahead to the next block in the same call
-    assert rig.gateway.transfers == [("c1", Totals(projects=2, prompts=250))]
-    assert rig.outcome("r1").totals_after == Totals(projects=2, prompts=250)
+    # Then prompts rise to 101 plus four 250-blocks (1,101), not 101 plus four blocks of 100,
+    # and projects (2-blocks, none to spare) are refilled ahead by four blocks, to 1 + 8 = 9,
+    # in the same call
+    assert rig.gateway.transfers == [("c1", Totals(projects=9, prompts=1_101))]
+    assert rig.outcome("r1").totals_after == Totals(projects=9, prompts=1_101)
 
 
 def test_worker_releases_to_the_configured_blocks_and_their_default_floor() -> None:
@@ -219,7 +220,7 @@ def test_worker_release_with_nothing_to_give_reports_the_totals_it_kept() -> Non
 @pytest.mark.parametrize(
     ("need", "status", "error_code", "after"),
     [
-        (50, "topped-up", None, Totals(projects=2, prompts=150)),
+        (50, "topped-up", None, Totals(projects=5, prompts=150)),
         (51, "rejected", "brandAiLimit", Totals(projects=1, prompts=100)),
     ],
 )
@@ -235,8 +236,8 @@ def test_worker_applies_the_environment_ceiling_backstop(
     # When exactly the backstop's room (50) or one more is ensured
     assert rig.invoke(_ensure("r1", "c1", need)) == []
 
-    # Then up to the backstop is served (capped, not the 200 block; its one used project
-    # refilled ahead, the backstop naming prompts only), one over is refused
+    # Then up to the backstop is served (capped, not 150 plus four blocks; its one used project
+    # refilled ahead to 1 + 4 = 5, the backstop naming prompts only), one over is refused
     outcome = rig.outcome("r1")
     assert (outcome.status, outcome.error_code) == (status, error_code)
     assert rig.gateway.totals_of("c1") == after
@@ -335,12 +336,12 @@ def test_worker_second_record_of_a_request_completes_with_the_first() -> None:
     failed = rig.invoke(first, second, _ensure("r2", "c2", 1))
 
     # Then the request is applied once (its need not doubled in a combined top-up), both
-    # records complete, and the record after the copy is applied too (each child's one used
-    # project refilled ahead to 2)
+    # records complete, and the record after the copy is applied too (each its need plus four
+    # blocks: 200 + 400 and 101 + 400; each child's one used project refilled ahead to 5)
     assert failed == []
     assert rig.gateway.transfers == [
-        ("c1", Totals(projects=2, prompts=300)),
-        ("c2", Totals(projects=2, prompts=200)),
+        ("c1", Totals(projects=5, prompts=600)),
+        ("c2", Totals(projects=5, prompts=501)),
     ]
     assert [o.request_id for o in rig.outcomes.published] == ["r1", "r2"]
 
@@ -473,10 +474,10 @@ def test_worker_without_an_outcome_sink_still_applies_and_completes() -> None:
         publish=False,
     )
 
-    # When an ensure is handled / Then it is applied (its project refilled ahead too) and its
-    # record completes
+    # When an ensure is handled / Then it is applied (101 plus four blocks; its project
+    # refilled ahead too, to 1 + 4) and its record completes
     assert rig.invoke(_ensure("r1", "c1", 1)) == []
-    assert rig.gateway.totals_of("c1") == Totals(projects=2, prompts=200)
+    assert rig.gateway.totals_of("c1") == Totals(projects=5, prompts=501)
 
 
 def test_worker_forgets_a_park_once_the_ensure_ends() -> None:
@@ -563,10 +564,10 @@ def test_worker_combined_top_up_counts_drafts_when_one_member_asks() -> None:
     # When two ensures of 10 prompts for it arrive together, the first counting drafts
     failed = rig.invoke(_ensure("r1", "c1", 10, include_drafted=True), _ensure("r2", "c1", 10))
 
-    # Then one combined top-up sized on used + drafted + both needs (150 plus half a block, in
-    # blocks: 200; the used project refilled ahead to 2)
+    # Then one combined top-up sized on used + drafted + both needs (150 plus four blocks: 550;
+    # the used project refilled ahead to 1 + 4 = 5)
     assert failed == []
-    assert rig.gateway.transfers == [("c1", Totals(projects=2, prompts=200))]
+    assert rig.gateway.transfers == [("c1", Totals(projects=5, prompts=550))]
     assert [(o.status, o.coalesced) for o in (rig.outcome("r1"), rig.outcome("r2"))] == [
         ("topped-up", 2),
         ("topped-up", 2),

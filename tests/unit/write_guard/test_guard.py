@@ -207,10 +207,11 @@ def test_write_guard_deadline_is_shared_by_every_write_of_the_request(
     seed(sim, (100, 0, 100))
     guard = guard_for(allocator, clock, policy=GuardPolicy(deadline_s=10.0))
 
-    # When a first write recovers (9 s of waiting) and a second one is refused too
+    # When a first write recovers (9 s of waiting; its top-up leaves 150 + four blocks = 550)
+    # and a second one, of 450 (past the 400 left), is refused too
     guard.write(prompts_writer(http, 50), need={"prompts": 50}, site="first")
     with pytest.raises(WriteDeadlineExceededError) as raised:
-        guard.write(prompts_writer(http, 100), need={"prompts": 100}, site="second")
+        guard.write(prompts_writer(http, 450), need={"prompts": 450}, site="second")
 
     # Then the second gets no retry (the 1 s left cannot hold a 3 s pause) and ends out of
     # time, never reported as "no room"
@@ -244,7 +245,7 @@ def test_write_guard_non_quota_answers_and_errors_propagate_at_once(
     assert guard.history == [GuardedWrite("get", 1, 0.0, "failed")]
 
 
-@pytest.mark.parametrize(("include_drafted", "expected_total"), [(True, 300), (False, 200)])
+@pytest.mark.parametrize(("include_drafted", "expected_total"), [(True, 610), (False, 550)])
 def test_write_guard_front_counts_drafted_prompts_by_default(
     sim: SimulatorServer,
     allocator: InstantAllocator,
@@ -259,7 +260,8 @@ def test_write_guard_front_counts_drafted_prompts_by_default(
     # When a 50-prompt batch is fronted (100 + 60 + 50 = 210 with drafts)
     guard.front({"prompts": 50})
 
-    # Then by default the top-up covers the drafts; opting out leaves the child short
+    # Then by default the top-up covers the drafts (210 plus four blocks: 610); opting out
+    # sizes it on 150 alone (50 left, under two blocks: refilled to 150 plus four blocks, 550)
     by_id = {w["id"]: w for w in sim.dump()["workspaces"]}
     assert by_id[CHILD]["ai"]["prompts"]["total"] == expected_total
 

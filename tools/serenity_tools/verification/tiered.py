@@ -5,7 +5,8 @@ Facts (semrush-user-manager.md, "The tiered prompt shape"): some workspaces answ
 flat ``prompts`` transfer, and never carve prompts from such a pool. The family here has one
 of each case beside the synthetic pools of the demo and the harness:
 
-- ``tiered-roomy`` (tiered child of a flat pool): a need both tiers cover -> ``hot-path``;
+- ``tiered-roomy`` (tiered child of a flat pool, two projects to spare): a need both tiers
+  cover -> ``hot-path``;
 - ``tiered-short``: a need past the daily tier -> ``rejected / tieredPrompts`` (first receive);
 - ``tiered-projects``: one more project -> ``topped-up`` with a projects-only transfer, then a
   release (projects only, its prompts never lowered);
@@ -65,7 +66,7 @@ def tiered_family() -> list[dict[str, Any]]:
             "title": "Tiered org (tiered pool)",
             "ai": _tiers((0, 13), (0, 800), (0, 800)),
         },
-        child("tiered-roomy", FLAT_POOL, _tiers((1, 2), (10, 100), (40, 500))),
+        child("tiered-roomy", FLAT_POOL, _tiers((1, 3), (10, 100), (40, 500))),
         child("tiered-short", FLAT_POOL, _tiers((1, 1), (95, 100), (95, 500))),
         child("tiered-projects", FLAT_POOL, _tiers((1, 1), (0, 100), (0, 500))),
         child("tiered-pool-child", TIERED_POOL, _flat((1, 1), (100, 100))),

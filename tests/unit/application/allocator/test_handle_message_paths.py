@@ -209,11 +209,12 @@ def test_a_member_refused_at_admission_leaves_the_run_and_its_failure_splits_not
     run = invocation.plan.runs["m1"]
 
     # When the leader is served, Then the refused member left the run before the call,
-    # and the combined call served the two that stayed
+    # and the combined call served the two that stayed (their 20 leave the unused child 80,
+    # under two blocks: refilled ahead, a top-up)
     handle_message(invocation, "m1")
     assert run.members == ["m1", "m3"]
     [(_, leader)] = invocation.state.book.entries
-    assert (leader.status, leader.coalesced) == ("hot-path", 2)
+    assert (leader.status, leader.coalesced) == ("topped-up", 2)
     assert run.result is not None
 
     # When the member's own turn fails, Then the run the others share stays whole
