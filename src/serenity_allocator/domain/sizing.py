@@ -85,8 +85,8 @@ def roomy_headroom(blocks: Blocks, dim: Dimension) -> int:
     """The headroom a top-up of a pool with room leaves: :data:`ROOMY_BLOCKS` blocks.
 
     The same blocks that define room, so it never passes a fair share; enough for a burst of
-    writes (the benchmark's reach 240 prompts, a block-rounded top-up left at most 150) to
-    land without waiting on the gate's lag.
+    writes to land without waiting on the gate's lag (the benchmark's bursts reach 240 prompts,
+    where a block-rounded top-up left at most 150).
     """
     return ROOMY_BLOCKS * blocks.get(dim)
 
