@@ -307,6 +307,30 @@ def test_low_water_of_an_odd_block_rounds_down_to_whole_units() -> None:
     assert (plan.target, plan.sizing) == (Totals(projects=5, prompts=202), "topped-up")
 
 
+@pytest.mark.parametrize(
+    ("block", "used", "need", "free", "target"),
+    [
+        # block 3: low water 1; 101 + 1 is 102, whole blocks (a low water of 2 would round to
+        # 105 and take both units of the fair headroom: 103)
+        (3, 100, 101, 12, 102),
+        # block 6: low water 3; 100 + 3 rounds to 108, capped by the fair headroom 23² / 96 = 5
+        # (a low water of 2 would round 102 to 102 itself: 102)
+        (6, 99, 100, 24, 105),
+    ],
+)
+def test_low_water_is_half_a_small_block_on_a_tight_pool(
+    block: int, used: int, need: int, free: int, target: int
+) -> None:
+    # Given a child short by one unit under a tight pool (level one under four blocks) with
+    # blocks of ``block`` prompts, asking one unit beyond its use
+    plan = plan_sizing(
+        _child((used, used)), Totals(projects=1, prompts=need), Blocks(prompts=block), _share(free)
+    )
+
+    # Then the need plus half a block rounds up to whole blocks, within the fair headroom
+    assert (plan.target, plan.sizing) == (Totals(projects=5, prompts=target), "topped-up")
+
+
 def test_a_refill_that_would_set_the_total_it_has_is_the_hot_path() -> None:
     # Given a request of 500 prompts into a child holding 900, none used (400 left, under the
     # 500 it asked), and a pool whose level (400) caps the headroom at exactly those 400
