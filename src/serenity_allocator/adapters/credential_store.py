@@ -477,8 +477,7 @@ class KmsTokenCipher:
         if not key_id.strip():
             raise ValueError("the credentials KMS key id is blank")
         self._key_id = key_id
-        build: Callable[[], KmsClient] = lambda: kms_client(call_budget_s)  # noqa: E731
-        self._kms = LazyClient(build, kms)
+        self._kms = LazyClient(lambda: kms_client(call_budget_s), kms)
 
     def encrypt(self, token: str, context: Mapping[str, str]) -> bytes:
         """The ciphertext of ``token`` under ``context``.

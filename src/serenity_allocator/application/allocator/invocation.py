@@ -1,12 +1,12 @@
 """One invocation: its batch planned, the configuration and ports its use cases share, its state.
 
-The state holds the invocation's terminal outcomes (:class:`OutcomeBook`), the one place they
-are recorded.
-
 First, the batch's plan (:func:`plan_batch`): every record validated up front, then
 consecutive ensures coalesced. Validation happens here rather than through Powertools'
 ``model=``: with a model, a malformed record behind a failed one raises for the whole
 invocation (Powertools 3.37).
+
+The state holds the invocation's terminal outcomes (:class:`OutcomeBook`), the one place they
+are recorded.
 """
 
 from __future__ import annotations
